@@ -1,0 +1,90 @@
+//! The one event type every front door consumes (CLI, tracker router, chat server,
+//! logs). A run emits `Started` first and `Finished` last, always.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::message::Usage;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    Started {
+        session_id: String,
+        provider: String,
+        model: String,
+    },
+    /// A fragment of the answer, as the model produces it.
+    TextDelta { text: String },
+    /// A fragment of the model's visible reasoning, where the provider streams it.
+    ThinkingDelta { text: String },
+    /// The model asked for a tool call; `summary` reads like "Read: src/main.rs".
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: Value,
+        summary: String,
+    },
+    /// A tool call finished. `output` is what the model receives (already bounded).
+    ToolResult {
+        id: String,
+        name: String,
+        is_error: bool,
+        output: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// Token use of one model call.
+    Usage { step: u32, usage: Usage },
+    /// A model call failed and is being retried; text streamed since the last
+    /// `Usage` for this step is void and will be streamed again.
+    Retry {
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+    /// Older history was summarised to keep the context inside the model's window.
+    Compacted {
+        tokens_before: u64,
+        first_kept_entry_id: String,
+    },
+    /// Something a person watching should know (loop warning, nudge, ...).
+    Notice { message: String },
+    /// The run ended; always the last event.
+    Finished { outcome: Outcome },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The model answered without asking for more tools; `text` is its final answer.
+    Completed {
+        text: String,
+        steps: u32,
+        usage: Usage,
+    },
+    Failed {
+        error: String,
+        steps: u32,
+        usage: Usage,
+    },
+    Cancelled {
+        steps: u32,
+        usage: Usage,
+    },
+}
+
+impl Outcome {
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Completed { .. })
+    }
+
+    pub fn steps(&self) -> u32 {
+        match self {
+            Outcome::Completed { steps, .. }
+            | Outcome::Failed { steps, .. }
+            | Outcome::Cancelled { steps, .. } => *steps,
+        }
+    }
+}

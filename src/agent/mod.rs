@@ -1,0 +1,159 @@
+//! The agent: configuration, provider, sandbox, skills and sessions put together, and
+//! `start`, which runs the loop for one prompt and hands back a stream of events and a
+//! cancellation handle. Every front door drives the agent through this one entry point.
+
+pub mod compaction;
+pub mod event;
+pub mod guard;
+pub mod prompt;
+mod runner;
+pub mod session;
+pub mod skills;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::provider::{Provider, ProviderError, ToolSpec};
+use crate::tools::Sandbox;
+pub use event::{AgentEvent, Outcome};
+use session::SessionStore;
+use skills::Skill;
+
+/// One prompt to run.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub prompt: String,
+    pub session_id: String,
+    /// Overrides the configured working folder.
+    pub work_dir: Option<PathBuf>,
+    /// Overrides the configured role prompt.
+    pub system_prompt: Option<String>,
+}
+
+/// A run in progress.
+pub struct RunHandle {
+    pub session_id: String,
+    /// Events in order; `Finished` is the last one.
+    pub events: mpsc::UnboundedReceiver<AgentEvent>,
+    cancel: CancellationToken,
+    task: JoinHandle<Outcome>,
+}
+
+impl RunHandle {
+    /// A token that cancels this run when cancelled.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Discards remaining events and waits for the outcome.
+    pub async fn finish(mut self) -> Outcome {
+        while self.events.recv().await.is_some() {}
+        match self.task.await {
+            Ok(o) => o,
+            Err(e) => Outcome::Failed {
+                error: format!("the run panicked: {e}"),
+                steps: 0,
+                usage: Default::default(),
+            },
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    config: Config,
+    provider: Provider,
+    sandbox: Arc<Sandbox>,
+    skills: Vec<Skill>,
+    sessions: SessionStore,
+    tool_specs: Vec<ToolSpec>,
+    output_dir: PathBuf,
+    /// One lock per session id: two prompts for one session run one after the other.
+    session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Inner {
+    fn session_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = match self.session_locks.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        map.retain(|_, l| Arc::strong_count(l) > 1);
+        map.entry(id.to_string()).or_default().clone()
+    }
+}
+
+/// The engine every front door drives. Cheap to clone.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<Inner>,
+}
+
+impl Agent {
+    pub fn new(config: Config) -> Result<Agent, ProviderError> {
+        let provider = Provider::from_config(&config)?;
+        Ok(Agent::with_provider(config, provider))
+    }
+
+    pub fn with_provider(config: Config, provider: Provider) -> Agent {
+        let skill_dirs = config.skill_dirs();
+        let skills = skills::discover(&skill_dirs);
+        let readable: Vec<PathBuf> = skill_dirs.into_iter().filter(|d| d.is_dir()).collect();
+        let sandbox = Sandbox::new(&config.allowed_paths, &config.protected_paths(), &readable);
+        let sessions = SessionStore::new(config.sessions_dir());
+        Agent {
+            inner: Arc::new(Inner {
+                provider,
+                sandbox: Arc::new(sandbox),
+                skills,
+                sessions,
+                tool_specs: crate::tools::specs(),
+                output_dir: std::env::temp_dir().join("picogent-output"),
+                session_locks: Mutex::new(HashMap::new()),
+                config,
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub fn skills(&self) -> &[Skill] {
+        &self.inner.skills
+    }
+
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.inner.sandbox
+    }
+
+    pub fn sessions(&self) -> &SessionStore {
+        &self.inner.sessions
+    }
+
+    /// Starts a run. Events stream on the handle; dropping the receiver does not stop
+    /// the run (cancel it for that).
+    pub fn start(&self, req: RunRequest) -> RunHandle {
+        // Unbounded on purpose: the provider's delta callback is synchronous, events
+        // are small, and every consumer drains them as they come.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let session_id = req.session_id.clone();
+        let task = tokio::spawn(runner::run(self.inner.clone(), req, tx, cancel.clone()));
+        RunHandle {
+            session_id,
+            events: rx,
+            cancel,
+            task,
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! The system prompt: the agent's role, the tools and the working folder, the skills.
+
+use std::path::Path;
+
+use super::skills::{prompt_block, Skill};
+
+const DEFAULT_ROLE: &str = "You are picogent, a careful coding agent. You work inside a real \
+folder with real tools: look before you change anything, make the smallest change that does \
+the job, check your work by running it, and finish with a short answer that says what you did.";
+
+const TOOLS: &str = "Tools:
+- read: read a file (use offset/limit for large files)
+- write: create or overwrite a file
+- edit: replace exact text in a file (oldText must match exactly once)
+- bash: run a shell command in the working folder
+- grep: search file contents with a regex
+- find: find files by glob
+- ls: list a folder
+
+Use tools through the tool-calling interface, never by writing calls as text. Prefer read, grep, \
+find and ls over bash for looking at files. Paths are relative to the working folder.";
+
+pub fn build(
+    role: Option<&str>,
+    work_dir: &Path,
+    allowed_paths: &[std::path::PathBuf],
+    skills: &[Skill],
+) -> String {
+    let mut out = String::new();
+    out.push_str(
+        role.filter(|r| !r.trim().is_empty())
+            .unwrap_or(DEFAULT_ROLE),
+    );
+    out.push_str("\n\n");
+    out.push_str(TOOLS);
+    out.push_str(&format!("\n\nWorking folder: {}", work_dir.display()));
+    if !allowed_paths.is_empty() {
+        let list: Vec<String> = allowed_paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        out.push_str(&format!(
+            "\nYou may only touch files under: {}",
+            list.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "\nToday's date: {}",
+        chrono::Utc::now().format("%Y-%m-%d")
+    ));
+    let block = prompt_block(skills);
+    if !block.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(&block);
+    }
+    out
+}

@@ -1,0 +1,383 @@
+//! The agent loop: call the model, run the tools it asks for, feed the results back,
+//! until it answers without tool calls. Bounded by `max_steps`, `step_timeout_sec`,
+//! cancellation, the repeat guard and the context window.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use super::event::{AgentEvent, Outcome};
+use super::guard::{self, RepeatGuard};
+use super::session::{Known, Session, SessionError};
+use super::{compaction, prompt, Inner, RunRequest};
+use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
+use crate::provider::{Delta, ModelRequest, ProviderError};
+use crate::tools::{self, ToolContext, ToolOutput};
+
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("{0}")]
+    Stop(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+struct Emitter(UnboundedSender<AgentEvent>);
+
+impl Emitter {
+    fn emit(&self, ev: AgentEvent) {
+        // A consumer that went away does not stop the run; cancellation does.
+        let _ = self.0.send(ev);
+    }
+}
+
+struct Counters {
+    steps: u32,
+    usage: Usage,
+}
+
+pub(super) async fn run(
+    inner: Arc<Inner>,
+    req: RunRequest,
+    tx: UnboundedSender<AgentEvent>,
+    cancel: CancellationToken,
+) -> Outcome {
+    let out = Emitter(tx);
+    let mut counters = Counters {
+        steps: 0,
+        usage: Usage::default(),
+    };
+    let lock = inner.session_lock(&req.session_id);
+    let result = tokio::select! {
+        guard = lock.lock() => {
+            let r = run_locked(&inner, &req, &out, &cancel, &mut counters).await;
+            drop(guard);
+            r
+        }
+        _ = cancel.cancelled() => Err(RunError::Cancelled),
+    };
+    let Counters { steps, usage } = counters;
+    let outcome = match result {
+        Ok(text) => Outcome::Completed { text, steps, usage },
+        Err(RunError::Cancelled) => Outcome::Cancelled { steps, usage },
+        Err(e) => Outcome::Failed {
+            error: e.to_string(),
+            steps,
+            usage,
+        },
+    };
+    match &outcome {
+        Outcome::Failed { error, .. } => {
+            tracing::warn!(session = %req.session_id, steps, "run failed: {error}")
+        }
+        _ => tracing::info!(session = %req.session_id, steps, "run ended"),
+    }
+    out.emit(AgentEvent::Finished {
+        outcome: outcome.clone(),
+    });
+    outcome
+}
+
+async fn run_locked(
+    inner: &Inner,
+    req: &RunRequest,
+    out: &Emitter,
+    cancel: &CancellationToken,
+    counters: &mut Counters,
+) -> Result<String, RunError> {
+    let cfg = &inner.config;
+    let requested = req.work_dir.clone().unwrap_or_else(|| cfg.work_dir.clone());
+    let work_dir: PathBuf = inner
+        .sandbox
+        .check_work_dir(&requested)
+        .map_err(|e| RunError::Stop(format!("working folder refused: {e}")))?;
+    let mut session = inner.sessions.open(&req.session_id, &work_dir)?;
+    out.emit(AgentEvent::Started {
+        session_id: req.session_id.clone(),
+        provider: inner.provider.kind().as_str().into(),
+        model: inner.provider.model().into(),
+    });
+    session.append_message(Message::user(req.prompt.clone()))?;
+
+    let role = req.system_prompt.as_deref().or(cfg.prompt.as_deref());
+    let system = prompt::build(
+        role,
+        &work_dir,
+        inner.sandbox.allowed_paths(),
+        &inner.skills,
+    );
+    let names: Vec<&str> = inner.tool_specs.iter().map(|t| t.name).collect();
+    let fixed_tokens = (system.len()
+        + inner
+            .tool_specs
+            .iter()
+            .map(|t| t.description.len() + t.parameters.to_string().len())
+            .sum::<usize>()) as u64
+        / 4;
+    let tool_ctx = ToolContext {
+        work_dir: work_dir.clone(),
+        sandbox: inner.sandbox.clone(),
+        step_timeout: cfg.step_timeout,
+        cancel: cancel.clone(),
+        output_dir: inner.output_dir.clone(),
+    };
+    let mut repeats = RepeatGuard::default();
+    let mut nudged = false;
+
+    loop {
+        if cancel.is_cancelled() {
+            return Err(RunError::Cancelled);
+        }
+        if counters.steps >= cfg.max_steps {
+            return Err(RunError::Stop(format!(
+                "stopped after {} model turns without a final answer (max_steps)",
+                cfg.max_steps
+            )));
+        }
+        let mut ctx = session.context();
+        let needed = compaction::estimate(&ctx, fixed_tokens) + u64::from(cfg.max_tokens);
+        if needed > cfg.context_window {
+            compact(inner, &mut session, &ctx, cancel, out, needed).await?;
+            ctx = session.context();
+        }
+        let messages: Vec<Message> = ctx.messages.into_iter().map(|(_, m)| m).collect();
+        let request = ModelRequest {
+            system: &system,
+            messages: &messages,
+            tools: &inner.tool_specs,
+        };
+        counters.steps += 1;
+        let step = counters.steps;
+        let mut partial = String::new();
+        let result = inner
+            .provider
+            .complete(&request, cancel, &mut |d| match d {
+                Delta::Text(text) => {
+                    partial.push_str(&text);
+                    out.emit(AgentEvent::TextDelta { text })
+                }
+                Delta::Thinking(text) => out.emit(AgentEvent::ThinkingDelta { text }),
+                Delta::Retry {
+                    attempt,
+                    delay,
+                    reason,
+                } => {
+                    partial.clear();
+                    out.emit(AgentEvent::Retry {
+                        attempt,
+                        delay_ms: delay.as_millis() as u64,
+                        reason,
+                    })
+                }
+            })
+            .await;
+        let msg = match result {
+            Ok(m) => m,
+            Err(e) => {
+                let cancelled = matches!(e, ProviderError::Cancelled);
+                record_failed_turn(&mut session, inner, partial, &e, cancelled)?;
+                return Err(if cancelled {
+                    RunError::Cancelled
+                } else {
+                    RunError::Stop(format!("model call failed: {e}"))
+                });
+            }
+        };
+        counters.usage.add(&msg.usage);
+        out.emit(AgentEvent::Usage {
+            step,
+            usage: msg.usage.clone(),
+        });
+        session.append_message(Message::Assistant(msg.clone()))?;
+
+        let calls: Vec<(String, String, serde_json::Value)> = msg
+            .tool_calls()
+            .map(|(id, name, args)| (id.to_string(), name.to_string(), args.clone()))
+            .collect();
+        if calls.is_empty() {
+            let text = msg.text();
+            if !nudged && guard::looks_like_text_tool_call(&text, &names) {
+                nudged = true;
+                out.emit(AgentEvent::Notice {
+                    message:
+                        "the model wrote a tool call as text; asking it to use a real tool call"
+                            .into(),
+                });
+                session.append_message(Message::user(guard::TEXT_CALL_NUDGE))?;
+                continue;
+            }
+            if msg.stop_reason == StopReason::Length && text.trim().is_empty() {
+                return Err(RunError::Stop(
+                    "the model hit its output limit (max_tokens) without answering".into(),
+                ));
+            }
+            return Ok(text);
+        }
+
+        let stop = run_calls(&calls, &tool_ctx, &mut repeats, &mut session, out).await?;
+        if cancel.is_cancelled() {
+            return Err(RunError::Cancelled);
+        }
+        if let Some(why) = stop {
+            return Err(RunError::Stop(why));
+        }
+    }
+}
+
+/// Runs one turn's tool calls in order: consecutive read-only calls side by side,
+/// others alone. Every call gets a result in the session, whatever happens. Returns a
+/// reason to stop the run, if the repeat guard tripped.
+async fn run_calls(
+    calls: &[(String, String, serde_json::Value)],
+    ctx: &ToolContext,
+    repeats: &mut RepeatGuard,
+    session: &mut Session,
+    out: &Emitter,
+) -> Result<Option<String>, RunError> {
+    let mut stop: Option<String> = None;
+    let mut i = 0;
+    while i < calls.len() {
+        let parallel = tools::is_read_only(&calls[i].1);
+        let mut j = i + 1;
+        while parallel && j < calls.len() && tools::is_read_only(&calls[j].1) {
+            j += 1;
+        }
+        let batch = &calls[i..j];
+        let mut plans = Vec::with_capacity(batch.len());
+        for (id, name, args) in batch {
+            out.emit(AgentEvent::ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                arguments: args.clone(),
+                summary: tools::describe_call(name, args),
+            });
+            let count = repeats.observe(name, args);
+            if stop.is_none() && count >= guard::STOP_AT {
+                stop = Some(format!(
+                    "stopped: the model called {name} with the same arguments {count} times in a row"
+                ));
+            }
+            plans.push((stop.is_some(), count));
+        }
+        let results = futures_util::future::join_all(batch.iter().zip(&plans).map(
+            |((_, name, args), (skip, _))| async move {
+                if *skip {
+                    ToolOutput::error(
+                        "not run: the run is stopping because this call kept repeating",
+                    )
+                } else {
+                    tools::execute(name, args, ctx).await
+                }
+            },
+        ))
+        .await;
+        for (((id, name, _), (_, count)), mut result) in batch.iter().zip(&plans).zip(results) {
+            if *count >= guard::WARN_AT && *count < guard::STOP_AT {
+                result.text.push_str(&guard::repeat_warning(name, *count));
+            }
+            out.emit(AgentEvent::ToolResult {
+                id: id.clone(),
+                name: name.clone(),
+                is_error: result.is_error,
+                output: result.text.clone(),
+                details: result.details.clone(),
+            });
+            session.append_message(Message::ToolResult(ToolResultMessage {
+                tool_call_id: id.clone(),
+                tool_name: name.clone(),
+                content: vec![Content::text(result.text)],
+                details: result.details,
+                is_error: result.is_error,
+                timestamp: crate::util::now_millis(),
+            }))?;
+        }
+        i = j;
+    }
+    Ok(stop)
+}
+
+/// Keeps a record of a model call that did not complete: the text streamed so far
+/// (when cancelled) or the error, so the session shows what happened.
+fn record_failed_turn(
+    session: &mut Session,
+    inner: &Inner,
+    partial: String,
+    err: &ProviderError,
+    cancelled: bool,
+) -> Result<(), SessionError> {
+    let content = if partial.is_empty() {
+        Vec::new()
+    } else {
+        vec![Content::Text { text: partial }]
+    };
+    session
+        .append_message(Message::Assistant(AssistantMessage {
+            content,
+            api: String::new(),
+            provider: inner.provider.kind().as_str().into(),
+            model: inner.provider.model().into(),
+            usage: Usage::default(),
+            stop_reason: if cancelled {
+                StopReason::Aborted
+            } else {
+                StopReason::Error
+            },
+            error_message: Some(err.to_string()),
+            timestamp: crate::util::now_millis(),
+        }))
+        .map(|_| ())
+}
+
+/// Summarises older history into a compaction entry. When nothing can be cut or the
+/// summary fails, the run goes on uncompacted and the provider has the last word.
+async fn compact(
+    inner: &Inner,
+    session: &mut Session,
+    ctx: &super::session::Context,
+    cancel: &CancellationToken,
+    out: &Emitter,
+    tokens_before: u64,
+) -> Result<(), RunError> {
+    let cfg = &inner.config;
+    let keep_recent = cfg.context_window / 4;
+    let budget_chars = (cfg.context_window.saturating_sub(u64::from(cfg.max_tokens)) as usize)
+        .saturating_mul(3)
+        .min(2_000_000);
+    let Some(plan) = compaction::plan(ctx, keep_recent, budget_chars) else {
+        tracing::warn!(
+            session = session.id(),
+            "context is near the window but nothing can be compacted"
+        );
+        return Ok(());
+    };
+    match compaction::summarize(&inner.provider, &plan, cancel).await {
+        Ok(summary) => {
+            session.append(Known::Compaction {
+                summary,
+                first_kept_entry_id: plan.first_kept_entry_id.clone(),
+                tokens_before,
+            })?;
+            tracing::info!(
+                session = session.id(),
+                tokens_before,
+                "compacted the conversation"
+            );
+            out.emit(AgentEvent::Compacted {
+                tokens_before,
+                first_kept_entry_id: plan.first_kept_entry_id,
+            });
+            Ok(())
+        }
+        Err(ProviderError::Cancelled) => Err(RunError::Cancelled),
+        Err(e) => {
+            out.emit(AgentEvent::Notice {
+                message: format!("compaction failed, continuing without it: {e}"),
+            });
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! Sessions: append-only JSONL files in the pi coding agent's format, version 3.
+//!
+//! Line 1 is the header; every later line is an entry with an 8-hex `id` and the
+//! `parentId` of the entry it continues, so the file holds a tree and the leaf is the
+//! last entry. Each entry is written with one `write` call, so a crash loses at most the
+//! entry being written; a torn last line is cut off on open and skipped on load.
+//! Entry types picogent does not use (labels, custom entries, ...) are kept as they are.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{Content, Message, ToolResultMessage};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("invalid session id {0:?}: use letters, digits, '.', '_' and '-' (at most 128)")]
+    BadId(String),
+    #[error("session file {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("session file {}: {message}", path.display())]
+    Corrupt { path: PathBuf, message: String },
+}
+
+/// The entry types picogent reads and writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Known {
+    Message {
+        message: Message,
+    },
+    Compaction {
+        summary: String,
+        #[serde(rename = "firstKeptEntryId")]
+        first_kept_entry_id: String,
+        #[serde(rename = "tokensBefore")]
+        tokens_before: u64,
+    },
+    BranchSummary {
+        #[serde(rename = "fromId")]
+        from_id: String,
+        summary: String,
+    },
+    ModelChange {
+        provider: String,
+        #[serde(rename = "modelId")]
+        model_id: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    Known(Known),
+    /// An entry type picogent does not interpret; kept for the tree.
+    Other(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub id: String,
+    pub parent_id: Option<String>,
+    pub timestamp: String,
+    pub body: Body,
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(flatten)]
+    known: &'a Known,
+    id: &'a str,
+    #[serde(rename = "parentId")]
+    parent_id: &'a Option<String>,
+    timestamp: &'a str,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    #[serde(rename = "type")]
+    kind: String,
+    version: u32,
+    id: String,
+    timestamp: String,
+    cwd: String,
+}
+
+/// Where sessions live.
+#[derive(Debug, Clone)]
+pub struct SessionStore {
+    dir: PathBuf,
+}
+
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+impl SessionStore {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        SessionStore { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn path(&self, id: &str) -> Result<PathBuf, SessionError> {
+        if !valid_id(id) {
+            return Err(SessionError::BadId(id.to_string()));
+        }
+        Ok(self.dir.join(format!("{id}.jsonl")))
+    }
+
+    /// Opens the session, creating it (with `cwd` in its header) when new.
+    pub fn open(&self, id: &str, cwd: &Path) -> Result<Session, SessionError> {
+        let path = self.path(id)?;
+        let io = |source| SessionError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&self.dir).map_err(|source| SessionError::Io {
+            path: self.dir.clone(),
+            source,
+        })?;
+        if path.exists() {
+            return Session::load(id, path);
+        }
+        let header = Header {
+            kind: "session".into(),
+            version: 3,
+            id: id.into(),
+            timestamp: crate::util::now_iso(),
+            cwd: cwd.display().to_string(),
+        };
+        let mut line = serde_json::to_vec(&header).map_err(|e| io(std::io::Error::other(e)))?;
+        line.push(b'\n');
+        let mut file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(io)?;
+        file.write_all(&line).map_err(io)?;
+        Ok(Session {
+            id: id.into(),
+            path,
+            file,
+            entries: Vec::new(),
+            index: HashMap::new(),
+            leaf: None,
+        })
+    }
+}
+
+pub struct Session {
+    id: String,
+    path: PathBuf,
+    file: File,
+    entries: Vec<Entry>,
+    index: HashMap<String, usize>,
+    leaf: Option<String>,
+}
+
+impl Session {
+    fn load(id: &str, path: PathBuf) -> Result<Session, SessionError> {
+        let io = |source| SessionError::Io {
+            path: path.clone(),
+            source,
+        };
+        let bytes = std::fs::read(&path).map_err(io)?;
+        // A last line without its newline was being written when the process died.
+        let complete = match bytes.iter().rposition(|b| *b == b'\n') {
+            Some(p) => p + 1,
+            None => 0,
+        };
+        let mut file = OpenOptions::new().append(true).open(&path).map_err(io)?;
+        if complete < bytes.len() {
+            let torn = &bytes[complete..];
+            if serde_json::from_slice::<Value>(torn).is_ok() {
+                file.write_all(b"\n").map_err(io)?;
+            } else {
+                tracing::warn!(
+                    "session file {}: dropping a torn last line ({} bytes)",
+                    path.display(),
+                    torn.len()
+                );
+                file.set_len(complete as u64).map_err(io)?;
+            }
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        let mut lines = text.lines().enumerate();
+        match lines.next() {
+            Some((_, first))
+                if serde_json::from_str::<Header>(first).is_ok_and(|h| h.kind == "session") => {}
+            _ => {
+                return Err(SessionError::Corrupt {
+                    path,
+                    message: "line 1 is not a session header".into(),
+                })
+            }
+        }
+        let mut entries = Vec::new();
+        for (n, line) in lines {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match parse_entry(line) {
+                Some(e) => entries.push(e),
+                None => {
+                    tracing::warn!(
+                        "session file {}: line {} is not an entry, skipped",
+                        path.display(),
+                        n + 1
+                    )
+                }
+            }
+        }
+        let index = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.id.clone(), i))
+            .collect();
+        let leaf = entries.last().map(|e| e.id.clone());
+        Ok(Session {
+            id: id.into(),
+            path,
+            file,
+            entries,
+            index,
+            leaf,
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn leaf(&self) -> Option<&str> {
+        self.leaf.as_deref()
+    }
+
+    /// Moves the leaf to an earlier entry; the next append continues from there.
+    pub fn branch_from(&mut self, id: Option<&str>) -> Result<(), SessionError> {
+        match id {
+            Some(id) if !self.index.contains_key(id) => Err(SessionError::Corrupt {
+                path: self.path.clone(),
+                message: format!("no entry {id}"),
+            }),
+            _ => {
+                self.leaf = id.map(str::to_string);
+                Ok(())
+            }
+        }
+    }
+
+    fn new_id(&self) -> String {
+        loop {
+            let id = crate::util::random_hex(8);
+            if !self.index.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Appends an entry as a child of the leaf and makes it the leaf.
+    pub fn append(&mut self, known: Known) -> Result<String, SessionError> {
+        let id = self.new_id();
+        let timestamp = crate::util::now_iso();
+        let line = Line {
+            known: &known,
+            id: &id,
+            parent_id: &self.leaf,
+            timestamp: &timestamp,
+        };
+        let mut bytes = serde_json::to_vec(&line).map_err(|e| SessionError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        bytes.push(b'\n');
+        self.file
+            .write_all(&bytes)
+            .map_err(|source| SessionError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.index.insert(id.clone(), self.entries.len());
+        self.entries.push(Entry {
+            id: id.clone(),
+            parent_id: self.leaf.take(),
+            timestamp,
+            body: Body::Known(known),
+        });
+        self.leaf = Some(id.clone());
+        Ok(id)
+    }
+
+    pub fn append_message(&mut self, message: Message) -> Result<String, SessionError> {
+        self.append(Known::Message { message })
+    }
+
+    /// Entries from the root to the leaf.
+    pub fn path_to_leaf(&self) -> Vec<&Entry> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut cur = self.leaf.as_deref();
+        while let Some(id) = cur {
+            if !seen.insert(id) {
+                break; // a cycle in a hand-edited file; stop rather than loop
+            }
+            let Some(&i) = self.index.get(id) else { break };
+            let e = &self.entries[i];
+            out.push(e);
+            cur = e.parent_id.as_deref();
+        }
+        out.reverse();
+        out
+    }
+
+    /// The messages the model sees, each with the entry id it came from: the summary
+    /// of the last compaction (if any), then the kept and newer messages, repaired so
+    /// every tool call has exactly one result.
+    pub fn context(&self) -> Context {
+        let path = self.path_to_leaf();
+        let mut out: Vec<(String, Message)> = Vec::new();
+        let mut fresh_from_entry: Option<usize> = None;
+        let compaction = path
+            .iter()
+            .rposition(|e| matches!(e.body, Body::Known(Known::Compaction { .. })));
+        let start = match compaction {
+            Some(c) => {
+                if let Body::Known(Known::Compaction {
+                    summary,
+                    first_kept_entry_id,
+                    ..
+                }) = &path[c].body
+                {
+                    out.push((path[c].id.clone(), summary_message(summary)));
+                    path[..c]
+                        .iter()
+                        .position(|e| &e.id == first_kept_entry_id)
+                        .unwrap_or(c)
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        };
+        for (i, e) in path.iter().enumerate().skip(start) {
+            if Some(i) == compaction {
+                fresh_from_entry = Some(out.len());
+                continue;
+            }
+            match &e.body {
+                Body::Known(Known::Message { message }) => out.push((e.id.clone(), message.clone())),
+                Body::Known(Known::BranchSummary { summary, .. }) => out.push((
+                    e.id.clone(),
+                    Message::user(format!(
+                        "The following is a summary of a branch that this conversation came back from:\n<summary>\n{summary}\n</summary>"
+                    )),
+                )),
+                _ => {}
+            }
+        }
+        // Repair only appends synthetic results after calls, so indices before the
+        // compaction point are unchanged; recount after it to be exact.
+        let fresh_ids: HashSet<String> = match fresh_from_entry {
+            Some(f) => out[f..].iter().map(|(id, _)| id.clone()).collect(),
+            None => HashSet::new(),
+        };
+        let messages = repair(out);
+        let fresh_from = match fresh_from_entry {
+            Some(_) => messages
+                .iter()
+                .position(|(id, _)| fresh_ids.contains(id) && !id.is_empty())
+                .unwrap_or(messages.len()),
+            None => 0,
+        };
+        Context {
+            messages,
+            fresh_from,
+            has_summary: compaction.is_some(),
+        }
+    }
+}
+
+/// What the model sees of a session.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// Messages with the id of the entry each came from ("" for synthetic ones).
+    pub messages: Vec<(String, Message)>,
+    /// Index of the first message newer than the last compaction (0 without one);
+    /// usage reported before that index described a longer context.
+    pub fresh_from: usize,
+    /// `messages[0]` is a compaction summary.
+    pub has_summary: bool,
+}
+
+fn parse_entry(line: &str) -> Option<Entry> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    let id = v.get("id")?.as_str()?.to_string();
+    let parent_id = v
+        .get("parentId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let timestamp = v
+        .get("timestamp")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let kind = v.get("type")?.as_str()?.to_string();
+    let body = match serde_json::from_value::<Known>(v) {
+        Ok(k) => Body::Known(k),
+        Err(_) => Body::Other(kind),
+    };
+    Some(Entry {
+        id,
+        parent_id,
+        timestamp,
+        body,
+    })
+}
+
+pub fn summary_message(summary: &str) -> Message {
+    Message::user(format!(
+        "The conversation so far was summarized to fit the context window:\n<summary>\n{summary}\n</summary>"
+    ))
+}
+
+/// Makes history valid for every provider: each tool call is followed by exactly one
+/// result (a synthetic "aborted" one where the run was interrupted), results without a
+/// call are dropped, and failed empty assistant turns are left out.
+pub fn repair(messages: Vec<(String, Message)>) -> Vec<(String, Message)> {
+    let mut out: Vec<(String, Message)> = Vec::with_capacity(messages.len());
+    let mut open: Vec<(String, String)> = Vec::new(); // calls awaiting a result
+    let close_open = |out: &mut Vec<(String, Message)>, open: &mut Vec<(String, String)>| {
+        for (call_id, name) in open.drain(..) {
+            out.push((
+                String::new(),
+                Message::ToolResult(ToolResultMessage {
+                    tool_call_id: call_id,
+                    tool_name: name,
+                    content: vec![Content::text(
+                        "aborted: the run was interrupted before this tool call finished",
+                    )],
+                    details: None,
+                    is_error: true,
+                    timestamp: crate::util::now_millis(),
+                }),
+            ));
+        }
+    };
+    for (id, m) in messages {
+        match &m {
+            Message::ToolResult(r) => {
+                if let Some(pos) = open.iter().position(|(c, _)| *c == r.tool_call_id) {
+                    open.remove(pos);
+                    out.push((id, m));
+                }
+            }
+            Message::Assistant(a) => {
+                close_open(&mut out, &mut open);
+                if a.content.is_empty() {
+                    continue;
+                }
+                open = a
+                    .tool_calls()
+                    .map(|(c, n, _)| (c.to_string(), n.to_string()))
+                    .collect();
+                out.push((id, m));
+            }
+            Message::User(_) => {
+                close_open(&mut out, &mut open);
+                out.push((id, m));
+            }
+        }
+    }
+    close_open(&mut out, &mut open);
+    out
+}

@@ -1,0 +1,548 @@
+//! Configuration: where it comes from (CLI argument, `PICOGENT_CONFIG`, `./agent.json`,
+//! the environment alone), how the environment overrides the file, defaults, and
+//! validation. Every error names the file and the field or variable at fault, because a
+//! typo in a restriction (say `alowed_paths`) must never silently disable it.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{path}: field `{field}`: {message}")]
+    Field {
+        path: String,
+        field: String,
+        message: String,
+    },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Http,
+    Ws,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    Anthropic,
+    Openai,
+    Ollama,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Openai => "openai",
+            ProviderKind::Ollama => "ollama",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "anthropic" => Some(Self::Anthropic),
+            "openai" => Some(Self::Openai),
+            "ollama" => Some(Self::Ollama),
+            _ => None,
+        }
+    }
+
+    fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "https://api.anthropic.com",
+            ProviderKind::Openai => "https://api.openai.com/v1",
+            ProviderKind::Ollama => "http://localhost:11434",
+        }
+    }
+
+    /// The variable the provider's own SDK reads for its endpoint.
+    fn base_url_var(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
+            ProviderKind::Openai => "OPENAI_BASE_URL",
+            ProviderKind::Ollama => "OLLAMA_HOST",
+        }
+    }
+
+    fn api_key_var(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+            ProviderKind::Openai => Some("OPENAI_API_KEY"),
+            ProviderKind::Ollama => None,
+        }
+    }
+}
+
+/// agent.json as written by a person. Every field optional; unknown fields refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    name: Option<String>,
+    slug: Option<String>,
+    prompt: Option<String>,
+    tracker_url: Option<String>,
+    token: Option<String>,
+    transport: Option<Transport>,
+    listen_port: Option<u16>,
+    callback_url: Option<String>,
+    work_dir: Option<PathBuf>,
+    model: Option<String>,
+    provider: Option<ProviderKind>,
+    base_url: Option<String>,
+    api_key: Option<String>,
+    capabilities: Option<Vec<String>>,
+    max_concurrent_tasks: Option<usize>,
+    heartbeat_interval_sec: Option<u64>,
+    allowed_paths: Option<Vec<PathBuf>>,
+    max_steps: Option<u32>,
+    step_timeout_sec: Option<u64>,
+    context_window: Option<u64>,
+    max_tokens: Option<u32>,
+}
+
+/// A snapshot of environment variables. Loading reads this, never the live process
+/// environment, so tests can pass their own and run in parallel.
+#[derive(Debug, Clone, Default)]
+pub struct Env(HashMap<String, String>);
+
+impl Env {
+    pub fn from_process() -> Self {
+        Env(std::env::vars().collect())
+    }
+
+    pub fn from_pairs<I, K, V>(pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        Env(pairs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect())
+    }
+
+    /// A set, non-empty variable.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// The resolved configuration every part of picogent reads.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub name: String,
+    pub slug: String,
+    pub prompt: Option<String>,
+    pub tracker_url: Option<String>,
+    pub token: Option<String>,
+    pub transport: Transport,
+    pub listen_port: u16,
+    pub callback_url: String,
+    pub work_dir: PathBuf,
+    pub model: String,
+    pub provider: ProviderKind,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub capabilities: Vec<String>,
+    pub max_concurrent_tasks: usize,
+    pub heartbeat_interval_sec: u64,
+    pub allowed_paths: Vec<PathBuf>,
+    pub max_steps: u32,
+    pub step_timeout: Duration,
+    pub context_window: u64,
+    pub max_tokens: u32,
+    /// The JSON file the configuration came from, if any.
+    pub config_file: Option<PathBuf>,
+    /// The agent directory (directory mode) or the config file's folder (file mode).
+    pub agent_home: Option<PathBuf>,
+    /// The `.env` file loaded at start, if any; the tools refuse it like the config file.
+    pub env_file: Option<PathBuf>,
+    /// `$HOME`, for `~/.picogent/`.
+    pub home_dir: Option<PathBuf>,
+    /// The file itself holds a token or API key (start-up warns about it).
+    pub secrets_in_file: bool,
+}
+
+/// Model aliases of spec §1; anything else passes through unchanged.
+pub fn resolve_model(model: &str) -> String {
+    match model {
+        "sonnet" | "sonnet-4" => "claude-sonnet-4-6",
+        "opus" | "opus-4" => "claude-opus-4-6",
+        "haiku" => "claude-haiku-4-5",
+        "sonnet-3.5" => "claude-3-5-sonnet-20241022",
+        other => other,
+    }
+    .to_string()
+}
+
+/// Which JSON file (if any) the priority rules pick, and the agent home it implies.
+fn locate(
+    cli: Option<&Path>,
+    env: &Env,
+    cwd: &Path,
+) -> Result<Option<(PathBuf, PathBuf)>, ConfigError> {
+    let given = cli
+        .map(Path::to_path_buf)
+        .or_else(|| env.get("PICOGENT_CONFIG").map(PathBuf::from));
+    if let Some(p) = given {
+        let p = absolute(cwd, &p);
+        if p.is_dir() {
+            let file = p.join("agent.json");
+            if !file.is_file() {
+                return Err(ConfigError::File {
+                    path: p,
+                    message: "this agent directory has no agent.json".into(),
+                });
+            }
+            return Ok(Some((file, p)));
+        }
+        if !p.exists() {
+            return Err(ConfigError::File {
+                path: p,
+                message: "no such file or directory".into(),
+            });
+        }
+        let home = p.parent().map(Path::to_path_buf).unwrap_or(cwd.into());
+        return Ok(Some((p, home)));
+    }
+    let local = cwd.join("agent.json");
+    if local.is_file() {
+        return Ok(Some((local, cwd.to_path_buf())));
+    }
+    Ok(None)
+}
+
+fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.into(),
+        source,
+    })?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    match serde_path_to_error::deserialize::<_, FileConfig>(&mut de) {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            let field = e.path().to_string();
+            let inner = e.into_inner();
+            if inner.is_syntax() || inner.is_eof() || field == "." {
+                Err(ConfigError::File {
+                    path: path.into(),
+                    message: format!("invalid configuration: {inner}"),
+                })
+            } else {
+                Err(ConfigError::Field {
+                    path: path.display().to_string(),
+                    field,
+                    message: inner.to_string(),
+                })
+            }
+        }
+    }
+}
+
+fn parse_env<T: std::str::FromStr>(
+    env: &Env,
+    var: &str,
+    what: &str,
+) -> Result<Option<T>, ConfigError> {
+    match env.get(var) {
+        None => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| ConfigError::Env {
+            var: var.into(),
+            message: format!("expected {what}, got {v:?}"),
+        }),
+    }
+}
+
+/// Joins `p` onto `base` when relative and removes `.` and `..` lexically. Symlinks are
+/// resolved later by the sandbox, which is where it matters.
+pub fn absolute(base: &Path, p: &Path) -> PathBuf {
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
+    match (p.strip_prefix("~"), home) {
+        (Ok(rest), Some(h)) => h.join(rest),
+        _ => p.to_path_buf(),
+    }
+}
+
+fn check_url(value: &str, field: &str, origin: &str) -> Result<String, ConfigError> {
+    let trimmed = value.trim_end_matches('/');
+    match reqwest::Url::parse(trimmed) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+            Ok(trimmed.to_string())
+        }
+        _ => Err(ConfigError::Field {
+            path: origin.into(),
+            field: field.into(),
+            message: format!("expected an http:// or https:// URL, got {value:?}"),
+        }),
+    }
+}
+
+impl Config {
+    /// Loads the configuration by the priority rules of spec §1.
+    pub fn load(cli: Option<&Path>, env: &Env, cwd: &Path) -> Result<Config, ConfigError> {
+        let located = locate(cli, env, cwd)?;
+        let (file, file_path, agent_home) = match &located {
+            Some((f, home)) => (read_file_config(f)?, Some(f.clone()), Some(home.clone())),
+            None => (FileConfig::default(), None, None),
+        };
+        let origin = file_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "environment".into());
+        let home_dir = env.get("HOME").map(PathBuf::from);
+        let file_dir = agent_home.clone().unwrap_or_else(|| cwd.to_path_buf());
+        let secrets_in_file = file.token.is_some() || file.api_key.is_some();
+
+        let pick = |var: &str, from_file: &Option<String>| -> Option<String> {
+            env.get(var)
+                .map(str::to_string)
+                .or_else(|| from_file.clone())
+        };
+
+        let name = pick("AGENT_NAME", &file.name).unwrap_or_else(|| "Agent".into());
+        let slug = pick("AGENT_SLUG", &file.slug).unwrap_or_else(|| "agent".into());
+        if slug.is_empty()
+            || !slug
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(ConfigError::Field {
+                path: origin,
+                field: "slug".into(),
+                message: format!("expected [a-z0-9-]+, got {slug:?}"),
+            });
+        }
+        let prompt = pick("AGENT_PROMPT", &file.prompt);
+        let tracker_url = match pick("TRACKER_URL", &file.tracker_url) {
+            Some(u) => Some(check_url(&u, "tracker_url", &origin)?),
+            None => None,
+        };
+        let token = pick("AGENT_TOKEN", &file.token);
+        let transport = match env.get("AGENT_TRANSPORT") {
+            Some("http") => Transport::Http,
+            Some("ws") => Transport::Ws,
+            Some(other) => {
+                return Err(ConfigError::Env {
+                    var: "AGENT_TRANSPORT".into(),
+                    message: format!("expected \"http\" or \"ws\", got {other:?}"),
+                })
+            }
+            None => file.transport.unwrap_or(Transport::Http),
+        };
+        let listen_port = parse_env(env, "AGENT_PORT", "a port number")?
+            .or(file.listen_port)
+            .unwrap_or(3200);
+        let callback_url = pick("AGENT_CALLBACK_URL", &file.callback_url)
+            .unwrap_or_else(|| format!("http://127.0.0.1:{listen_port}/events"));
+
+        let work_dir = match (env.get("PICOGENT_WORK_DIR"), &file.work_dir) {
+            (Some(v), _) => absolute(cwd, &expand_home(Path::new(v), home_dir.as_deref())),
+            (None, Some(p)) => absolute(&file_dir, &expand_home(p, home_dir.as_deref())),
+            (None, None) => agent_home.clone().unwrap_or_else(|| cwd.to_path_buf()),
+        };
+
+        let provider = match env.get("PICOGENT_PROVIDER") {
+            Some(v) => ProviderKind::parse(v).ok_or_else(|| ConfigError::Env {
+                var: "PICOGENT_PROVIDER".into(),
+                message: format!("expected \"anthropic\", \"openai\" or \"ollama\", got {v:?}"),
+            })?,
+            None => file.provider.unwrap_or(ProviderKind::Anthropic),
+        };
+        let model =
+            resolve_model(&pick("PICOGENT_MODEL", &file.model).unwrap_or_else(|| "sonnet".into()));
+        let base_url = env
+            .get("PICOGENT_BASE_URL")
+            .or_else(|| env.get(provider.base_url_var()))
+            .map(str::to_string)
+            .or(file.base_url)
+            .unwrap_or_else(|| provider.default_base_url().into());
+        // OLLAMA_HOST is often written without a scheme ("127.0.0.1:11434").
+        let base_url = if provider == ProviderKind::Ollama && !base_url.contains("://") {
+            format!("http://{base_url}")
+        } else {
+            base_url
+        };
+        let base_url = check_url(&base_url, "base_url", &origin)?;
+        let api_key = env
+            .get("PICOGENT_API_KEY")
+            .or_else(|| provider.api_key_var().and_then(|v| env.get(v)))
+            .map(str::to_string)
+            .or(file.api_key);
+
+        let positive = |field: &str, v: u64| -> Result<(), ConfigError> {
+            if v == 0 {
+                Err(ConfigError::Field {
+                    path: origin.clone(),
+                    field: field.into(),
+                    message: "must be greater than 0".into(),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let max_concurrent_tasks = file.max_concurrent_tasks.unwrap_or(2);
+        positive("max_concurrent_tasks", max_concurrent_tasks as u64)?;
+        let heartbeat_interval_sec = file.heartbeat_interval_sec.unwrap_or(30);
+        positive("heartbeat_interval_sec", heartbeat_interval_sec)?;
+        let max_steps = file.max_steps.unwrap_or(50);
+        positive("max_steps", max_steps as u64)?;
+        let step_timeout_sec = file.step_timeout_sec.unwrap_or(120);
+        positive("step_timeout_sec", step_timeout_sec)?;
+        let context_window = file.context_window.unwrap_or(match provider {
+            ProviderKind::Anthropic => 200_000,
+            ProviderKind::Openai => 128_000,
+            ProviderKind::Ollama => 32_768,
+        });
+        positive("context_window", context_window)?;
+        let max_tokens = file.max_tokens.unwrap_or(8192);
+        positive("max_tokens", max_tokens as u64)?;
+        if u64::from(max_tokens) * 2 > context_window {
+            return Err(ConfigError::Field {
+                path: origin,
+                field: "max_tokens".into(),
+                message: format!(
+                    "{max_tokens} leaves too little of context_window {context_window} for the conversation"
+                ),
+            });
+        }
+
+        let allowed_paths = file
+            .allowed_paths
+            .unwrap_or_default()
+            .iter()
+            .map(|p| absolute(&file_dir, &expand_home(p, home_dir.as_deref())))
+            .collect();
+
+        let env_file = {
+            let p = cwd.join(".env");
+            p.is_file().then_some(p)
+        };
+
+        Ok(Config {
+            name,
+            slug,
+            prompt,
+            tracker_url,
+            token,
+            transport,
+            listen_port,
+            callback_url,
+            work_dir,
+            model,
+            provider,
+            base_url,
+            api_key,
+            capabilities: file.capabilities.unwrap_or_else(|| vec!["coding".into()]),
+            max_concurrent_tasks,
+            heartbeat_interval_sec,
+            allowed_paths,
+            max_steps,
+            step_timeout: Duration::from_secs(step_timeout_sec),
+            context_window,
+            max_tokens,
+            config_file: file_path,
+            agent_home,
+            env_file,
+            home_dir,
+            secrets_in_file,
+        })
+    }
+
+    /// Agent mode runs when a tracker is configured.
+    pub fn is_agent_mode(&self) -> bool {
+        self.tracker_url.is_some()
+    }
+
+    /// Where session files live: `agentHome/sessions`, else `~/.picogent/sessions`.
+    pub fn sessions_dir(&self) -> PathBuf {
+        match (&self.agent_home, &self.home_dir) {
+            (Some(h), _) => h.join("sessions"),
+            (None, Some(home)) => home.join(".picogent").join("sessions"),
+            (None, None) => self.work_dir.join(".picogent").join("sessions"),
+        }
+    }
+
+    /// Skill folders, most specific first (the first one wins a name clash).
+    pub fn skill_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self
+            .agent_home
+            .as_ref()
+            .unwrap_or(&self.work_dir)
+            .join("skills")];
+        if let Some(home) = &self.home_dir {
+            dirs.push(home.join(".picogent").join("skills"));
+        }
+        dirs
+    }
+
+    /// Files and folders no tool may open: the configuration, the loaded `.env`, and
+    /// the agent home's `state/` (journals and outbox hold the tracker's traffic).
+    pub fn protected_paths(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        out.extend(self.config_file.clone());
+        out.extend(self.env_file.clone());
+        if let Some(h) = &self.agent_home {
+            out.push(h.join("state"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_resolve_and_unknown_models_pass_through() {
+        assert_eq!(resolve_model("sonnet"), "claude-sonnet-4-6");
+        assert_eq!(resolve_model("opus-4"), "claude-opus-4-6");
+        assert_eq!(resolve_model("haiku"), "claude-haiku-4-5");
+        assert_eq!(resolve_model("qwen3:8b"), "qwen3:8b");
+    }
+
+    #[test]
+    fn absolute_removes_dots() {
+        assert_eq!(
+            absolute(Path::new("/a/b"), Path::new("../c/./d")),
+            PathBuf::from("/a/c/d")
+        );
+    }
+}

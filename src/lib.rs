@@ -1,0 +1,9 @@
+//! picogent: an agent daemon. The library holds the engine (configuration, the agent
+//! loop, providers, tools); `main.rs` is the command-line edge that drives it.
+
+pub mod agent;
+pub mod config;
+pub mod message;
+pub mod provider;
+pub mod tools;
+pub mod util;

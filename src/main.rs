@@ -1,0 +1,273 @@
+//! The command line: picks the mode, loads configuration, drives the agent, and turns
+//! errors into a message on stderr and a non-zero exit status.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use picogent::agent::{Agent, AgentEvent, Outcome, RunRequest};
+use picogent::config::{self, Config, Env};
+
+const ABOUT: &str = "picogent: a small, fast agent daemon. An LLM works tasks with real tools \
+(read, write, edit, bash, grep, find, ls) inside the folders it is allowed to touch.";
+
+const MODES: &str = "Modes:
+  picogent                      chat mode with the configuration found by the priority rules
+                                (agent mode instead when a tracker is configured)
+  picogent ./agents/coder/      directory mode: agent.json, skills/, sessions/ in that folder
+  picogent ./my-agent.json      file mode: that JSON file is the configuration
+  picogent run \"task\"           run the agent once on one prompt and print its steps
+
+Configuration priority: the CLI argument, then PICOGENT_CONFIG, then ./agent.json, then the
+environment alone. Environment variables override the file; ./.env is loaded at start.
+Common variables: ANTHROPIC_API_KEY, PICOGENT_PROVIDER (anthropic|openai|ollama),
+PICOGENT_MODEL, PICOGENT_BASE_URL, TRACKER_URL, AGENT_TOKEN, RUST_LOG.";
+
+#[derive(Parser)]
+#[command(name = "picogent", version, about = ABOUT, after_help = MODES)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// An agent directory (with agent.json) or a JSON configuration file.
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the agent once on one prompt, streaming its steps; exit 0 when it finished.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Agent directory or JSON file to take the configuration from.
+    #[arg(long, value_name = "DIR|FILE")]
+    agent: Option<PathBuf>,
+    /// Working folder (default: the configuration's work_dir, else the current folder).
+    #[arg(long, value_name = "WORKDIR")]
+    dir: Option<PathBuf>,
+    /// Continue (or start) this session instead of a new one.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Print every event as a JSON line instead of readable text.
+    #[arg(long)]
+    json: bool,
+    /// The task; `-` reads it from standard input.
+    #[arg(required = true, value_name = "TASK")]
+    prompt: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    // Only ./.env, never a parent's; variables already set win.
+    let env_error = match dotenvy::from_path(".env") {
+        Err(e) if !e.not_found() => Some(e.to_string()),
+        _ => None,
+    };
+    init_logging();
+    if let Some(e) = env_error {
+        return fail(&format!("cannot load ./.env: {e}"), 2);
+    }
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => return fail(&format!("cannot start the async runtime: {e}"), 2),
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Some(Command::Run(args)) => run_once(args).await,
+            None => serve(cli.config.as_deref()).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => fail(&format!("{e:#}"), 2),
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn fail(msg: &str, code: u8) -> ExitCode {
+    tracing::error!("{msg}");
+    eprintln!("picogent: {msg}");
+    ExitCode::from(code)
+}
+
+fn load_config(arg: Option<&Path>) -> anyhow::Result<Config> {
+    let cwd = std::env::current_dir().context("cannot read the current folder")?;
+    let config = Config::load(arg, &Env::from_process(), &cwd)?;
+    if config.secrets_in_file {
+        if let Some(f) = &config.config_file {
+            tracing::warn!(
+                "{} holds a token or API key; tools cannot open it, but a bash command could still read it. Prefer the environment or a .env file",
+                f.display()
+            );
+        }
+    }
+    Ok(config)
+}
+
+async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let config = load_config(arg)?;
+    let mode = if config.is_agent_mode() {
+        "agent mode (tracker)"
+    } else {
+        "chat mode"
+    };
+    anyhow::bail!(
+        "{mode} is not available in this build yet; use `picogent run \"task\"` to run the agent on one prompt"
+    )
+}
+
+async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut config = load_config(args.agent.as_deref())?;
+    let cwd = std::env::current_dir().context("cannot read the current folder")?;
+    if let Some(dir) = &args.dir {
+        config.work_dir = config::absolute(&cwd, dir);
+    } else if config.config_file.is_none() && std::env::var_os("PICOGENT_WORK_DIR").is_none() {
+        config.work_dir = cwd;
+    }
+    let prompt = if args.prompt.len() == 1 && args.prompt[0] == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .context("cannot read the task from stdin")?;
+        s
+    } else {
+        args.prompt.join(" ")
+    };
+    if prompt.trim().is_empty() {
+        anyhow::bail!("the task is empty");
+    }
+    let session_id = args.session.unwrap_or_else(picogent::util::new_session_id);
+    let agent = Agent::new(config)?;
+    let mut handle = agent.start(RunRequest {
+        prompt,
+        session_id: session_id.clone(),
+        work_dir: None,
+        system_prompt: None,
+    });
+    let cancel = handle.cancel_token();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\npicogent: cancelling (Ctrl-C again to quit at once)");
+            cancel.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+    let mut printer = Printer::new(args.json);
+    let mut outcome = None;
+    while let Some(ev) = handle.events.recv().await {
+        printer.print(&ev);
+        if let AgentEvent::Finished { outcome: o } = ev {
+            outcome = Some(o);
+        }
+    }
+    let outcome = match outcome {
+        Some(o) => o,
+        None => handle.finish().await,
+    };
+    eprintln!("session: {session_id}");
+    Ok(match outcome {
+        Outcome::Completed { .. } => ExitCode::SUCCESS,
+        Outcome::Failed { .. } => ExitCode::from(1),
+        Outcome::Cancelled { .. } => ExitCode::from(130),
+    })
+}
+
+/// Prints run events for a person (or as JSON lines with --json).
+struct Printer {
+    json: bool,
+    /// The last thing printed to stdout did not end with a newline.
+    mid_line: bool,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Printer {
+            json,
+            mid_line: false,
+        }
+    }
+
+    fn line_break(&mut self, out: &mut impl Write) {
+        if self.mid_line {
+            let _ = writeln!(out);
+            self.mid_line = false;
+        }
+    }
+
+    fn print(&mut self, ev: &AgentEvent) {
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        if self.json {
+            if let Ok(line) = serde_json::to_string(ev) {
+                let _ = writeln!(out, "{line}");
+            }
+            return;
+        }
+        match ev {
+            AgentEvent::TextDelta { text } => {
+                let _ = write!(out, "{text}");
+                self.mid_line = !text.ends_with('\n');
+            }
+            AgentEvent::ToolCall { summary, .. } => {
+                self.line_break(&mut out);
+                let _ = writeln!(out, "→ {summary}");
+            }
+            AgentEvent::ToolResult {
+                is_error: true,
+                output,
+                ..
+            } => {
+                self.line_break(&mut out);
+                let first = output
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                let _ = writeln!(out, "  ✗ {}", picogent::util::one_line(first, 160));
+            }
+            AgentEvent::Retry {
+                attempt,
+                delay_ms,
+                reason,
+            } => {
+                self.line_break(&mut out);
+                eprintln!("[retry {attempt} in {delay_ms} ms: {reason}]");
+            }
+            AgentEvent::Compacted { tokens_before, .. } => {
+                eprintln!("[compacted the conversation at about {tokens_before} tokens]");
+            }
+            AgentEvent::Notice { message } => {
+                self.line_break(&mut out);
+                eprintln!("[{message}]");
+            }
+            AgentEvent::Finished { outcome } => {
+                self.line_break(&mut out);
+                match outcome {
+                    Outcome::Completed { steps, usage, .. } => eprintln!(
+                        "done: {steps} steps, {} input / {} output tokens",
+                        usage.input + usage.cache_read,
+                        usage.output
+                    ),
+                    Outcome::Failed { error, .. } => eprintln!("error: {error}"),
+                    Outcome::Cancelled { .. } => eprintln!("cancelled"),
+                }
+            }
+            _ => {}
+        }
+        let _ = out.flush();
+    }
+}

@@ -1,0 +1,340 @@
+//! LLM providers. Each wire format lives in its own file and owns its JSON shapes and
+//! stream parser; this module owns what they share: the request the loop hands over,
+//! the deltas streamed back, errors, retries and call logging.
+
+mod anthropic;
+mod ollama;
+mod openai;
+mod retry;
+mod stream;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, ProviderKind};
+use crate::message::{AssistantMessage, Message};
+pub use retry::RetryPolicy;
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub parameters: Value,
+}
+
+/// One model call.
+pub struct ModelRequest<'a> {
+    pub system: &'a str,
+    pub messages: &'a [Message],
+    pub tools: &'a [ToolSpec],
+}
+
+/// What a provider streams while a call is under way.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    Text(String),
+    Thinking(String),
+    /// A failed attempt is being retried; text already streamed for it is void.
+    Retry {
+        attempt: u32,
+        delay: Duration,
+        reason: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("{provider} answered HTTP {status} from {url}: {message}")]
+    Http {
+        provider: &'static str,
+        url: String,
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+        should_retry: Option<bool>,
+    },
+    #[error("cannot reach {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("the {provider} stream broke off: {message}")]
+    Stream {
+        provider: &'static str,
+        message: String,
+    },
+    #[error("{provider} reported an error mid-stream: {message}")]
+    Api {
+        provider: &'static str,
+        message: String,
+        retryable: bool,
+    },
+    #[error("the model sent nothing for {0:?} (step_timeout_sec)")]
+    Timeout(Duration),
+    #[error("the {provider} response could not be understood: {message}")]
+    Protocol {
+        provider: &'static str,
+        message: String,
+    },
+    #[error("the request was cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ProviderError {
+    /// Whether another attempt of the same call may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::Http {
+                status,
+                should_retry,
+                ..
+            } => {
+                if let Some(s) = should_retry {
+                    return *s;
+                }
+                *status == 429 || *status == 408 || *status == 529 || *status >= 500
+            }
+            ProviderError::Connect { .. } | ProviderError::Stream { .. } => true,
+            ProviderError::Timeout(_) => true,
+            ProviderError::Api { retryable, .. } => *retryable,
+            ProviderError::Protocol { .. }
+            | ProviderError::Cancelled
+            | ProviderError::Config(_) => false,
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// A configured model endpoint.
+pub struct Provider {
+    kind: ProviderKind,
+    http: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+    model: String,
+    max_tokens: u32,
+    /// How long a call may go without a byte from the server.
+    idle_timeout: Duration,
+    retry: RetryPolicy,
+}
+
+impl Provider {
+    pub fn from_config(config: &Config) -> Result<Self, ProviderError> {
+        if config.provider == ProviderKind::Anthropic && config.api_key.is_none() {
+            return Err(ProviderError::Config(
+                "no API key for anthropic: set ANTHROPIC_API_KEY (or PICOGENT_API_KEY, or `api_key` in agent.json)".into(),
+            ));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(concat!("picogent/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Provider {
+            kind: config.provider,
+            http,
+            base_url: config.base_url.clone(),
+            api_key: config.api_key.clone(),
+            model: config.model.clone(),
+            max_tokens: config.max_tokens,
+            idle_timeout: config.step_timeout,
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn kind(&self) -> ProviderKind {
+        self.kind
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Streams one model call, retrying transient failures as whole calls.
+    pub async fn complete(
+        &self,
+        req: &ModelRequest<'_>,
+        cancel: &CancellationToken,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<AssistantMessage, ProviderError> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let err = match self.attempt(req, cancel, on_delta).await {
+                Ok(msg) => return Ok(msg),
+                Err(e) => e,
+            };
+            if cancel.is_cancelled() {
+                return Err(ProviderError::Cancelled);
+            }
+            if !err.is_retryable() || attempt > self.retry.max_retries {
+                return Err(err);
+            }
+            let delay = self.retry.delay(attempt, err.retry_after());
+            tracing::warn!(
+                provider = self.kind.as_str(),
+                attempt,
+                delay_ms = delay.as_millis() as u64,
+                "model call failed, retrying: {err}"
+            );
+            on_delta(Delta::Retry {
+                attempt,
+                delay,
+                reason: err.to_string(),
+            });
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        req: &ModelRequest<'_>,
+        cancel: &CancellationToken,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<AssistantMessage, ProviderError> {
+        let started = Instant::now();
+        let (url, builder) = match self.kind {
+            ProviderKind::Anthropic => {
+                let url = format!("{}/v1/messages", self.base_url);
+                let body = anthropic::request_body(&self.model, self.max_tokens, req);
+                let mut b = self
+                    .http
+                    .post(&url)
+                    .header("anthropic-version", "2023-06-01")
+                    .json(&body);
+                if let Some(key) = &self.api_key {
+                    b = b.header("x-api-key", key);
+                }
+                (url, b)
+            }
+            ProviderKind::Openai => {
+                let url = format!("{}/chat/completions", self.base_url);
+                let body = openai::request_body(&self.model, self.max_tokens, req);
+                let mut b = self.http.post(&url).json(&body);
+                if let Some(key) = &self.api_key {
+                    b = b.bearer_auth(key);
+                }
+                (url, b)
+            }
+            ProviderKind::Ollama => {
+                let url = format!("{}/api/chat", self.base_url);
+                let body = ollama::request_body(&self.model, self.max_tokens, req);
+                (url.clone(), self.http.post(&url).json(&body))
+            }
+        };
+        let provider = self.kind.as_str();
+        let send = async {
+            builder.send().await.map_err(|e| ProviderError::Connect {
+                url: url.clone(),
+                message: error_chain(&e),
+            })
+        };
+        let resp = tokio::select! {
+            r = tokio::time::timeout(self.idle_timeout, send) => match r {
+                Ok(r) => r?,
+                Err(_) => return Err(ProviderError::Timeout(self.idle_timeout)),
+            },
+            _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
+        };
+        let request_id = ["request-id", "x-request-id"]
+            .iter()
+            .find_map(|h| resp.headers().get(*h))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string();
+        let status = resp.status();
+        if !status.is_success() {
+            let headers = resp.headers().clone();
+            let body = resp.text().await.unwrap_or_default();
+            return Err(ProviderError::Http {
+                provider,
+                url,
+                status: status.as_u16(),
+                message: error_message(&body),
+                retry_after: retry::retry_after(&headers),
+                should_retry: retry::should_retry(&headers),
+            });
+        }
+        let mut reader = stream::LineReader::new(resp, self.idle_timeout, cancel.clone(), provider);
+        let mut first_token: Option<Duration> = None;
+        let mut timed = |d: Delta| {
+            if first_token.is_none() {
+                first_token = Some(started.elapsed());
+            }
+            on_delta(d)
+        };
+        let mut msg = match self.kind {
+            ProviderKind::Anthropic => anthropic::read_stream(&mut reader, &mut timed).await?,
+            ProviderKind::Openai => openai::read_stream(&mut reader, &mut timed).await?,
+            ProviderKind::Ollama => ollama::read_stream(&mut reader, &mut timed).await?,
+        };
+        msg.provider = provider.to_string();
+        if msg.model.is_empty() {
+            msg.model = self.model.clone();
+        }
+        msg.timestamp = crate::util::now_millis();
+        tracing::info!(
+            provider,
+            model = %self.model,
+            request_id = %request_id,
+            ttft_ms = first_token.map(|d| d.as_millis() as u64),
+            total_ms = started.elapsed().as_millis() as u64,
+            input_tokens = msg.usage.input,
+            output_tokens = msg.usage.output,
+            "model call"
+        );
+        Ok(msg)
+    }
+}
+
+/// The message inside a provider's JSON error body, else the body itself (bounded).
+fn error_message(body: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<Value>(body) {
+        let e = &v["error"];
+        if let Some(m) = e["message"]
+            .as_str()
+            .or(e.as_str())
+            .or(v["message"].as_str())
+        {
+            return m.to_string();
+        }
+    }
+    crate::util::one_line(body, 500)
+}
+
+/// reqwest hides the useful part ("connection refused") in the source chain.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+/// Parses a tool call's JSON arguments; a model that wrote broken JSON gets its text
+/// back under `_raw` so the tool can answer with a useful error.
+fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| serde_json::json!({ "_raw": raw }))
+}

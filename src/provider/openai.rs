@@ -1,0 +1,201 @@
+//! OpenAI Chat Completions (and any compatible server: vLLM, llama.cpp, LM Studio,
+//! Ollama's `/v1`): request body and SSE stream parser.
+//!
+//! Tool calls stream as `choices[0].delta.tool_calls[]` fragments keyed by `index`: the
+//! id and name once, then `function.arguments` pieces. The stream ends with
+//! `data: [DONE]`; usage comes in a final chunk because we ask for it.
+
+use serde_json::{json, Value};
+
+use super::stream::LineReader;
+use super::{parse_arguments, Delta, ModelRequest, ProviderError};
+use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
+
+pub fn request_body(model: &str, max_tokens: u32, req: &ModelRequest<'_>) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": req.system})];
+    for m in req.messages {
+        match m {
+            Message::User(u) => {
+                messages.push(json!({"role": "user", "content": blocks_text(&u.content)}))
+            }
+            Message::Assistant(a) => {
+                let calls: Vec<Value> = a
+                    .tool_calls()
+                    .map(|(id, name, args)| {
+                        json!({"id": id, "type": "function",
+                               "function": {"name": name, "arguments": args.to_string()}})
+                    })
+                    .collect();
+                let text = a.text();
+                if text.is_empty() && calls.is_empty() {
+                    continue;
+                }
+                let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
+                if !calls.is_empty() {
+                    msg["tool_calls"] = Value::Array(calls);
+                }
+                messages.push(msg);
+            }
+            Message::ToolResult(r) => messages.push(json!({
+                "role": "tool",
+                "tool_call_id": r.tool_call_id,
+                "content": blocks_text(&r.content),
+            })),
+        }
+    }
+    let tools: Vec<Value> = req
+        .tools
+        .iter()
+        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .collect();
+    let mut body = json!({
+        "model": model,
+        "messages": messages,
+        "tools": tools,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    // An empty tool list is refused by some servers; leave the field out instead.
+    if req.tools.is_empty() {
+        if let Some(o) = body.as_object_mut() {
+            o.remove("tools");
+        }
+    }
+    body
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    args: String,
+}
+
+pub async fn read_stream(
+    reader: &mut LineReader,
+    on_delta: &mut (dyn FnMut(Delta) + Send),
+) -> Result<AssistantMessage, ProviderError> {
+    let mut text = String::new();
+    let mut thinking = String::new();
+    let mut calls: Vec<(u64, PartialCall)> = Vec::new();
+    let mut usage = Usage::default();
+    let mut model = String::new();
+    let mut finish: Option<String> = None;
+    let mut done = false;
+    while let Some(ev) = reader.next_event().await? {
+        if ev.data.trim() == "[DONE]" {
+            done = true;
+            break;
+        }
+        let v: Value = serde_json::from_str(&ev.data)
+            .map_err(|e| reader.protocol(format!("bad chunk {:?}: {e}", ev.data)))?;
+        if let Some(err) = v.get("error") {
+            let message = err["message"]
+                .as_str()
+                .or(err.as_str())
+                .unwrap_or("unknown error")
+                .to_string();
+            return Err(ProviderError::Api {
+                provider: "openai",
+                message,
+                retryable: true,
+            });
+        }
+        if let Some(m) = v["model"].as_str() {
+            model = m.to_string();
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            usage.input = u["prompt_tokens"].as_u64().unwrap_or(0);
+            usage.output = u["completion_tokens"].as_u64().unwrap_or(0);
+            usage.cache_read = u["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or(0);
+            usage.input = usage.input.saturating_sub(usage.cache_read);
+        }
+        let Some(choice) = v["choices"].get(0) else {
+            continue;
+        };
+        let d = &choice["delta"];
+        if let Some(s) = d["content"].as_str().filter(|s| !s.is_empty()) {
+            text.push_str(s);
+            on_delta(Delta::Text(s.to_string()));
+        }
+        // Reasoning servers (vLLM, DeepSeek, LM Studio) use one of these two names.
+        for key in ["reasoning_content", "reasoning"] {
+            if let Some(s) = d[key].as_str().filter(|s| !s.is_empty()) {
+                thinking.push_str(s);
+                on_delta(Delta::Thinking(s.to_string()));
+            }
+        }
+        if let Some(tcs) = d["tool_calls"].as_array() {
+            for tc in tcs {
+                let index = tc["index"].as_u64().unwrap_or(calls.len() as u64);
+                let pos = match calls.iter().position(|(i, _)| *i == index) {
+                    Some(p) => p,
+                    None => {
+                        calls.push((index, PartialCall::default()));
+                        calls.len() - 1
+                    }
+                };
+                let call = &mut calls[pos].1;
+                if let Some(id) = tc["id"].as_str().filter(|s| !s.is_empty()) {
+                    call.id = id.to_string();
+                }
+                if let Some(n) = tc["function"]["name"].as_str() {
+                    call.name.push_str(n);
+                }
+                if let Some(a) = tc["function"]["arguments"].as_str() {
+                    call.args.push_str(a);
+                }
+            }
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = Some(f.to_string());
+        }
+    }
+    // Some compatible servers close without [DONE] after a finish_reason; that is a
+    // complete answer. Without either, the stream was cut.
+    if !done && finish.is_none() {
+        return Err(reader.broken("the stream ended without finish_reason or [DONE]"));
+    }
+    let mut content = Vec::new();
+    if !thinking.is_empty() {
+        content.push(Content::Thinking {
+            thinking,
+            signature: None,
+        });
+    }
+    if !text.is_empty() {
+        content.push(Content::Text { text });
+    }
+    calls.sort_by_key(|(i, _)| *i);
+    let has_calls = !calls.is_empty();
+    for (n, (_, c)) in calls.into_iter().enumerate() {
+        content.push(Content::ToolCall {
+            id: if c.id.is_empty() {
+                format!("call_{n}")
+            } else {
+                c.id
+            },
+            name: c.name,
+            arguments: parse_arguments(&c.args),
+        });
+    }
+    let stop_reason = match finish.as_deref() {
+        _ if has_calls => StopReason::ToolUse,
+        Some("length") => StopReason::Length,
+        _ => StopReason::Stop,
+    };
+    usage.total_tokens = usage.input + usage.output + usage.cache_read;
+    Ok(AssistantMessage {
+        content,
+        api: "openai-completions".into(),
+        provider: String::new(),
+        model,
+        usage,
+        stop_reason,
+        error_message: None,
+        timestamp: 0,
+    })
+}

@@ -1,0 +1,242 @@
+//! `bash`: one command line under `/bin/bash -c` in the working folder.
+//!
+//! The child gets its own process group, a closed stdin, one pipe for stdout and stderr
+//! (so their interleaving is kept), no secret variables, and a parent-death signal. On
+//! timeout or cancellation the whole group is killed. When the command exits, its
+//! group is killed too: a background grandchild (`sleep 1000 &`) would otherwise hold
+//! the pipe open and hang the run, or outlive it unnoticed. Output is kept to the tail
+//! within the caps; when cut, the full output is saved to a file the result names.
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::truncate::tail;
+use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_LINES, SECRET_VARS};
+
+#[derive(Deserialize)]
+struct Args {
+    command: String,
+    timeout: Option<f64>,
+}
+
+/// Once the command has exited, how long its leftover children may keep the pipe open.
+const DRAIN: Duration = Duration::from_millis(300);
+
+enum End {
+    Exited(std::process::ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+/// Collects output: a bounded tail in memory, everything in a file once it is large.
+struct Capture {
+    tail: Vec<u8>,
+    total_bytes: usize,
+    newlines: usize,
+    last_byte: Option<u8>,
+    file: Option<(PathBuf, tokio::fs::File)>,
+    dir: PathBuf,
+}
+
+impl Capture {
+    async fn push(&mut self, chunk: &[u8]) {
+        self.total_bytes += chunk.len();
+        self.newlines += chunk.iter().filter(|b| **b == b'\n').count();
+        self.last_byte = chunk.last().copied().or(self.last_byte);
+        self.tail.extend_from_slice(chunk);
+        if let Some((_, f)) = &mut self.file {
+            let _ = f.write_all(chunk).await;
+        } else if self.total_bytes > MAX_BYTES || self.newlines > MAX_LINES {
+            // Nothing was dropped from the tail yet, so it still holds everything.
+            self.file = self.open_file().await;
+            if let Some((_, f)) = &mut self.file {
+                let _ = f.write_all(&self.tail).await;
+            }
+        }
+        if self.tail.len() > 4 * MAX_BYTES {
+            let cut = self.tail.len() - 2 * MAX_BYTES;
+            self.tail.drain(..cut);
+        }
+    }
+
+    async fn open_file(&self) -> Option<(PathBuf, tokio::fs::File)> {
+        tokio::fs::create_dir_all(&self.dir).await.ok()?;
+        let path = self.dir.join(format!(
+            "bash-{}-{}.log",
+            chrono::Utc::now().format("%Y%m%d-%H%M%S"),
+            crate::util::random_hex(6)
+        ));
+        let f = tokio::fs::File::create(&path).await.ok()?;
+        Some((path, f))
+    }
+
+    fn total_lines(&self) -> usize {
+        self.newlines + usize::from(self.last_byte.is_some_and(|b| b != b'\n'))
+    }
+}
+
+pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    let a: Args = parse_args("bash", args)?;
+    let cwd = ctx.sandbox.check_work_dir(&ctx.work_dir)?;
+    let timeout = match a.timeout {
+        Some(t) if t > 0.0 && t.is_finite() => Duration::from_secs_f64(t.min(86_400.0)),
+        _ => ctx.step_timeout,
+    };
+
+    let (reader, writer) =
+        std::io::pipe().map_err(|e| ToolError::Failed(format!("cannot create a pipe: {e}")))?;
+    let writer2 = writer
+        .try_clone()
+        .map_err(|e| ToolError::Failed(format!("cannot duplicate a pipe: {e}")))?;
+    let mut cmd = ctx.sandbox.bash_command(&a.command);
+    cmd.current_dir(&cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2))
+        .process_group(0)
+        .kill_on_drop(true);
+    for (k, _) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        if name.ends_with("_API_KEY") || SECRET_VARS.contains(&name.as_ref()) {
+            cmd.env_remove(&k);
+        }
+    }
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ToolError::Failed(format!("cannot start /bin/bash: {e}")))?;
+    // The parent's copies of the write end must close, or EOF never comes.
+    drop(cmd);
+    let pgid = child.id().map(|p| p as i32);
+    let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+        .map_err(|e| ToolError::Failed(format!("cannot read the command's output: {e}")))?;
+
+    let mut cap = Capture {
+        tail: Vec::new(),
+        total_bytes: 0,
+        newlines: 0,
+        last_byte: None,
+        file: None,
+        dir: ctx.output_dir.clone(),
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let drain = tokio::time::sleep(Duration::from_secs(0));
+    tokio::pin!(drain);
+    let mut exited: Option<std::process::ExitStatus> = None;
+    let mut eof = false;
+    let end = loop {
+        if let (Some(st), true) = (exited, eof) {
+            break End::Exited(st);
+        }
+        tokio::select! {
+            n = rx.read(&mut buf), if !eof => match n {
+                Ok(0) | Err(_) => eof = true,
+                Ok(n) => cap.push(&buf[..n]).await,
+            },
+            st = child.wait(), if exited.is_none() => {
+                match st {
+                    Ok(st) => exited = Some(st),
+                    Err(e) => return Err(ToolError::Failed(format!("waiting for bash failed: {e}"))),
+                }
+                drain.as_mut().reset(tokio::time::Instant::now() + DRAIN);
+            }
+            _ = &mut drain, if exited.is_some() && !eof => {
+                // Background children still hold the pipe; they end with the command.
+                if let Some(st) = exited { break End::Exited(st); }
+            }
+            _ = &mut deadline => break End::TimedOut,
+            _ = ctx.cancel.cancelled() => break End::Cancelled,
+        }
+    };
+    if let Some(pgid) = pgid {
+        // SAFETY: plain syscall; the group id is the child's pid (process_group(0)).
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+    if exited.is_none() {
+        let _ = child.wait().await;
+    }
+    let full_path = match cap.file.take() {
+        Some((p, mut f)) => {
+            let _ = f.flush().await;
+            Some(p)
+        }
+        None => None,
+    };
+
+    let text = String::from_utf8_lossy(&cap.tail);
+    let (kept, n, _) = tail(&text);
+    let total = cap.total_lines();
+    let mut out = if kept.is_empty() {
+        "(no output)".to_string()
+    } else {
+        kept
+    };
+    if n < total || cap.total_bytes > MAX_BYTES {
+        out.push_str(&format!("\n\n[Showing the last {n} lines of {total}."));
+        match &full_path {
+            Some(p) => out.push_str(&format!(" Full output: {}]", p.display())),
+            None => out.push(']'),
+        }
+    }
+    let (is_error, exit_code) = match end {
+        End::Exited(st) => match st.code() {
+            Some(0) => (false, Some(0)),
+            Some(c) => {
+                out.push_str(&format!("\n\nCommand exited with code {c}"));
+                (true, Some(c))
+            }
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                out.push_str(&format!(
+                    "\n\nCommand was killed by signal {}",
+                    st.signal().unwrap_or(0)
+                ));
+                (true, None)
+            }
+        },
+        End::TimedOut => {
+            out.push_str(&format!(
+                "\n\nCommand timed out after {} seconds; its process group was killed",
+                timeout.as_secs_f64()
+            ));
+            (true, None)
+        }
+        End::Cancelled => {
+            out.push_str("\n\nCommand aborted: the run was cancelled");
+            (true, None)
+        }
+    };
+    let mut output = if is_error {
+        ToolOutput::error(out)
+    } else {
+        ToolOutput::ok(out)
+    };
+    output.details = Some(json!({
+        "exit_code": exit_code,
+        "full_output_path": full_path,
+        "timed_out": matches!(end, End::TimedOut),
+    }));
+    Ok(output)
+}

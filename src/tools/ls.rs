@@ -1,0 +1,60 @@
+//! `ls`: one folder, not recursive, sorted, folders marked with `/`, dotfiles shown.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::truncate::head_bytes;
+use super::{parse_args, ToolContext, ToolError, ToolOutput};
+
+#[derive(Deserialize)]
+struct Args {
+    path: Option<String>,
+    limit: Option<usize>,
+}
+
+pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    let a: Args = parse_args("ls", args)?;
+    let shown = a.path.clone().unwrap_or_else(|| ".".into());
+    let dir = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
+    let limit = a.limit.filter(|l| *l > 0).unwrap_or(500);
+    let sandbox = ctx.sandbox.clone();
+    tokio::task::spawn_blocking(move || {
+        if !dir.exists() {
+            return Err(ToolError::Failed(format!("{shown}: no such folder")));
+        }
+        if !dir.is_dir() {
+            return Err(ToolError::Failed(format!(
+                "{shown} is a file, not a folder; use read"
+            )));
+        }
+        let rd = std::fs::read_dir(&dir).map_err(|e| ToolError::io(&dir, e))?;
+        let mut names: Vec<String> = rd
+            .filter_map(Result::ok)
+            .filter(|e| !sandbox.is_protected(&e.path()))
+            .map(|e| {
+                let mut n = e.file_name().to_string_lossy().into_owned();
+                // file_type does not follow links; a link to a folder is listed as one.
+                if e.path().is_dir() {
+                    n.push('/');
+                }
+                n
+            })
+            .collect();
+        if names.is_empty() {
+            return Ok(ToolOutput::ok(format!("{shown} is empty")));
+        }
+        names.sort();
+        let total = names.len();
+        let more = total > limit;
+        names.truncate(limit);
+        let (mut text, _) = head_bytes(names.join("\n"));
+        if more {
+            text.push_str(&format!(
+                "\n[Showing {limit} of {total} entries. Raise limit to see more.]"
+            ));
+        }
+        Ok(ToolOutput::ok(text))
+    })
+    .await
+    .map_err(|e| ToolError::Failed(format!("ls failed: {e}")))?
+}

@@ -1,0 +1,116 @@
+//! `read`: a text file, paged by `offset` and `limit`, capped at 2000 lines / 50 KB.
+
+use std::io::{BufRead, BufReader, Read};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::truncate::cut_line;
+use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_LINES};
+
+#[derive(Deserialize)]
+struct Args {
+    path: String,
+    offset: Option<i64>,
+    limit: Option<i64>,
+}
+
+pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    let a: Args = parse_args("read", args)?;
+    let path = ctx.sandbox.check_read(&ctx.work_dir, &a.path)?;
+    let offset = a.offset.unwrap_or(1).max(1) as usize;
+    let limit = a.limit.filter(|l| *l > 0).map(|l| l as usize);
+    tokio::task::spawn_blocking(move || read_lines(&path, &a.path, offset, limit))
+        .await
+        .map_err(|e| ToolError::Failed(format!("read failed: {e}")))?
+}
+
+fn read_lines(
+    path: &std::path::Path,
+    shown: &str,
+    offset: usize,
+    limit: Option<usize>,
+) -> Result<ToolOutput, ToolError> {
+    let meta = std::fs::metadata(path).map_err(|e| ToolError::io(path, e))?;
+    if meta.is_dir() {
+        return Err(ToolError::Failed(format!(
+            "{shown} is a folder; use ls to list it"
+        )));
+    }
+    let file = std::fs::File::open(path).map_err(|e| ToolError::io(path, e))?;
+    let mut reader = BufReader::new(file);
+    let mut sniff = Vec::new();
+    (&mut reader)
+        .take(8192)
+        .read_to_end(&mut sniff)
+        .map_err(|e| ToolError::io(path, e))?;
+    if sniff.contains(&0) {
+        return Err(ToolError::Failed(format!(
+            "{shown} is a binary file ({} bytes); read shows text only",
+            meta.len()
+        )));
+    }
+    let mut reader = sniff.chain(reader);
+    let mut out = String::new();
+    let mut total = 0usize;
+    let mut count = 0usize;
+    let mut last_shown = 0usize;
+    let mut stopped: Option<Stop> = None;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| ToolError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        total += 1;
+        if total < offset || stopped.is_some() {
+            continue;
+        }
+        if limit.is_some_and(|l| count >= l) {
+            stopped = Some(Stop::Limit);
+            continue;
+        }
+        let raw = String::from_utf8_lossy(&buf);
+        let line = cut_line(raw.trim_end_matches(['\n', '\r']));
+        if count >= MAX_LINES || out.len() + line.len() + 1 > MAX_BYTES {
+            stopped = Some(Stop::Cap);
+            continue;
+        }
+        out.push_str(&line);
+        out.push('\n');
+        count += 1;
+        last_shown = total;
+    }
+    if total == 0 {
+        return Ok(ToolOutput::ok(format!("[{shown} is empty]")));
+    }
+    if offset > total {
+        return Err(ToolError::Failed(format!(
+            "offset {offset} is past the end of {shown} ({total} lines)"
+        )));
+    }
+    match stopped {
+        Some(Stop::Cap) => out.push_str(&format!(
+            "\n[Showing lines {offset}-{last_shown} of {total}. Use offset={} to continue.]",
+            last_shown + 1
+        )),
+        Some(Stop::Limit) => out.push_str(&format!(
+            "\n[{} more lines in the file. Use offset={} to continue.]",
+            total - last_shown,
+            last_shown + 1
+        )),
+        None => {}
+    }
+    Ok(ToolOutput::ok(out))
+}
+
+/// Why reading stopped before the end of the file.
+enum Stop {
+    /// The caller's `limit`.
+    Limit,
+    /// The 2000-line / 50 KB cap.
+    Cap,
+}

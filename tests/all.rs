@@ -1,0 +1,5 @@
+//! One integration-test binary: shared helpers in `common/`, tests in `suite/`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod suite;

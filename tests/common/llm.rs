@@ -1,0 +1,409 @@
+//! A scripted LLM server that speaks the three wire formats byte-faithfully: Anthropic
+//! SSE (`message_start` … `message_stop`, `input_json_delta` fragments), OpenAI Chat
+//! Completions SSE (tool-call deltas, usage chunk, `[DONE]`) and Ollama NDJSON. It
+//! serves scripted turns in order, injects faults, and records every request.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use axum::Router;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+pub const API_KEY: &str = "test-key";
+pub const SUMMARY: &str = "SUMMARY: the user asked for file reads; a.txt and b.txt were read.";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Anthropic,
+    OpenAi,
+    Ollama,
+}
+
+impl Wire {
+    pub fn provider(self) -> &'static str {
+        match self {
+            Wire::Anthropic => "anthropic",
+            Wire::OpenAi => "openai",
+            Wire::Ollama => "ollama",
+        }
+    }
+
+    pub const ALL: [Wire; 3] = [Wire::Anthropic, Wire::OpenAi, Wire::Ollama];
+}
+
+/// One scripted response.
+#[derive(Debug, Clone)]
+pub enum Turn {
+    /// A final answer.
+    Text(String),
+    /// Optional text, then tool calls `(name, arguments)`.
+    Tools(String, Vec<(String, Value)>),
+    /// An HTTP error status with a JSON error body and optional `retry-after-ms`.
+    Status(u16, Option<u64>),
+    /// The stream starts, then the connection is cut.
+    Drop,
+    /// The stream starts, then stalls for this long before finishing the answer.
+    Stall(Duration, String),
+    /// Anthropic only: an `error` event (overloaded) mid-stream.
+    ErrorEvent,
+}
+
+pub fn text(s: &str) -> Turn {
+    Turn::Text(s.to_string())
+}
+
+pub fn tool(name: &str, args: Value) -> Turn {
+    Turn::Tools(String::new(), vec![(name.to_string(), args)])
+}
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Script {
+    turns: VecDeque<Turn>,
+    requests: Vec<Recorded>,
+    call_seq: usize,
+}
+
+#[derive(Clone)]
+pub struct ScriptedLlm {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<Script>>,
+}
+
+impl ScriptedLlm {
+    pub async fn start(turns: Vec<Turn>) -> ScriptedLlm {
+        let state = Arc::new(Mutex::new(Script {
+            turns: turns.into(),
+            ..Default::default()
+        }));
+        let app = Router::new()
+            .route("/v1/messages", post(anthropic))
+            .route("/v1/chat/completions", post(openai))
+            .route("/api/chat", post(ollama))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        ScriptedLlm { addr, state }
+    }
+
+    /// The `base_url` picogent is configured with for this wire format.
+    pub fn base_url(&self, wire: Wire) -> String {
+        match wire {
+            Wire::OpenAi => format!("http://{}/v1", self.addr),
+            _ => format!("http://{}", self.addr),
+        }
+    }
+
+    pub fn push(&self, turn: Turn) {
+        self.state.lock().unwrap().turns.push_back(turn);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.state.lock().unwrap().requests.len()
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.state.lock().unwrap().turns.len()
+    }
+
+    /// Records the request and picks its answer. A request without tools is a
+    /// compaction summary request: it gets a fixed summary and consumes no turn, so
+    /// tests need not predict when compaction happens.
+    fn next(
+        state: &Arc<Mutex<Script>>,
+        path: &str,
+        headers: HeaderMap,
+        body: Value,
+    ) -> (Option<Turn>, usize) {
+        let mut s = state.lock().unwrap();
+        let is_summary = body.get("tools").is_none();
+        s.requests.push(Recorded {
+            path: path.into(),
+            headers,
+            body,
+        });
+        s.call_seq += 1;
+        if is_summary {
+            return (Some(Turn::Text(SUMMARY.into())), s.call_seq);
+        }
+        (s.turns.pop_front(), s.call_seq)
+    }
+}
+
+type Shared = State<Arc<Mutex<Script>>>;
+
+fn authorized(headers: &HeaderMap) -> bool {
+    let key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    key == Some(API_KEY) || bearer == Some(API_KEY)
+}
+
+fn error_response(status: u16, retry_ms: Option<u64>, message: &str) -> Response {
+    let mut b = Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .header("request-id", "req_scripted_error");
+    if let Some(ms) = retry_ms {
+        b = b.header("retry-after-ms", ms.to_string());
+    }
+    b.body(Body::from(
+        json!({"type": "error", "error": {"type": "scripted_error", "message": message}})
+            .to_string(),
+    ))
+    .unwrap()
+}
+
+async fn anthropic(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !authorized(&headers) {
+        return error_response(401, None, "invalid x-api-key");
+    }
+    if headers.get("anthropic-version").is_none() {
+        return error_response(400, None, "anthropic-version header is required");
+    }
+    let tokens = body.to_string().len() / 4;
+    let (turn, seq) = ScriptedLlm::next(&s, "/v1/messages", headers, body);
+    respond(Wire::Anthropic, turn, seq, tokens)
+}
+
+async fn openai(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !authorized(&headers) {
+        return error_response(401, None, "Incorrect API key provided");
+    }
+    let tokens = body.to_string().len() / 4;
+    let (turn, seq) = ScriptedLlm::next(&s, "/v1/chat/completions", headers, body);
+    respond(Wire::OpenAi, turn, seq, tokens)
+}
+
+async fn ollama(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let tokens = body.to_string().len() / 4;
+    let (turn, seq) = ScriptedLlm::next(&s, "/api/chat", headers, body);
+    respond(Wire::Ollama, turn, seq, tokens)
+}
+
+/// `tokens` is the request size in tokens (4 bytes each), reported back as input usage.
+fn respond(wire: Wire, turn: Option<Turn>, seq: usize, tokens: usize) -> Response {
+    let Some(turn) = turn else {
+        return error_response(400, None, "the scripted server has no more turns");
+    };
+    let content_type = match wire {
+        Wire::Ollama => "application/x-ndjson",
+        _ => "text/event-stream",
+    };
+    let (chunks, tail): (Vec<String>, Tail) = match turn {
+        Turn::Status(code, retry) => return error_response(code, retry, "scripted failure"),
+        Turn::Text(t) => (encode(wire, &t, &[], seq, tokens), Tail::None),
+        Turn::Tools(t, calls) => (encode(wire, &t, &calls, seq, tokens), Tail::None),
+        Turn::Drop => {
+            let full = encode(
+                wire,
+                "this answer is cut off mid-way and must not count",
+                &[],
+                seq,
+                tokens,
+            );
+            (full[..full.len() / 2].to_vec(), Tail::Cut)
+        }
+        Turn::Stall(d, t) => {
+            let full = encode(wire, &t, &[], seq, tokens);
+            (full, Tail::StallAfterFirst(d))
+        }
+        Turn::ErrorEvent => {
+            let mut full = encode(wire, "partial", &[], seq, tokens);
+            full.truncate(3);
+            full.push(sse("error", json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})));
+            (full, Tail::None)
+        }
+    };
+    let stream =
+        futures_util::stream::iter(chunks.into_iter().enumerate()).then(move |(i, c)| async move {
+            if let (1, Tail::StallAfterFirst(d)) = (i, &tail) {
+                tokio::time::sleep(*d).await;
+            }
+            Ok::<Bytes, std::io::Error>(Bytes::from(c))
+        });
+    let body = match tail {
+        Tail::Cut => Body::from_stream(stream.chain(futures_util::stream::once(async {
+            Err(std::io::Error::other("scripted connection cut"))
+        }))),
+        _ => Body::from_stream(stream),
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", content_type)
+        .header("request-id", format!("req_scripted_{seq}"))
+        .body(body)
+        .unwrap()
+}
+
+#[derive(Clone, Copy)]
+enum Tail {
+    None,
+    Cut,
+    StallAfterFirst(Duration),
+}
+
+fn sse(event: &str, data: Value) -> String {
+    format!("event: {event}\ndata: {data}\n\n")
+}
+
+/// Splits text into small pieces, as a real stream does.
+fn pieces(s: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    chars.chunks(n).map(|c| c.iter().collect()).collect()
+}
+
+fn encode(
+    wire: Wire,
+    text: &str,
+    calls: &[(String, Value)],
+    seq: usize,
+    tokens: usize,
+) -> Vec<String> {
+    match wire {
+        Wire::Anthropic => anthropic_events(text, calls, seq, tokens),
+        Wire::OpenAi => openai_chunks(text, calls, seq, tokens),
+        Wire::Ollama => ollama_lines(text, calls, tokens),
+    }
+}
+
+fn anthropic_events(
+    text: &str,
+    calls: &[(String, Value)],
+    seq: usize,
+    tokens: usize,
+) -> Vec<String> {
+    let mut out = vec![sse(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": format!("msg_{seq}"), "type": "message", "role": "assistant",
+            "model": "claude-scripted", "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": tokens, "output_tokens": 1}}}),
+    )];
+    out.push(sse("ping", json!({"type": "ping"})));
+    let mut index = 0;
+    if !text.is_empty() {
+        out.push(sse("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})));
+        for p in pieces(text, 7) {
+            out.push(sse("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}})));
+        }
+        out.push(sse(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    for (n, (name, args)) in calls.iter().enumerate() {
+        out.push(sse("content_block_start", json!({"type": "content_block_start", "index": index,
+            "content_block": {"type": "tool_use", "id": format!("toolu_{seq}_{n}"), "name": name, "input": {}}})));
+        let mut frags = vec![String::new()];
+        frags.extend(pieces(&args.to_string(), 9));
+        for f in frags {
+            out.push(sse("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": f}})));
+        }
+        out.push(sse(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    let stop = if calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    out.push(sse("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 20}})));
+    out.push(sse("message_stop", json!({"type": "message_stop"})));
+    out
+}
+
+fn openai_chunks(text: &str, calls: &[(String, Value)], seq: usize, tokens: usize) -> Vec<String> {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion.chunk", "created": 1, "model": "gpt-scripted",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let mut out = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    for p in pieces(text, 7) {
+        out.push(chunk(json!({"content": p}), Value::Null));
+    }
+    for (n, (name, args)) in calls.iter().enumerate() {
+        out.push(chunk(json!({"tool_calls": [{"index": n, "id": format!("call_{seq}_{n}"), "type": "function", "function": {"name": name, "arguments": ""}}]}), Value::Null));
+        for p in pieces(&args.to_string(), 9) {
+            out.push(chunk(
+                json!({"tool_calls": [{"index": n, "function": {"arguments": p}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    out.push(chunk(json!({}), json!(finish)));
+    out.push(format!(
+        "data: {}\n\n",
+        json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion.chunk", "created": 1, "model": "gpt-scripted",
+            "choices": [], "usage": {"prompt_tokens": tokens, "completion_tokens": 20, "total_tokens": tokens + 20}})
+    ));
+    out.push("data: [DONE]\n\n".into());
+    out
+}
+
+fn ollama_lines(text: &str, calls: &[(String, Value)], tokens: usize) -> Vec<String> {
+    let line = |v: Value| format!("{v}\n");
+    let mut out = Vec::new();
+    for p in pieces(text, 7) {
+        out.push(line(
+            json!({"model": "qwen-scripted", "created_at": "2026-11-30T00:00:00Z",
+            "message": {"role": "assistant", "content": p}, "done": false}),
+        ));
+    }
+    if !calls.is_empty() {
+        let tc: Vec<Value> = calls
+            .iter()
+            .map(|(n, a)| json!({"function": {"name": n, "arguments": a}}))
+            .collect();
+        out.push(line(
+            json!({"model": "qwen-scripted", "created_at": "2026-11-30T00:00:00Z",
+            "message": {"role": "assistant", "content": "", "tool_calls": tc}, "done": false}),
+        ));
+    }
+    out.push(line(
+        json!({"model": "qwen-scripted", "created_at": "2026-11-30T00:00:00Z",
+        "message": {"role": "assistant", "content": ""}, "done": true, "done_reason": "stop",
+        "prompt_eval_count": tokens, "eval_count": 20}),
+    ));
+    out
+}

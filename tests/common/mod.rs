@@ -1,0 +1,191 @@
+//! Helpers shared by the integration tests: the scripted LLM server, temporary agent
+//! directories with a real agent.json, and a way to run the agent and collect events.
+#![allow(dead_code)]
+
+pub mod llm;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use picogent::agent::{Agent, AgentEvent, Outcome, RunRequest};
+use picogent::config::{Config, Env};
+use picogent::provider::{Provider, RetryPolicy};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+pub use llm::{text, tool, ScriptedLlm, Turn, Wire};
+
+/// A temporary agent home (`agent.json`, `skills/`, `sessions/`), a separate working
+/// folder, and a fake `$HOME`, all deleted on drop.
+pub struct Sandbox {
+    pub root: TempDir,
+    pub home: PathBuf,
+    pub work: PathBuf,
+    pub user_home: PathBuf,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let root = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(root.path()).unwrap();
+        let home = base.join("agent");
+        let work = base.join("work");
+        let user_home = base.join("home");
+        for d in [&home, &work, &user_home] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        Sandbox {
+            root,
+            home,
+            work,
+            user_home,
+        }
+    }
+
+    pub fn base(&self) -> PathBuf {
+        self.home.parent().unwrap().to_path_buf()
+    }
+
+    /// Writes agent.json pointing at the scripted server, merged with `extra`.
+    pub fn write_config(&self, llm: &ScriptedLlm, wire: Wire, extra: Value) -> PathBuf {
+        let mut cfg = json!({
+            "name": "Test",
+            "slug": "test",
+            "provider": wire.provider(),
+            "base_url": llm.base_url(wire),
+            "model": "scripted-model",
+            "work_dir": self.work,
+            "step_timeout_sec": 10,
+        });
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            cfg[k] = v;
+        }
+        let path = self.home.join("agent.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+        path
+    }
+
+    /// The environment a test passes instead of the process's own.
+    pub fn env(&self) -> Env {
+        Env::from_pairs([
+            ("HOME", self.user_home.display().to_string()),
+            ("PICOGENT_API_KEY", llm::API_KEY.to_string()),
+        ])
+    }
+
+    pub fn config(&self, llm: &ScriptedLlm, wire: Wire, extra: Value) -> Config {
+        self.write_config(llm, wire, extra);
+        Config::load(Some(&self.home), &self.env(), &self.base()).unwrap()
+    }
+
+    /// An agent whose provider retries quickly, so fault tests stay fast.
+    pub fn agent(&self, llm: &ScriptedLlm, wire: Wire, extra: Value) -> Agent {
+        agent_from(self.config(llm, wire, extra))
+    }
+
+    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.work.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.work.join(rel)).unwrap()
+    }
+
+    pub fn add_skill(&self, name: &str, description: &str, body: &str) -> PathBuf {
+        let dir = self.home.join("skills").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("SKILL.md");
+        std::fs::write(
+            &p,
+            format!("---\nname: {name}\ndescription: \"{description}\"\n---\n{body}\n"),
+        )
+        .unwrap();
+        p
+    }
+}
+
+pub fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 3,
+        base: Duration::from_millis(20),
+        cap: Duration::from_millis(100),
+    }
+}
+
+pub fn agent_from(config: Config) -> Agent {
+    let provider = Provider::from_config(&config)
+        .unwrap()
+        .with_retry(fast_retry());
+    Agent::with_provider(config, provider)
+}
+
+/// Runs one prompt to the end and returns every event and the outcome.
+pub async fn run(agent: &Agent, prompt: &str, session: &str) -> (Vec<AgentEvent>, Outcome) {
+    let mut h = agent.start(RunRequest {
+        prompt: prompt.into(),
+        session_id: session.into(),
+        work_dir: None,
+        system_prompt: None,
+    });
+    let mut events = Vec::new();
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(60), h.events.recv())
+        .await
+        .expect("the run produced no event for 60 s")
+    {
+        events.push(ev);
+    }
+    let outcome = h.finish().await;
+    (events, outcome)
+}
+
+pub fn final_text(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Completed { text, .. } => text,
+        other => panic!("expected a completed run, got {other:?}"),
+    }
+}
+
+pub fn failure(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Failed { error, .. } => error,
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+}
+
+/// The tool results in the order they happened: (name, is_error, output).
+pub fn tool_results(events: &[AgentEvent]) -> Vec<(String, bool, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult {
+                name,
+                is_error,
+                output,
+                ..
+            } => Some((name.clone(), *is_error, output.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn streamed_text(events: &[AgentEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Reads a session file as JSON lines.
+pub fn session_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

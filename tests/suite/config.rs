@@ -1,0 +1,187 @@
+//! Configuration: priority, environment overrides, clear errors.
+
+use std::path::Path;
+
+use picogent::config::{Config, ConfigError, Env, ProviderKind, Transport};
+use pretty_assertions::assert_eq;
+
+use crate::common::Sandbox;
+
+fn write(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn defaults_from_the_environment_alone() {
+    let sb = Sandbox::new();
+    let c = Config::load(None, &Env::default(), &sb.work).unwrap();
+    assert_eq!(c.name, "Agent");
+    assert_eq!(c.slug, "agent");
+    assert_eq!(c.model, "claude-sonnet-4-6");
+    assert_eq!(c.provider, ProviderKind::Anthropic);
+    assert_eq!(c.base_url, "https://api.anthropic.com");
+    assert_eq!(c.transport, Transport::Http);
+    assert_eq!(c.listen_port, 3200);
+    assert_eq!(c.callback_url, "http://127.0.0.1:3200/events");
+    assert_eq!(c.work_dir, sb.work);
+    assert_eq!(
+        (
+            c.max_steps,
+            c.max_concurrent_tasks,
+            c.heartbeat_interval_sec
+        ),
+        (50, 2, 30)
+    );
+    assert_eq!(c.step_timeout.as_secs(), 120);
+    assert_eq!(c.capabilities, vec!["coding".to_string()]);
+    assert!(c.allowed_paths.is_empty());
+    assert!(!c.is_agent_mode());
+}
+
+#[test]
+fn priority_is_cli_then_picogent_config_then_local_agent_json() {
+    let sb = Sandbox::new();
+    let cli_dir = sb.base().join("cli");
+    write(&cli_dir, "agent.json", r#"{"name": "FromCli"}"#);
+    let env_file = write(
+        &sb.base().join("envcfg"),
+        "my.json",
+        r#"{"name": "FromEnvVar"}"#,
+    );
+    write(&sb.work, "agent.json", r#"{"name": "FromCwd"}"#);
+    let env = Env::from_pairs([("PICOGENT_CONFIG", env_file.display().to_string())]);
+    let c = Config::load(Some(&cli_dir), &env, &sb.work).unwrap();
+    assert_eq!(
+        (c.name.as_str(), c.agent_home.as_deref()),
+        ("FromCli", Some(cli_dir.as_path()))
+    );
+    assert_eq!(
+        c.work_dir, cli_dir,
+        "work_dir defaults to the agent directory"
+    );
+    let c = Config::load(None, &env, &sb.work).unwrap();
+    assert_eq!(c.name, "FromEnvVar");
+    assert_eq!(c.agent_home.as_deref(), env_file.parent());
+    let c = Config::load(None, &Env::default(), &sb.work).unwrap();
+    assert_eq!(c.name, "FromCwd");
+}
+
+#[test]
+fn environment_overrides_the_file_and_paths_resolve_against_the_file() {
+    let sb = Sandbox::new();
+    write(
+        &sb.home,
+        "agent.json",
+        r#"{"name": "File", "model": "opus", "provider": "openai",
+        "work_dir": "../work", "allowed_paths": ["../work", "/abs"], "base_url": "http://file:1/v1"}"#,
+    );
+    let env = Env::from_pairs([
+        ("AGENT_NAME", "Env"),
+        ("PICOGENT_MODEL", "haiku"),
+        ("OPENAI_BASE_URL", "http://env:2/v1/"),
+        ("OPENAI_API_KEY", "k-openai"),
+    ]);
+    let c = Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
+    assert_eq!(c.name, "Env");
+    assert_eq!(c.model, "claude-haiku-4-5");
+    assert_eq!(c.base_url, "http://env:2/v1");
+    assert_eq!(c.api_key.as_deref(), Some("k-openai"));
+    assert_eq!(c.work_dir, sb.work);
+    assert_eq!(c.allowed_paths, vec![sb.work.clone(), "/abs".into()]);
+    assert_eq!(c.context_window, 128_000);
+}
+
+#[test]
+fn an_unknown_field_is_an_error_naming_file_and_field() {
+    let sb = Sandbox::new();
+    let f = write(&sb.home, "agent.json", r#"{"alowed_paths": ["/"]}"#);
+    let e = Config::load(Some(&sb.home), &Env::default(), &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&f.display().to_string()) && e.contains("alowed_paths"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_wrong_type_names_the_field_and_what_was_expected() {
+    let sb = Sandbox::new();
+    write(&sb.home, "agent.json", r#"{"max_steps": "many"}"#);
+    let e = Config::load(Some(&sb.home), &Env::default(), &sb.base()).unwrap_err();
+    match &e {
+        ConfigError::Field { field, message, .. } => {
+            assert_eq!(field, "max_steps");
+            assert!(message.contains("expected u32"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    write(&sb.home, "agent.json", r#"{"provider": "gemini"}"#);
+    let e = Config::load(Some(&sb.home), &Env::default(), &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("provider") && e.contains("gemini"), "{e}");
+}
+
+#[test]
+fn invalid_json_and_bad_values_are_clear() {
+    let sb = Sandbox::new();
+    let f = write(&sb.home, "agent.json", "{\"name\": ");
+    let e = Config::load(Some(&sb.home), &Env::default(), &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&f.display().to_string()) && e.contains("line 1"),
+        "{e}"
+    );
+    write(&sb.home, "agent.json", r#"{"slug": "Bad Slug"}"#);
+    let e = Config::load(Some(&sb.home), &Env::default(), &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("slug") && e.contains("[a-z0-9-]+"), "{e}");
+    write(
+        &sb.home,
+        "agent.json",
+        r#"{"tracker_url": "localhost:8100"}"#,
+    );
+    let e = Config::load(Some(&sb.home), &Env::default(), &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tracker_url"), "{e}");
+    let env = Env::from_pairs([("AGENT_PORT", "eighty")]);
+    let e = Config::load(None, &env, &sb.work).unwrap_err().to_string();
+    assert!(e.contains("AGENT_PORT") && e.contains("eighty"), "{e}");
+    let e = Config::load(Some(&sb.work), &Env::default(), &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no agent.json"), "{e}");
+}
+
+#[test]
+fn ollama_host_without_a_scheme_is_accepted() {
+    let sb = Sandbox::new();
+    let env = Env::from_pairs([
+        ("PICOGENT_PROVIDER", "ollama"),
+        ("OLLAMA_HOST", "127.0.0.1:11434"),
+    ]);
+    let c = Config::load(None, &env, &sb.work).unwrap();
+    assert_eq!(c.base_url, "http://127.0.0.1:11434");
+    assert_eq!(c.api_key, None);
+}
+
+#[test]
+fn the_shipped_example_configurations_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let env = Env::default();
+    let c = Config::load(Some(&root.join("agent.example.json")), &env, root).unwrap();
+    assert_eq!((c.name.as_str(), c.max_steps, c.listen_port), ("Agent", 50, 3200));
+    let c = Config::load(Some(&root.join("agents/coder")), &env, root).unwrap();
+    assert_eq!(c.slug, "coder");
+    assert_eq!(c.allowed_paths, vec![root.join("agents/coder")]);
+    let skills = picogent::agent::skills::discover(&c.skill_dirs());
+    assert_eq!(skills.len(), 1);
+    assert_eq!(skills[0].name, "review");
+}

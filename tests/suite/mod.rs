@@ -1,0 +1,8 @@
+mod agent_loop;
+mod cli;
+mod config;
+mod providers;
+mod sandbox;
+mod sessions;
+mod skills;
+mod tools;

@@ -1,0 +1,177 @@
+//! Sessions: pi v3 shape, resume, crash tolerance.
+
+use std::io::Write;
+
+use picogent::agent::session::{Body, Known, SessionStore};
+use picogent::message::Message;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn the_session_file_has_the_pi_v3_shape() {
+    let sb = Sandbox::new();
+    sb.write("a.txt", "A");
+    let llm = ScriptedLlm::start(vec![
+        tool("read", json!({"path": "a.txt"})),
+        text("It says A."),
+    ])
+    .await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    run(&agent, "What does a.txt say?", "shape").await;
+    let lines = session_lines(&sb.home.join("sessions/shape.jsonl"));
+    assert_eq!(lines.len(), 5);
+    let h = &lines[0];
+    assert_eq!(
+        (h["type"].as_str(), h["version"].as_u64(), h["id"].as_str()),
+        (Some("session"), Some(3), Some("shape"))
+    );
+    assert_eq!(h["cwd"], sb.work.display().to_string());
+    let mut parent = serde_json::Value::Null;
+    for l in &lines[1..] {
+        assert_eq!(l["type"], "message");
+        let id = l["id"].as_str().unwrap();
+        assert!(
+            id.len() == 8 && id.chars().all(|c| c.is_ascii_hexdigit()),
+            "{id}"
+        );
+        assert_eq!(l["parentId"], parent);
+        assert!(l["timestamp"].as_str().unwrap().ends_with('Z'));
+        parent = json!(id);
+    }
+    assert_eq!(lines[1]["message"]["role"], "user");
+    assert_eq!(
+        lines[1]["message"]["content"][0],
+        json!({"type": "text", "text": "What does a.txt say?"})
+    );
+    let a = &lines[2]["message"];
+    assert_eq!(a["role"], "assistant");
+    assert_eq!(a["stopReason"], "toolUse");
+    assert_eq!(a["provider"], "anthropic");
+    assert_eq!(a["content"][0]["type"], "toolCall");
+    assert_eq!(a["content"][0]["name"], "read");
+    assert_eq!(a["content"][0]["arguments"], json!({"path": "a.txt"}));
+    assert!(a["usage"]["input"].as_u64().unwrap() > 0);
+    let r = &lines[3]["message"];
+    assert_eq!(r["role"], "toolResult");
+    assert_eq!(r["toolCallId"], a["content"][0]["id"]);
+    assert_eq!(r["toolName"], "read");
+    assert_eq!(r["isError"], false);
+    assert_eq!(r["content"][0]["text"], "A\n");
+    assert_eq!(lines[4]["message"]["stopReason"], "stop");
+}
+
+#[tokio::test]
+async fn resuming_a_session_carries_its_history() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        text("Nice to meet you, Ada."),
+        text("Your name is Ada."),
+    ])
+    .await;
+    let agent = sb.agent(&llm, Wire::OpenAi, json!({}));
+    run(&agent, "My name is Ada.", "mem").await;
+    let (_, outcome) = run(&agent, "What is my name?", "mem").await;
+    assert_eq!(final_text(&outcome), "Your name is Ada.");
+    let msgs = llm.requests()[1].body["messages"].clone();
+    let roles: Vec<&str> = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(msgs[1]["content"], "My name is Ada.");
+    assert_eq!(msgs[2]["content"], "Nice to meet you, Ada.");
+}
+
+#[test]
+fn a_torn_last_line_is_dropped_and_the_session_stays_usable() {
+    let sb = Sandbox::new();
+    let store = SessionStore::new(sb.home.join("sessions"));
+    let mut s = store.open("torn", &sb.work).unwrap();
+    let first = s.append_message(Message::user("hello")).unwrap();
+    drop(s);
+    let path = store.path("torn").unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(br#"{"type":"message","id":"deadbeef","parentId":"#)
+        .unwrap();
+    drop(f);
+
+    let mut s = store.open("torn", &sb.work).unwrap();
+    assert_eq!(s.entries().len(), 1);
+    assert_eq!(s.leaf(), Some(first.as_str()));
+    let second = s.append_message(Message::user("again")).unwrap();
+    drop(s);
+    let s = store.open("torn", &sb.work).unwrap();
+    assert_eq!(s.entries().len(), 2);
+    assert_eq!(s.entries()[1].parent_id.as_deref(), Some(first.as_str()));
+    assert_eq!(s.leaf(), Some(second.as_str()));
+    for line in std::fs::read_to_string(&path).unwrap().lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap();
+    }
+}
+
+#[test]
+fn branching_appends_a_child_of_an_earlier_entry() {
+    let sb = Sandbox::new();
+    let store = SessionStore::new(sb.home.join("sessions"));
+    let mut s = store.open("tree", &sb.work).unwrap();
+    let a = s.append_message(Message::user("a")).unwrap();
+    s.append_message(Message::user("b")).unwrap();
+    s.branch_from(Some(&a)).unwrap();
+    let c = s.append_message(Message::user("c")).unwrap();
+    let ctx = s.context();
+    let texts: Vec<String> = ctx
+        .messages
+        .iter()
+        .map(|(_, m)| match m {
+            Message::User(u) => picogent::message::blocks_text(&u.content),
+            _ => String::new(),
+        })
+        .collect();
+    assert_eq!(texts, ["a", "c"]);
+    // Reopened, the leaf is the last entry in the file: the branch.
+    drop(s);
+    let s = store.open("tree", &sb.work).unwrap();
+    assert_eq!(s.leaf(), Some(c.as_str()));
+    assert_eq!(s.context().messages.len(), 2);
+}
+
+#[test]
+fn unknown_entry_types_are_kept_and_pi_files_load() {
+    let sb = Sandbox::new();
+    let store = SessionStore::new(sb.home.join("sessions"));
+    let path = store.path("pi").unwrap();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        concat!(
+            r#"{"type":"session","version":3,"id":"pi","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/x"}"#, "\n",
+            r#"{"type":"message","id":"a1b2c3d4","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":"plain string content","timestamp":1}}"#, "\n",
+            r#"{"type":"label","id":"b2c3d4e5","parentId":"a1b2c3d4","timestamp":"2026-01-01T00:00:02.000Z","targetId":"a1b2c3d4","label":"start"}"#, "\n",
+        ),
+    )
+    .unwrap();
+    let s = store.open("pi", &sb.work).unwrap();
+    assert_eq!(s.entries().len(), 2);
+    assert_eq!(s.entries()[1].body, Body::Other("label".into()));
+    assert!(matches!(
+        &s.entries()[0].body,
+        Body::Known(Known::Message { .. })
+    ));
+    assert_eq!(s.context().messages.len(), 1);
+}
+
+#[test]
+fn session_ids_cannot_escape_the_sessions_folder() {
+    let store = SessionStore::new("/tmp/x");
+    for bad in ["../evil", "a/b", "", ".hidden", "x y"] {
+        assert!(store.path(bad).is_err(), "{bad:?}");
+    }
+    assert!(store.path("task-t_12.v2").is_ok());
+}
