@@ -3,6 +3,8 @@
 //! `compaction` entry. A cut is only ever made before a user or assistant message, so a
 //! tool call is never separated from its result.
 
+use std::borrow::Cow;
+
 use tokio_util::sync::CancellationToken;
 
 use crate::message::{blocks_text, Content, Message};
@@ -13,19 +15,19 @@ use super::session::Context;
 /// Tokens the next request is expected to take. Usage reported by the provider is
 /// exact, so the newest assistant message that was produced after the last compaction
 /// anchors the estimate; anything after it is estimated from its length.
-pub fn estimate(ctx: &Context, fixed: u64) -> u64 {
+pub fn estimate(ctx: &Context<'_>, fixed: u64) -> u64 {
     let msgs = &ctx.messages;
-    let anchor =
-        msgs.iter()
-            .enumerate()
-            .skip(ctx.fresh_from)
-            .rev()
-            .find_map(|(i, (_, m))| match m {
-                Message::Assistant(a) if a.usage.context_tokens() > 0 => {
-                    Some((i, a.usage.context_tokens()))
-                }
-                _ => None,
-            });
+    let anchor = msgs
+        .iter()
+        .enumerate()
+        .skip(ctx.fresh_from)
+        .rev()
+        .find_map(|(i, (_, m))| match m.as_ref() {
+            Message::Assistant(a) if a.usage.context_tokens() > 0 => {
+                Some((i, a.usage.context_tokens()))
+            }
+            _ => None,
+        });
     match anchor {
         Some((i, tokens)) => {
             tokens
@@ -45,7 +47,7 @@ pub struct Plan {
 
 /// Chooses what to summarise: everything before the most recent `keep_recent` tokens,
 /// cut before a user or assistant message. `None` when nothing can be cut.
-pub fn plan(ctx: &Context, keep_recent: u64, budget_chars: usize) -> Option<Plan> {
+pub fn plan(ctx: &Context<'_>, keep_recent: u64, budget_chars: usize) -> Option<Plan> {
     let msgs = &ctx.messages;
     let mut kept = 0u64;
     let mut cut = msgs.len();
@@ -59,7 +61,7 @@ pub fn plan(ctx: &Context, keep_recent: u64, budget_chars: usize) -> Option<Plan
     // A valid cut point is a stored user or assistant message.
     let valid = |i: usize| {
         let (id, m) = &msgs[i];
-        !id.is_empty() && !matches!(m, Message::ToolResult(_))
+        !id.is_empty() && !matches!(m.as_ref(), Message::ToolResult(_))
     };
     // With an earlier summary in front, at least one real message must go with it.
     // Prefer moving the cut back (keeping a little more) to the assistant message that
@@ -76,15 +78,15 @@ pub fn plan(ctx: &Context, keep_recent: u64, budget_chars: usize) -> Option<Plan
     let transcript = transcript(&msgs[..cut]);
     let transcript = crate::util::tail_bytes(&transcript, budget_chars).to_string();
     Some(Plan {
-        first_kept_entry_id: msgs[cut].0.clone(),
+        first_kept_entry_id: msgs[cut].0.to_string(),
         transcript,
     })
 }
 
-fn transcript(msgs: &[(String, Message)]) -> String {
+fn transcript(msgs: &[(&str, Cow<'_, Message>)]) -> String {
     let mut out = String::new();
     for (_, m) in msgs {
-        match m {
+        match m.as_ref() {
             Message::User(u) => out.push_str(&format!("[User]: {}\n\n", blocks_text(&u.content))),
             Message::Assistant(a) => {
                 for b in &a.content {
@@ -127,13 +129,13 @@ pub async fn summarize(
     plan: &Plan,
     cancel: &CancellationToken,
 ) -> Result<String, ProviderError> {
-    let messages = [Message::user(format!(
+    let message = Message::user(format!(
         "<conversation>\n{}</conversation>\n\n{INSTRUCTIONS}",
         plan.transcript
-    ))];
+    ));
     let req = ModelRequest {
         system: SYSTEM,
-        messages: &messages,
+        messages: &[&message],
         tools: &[],
     };
     let msg = provider.complete(&req, cancel, &mut |_| {}).await?;

@@ -138,13 +138,16 @@ async fn run_locked(
                 cfg.max_steps
             )));
         }
-        let mut ctx = session.context();
-        let needed = compaction::estimate(&ctx, fixed_tokens) + u64::from(cfg.max_tokens);
-        if needed > cfg.context_window {
-            compact(inner, &mut session, &ctx, cancel, out, needed).await?;
-            ctx = session.context();
+        let plan = {
+            let ctx = session.context();
+            let needed = compaction::estimate(&ctx, fixed_tokens) + u64::from(cfg.max_tokens);
+            (needed > cfg.context_window).then(|| (plan_compaction(cfg, &ctx), needed))
+        };
+        if let Some((plan, needed)) = plan {
+            compact(inner, &mut session, plan, cancel, out, needed).await?;
         }
-        let messages: Vec<Message> = ctx.messages.into_iter().map(|(_, m)| m).collect();
+        let ctx = session.context();
+        let messages: Vec<&Message> = ctx.messages.iter().map(|(_, m)| m.as_ref()).collect();
         let request = ModelRequest {
             system: &system,
             messages: &messages,
@@ -175,6 +178,8 @@ async fn run_locked(
                 }
             })
             .await;
+        drop(messages);
+        drop(ctx);
         let msg = match result {
             Ok(m) => m,
             Err(e) => {
@@ -332,22 +337,29 @@ fn record_failed_turn(
         .map(|_| ())
 }
 
+/// What to summarise, when the context is near the window; `None` when nothing can go.
+fn plan_compaction(
+    cfg: &crate::config::Config,
+    ctx: &super::session::Context<'_>,
+) -> Option<compaction::Plan> {
+    let keep_recent = cfg.context_window / 4;
+    let budget_chars = (cfg.context_window.saturating_sub(u64::from(cfg.max_tokens)) as usize)
+        .saturating_mul(3)
+        .min(2_000_000);
+    compaction::plan(ctx, keep_recent, budget_chars)
+}
+
 /// Summarises older history into a compaction entry. When nothing can be cut or the
 /// summary fails, the run goes on uncompacted and the provider has the last word.
 async fn compact(
     inner: &Inner,
     session: &mut Session,
-    ctx: &super::session::Context,
+    plan: Option<compaction::Plan>,
     cancel: &CancellationToken,
     out: &Emitter,
     tokens_before: u64,
 ) -> Result<(), RunError> {
-    let cfg = &inner.config;
-    let keep_recent = cfg.context_window / 4;
-    let budget_chars = (cfg.context_window.saturating_sub(u64::from(cfg.max_tokens)) as usize)
-        .saturating_mul(3)
-        .min(2_000_000);
-    let Some(plan) = compaction::plan(ctx, keep_recent, budget_chars) else {
+    let Some(plan) = plan else {
         tracing::warn!(
             session = session.id(),
             "context is near the window but nothing can be compacted"

@@ -6,7 +6,8 @@
 //! entry being written; a torn last line is cut off on open and skipped on load.
 //! Entry types picogent does not use (labels, custom entries, ...) are kept as they are.
 
-use std::collections::{HashMap, HashSet};
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -318,11 +319,11 @@ impl Session {
     /// Entries from the root to the leaf.
     pub fn path_to_leaf(&self) -> Vec<&Entry> {
         let mut out = Vec::new();
-        let mut seen = HashSet::new();
         let mut cur = self.leaf.as_deref();
         while let Some(id) = cur {
-            if !seen.insert(id) {
-                break; // a cycle in a hand-edited file; stop rather than loop
+            // A cycle in a hand-edited file must not loop forever.
+            if out.len() > self.entries.len() {
+                break;
             }
             let Some(&i) = self.index.get(id) else { break };
             let e = &self.entries[i];
@@ -335,62 +336,57 @@ impl Session {
 
     /// The messages the model sees, each with the entry id it came from: the summary
     /// of the last compaction (if any), then the kept and newer messages, repaired so
-    /// every tool call has exactly one result.
-    pub fn context(&self) -> Context {
+    /// every tool call has exactly one result. Stored messages are borrowed, not copied:
+    /// this runs before every model call.
+    pub fn context(&self) -> Context<'_> {
         let path = self.path_to_leaf();
-        let mut out: Vec<(String, Message)> = Vec::new();
+        let mut out: Vec<(&str, Cow<'_, Message>)> = Vec::with_capacity(path.len() + 1);
         let mut fresh_from_entry: Option<usize> = None;
         let compaction = path
             .iter()
             .rposition(|e| matches!(e.body, Body::Known(Known::Compaction { .. })));
-        let start = match compaction {
-            Some(c) => {
-                if let Body::Known(Known::Compaction {
-                    summary,
-                    first_kept_entry_id,
-                    ..
-                }) = &path[c].body
-                {
-                    out.push((path[c].id.clone(), summary_message(summary)));
-                    path[..c]
-                        .iter()
-                        .position(|e| &e.id == first_kept_entry_id)
-                        .unwrap_or(c)
-                } else {
-                    0
-                }
+        let mut start = 0;
+        if let Some(c) = compaction {
+            if let Body::Known(Known::Compaction {
+                summary,
+                first_kept_entry_id,
+                ..
+            }) = &path[c].body
+            {
+                out.push((&path[c].id, Cow::Owned(summary_message(summary))));
+                start = path[..c]
+                    .iter()
+                    .position(|e| &e.id == first_kept_entry_id)
+                    .unwrap_or(c);
             }
-            None => 0,
-        };
+        }
         for (i, e) in path.iter().enumerate().skip(start) {
             if Some(i) == compaction {
                 fresh_from_entry = Some(out.len());
                 continue;
             }
             match &e.body {
-                Body::Known(Known::Message { message }) => out.push((e.id.clone(), message.clone())),
+                Body::Known(Known::Message { message }) => out.push((&e.id, Cow::Borrowed(message))),
                 Body::Known(Known::BranchSummary { summary, .. }) => out.push((
-                    e.id.clone(),
-                    Message::user(format!(
+                    &e.id,
+                    Cow::Owned(Message::user(format!(
                         "The following is a summary of a branch that this conversation came back from:\n<summary>\n{summary}\n</summary>"
-                    )),
+                    ))),
                 )),
                 _ => {}
             }
         }
-        // Repair only appends synthetic results after calls, so indices before the
-        // compaction point are unchanged; recount after it to be exact.
-        let fresh_ids: HashSet<String> = match fresh_from_entry {
-            Some(f) => out[f..].iter().map(|(id, _)| id.clone()).collect(),
-            None => HashSet::new(),
-        };
+        // Repair may insert synthetic results, so find the compaction point again by id.
+        let first_fresh: Option<&str> =
+            fresh_from_entry.and_then(|f| out.get(f).map(|(id, _)| *id));
         let messages = repair(out);
-        let fresh_from = match fresh_from_entry {
-            Some(_) => messages
+        let fresh_from = match (fresh_from_entry, first_fresh) {
+            (Some(_), Some(id)) => messages
                 .iter()
-                .position(|(id, _)| fresh_ids.contains(id) && !id.is_empty())
+                .position(|(mid, _)| *mid == id)
                 .unwrap_or(messages.len()),
-            None => 0,
+            (Some(_), None) => messages.len(),
+            (None, _) => 0,
         };
         Context {
             messages,
@@ -402,9 +398,9 @@ impl Session {
 
 /// What the model sees of a session.
 #[derive(Debug, Clone, Default)]
-pub struct Context {
+pub struct Context<'a> {
     /// Messages with the id of the entry each came from ("" for synthetic ones).
-    pub messages: Vec<(String, Message)>,
+    pub messages: Vec<(&'a str, Cow<'a, Message>)>,
     /// Index of the first message newer than the last compaction (0 without one);
     /// usage reported before that index described a longer context.
     pub fresh_from: usize,
@@ -446,14 +442,15 @@ pub fn summary_message(summary: &str) -> Message {
 /// Makes history valid for every provider: each tool call is followed by exactly one
 /// result (a synthetic "aborted" one where the run was interrupted), results without a
 /// call are dropped, and failed empty assistant turns are left out.
-pub fn repair(messages: Vec<(String, Message)>) -> Vec<(String, Message)> {
-    let mut out: Vec<(String, Message)> = Vec::with_capacity(messages.len());
+pub fn repair<'a>(messages: Vec<(&'a str, Cow<'a, Message>)>) -> Vec<(&'a str, Cow<'a, Message>)> {
+    let mut out: Vec<(&'a str, Cow<'a, Message>)> = Vec::with_capacity(messages.len());
     let mut open: Vec<(String, String)> = Vec::new(); // calls awaiting a result
-    let close_open = |out: &mut Vec<(String, Message)>, open: &mut Vec<(String, String)>| {
+    let close_open = |out: &mut Vec<(&'a str, Cow<'a, Message>)>,
+                      open: &mut Vec<(String, String)>| {
         for (call_id, name) in open.drain(..) {
             out.push((
-                String::new(),
-                Message::ToolResult(ToolResultMessage {
+                "",
+                Cow::Owned(Message::ToolResult(ToolResultMessage {
                     tool_call_id: call_id,
                     tool_name: name,
                     content: vec![Content::text(
@@ -462,12 +459,12 @@ pub fn repair(messages: Vec<(String, Message)>) -> Vec<(String, Message)> {
                     details: None,
                     is_error: true,
                     timestamp: crate::util::now_millis(),
-                }),
+                })),
             ));
         }
     };
     for (id, m) in messages {
-        match &m {
+        match m.as_ref() {
             Message::ToolResult(r) => {
                 if let Some(pos) = open.iter().position(|(c, _)| *c == r.tool_call_id) {
                     open.remove(pos);

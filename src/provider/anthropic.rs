@@ -5,54 +5,112 @@
 //! output usage) and `message_stop`. `ping` may appear anywhere; an `error` event may
 //! arrive mid-stream. Tool input arrives as `input_json_delta` fragments to concatenate.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::stream::LineReader;
 use super::{parse_arguments, Delta, ModelRequest, ProviderError};
 use crate::message::{AssistantMessage, Content, Message, StopReason, Usage};
 
-pub fn request_body(model: &str, max_tokens: u32, req: &ModelRequest<'_>) -> Value {
-    let tools: Vec<Value> = req
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    system: &'a str,
+    messages: Vec<Turn<'a>>,
+    // An empty tool list is refused by some servers; leave the field out instead.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+    stream: bool,
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+#[derive(Serialize)]
+struct Turn<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: &'a str,
+    },
+    Image {
+        source: ImageSource<'a>,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: Vec<Block<'a>>,
+        is_error: bool,
+    },
+}
+
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    data: &'a str,
+}
+
+/// The request body, serialised straight from borrowed history: building a
+/// `serde_json::Value` tree first cost more than everything else in a step.
+pub fn request_body(
+    model: &str,
+    max_tokens: u32,
+    req: &ModelRequest<'_>,
+) -> serde_json::Result<Vec<u8>> {
+    let tools = req
         .tools
         .iter()
-        .map(
-            |t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}),
-        )
+        .map(|t| Tool {
+            name: t.name,
+            description: t.description,
+            input_schema: &t.parameters,
+        })
         .collect();
-    let mut body = json!({
-        "model": model,
-        "max_tokens": max_tokens,
-        "system": req.system,
-        "messages": messages(req.messages),
-        "tools": tools,
-        "stream": true,
-    });
-    // An empty tool list is refused by some servers; leave the field out instead.
-    if req.tools.is_empty() {
-        if let Some(o) = body.as_object_mut() {
-            o.remove("tools");
-        }
-    }
-    body
+    serde_json::to_vec(&Body {
+        model,
+        max_tokens,
+        system: req.system,
+        messages: messages(req.messages),
+        tools,
+        stream: true,
+    })
 }
 
 /// Converts history to Anthropic messages. Consecutive tool results (and a user message
 /// after them) merge into one `user` turn, as the API wants strict alternation.
-fn messages(history: &[Message]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    let mut push = |role: &str, blocks: Vec<Value>| {
+fn messages<'a>(history: &[&'a Message]) -> Vec<Turn<'a>> {
+    let mut out: Vec<Turn<'a>> = Vec::with_capacity(history.len());
+    let mut push = |role: &'static str, blocks: Vec<Block<'a>>| {
         if blocks.is_empty() {
             return;
         }
-        if let Some(last) = out.last_mut() {
-            if last["role"] == role {
-                if let Some(arr) = last["content"].as_array_mut() {
-                    arr.extend(blocks);
-                    return;
-                }
-            }
+        match out.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => out.push(Turn {
+                role,
+                content: blocks,
+            }),
         }
-        out.push(json!({"role": role, "content": blocks}));
     };
     for m in history {
         match m {
@@ -62,51 +120,51 @@ fn messages(history: &[Message]) -> Vec<Value> {
                     .content
                     .iter()
                     .filter_map(|b| match b {
-                        Content::Text { text } if !text.is_empty() => {
-                            Some(json!({"type": "text", "text": text}))
-                        }
+                        Content::Text { text } if !text.is_empty() => Some(Block::Text { text }),
                         Content::Thinking {
                             thinking,
-                            signature: Some(sig),
-                        } => Some(
-                            json!({"type": "thinking", "thinking": thinking, "signature": sig}),
-                        ),
+                            signature: Some(signature),
+                        } => Some(Block::Thinking {
+                            thinking,
+                            signature,
+                        }),
                         Content::ToolCall {
                             id,
                             name,
                             arguments,
-                        } => Some(
-                            json!({"type": "tool_use", "id": id, "name": name, "input": arguments}),
-                        ),
+                        } => Some(Block::ToolUse {
+                            id,
+                            name,
+                            input: arguments,
+                        }),
                         _ => None,
                     })
                     .collect();
                 push("assistant", blocks)
             }
-            Message::ToolResult(r) => {
-                let content: Vec<Value> = r.content.iter().filter_map(user_block).collect();
-                push(
-                    "user",
-                    vec![json!({
-                        "type": "tool_result",
-                        "tool_use_id": r.tool_call_id,
-                        "content": content,
-                        "is_error": r.is_error,
-                    })],
-                )
-            }
+            Message::ToolResult(r) => push(
+                "user",
+                vec![Block::ToolResult {
+                    tool_use_id: &r.tool_call_id,
+                    content: r.content.iter().filter_map(user_block).collect(),
+                    is_error: r.is_error,
+                }],
+            ),
         }
     }
     out
 }
 
-fn user_block(b: &Content) -> Option<Value> {
+fn user_block(b: &Content) -> Option<Block<'_>> {
     match b {
-        Content::Text { text } => Some(json!({"type": "text", "text": text})),
-        Content::Image { data, mime_type } => Some(json!({
-            "type": "image",
-            "source": {"type": "base64", "media_type": mime_type, "data": data}
-        })),
+        Content::Text { text } => Some(Block::Text { text }),
+        Content::Image { data, mime_type } => Some(Block::Image {
+            source: ImageSource {
+                kind: "base64",
+                media_type: mime_type,
+                data,
+            },
+        }),
         _ => None,
     }
 }

@@ -28,7 +28,7 @@ pub struct ToolSpec {
 /// One model call.
 pub struct ModelRequest<'a> {
     pub system: &'a str,
-    pub messages: &'a [Message],
+    pub messages: &'a [&'a Message],
     pub tools: &'a [ToolSpec],
 }
 
@@ -209,35 +209,39 @@ impl Provider {
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<AssistantMessage, ProviderError> {
         let started = Instant::now();
-        let (url, builder) = match self.kind {
-            ProviderKind::Anthropic => {
-                let url = format!("{}/v1/messages", self.base_url);
-                let body = anthropic::request_body(&self.model, self.max_tokens, req);
-                let mut b = self
-                    .http
-                    .post(&url)
-                    .header("anthropic-version", "2023-06-01")
-                    .json(&body);
-                if let Some(key) = &self.api_key {
-                    b = b.header("x-api-key", key);
-                }
-                (url, b)
-            }
-            ProviderKind::Openai => {
-                let url = format!("{}/chat/completions", self.base_url);
-                let body = openai::request_body(&self.model, self.max_tokens, req);
-                let mut b = self.http.post(&url).json(&body);
-                if let Some(key) = &self.api_key {
-                    b = b.bearer_auth(key);
-                }
-                (url, b)
-            }
-            ProviderKind::Ollama => {
-                let url = format!("{}/api/chat", self.base_url);
-                let body = ollama::request_body(&self.model, self.max_tokens, req);
-                (url.clone(), self.http.post(&url).json(&body))
-            }
+        let (url, body) = match self.kind {
+            ProviderKind::Anthropic => (
+                format!("{}/v1/messages", self.base_url),
+                anthropic::request_body(&self.model, self.max_tokens, req),
+            ),
+            ProviderKind::Openai => (
+                format!("{}/chat/completions", self.base_url),
+                openai::request_body(&self.model, self.max_tokens, req),
+            ),
+            ProviderKind::Ollama => (
+                format!("{}/api/chat", self.base_url),
+                ollama::request_body(&self.model, self.max_tokens, req),
+            ),
         };
+        let body = body.map_err(|e| ProviderError::Protocol {
+            provider: self.kind.as_str(),
+            message: format!("cannot encode the request: {e}"),
+        })?;
+        let mut builder = self
+            .http
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        match (self.kind, &self.api_key) {
+            (ProviderKind::Anthropic, key) => {
+                builder = builder.header("anthropic-version", "2023-06-01");
+                if let Some(key) = key {
+                    builder = builder.header("x-api-key", key);
+                }
+            }
+            (ProviderKind::Openai, Some(key)) => builder = builder.bearer_auth(key),
+            _ => {}
+        }
         let provider = self.kind.as_str();
         let send = async {
             builder.send().await.map_err(|e| ProviderError::Connect {

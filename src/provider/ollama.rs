@@ -4,60 +4,128 @@
 //! object, without ids (we make them); `done_reason` says `stop` even after tool calls;
 //! tool results go back as `{"role": "tool", "content", "tool_name"}`.
 
+use std::borrow::Cow;
+
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::stream::LineReader;
 use super::{Delta, ModelRequest, ProviderError};
 use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
 
-pub fn request_body(model: &str, max_tokens: u32, req: &ModelRequest<'_>) -> Value {
-    let mut messages = vec![json!({"role": "system", "content": req.system})];
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<Msg<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+    stream: bool,
+    options: Options,
+}
+
+#[derive(Serialize)]
+struct Options {
+    num_predict: u32,
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+struct Msg<'a> {
+    role: &'static str,
+    content: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<Call<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_name: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Call<'a> {
+    function: CallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct CallFunction<'a> {
+    name: &'a str,
+    /// An object, not a string, unlike OpenAI.
+    arguments: &'a Value,
+}
+
+fn msg<'a>(role: &'static str, content: Cow<'a, str>) -> Msg<'a> {
+    Msg {
+        role,
+        content,
+        tool_calls: Vec::new(),
+        tool_name: None,
+    }
+}
+
+pub fn request_body(
+    model: &str,
+    max_tokens: u32,
+    req: &ModelRequest<'_>,
+) -> serde_json::Result<Vec<u8>> {
+    let mut messages = Vec::with_capacity(req.messages.len() + 1);
+    messages.push(msg("system", Cow::Borrowed(req.system)));
     for m in req.messages {
         match m {
-            Message::User(u) => {
-                messages.push(json!({"role": "user", "content": blocks_text(&u.content)}))
-            }
+            Message::User(u) => messages.push(msg("user", Cow::Owned(blocks_text(&u.content)))),
             Message::Assistant(a) => {
-                let calls: Vec<Value> = a
+                let tool_calls: Vec<Call<'_>> = a
                     .tool_calls()
-                    .map(|(_, name, args)| json!({"function": {"name": name, "arguments": args}}))
+                    .map(|(_, name, arguments)| Call {
+                        function: CallFunction { name, arguments },
+                    })
                     .collect();
                 let text = a.text();
-                if text.is_empty() && calls.is_empty() {
+                if text.is_empty() && tool_calls.is_empty() {
                     continue;
                 }
-                let mut msg = json!({"role": "assistant", "content": text});
-                if !calls.is_empty() {
-                    msg["tool_calls"] = Value::Array(calls);
-                }
-                messages.push(msg);
+                let mut m = msg("assistant", Cow::Owned(text));
+                m.tool_calls = tool_calls;
+                messages.push(m);
             }
-            Message::ToolResult(r) => messages.push(json!({
-                "role": "tool",
-                "content": blocks_text(&r.content),
-                "tool_name": r.tool_name,
-            })),
+            Message::ToolResult(r) => {
+                let mut m = msg("tool", Cow::Owned(blocks_text(&r.content)));
+                m.tool_name = Some(&r.tool_name);
+                messages.push(m);
+            }
         }
     }
-    let tools: Vec<Value> = req
+    let tools = req
         .tools
         .iter()
-        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .map(|t| Tool {
+            kind: "function",
+            function: Function {
+                name: t.name,
+                description: t.description,
+                parameters: &t.parameters,
+            },
+        })
         .collect();
-    let mut body = json!({
-        "model": model,
-        "messages": messages,
-        "tools": tools,
-        "stream": true,
-        "options": {"num_predict": max_tokens},
-    });
-    // An empty tool list is refused by some servers; leave the field out instead.
-    if req.tools.is_empty() {
-        if let Some(o) = body.as_object_mut() {
-            o.remove("tools");
-        }
-    }
-    body
+    serde_json::to_vec(&Body {
+        model,
+        messages,
+        tools,
+        stream: true,
+        options: Options {
+            num_predict: max_tokens,
+        },
+    })
 }
 
 pub async fn read_stream(

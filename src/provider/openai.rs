@@ -5,64 +5,141 @@
 //! id and name once, then `function.arguments` pieces. The stream ends with
 //! `data: [DONE]`; usage comes in a final chunk because we ask for it.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::stream::LineReader;
 use super::{parse_arguments, Delta, ModelRequest, ProviderError};
 use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
 
-pub fn request_body(model: &str, max_tokens: u32, req: &ModelRequest<'_>) -> Value {
-    let mut messages = vec![json!({"role": "system", "content": req.system})];
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<Msg<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+    max_tokens: u32,
+    stream: bool,
+    stream_options: StreamOptions,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum Msg<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<Call<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: String,
+    },
+}
+
+#[derive(Serialize)]
+struct Call<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct CallFunction<'a> {
+    name: &'a str,
+    /// A JSON string, as the API wants.
+    arguments: String,
+}
+
+pub fn request_body(
+    model: &str,
+    max_tokens: u32,
+    req: &ModelRequest<'_>,
+) -> serde_json::Result<Vec<u8>> {
+    let mut messages = Vec::with_capacity(req.messages.len() + 1);
+    messages.push(Msg::System {
+        content: req.system,
+    });
     for m in req.messages {
         match m {
-            Message::User(u) => {
-                messages.push(json!({"role": "user", "content": blocks_text(&u.content)}))
-            }
+            Message::User(u) => messages.push(Msg::User {
+                content: blocks_text(&u.content),
+            }),
             Message::Assistant(a) => {
-                let calls: Vec<Value> = a
+                let tool_calls: Vec<Call<'_>> = a
                     .tool_calls()
-                    .map(|(id, name, args)| {
-                        json!({"id": id, "type": "function",
-                               "function": {"name": name, "arguments": args.to_string()}})
+                    .map(|(id, name, args)| Call {
+                        id,
+                        kind: "function",
+                        function: CallFunction {
+                            name,
+                            arguments: args.to_string(),
+                        },
                     })
                     .collect();
                 let text = a.text();
-                if text.is_empty() && calls.is_empty() {
+                if text.is_empty() && tool_calls.is_empty() {
                     continue;
                 }
-                let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
-                if !calls.is_empty() {
-                    msg["tool_calls"] = Value::Array(calls);
-                }
-                messages.push(msg);
+                messages.push(Msg::Assistant {
+                    content: (!text.is_empty()).then_some(text),
+                    tool_calls,
+                });
             }
-            Message::ToolResult(r) => messages.push(json!({
-                "role": "tool",
-                "tool_call_id": r.tool_call_id,
-                "content": blocks_text(&r.content),
-            })),
+            Message::ToolResult(r) => messages.push(Msg::Tool {
+                tool_call_id: &r.tool_call_id,
+                content: blocks_text(&r.content),
+            }),
         }
     }
-    let tools: Vec<Value> = req
+    let tools = req
         .tools
         .iter()
-        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .map(|t| Tool {
+            kind: "function",
+            function: Function {
+                name: t.name,
+                description: t.description,
+                parameters: &t.parameters,
+            },
+        })
         .collect();
-    let mut body = json!({
-        "model": model,
-        "messages": messages,
-        "tools": tools,
-        "max_tokens": max_tokens,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    // An empty tool list is refused by some servers; leave the field out instead.
-    if req.tools.is_empty() {
-        if let Some(o) = body.as_object_mut() {
-            o.remove("tools");
-        }
-    }
-    body
+    serde_json::to_vec(&Body {
+        model,
+        messages,
+        tools,
+        max_tokens,
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+    })
 }
 
 #[derive(Default)]

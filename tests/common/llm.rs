@@ -74,6 +74,8 @@ pub struct Recorded {
 #[derive(Default)]
 struct Script {
     turns: VecDeque<Turn>,
+    /// When set, an exhausted script starts over (benchmarks serve many runs).
+    cycle: Option<Vec<Turn>>,
     requests: Vec<Recorded>,
     call_seq: usize,
 }
@@ -111,6 +113,13 @@ impl ScriptedLlm {
         }
     }
 
+    /// Serves the script again from the start each time it runs out.
+    pub fn cycle(&self, turns: Vec<Turn>) {
+        let mut s = self.state.lock().unwrap();
+        s.turns = turns.clone().into();
+        s.cycle = Some(turns);
+    }
+
     pub fn push(&self, turn: Turn) {
         self.state.lock().unwrap().turns.push_back(turn);
     }
@@ -146,6 +155,11 @@ impl ScriptedLlm {
         s.call_seq += 1;
         if is_summary {
             return (Some(Turn::Text(SUMMARY.into())), s.call_seq);
+        }
+        if s.turns.is_empty() {
+            if let Some(again) = s.cycle.clone() {
+                s.turns = again.into();
+            }
         }
         (s.turns.pop_front(), s.call_seq)
     }

@@ -177,7 +177,10 @@ fn the_shipped_example_configurations_load() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let env = Env::default();
     let c = Config::load(Some(&root.join("agent.example.json")), &env, root).unwrap();
-    assert_eq!((c.name.as_str(), c.max_steps, c.listen_port), ("Agent", 50, 3200));
+    assert_eq!(
+        (c.name.as_str(), c.max_steps, c.listen_port),
+        ("Agent", 50, 3200)
+    );
     let c = Config::load(Some(&root.join("agents/coder")), &env, root).unwrap();
     assert_eq!(c.slug, "coder");
     assert_eq!(c.allowed_paths, vec![root.join("agents/coder")]);

@@ -18,7 +18,11 @@ fn confined(
 ) -> ToolContext {
     ToolContext {
         work_dir: sb.work.clone(),
-        sandbox: Arc::new(PathSandbox::new(std::slice::from_ref(&sb.work), protected, readable)),
+        sandbox: Arc::new(PathSandbox::new(
+            std::slice::from_ref(&sb.work),
+            protected,
+            readable,
+        )),
         step_timeout: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),

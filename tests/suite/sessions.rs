@@ -129,7 +129,7 @@ fn branching_appends_a_child_of_an_earlier_entry() {
     let texts: Vec<String> = ctx
         .messages
         .iter()
-        .map(|(_, m)| match m {
+        .map(|(_, m)| match m.as_ref() {
             Message::User(u) => picogent::message::blocks_text(&u.content),
             _ => String::new(),
         })

@@ -1,0 +1,33 @@
+//! The tests' scripted LLM server as a standalone program, for benchmarks:
+//! `scripted_llm SCRIPT.json` serves the script's turns over all three wire formats
+//! (starting over when it runs out) and prints `listening on ADDR` once ready.
+//!
+//! SCRIPT.json is a list of turns: `{"text": "..."}` or `{"tool": "read", "args": {...}}`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/llm.rs"]
+#[allow(dead_code)]
+mod llm;
+
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() {
+    let path = std::env::args()
+        .nth(1)
+        .expect("usage: scripted_llm SCRIPT.json");
+    let script: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let turns: Vec<llm::Turn> = script
+        .iter()
+        .map(|t| match (t.get("text"), t.get("tool")) {
+            (Some(text), _) => llm::text(text.as_str().unwrap()),
+            (_, Some(name)) => llm::tool(name.as_str().unwrap(), t["args"].clone()),
+            _ => panic!("a turn needs `text` or `tool`: {t}"),
+        })
+        .collect();
+    let server = llm::ScriptedLlm::start(Vec::new()).await;
+    server.cycle(turns);
+    println!("listening on {}", server.addr);
+    tokio::signal::ctrl_c().await.unwrap();
+}
