@@ -27,6 +27,7 @@ async fn main() {
         })
         .collect();
     let server = llm::ScriptedLlm::start(Vec::new()).await;
+    server.light();
     server.cycle(turns);
     println!("listening on {}", server.addr);
     tokio::signal::ctrl_c().await.unwrap();

@@ -114,6 +114,7 @@ struct FileConfig {
     step_timeout_sec: Option<u64>,
     context_window: Option<u64>,
     max_tokens: Option<u32>,
+    shutdown_grace_sec: Option<u64>,
 }
 
 /// A snapshot of environment variables. Loading reads this, never the live process
@@ -157,7 +158,8 @@ pub struct Config {
     pub token: Option<String>,
     pub transport: Transport,
     pub listen_port: u16,
-    pub callback_url: String,
+    /// `None` means the default, `http://127.0.0.1:<bound port>/events`.
+    pub callback_url: Option<String>,
     pub work_dir: PathBuf,
     pub model: String,
     pub provider: ProviderKind,
@@ -171,6 +173,8 @@ pub struct Config {
     pub step_timeout: Duration,
     pub context_window: u64,
     pub max_tokens: u32,
+    /// How long running tasks may finish after SIGTERM before they are cancelled.
+    pub shutdown_grace: Duration,
     /// The JSON file the configuration came from, if any.
     pub config_file: Option<PathBuf>,
     /// The agent directory (directory mode) or the config file's folder (file mode).
@@ -370,8 +374,10 @@ impl Config {
         let listen_port = parse_env(env, "AGENT_PORT", "a port number")?
             .or(file.listen_port)
             .unwrap_or(3200);
-        let callback_url = pick("AGENT_CALLBACK_URL", &file.callback_url)
-            .unwrap_or_else(|| format!("http://127.0.0.1:{listen_port}/events"));
+        let callback_url = match pick("AGENT_CALLBACK_URL", &file.callback_url) {
+            Some(u) => Some(check_url(&u, "callback_url", &origin)?),
+            None => None,
+        };
 
         let work_dir = match (env.get("PICOGENT_WORK_DIR"), &file.work_dir) {
             (Some(v), _) => absolute(cwd, &expand_home(Path::new(v), home_dir.as_deref())),
@@ -478,12 +484,30 @@ impl Config {
             step_timeout: Duration::from_secs(step_timeout_sec),
             context_window,
             max_tokens,
+            shutdown_grace: Duration::from_secs(file.shutdown_grace_sec.unwrap_or(30)),
             config_file: file_path,
             agent_home,
             env_file,
             home_dir,
             secrets_in_file,
         })
+    }
+
+    /// The URL the tracker is told to call, for the port actually bound.
+    pub fn callback_url_for(&self, port: u16) -> String {
+        self.callback_url
+            .clone()
+            .unwrap_or_else(|| format!("http://127.0.0.1:{port}/events"))
+    }
+
+    /// Where agent mode keeps its journal and outbox: `agentHome/state`, else
+    /// `~/.picogent/state/<slug>`.
+    pub fn state_dir(&self) -> PathBuf {
+        match (&self.agent_home, &self.home_dir) {
+            (Some(h), _) => h.join("state"),
+            (None, Some(home)) => home.join(".picogent").join("state").join(&self.slug),
+            (None, None) => self.work_dir.join(".picogent-state").join(&self.slug),
+        }
     }
 
     /// Agent mode runs when a tracker is configured.
@@ -519,9 +543,7 @@ impl Config {
         let mut out: Vec<PathBuf> = Vec::new();
         out.extend(self.config_file.clone());
         out.extend(self.env_file.clone());
-        if let Some(h) = &self.agent_home {
-            out.push(h.join("state"));
-        }
+        out.push(self.state_dir());
         out
     }
 }

@@ -3,7 +3,11 @@
 
 pub mod agent;
 pub mod config;
+pub mod daemon;
 pub mod message;
 pub mod provider;
+pub mod router;
 pub mod tools;
+pub mod tracker;
+pub mod transport;
 pub mod util;

@@ -93,6 +93,7 @@ fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
 }
@@ -119,14 +120,39 @@ fn load_config(arg: Option<&Path>) -> anyhow::Result<Config> {
 
 async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
     let config = load_config(arg)?;
-    let mode = if config.is_agent_mode() {
-        "agent mode (tracker)"
-    } else {
-        "chat mode"
-    };
-    anyhow::bail!(
-        "{mode} is not available in this build yet; use `picogent run \"task\"` to run the agent on one prompt"
-    )
+    if !config.is_agent_mode() {
+        anyhow::bail!(
+            "chat mode is not available in this build yet; configure a tracker (tracker_url) for agent mode, or use `picogent run \"task\"`"
+        );
+    }
+    let agent = Agent::new(config)?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received; draining (send it again to quit at once)");
+        on_signal.cancel();
+        wait_for_signal().await;
+        std::process::exit(130);
+    });
+    picogent::daemon::run(agent, picogent::daemon::Timing::default(), stop).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM or SIGINT.
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {

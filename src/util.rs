@@ -69,6 +69,21 @@ pub fn one_line(s: &str, max: usize) -> String {
     }
 }
 
+/// Compares secrets in time that depends only on their length.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The token of an `Authorization: Bearer <token>` header value.
+pub fn bearer(value: Option<&str>) -> Option<&str> {
+    let v = value?.trim();
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +95,16 @@ mod tests {
         assert_eq!(truncate_bytes(s, 3), "aé");
         assert_eq!(tail_bytes(s, 2), "b");
         assert_eq!(tail_bytes(s, 4), "€b");
+    }
+
+    #[test]
+    fn bearer_tokens_compare_exactly() {
+        assert_eq!(bearer(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(Some("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer(Some("Basic abc")), None);
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
     }
 
     #[test]

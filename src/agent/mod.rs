@@ -143,10 +143,14 @@ impl Agent {
     /// Starts a run. Events stream on the handle; dropping the receiver does not stop
     /// the run (cancel it for that).
     pub fn start(&self, req: RunRequest) -> RunHandle {
+        self.start_with_cancel(req, CancellationToken::new())
+    }
+
+    /// Like `start`, cancelled when `cancel` is.
+    pub fn start_with_cancel(&self, req: RunRequest, cancel: CancellationToken) -> RunHandle {
         // Unbounded on purpose: the provider's delta callback is synchronous, events
         // are small, and every consumer drains them as they come.
         let (tx, rx) = mpsc::unbounded_channel();
-        let cancel = CancellationToken::new();
         let session_id = req.session_id.clone();
         let task = tokio::spawn(runner::run(self.inner.clone(), req, tx, cancel.clone()));
         RunHandle {

@@ -76,6 +76,9 @@ struct Script {
     turns: VecDeque<Turn>,
     /// When set, an exhausted script starts over (benchmarks serve many runs).
     cycle: Option<Vec<Turn>>,
+    /// Benchmarks: neither parse nor keep request bodies, so the server's own cost
+    /// does not grow with the conversation and blur what picogent costs.
+    light: bool,
     requests: Vec<Recorded>,
     call_seq: usize,
 }
@@ -111,6 +114,10 @@ impl ScriptedLlm {
             Wire::OpenAi => format!("http://{}/v1", self.addr),
             _ => format!("http://{}", self.addr),
         }
+    }
+
+    pub fn light(&self) {
+        self.state.lock().unwrap().light = true;
     }
 
     /// Serves the script again from the start each time it runs out.
@@ -191,32 +198,47 @@ fn error_response(status: u16, retry_ms: Option<u64>, message: &str) -> Response
     .unwrap()
 }
 
+/// The request as JSON and its size in tokens (4 bytes each, reported back as input
+/// usage); in light mode only the size and whether it carries tools.
+fn parse_body(s: &Arc<Mutex<Script>>, body: &Bytes) -> (Value, usize) {
+    let tokens = body.len() / 4;
+    if s.lock().unwrap().light {
+        let has_tools = body.windows(8).any(|w| w == b"\"tools\":");
+        return (
+            if has_tools {
+                json!({"tools": []})
+            } else {
+                json!({})
+            },
+            tokens,
+        );
+    }
+    (serde_json::from_slice(body).unwrap_or(Value::Null), tokens)
+}
+
 async fn anthropic(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let (body, tokens) = parse_body(&s, &body);
     if !authorized(&headers) {
         return error_response(401, None, "invalid x-api-key");
     }
     if headers.get("anthropic-version").is_none() {
         return error_response(400, None, "anthropic-version header is required");
     }
-    let tokens = body.to_string().len() / 4;
     let (turn, seq) = ScriptedLlm::next(&s, "/v1/messages", headers, body);
     respond(Wire::Anthropic, turn, seq, tokens)
 }
 
 async fn openai(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let (body, tokens) = parse_body(&s, &body);
     if !authorized(&headers) {
         return error_response(401, None, "Incorrect API key provided");
     }
-    let tokens = body.to_string().len() / 4;
     let (turn, seq) = ScriptedLlm::next(&s, "/v1/chat/completions", headers, body);
     respond(Wire::OpenAi, turn, seq, tokens)
 }
 
 async fn ollama(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let tokens = body.to_string().len() / 4;
+    let (body, tokens) = parse_body(&s, &body);
     let (turn, seq) = ScriptedLlm::next(&s, "/api/chat", headers, body);
     respond(Wire::Ollama, turn, seq, tokens)
 }

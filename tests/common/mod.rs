@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod llm;
+pub mod tracker;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -104,6 +105,58 @@ impl Sandbox {
         )
         .unwrap();
         p
+    }
+}
+
+/// Agent mode in-process: a running daemon and the token that stops it.
+pub struct Daemon {
+    pub stop: tokio_util::sync::CancellationToken,
+    pub task: tokio::task::JoinHandle<Result<(), picogent::daemon::DaemonError>>,
+}
+
+impl Daemon {
+    /// Stops (drains) the daemon and returns how it ended.
+    pub async fn stop(self) -> Result<(), picogent::daemon::DaemonError> {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the daemon did not stop")
+            .unwrap()
+    }
+}
+
+pub fn fast_timing() -> picogent::daemon::Timing {
+    picogent::daemon::Timing {
+        register_retry: Duration::from_millis(100),
+        ws_backoff: (Duration::from_millis(100), Duration::from_secs(1)),
+        report_backoff: (Duration::from_millis(50), Duration::from_millis(200)),
+    }
+}
+
+impl Sandbox {
+    /// Starts agent mode against the fake tracker; `extra` is merged into agent.json.
+    pub fn daemon(
+        &self,
+        llm: &ScriptedLlm,
+        tracker: &tracker::FakeTracker,
+        extra: Value,
+    ) -> Daemon {
+        let mut cfg =
+            json!({"tracker_url": tracker.url(), "listen_port": 0, "shutdown_grace_sec": 5});
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            cfg[k] = v;
+        }
+        self.write_config(llm, Wire::Anthropic, cfg);
+        let env = picogent::config::Env::from_pairs([
+            ("HOME", self.user_home.display().to_string()),
+            ("PICOGENT_API_KEY", llm::API_KEY.to_string()),
+            ("AGENT_TOKEN", tracker::TOKEN.to_string()),
+        ]);
+        let config = Config::load(Some(&self.home), &env, &self.base()).unwrap();
+        let agent = agent_from(config);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(picogent::daemon::run(agent, fast_timing(), stop.clone()));
+        Daemon { stop, task }
     }
 }
 

@@ -25,7 +25,10 @@ fn defaults_from_the_environment_alone() {
     assert_eq!(c.base_url, "https://api.anthropic.com");
     assert_eq!(c.transport, Transport::Http);
     assert_eq!(c.listen_port, 3200);
-    assert_eq!(c.callback_url, "http://127.0.0.1:3200/events");
+    assert_eq!(
+        c.callback_url_for(c.listen_port),
+        "http://127.0.0.1:3200/events"
+    );
     assert_eq!(c.work_dir, sb.work);
     assert_eq!(
         (

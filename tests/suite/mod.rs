@@ -1,6 +1,8 @@
 mod agent_loop;
+mod agent_mode;
 mod cli;
 mod config;
+mod daemon_process;
 mod providers;
 mod sandbox;
 mod sessions;

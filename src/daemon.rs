@@ -1,0 +1,227 @@
+//! Agent mode: start-up checks and log, the durable state, the transport, and a
+//! graceful shutdown. The daemon owns the order of things: the journal and outbox open
+//! before any event can arrive, unfinished work from the last run is queued before new
+//! work, and on SIGTERM running tasks get a grace period before they are interrupted.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::config::{Config, Transport};
+use crate::router::Router;
+use crate::tracker::journal::Journal;
+use crate::tracker::outbox::Outbox;
+use crate::tracker::registration::{self, FatalError};
+use crate::tracker::types::AgentDescription;
+use crate::tracker::TrackerClient;
+use crate::transport;
+
+/// Retry and backoff timings; tests shorten them.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    pub register_retry: Duration,
+    /// WebSocket reconnect delay: first and cap.
+    pub ws_backoff: (Duration, Duration),
+    /// Report delivery retry delay: first and cap.
+    pub report_backoff: (Duration, Duration),
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            register_retry: Duration::from_secs(5),
+            ws_backoff: (Duration::from_secs(1), Duration::from_secs(30)),
+            report_backoff: (Duration::from_secs(1), Duration::from_secs(60)),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot open the agent's state in {path}: {source}")]
+    State {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Fatal(#[from] FatalError),
+}
+
+fn log_start(cfg: &Config, agent: &Agent) {
+    let allowed = if cfg.allowed_paths.is_empty() {
+        "unrestricted".to_string()
+    } else {
+        cfg.allowed_paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let skills: Vec<&str> = agent.skills().iter().map(|s| s.name.as_str()).collect();
+    tracing::info!(
+        name = %cfg.name,
+        slug = %cfg.slug,
+        transport = ?cfg.transport,
+        tracker = cfg.tracker_url.as_deref().unwrap_or("-"),
+        work_dir = %cfg.work_dir.display(),
+        provider = cfg.provider.as_str(),
+        model = %cfg.model,
+        allowed_paths = %allowed,
+        skills = %if skills.is_empty() { "none".to_string() } else { skills.join(", ") },
+        max_concurrent_tasks = cfg.max_concurrent_tasks,
+        "picogent agent mode starting"
+    );
+}
+
+/// Runs agent mode until `stop` is cancelled (then drains) or a fatal error.
+pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
+    let cfg = agent.config().clone();
+    let tracker_url = cfg.tracker_url.clone().ok_or_else(|| {
+        DaemonError::Config("agent mode needs tracker_url (or TRACKER_URL)".into())
+    })?;
+    let token = cfg.token.clone().ok_or_else(|| {
+        DaemonError::Config("agent mode needs the tracker's bearer token: set AGENT_TOKEN (or `token` in agent.json)".into())
+    })?;
+    log_start(&cfg, &agent);
+    let state_dir = cfg.state_dir();
+    let state_err = |source| DaemonError::State {
+        path: state_dir.display().to_string(),
+        source,
+    };
+    let journal = Arc::new(Mutex::new(Journal::open(&state_dir).map_err(state_err)?));
+    let outbox = Outbox::open(&state_dir).map_err(state_err)?;
+    let client = TrackerClient::new(&tracker_url, &token)
+        .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?;
+    let router = Router::new(agent.clone(), journal, outbox.clone());
+
+    let outbox_stop = CancellationToken::new();
+    let outbox_task = tokio::spawn(outbox.clone().run(
+        client.clone(),
+        timing.report_backoff,
+        outbox_stop.clone(),
+    ));
+    router.resume_pending();
+
+    let server_stop = CancellationToken::new();
+    let result = match cfg.transport {
+        Transport::Http => {
+            run_http(&cfg, &token, &client, &router, &timing, &stop, &server_stop).await
+        }
+        Transport::Ws => {
+            let opts = transport::ws::WsOptions {
+                tracker_url,
+                token,
+                heartbeat: Duration::from_secs(cfg.heartbeat_interval_sec),
+                backoff: timing.ws_backoff,
+            };
+            let desc = AgentDescription::new(&cfg, None);
+            transport::ws::run(opts, desc, router.clone(), stop.clone())
+                .await
+                .map_err(DaemonError::from)
+        }
+    };
+    if let Err(e) = &result {
+        tracing::error!("{e}");
+    }
+    tracing::info!(
+        "shutting down: no new events; running tasks get {:?} to finish",
+        cfg.shutdown_grace
+    );
+    router.shutdown(cfg.shutdown_grace).await;
+    server_stop.cancel();
+    // Give queued reports a moment to go out; the rest are delivered after a restart.
+    let flush_until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !outbox.is_empty() && tokio::time::Instant::now() < flush_until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    outbox_stop.cancel();
+    let _ = outbox_task.await;
+    if !outbox.is_empty() {
+        tracing::warn!(
+            "{} report(s) not yet delivered; they are sent at the next start",
+            outbox.len()
+        );
+    }
+    tracing::info!("stopped");
+    result
+}
+
+/// Binds the events server, registers with the callback URL, then beats until `stop`.
+async fn run_http(
+    cfg: &Config,
+    token: &str,
+    client: &TrackerClient,
+    router: &Router,
+    timing: &Timing,
+    stop: &CancellationToken,
+    server_stop: &CancellationToken,
+) -> Result<(), DaemonError> {
+    // Listen on loopback when the tracker is told a loopback address; everywhere when
+    // it is told another host's address.
+    let host: IpAddr = match cfg
+        .callback_url
+        .as_deref()
+        .and_then(|u| reqwest::Url::parse(u).ok())
+        .and_then(|u| u.host_str().map(str::to_string))
+    {
+        Some(h) if !(h == "localhost" || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())) => {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        }
+        _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    };
+    let addr = std::net::SocketAddr::new(host, cfg.listen_port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| DaemonError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+    let port = listener
+        .local_addr()
+        .map(|a| a.port())
+        .unwrap_or(cfg.listen_port);
+    let callback = cfg.callback_url_for(port);
+    tracing::info!(listen = %std::net::SocketAddr::new(host, port), callback = %callback, "events server listening");
+    let app = transport::http::app(token.to_string(), router.clone());
+    let graceful = server_stop.clone();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { graceful.cancelled().await })
+            .await
+        {
+            tracing::error!("events server failed: {e}");
+        }
+    });
+
+    let desc = AgentDescription::new(cfg, Some(callback));
+    let Some(reg) = registration::register(client, &desc, timing.register_retry, stop).await?
+    else {
+        return Ok(());
+    };
+    let interval = Duration::from_secs(
+        reg.heartbeat_interval_sec
+            .filter(|s| *s > 0)
+            .unwrap_or(cfg.heartbeat_interval_sec),
+    );
+    let r = router.clone();
+    registration::heartbeats(
+        client,
+        &desc,
+        interval,
+        timing.register_retry,
+        move || r.load(),
+        stop,
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,524 @@
+//! The router: turns accepted tracker events into agent runs and reports.
+//!
+//! At most `max_concurrent_tasks` runs at once; the rest wait in a FIFO queue. Runs of
+//! one task never overlap: a chat message for a task whose run is going waits for it.
+//! `task.cancelled` drops the task's queued work and cancels its run. Every outcome is
+//! reported through the outbox; an event is marked done in the journal only once its
+//! reports are queued, so a crash in between replays it instead of losing it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Agent, AgentEvent, Outcome, RunRequest};
+use crate::tracker::journal::Journal;
+use crate::tracker::outbox::Outbox;
+use crate::tracker::types::{Envelope, Event, Load, Report};
+
+/// After this many starts without finishing (the daemon died each time), a task is
+/// reported as blocked instead of being run again.
+const MAX_ATTEMPTS: u32 = 3;
+
+/// What became of an event handed to the router.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Accepted {
+    New,
+    Duplicate,
+    Ignored,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the event could not be recorded: {0}")]
+    Journal(String),
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug, Clone)]
+enum JobKind {
+    Task {
+        title: String,
+        description: String,
+    },
+    Chat {
+        message_id: String,
+        content: String,
+        author: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    event_id: String,
+    task_id: String,
+    kind: JobKind,
+}
+
+enum StopReason {
+    Cancelled(Option<String>),
+    Shutdown,
+}
+
+struct Running {
+    cancel: CancellationToken,
+    why: Option<StopReason>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Job>,
+    running: HashMap<String, Running>,
+    draining: bool,
+}
+
+struct Shared {
+    agent: Agent,
+    journal: Arc<Mutex<Journal>>,
+    outbox: Outbox,
+    max: usize,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+#[derive(Clone)]
+pub struct Router {
+    shared: Arc<Shared>,
+}
+
+/// The session a task's work and chat continue in.
+pub fn session_for(task_id: &str) -> String {
+    let clean: String = task_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(100)
+        .collect();
+    if clean == task_id {
+        format!("task-{clean}")
+    } else {
+        // Different ids must not share a session after cleaning.
+        let hash = task_id.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
+        format!("task-{clean}-{hash:016x}")
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Router {
+    pub fn new(agent: Agent, journal: Arc<Mutex<Journal>>, outbox: Outbox) -> Router {
+        let max = agent.config().max_concurrent_tasks;
+        Router {
+            shared: Arc::new(Shared {
+                agent,
+                journal,
+                outbox,
+                max,
+                state: Mutex::new(State::default()),
+                changed: Notify::new(),
+            }),
+        }
+    }
+
+    /// Validates, journals and schedules one event. The journal write is synced before
+    /// this returns, so the caller may acknowledge the event.
+    pub async fn accept(&self, env: Envelope) -> Result<Accepted, AcceptError> {
+        let Some(event) = Event::parse(&env).map_err(AcceptError::Invalid)? else {
+            tracing::debug!(id = %env.id, kind = %env.kind, "ignored an event type this agent does not handle");
+            return Ok(Accepted::Ignored);
+        };
+        if lock(&self.shared.state).draining {
+            // A duplicate can still be acknowledged: it was recorded before.
+            if lock(&self.shared.journal).is_seen(&env.id) {
+                return Ok(Accepted::Duplicate);
+            }
+            return Err(AcceptError::ShuttingDown);
+        }
+        let journal = self.shared.journal.clone();
+        let env2 = env.clone();
+        let new = tokio::task::spawn_blocking(move || lock(&journal).accept(&env2))
+            .await
+            .map_err(|e| AcceptError::Journal(e.to_string()))?
+            .map_err(|e| AcceptError::Journal(e.to_string()))?;
+        if !new {
+            return Ok(Accepted::Duplicate);
+        }
+        tracing::info!(id = %env.id, kind = %env.kind, task = %event.task_id(), "event accepted");
+        self.submit(&env.id, event);
+        Ok(Accepted::New)
+    }
+
+    /// Re-queues the journal's unfinished events after a restart.
+    pub fn resume_pending(&self) {
+        let pending = lock(&self.shared.journal).pending().to_vec();
+        for p in pending {
+            match Event::parse(&p.envelope) {
+                Ok(Some(event)) => {
+                    tracing::info!(id = %p.envelope.id, task = %event.task_id(), attempts = p.attempts, "resuming an event from before the restart");
+                    self.submit(&p.envelope.id, event);
+                }
+                _ => self.mark_done(&p.envelope.id),
+            }
+        }
+    }
+
+    fn submit(&self, event_id: &str, event: Event) {
+        let job = match event {
+            Event::TaskAssigned(t) => Job {
+                event_id: event_id.into(),
+                task_id: t.id,
+                kind: JobKind::Task {
+                    title: t.title,
+                    description: t.description.unwrap_or_default(),
+                },
+            },
+            Event::ChatMessage { task_id, message } => Job {
+                event_id: event_id.into(),
+                task_id,
+                kind: JobKind::Chat {
+                    message_id: message.id,
+                    content: message.content,
+                    author: message.author.and_then(|a| a.name),
+                },
+            },
+            Event::TaskCancelled { task_id, reason } => {
+                self.cancel(event_id, &task_id, reason);
+                return;
+            }
+        };
+        lock(&self.shared.state).queue.push_back(job);
+        self.schedule();
+    }
+
+    fn cancel(&self, event_id: &str, task_id: &str, reason: Option<String>) {
+        let (dropped, running) = {
+            let mut st = lock(&self.shared.state);
+            let mut dropped = Vec::new();
+            st.queue.retain(|j| {
+                let keep = j.task_id != task_id;
+                if !keep {
+                    dropped.push(j.event_id.clone());
+                }
+                keep
+            });
+            let running = match st.running.get_mut(task_id) {
+                Some(r) => {
+                    r.why = Some(StopReason::Cancelled(reason.clone()));
+                    r.cancel.cancel();
+                    true
+                }
+                None => false,
+            };
+            (dropped, running)
+        };
+        for id in &dropped {
+            self.mark_done(id);
+        }
+        tracing::info!(
+            task = task_id,
+            running,
+            dropped = dropped.len(),
+            "task cancelled"
+        );
+        if !running {
+            let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+            let content = if dropped.is_empty() {
+                format!("Cancellation noted{why}: no work was running or queued for this task.")
+            } else {
+                format!(
+                    "Work on this task was cancelled{why} before it started; {} queued item(s) were dropped. Nothing was changed.",
+                    dropped.len()
+                )
+            };
+            self.report(
+                task_id,
+                Report::Comment {
+                    content,
+                    reply_to: None,
+                },
+            );
+        }
+        self.mark_done(event_id);
+        self.shared.changed.notify_waiters();
+    }
+
+    fn report(&self, task_id: &str, report: Report) {
+        if let Err(e) = self.shared.outbox.push(task_id, report) {
+            tracing::error!(task = task_id, "cannot queue a report: {e}");
+        }
+    }
+
+    fn mark_done(&self, event_id: &str) {
+        if let Err(e) = lock(&self.shared.journal).done(event_id) {
+            tracing::error!(id = event_id, "cannot record a finished event: {e}");
+        }
+    }
+
+    /// Starts queued jobs while there is capacity, oldest first, one run per task.
+    fn schedule(&self) {
+        let mut st = lock(&self.shared.state);
+        while !st.draining && st.running.len() < self.shared.max {
+            let Some(pos) = st
+                .queue
+                .iter()
+                .position(|j| !st.running.contains_key(&j.task_id))
+            else {
+                break;
+            };
+            let Some(job) = st.queue.remove(pos) else {
+                break;
+            };
+            let cancel = CancellationToken::new();
+            st.running.insert(
+                job.task_id.clone(),
+                Running {
+                    cancel: cancel.clone(),
+                    why: None,
+                },
+            );
+            let me = self.clone();
+            tokio::spawn(async move { me.run_job(job, cancel).await });
+        }
+    }
+
+    async fn run_job(self, job: Job, cancel: CancellationToken) {
+        let attempt = match lock(&self.shared.journal).started(&job.event_id) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("cannot record a started event: {e}");
+                1
+            }
+        };
+        let task = job.task_id.clone();
+        let session_id = session_for(&task);
+        let prompt = match &job.kind {
+            JobKind::Task { title, description } => {
+                if attempt > MAX_ATTEMPTS {
+                    self.report(&task, Report::Comment {
+                        content: format!(
+                            "**picogent stopped retrying this task.** Work on it was interrupted {} times (the daemon stopped or crashed while it ran), so it is not started again automatically. The conversation so far is saved in session `{session_id}`.",
+                            attempt - 1
+                        ),
+                        reply_to: None,
+                    });
+                    self.report(
+                        &task,
+                        Report::Status {
+                            status: "blocked".into(),
+                        },
+                    );
+                    self.finish(&job, true);
+                    return;
+                }
+                self.report(
+                    &task,
+                    Report::Status {
+                        status: "in_progress".into(),
+                    },
+                );
+                let mut p = String::new();
+                if attempt > 1 {
+                    p.push_str("picogent was restarted while you were working on this task, so your last step may not have finished. Check the current state of the working folder, then continue.\n\n");
+                }
+                p.push_str(&format!("Task: {title}"));
+                if !description.trim().is_empty() {
+                    p.push_str(&format!("\n\n{description}"));
+                }
+                p
+            }
+            JobKind::Chat {
+                content, author, ..
+            } => match author {
+                Some(a) => format!("{a} writes on this task:\n\n{content}"),
+                None => content.clone(),
+            },
+        };
+        tracing::info!(task = %task, event = %job.event_id, attempt, "run started");
+        let mut handle = self.shared.agent.start_with_cancel(
+            RunRequest {
+                prompt,
+                session_id: session_id.clone(),
+                work_dir: None,
+                system_prompt: None,
+            },
+            cancel,
+        );
+        let mut outcome = None;
+        while let Some(ev) = handle.events.recv().await {
+            match ev {
+                AgentEvent::ToolCall { summary, .. } => tracing::info!(task = %task, "{summary}"),
+                AgentEvent::Finished { outcome: o } => outcome = Some(o),
+                _ => {}
+            }
+        }
+        let outcome = match outcome {
+            Some(o) => o,
+            None => handle.finish().await,
+        };
+        let why = lock(&self.shared.state)
+            .running
+            .get_mut(&task)
+            .and_then(|r| r.why.take());
+        let done = self.report_outcome(&job, &session_id, outcome, why);
+        self.finish(&job, done);
+    }
+
+    /// Queues the reports for an outcome; false when the event must stay pending.
+    fn report_outcome(
+        &self,
+        job: &Job,
+        session_id: &str,
+        outcome: Outcome,
+        why: Option<StopReason>,
+    ) -> bool {
+        let task = &job.task_id;
+        let reply_to = match &job.kind {
+            JobKind::Chat { message_id, .. } => Some(message_id.clone()),
+            JobKind::Task { .. } => None,
+        };
+        let is_task = reply_to.is_none();
+        let what = if is_task { "task" } else { "message" };
+        match (outcome, why) {
+            (Outcome::Cancelled { .. }, Some(StopReason::Shutdown)) => {
+                tracing::info!(task = %task, "run interrupted by shutdown; it resumes at the next start");
+                return false;
+            }
+            (Outcome::Completed { text, .. }, None | Some(StopReason::Shutdown)) => {
+                let content = if text.trim().is_empty() {
+                    "(The agent finished without a written answer.)".to_string()
+                } else {
+                    text
+                };
+                self.report(task, Report::Comment { content, reply_to });
+                if is_task {
+                    self.report(
+                        task,
+                        Report::Status {
+                            status: "review".into(),
+                        },
+                    );
+                }
+            }
+            (Outcome::Completed { text, .. }, Some(StopReason::Cancelled(_))) => {
+                // The answer arrived as the cancellation did: keep the answer, but the
+                // tracker owns the status now.
+                let content = format!(
+                    "{text}\n\n_(This finished just as the {what} was cancelled; the status was left as the tracker set it.)_"
+                );
+                self.report(task, Report::Comment { content, reply_to });
+            }
+            (
+                Outcome::Failed { steps, .. } | Outcome::Cancelled { steps, .. },
+                Some(StopReason::Cancelled(reason)),
+            ) => {
+                let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+                let content = format!(
+                    "Work on this {what} was cancelled{reason} after {steps} model turn(s). Changes already made in the working folder were kept as they are; the conversation is saved in session `{session_id}`."
+                );
+                self.report(task, Report::Comment { content, reply_to });
+            }
+            (Outcome::Failed { error, .. }, None | Some(StopReason::Shutdown)) => {
+                self.report_failure(task, reply_to, session_id, &error)
+            }
+            (Outcome::Cancelled { .. }, None) => {
+                self.report_failure(task, reply_to, session_id, "the run was cancelled")
+            }
+        }
+        true
+    }
+
+    fn report_failure(&self, task: &str, reply_to: Option<String>, session_id: &str, error: &str) {
+        let content = if reply_to.is_none() {
+            format!("**picogent could not finish this task.**\n\n{error}\n\nThe conversation so far is saved in session `{session_id}`.")
+        } else {
+            format!("**picogent could not answer this message.**\n\n{error}")
+        };
+        let is_task = reply_to.is_none();
+        self.report(task, Report::Comment { content, reply_to });
+        if is_task {
+            self.report(
+                task,
+                Report::Status {
+                    status: "blocked".into(),
+                },
+            );
+        }
+    }
+
+    fn finish(&self, job: &Job, done: bool) {
+        if done {
+            self.mark_done(&job.event_id);
+        }
+        lock(&self.shared.state).running.remove(&job.task_id);
+        tracing::info!(task = %job.task_id, "run ended");
+        self.shared.changed.notify_waiters();
+        self.schedule();
+    }
+
+    /// What the heartbeat says.
+    pub fn load(&self) -> Load {
+        let st = lock(&self.shared.state);
+        let mut active: Vec<String> = st.running.keys().cloned().collect();
+        active.sort();
+        Load {
+            status: if active.is_empty() { "idle" } else { "busy" },
+            active_tasks: active,
+            queued: st.queue.len(),
+        }
+    }
+
+    /// Stops starting new work, lets running work finish for `grace`, then cancels it;
+    /// cancelled work stays in the journal and resumes at the next start.
+    pub async fn shutdown(&self, grace: Duration) {
+        lock(&self.shared.state).draining = true;
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let notified = self.shared.changed.notified();
+            if lock(&self.shared.state).running.is_empty() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        {
+            let mut st = lock(&self.shared.state);
+            tracing::warn!(
+                running = st.running.len(),
+                "grace period over; interrupting running work"
+            );
+            for r in st.running.values_mut() {
+                r.why = Some(StopReason::Shutdown);
+                r.cancel.cancel();
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let notified = self.shared.changed.notified();
+            if lock(&self.shared.state).running.is_empty() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                tracing::error!("some runs did not stop within 10 s of being cancelled");
+                return;
+            }
+        }
+    }
+}

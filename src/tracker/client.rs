@@ -1,0 +1,196 @@
+//! The tracker's REST API as the agent calls it: registration, heartbeats, task status
+//! and comments, each with the bearer token and a classified error.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::types::{AgentDescription, Load, Registered, Report};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrackerError {
+    /// 401 or 403: the token is wrong; retrying will not help.
+    #[error("the tracker refused the token (HTTP {status} from {url}): {message}. Check AGENT_TOKEN / `token`")]
+    Unauthorized {
+        status: u16,
+        url: String,
+        message: String,
+    },
+    /// 404: the tracker does not know the agent or the task.
+    #[error("HTTP 404 from {url}: {message}")]
+    NotFound { url: String, message: String },
+    /// Another 4xx other than 429: the request itself is wrong; not retried.
+    #[error("HTTP {status} from {url}: {message}")]
+    Rejected {
+        status: u16,
+        url: String,
+        message: String,
+    },
+    /// Connection errors, timeouts, 5xx, 429: worth another try.
+    #[error("{message} ({url})")]
+    Transient { url: String, message: String },
+}
+
+impl TrackerError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, TrackerError::Transient { .. })
+    }
+}
+
+#[derive(Clone)]
+pub struct TrackerClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+/// The message of a tracker error body `{"error": {"code", "message"}}`, else the body.
+fn tracker_message(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            let e = &v["error"];
+            e["message"].as_str().or(e.as_str()).map(str::to_string)
+        })
+        .unwrap_or_else(|| crate::util::one_line(body, 300))
+}
+
+impl TrackerClient {
+    pub fn new(base: &str, token: &str) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .user_agent(concat!("picogent/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(TrackerClient {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+        })
+    }
+
+    async fn send<B: Serialize>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &B,
+        idempotency_key: Option<&str>,
+    ) -> Result<Value, TrackerError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .http
+            .request(method, &url)
+            .bearer_auth(&self.token)
+            .json(body);
+        if let Some(k) = idempotency_key {
+            req = req.header("Idempotency-Key", k);
+        }
+        let resp = req.send().await.map_err(|e| TrackerError::Transient {
+            url: url.clone(),
+            message: format!("cannot reach the tracker: {e}"),
+        })?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        match status {
+            200..=299 => Ok(serde_json::from_str(&text).unwrap_or(Value::Null)),
+            401 | 403 => Err(TrackerError::Unauthorized {
+                status,
+                url,
+                message: tracker_message(&text),
+            }),
+            404 => Err(TrackerError::NotFound {
+                url,
+                message: tracker_message(&text),
+            }),
+            429 | 500..=599 | 408 => Err(TrackerError::Transient {
+                url,
+                message: format!("HTTP {status}: {}", tracker_message(&text)),
+            }),
+            _ => Err(TrackerError::Rejected {
+                status,
+                url,
+                message: tracker_message(&text),
+            }),
+        }
+    }
+
+    pub async fn register(&self, desc: &AgentDescription) -> Result<Registered, TrackerError> {
+        let v = self
+            .send(reqwest::Method::POST, "/api/v1/agents/register", desc, None)
+            .await?;
+        Ok(serde_json::from_value(v).unwrap_or(Registered {
+            agent_id: None,
+            heartbeat_interval_sec: None,
+        }))
+    }
+
+    pub async fn heartbeat(&self, slug: &str, load: &Load) -> Result<(), TrackerError> {
+        let body = json!({"slug": slug, "status": load.status, "active_tasks": load.active_tasks, "queued": load.queued});
+        self.send(
+            reqwest::Method::POST,
+            "/api/v1/agents/heartbeat",
+            &body,
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Delivers one report. `key` lets a tracker that supports it drop a repeat.
+    pub async fn report(
+        &self,
+        task_id: &str,
+        report: &Report,
+        key: &str,
+    ) -> Result<(), TrackerError> {
+        let task = urlencode(task_id);
+        match report {
+            Report::Status { status } => self
+                .send(
+                    reqwest::Method::PATCH,
+                    &format!("/api/v1/tasks/{task}"),
+                    &json!({"status": status}),
+                    Some(key),
+                )
+                .await
+                .map(|_| ()),
+            Report::Comment { content, reply_to } => {
+                let mut body = json!({"content": content});
+                if let Some(r) = reply_to {
+                    body["reply_to"] = json!(r);
+                }
+                self.send(
+                    reqwest::Method::POST,
+                    &format!("/api/v1/tasks/{task}/comments"),
+                    &body,
+                    Some(key),
+                )
+                .await
+                .map(|_| ())
+            }
+        }
+    }
+}
+
+/// Percent-encodes an opaque id for use as one path segment.
+fn urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids_are_encoded_as_one_segment() {
+        assert_eq!(super::urlencode("t_12"), "t_12");
+        assert_eq!(super::urlencode("a/b c"), "a%2Fb%20c");
+    }
+}

@@ -1,0 +1,82 @@
+//! Registration and heartbeats over HTTP: register (retrying transient failures every
+//! few seconds, stopping on a refused token or an invalid description), then beat on
+//! the interval the tracker asked for, registering again when it forgot the agent.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::types::{AgentDescription, Load, Registered};
+use super::{TrackerClient, TrackerError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FatalError {
+    #[error("{0}")]
+    Tracker(TrackerError),
+    #[error("the tracker rejected the agent description: {0}")]
+    Invalid(String),
+}
+
+/// Registers, retrying every `retry` on connection errors, 5xx and 429. `None` when
+/// `stop` was cancelled first.
+pub async fn register(
+    client: &TrackerClient,
+    desc: &AgentDescription,
+    retry: Duration,
+    stop: &CancellationToken,
+) -> Result<Option<Registered>, FatalError> {
+    loop {
+        match client.register(desc).await {
+            Ok(r) => {
+                tracing::info!(
+                    agent_id = r.agent_id.as_deref().unwrap_or("-"),
+                    "registered with the tracker"
+                );
+                return Ok(Some(r));
+            }
+            Err(e @ TrackerError::Unauthorized { .. }) => return Err(FatalError::Tracker(e)),
+            Err(TrackerError::Rejected {
+                status, message, ..
+            }) if status == 400 || status == 422 => return Err(FatalError::Invalid(message)),
+            Err(e) => tracing::warn!("registration failed, retrying in {retry:?}: {e}"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(retry) => {}
+            _ = stop.cancelled() => return Ok(None),
+        }
+    }
+}
+
+/// Beats every `interval` until `stop`; a 404 means the tracker forgot the agent, so it
+/// registers again at once. Other failures are logged and the next beat goes on time.
+pub async fn heartbeats(
+    client: &TrackerClient,
+    desc: &AgentDescription,
+    mut interval: Duration,
+    retry: Duration,
+    load: impl Fn() -> Load,
+    stop: &CancellationToken,
+) -> Result<(), FatalError> {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.cancelled() => return Ok(()),
+        }
+        match client.heartbeat(&desc.slug, &load()).await {
+            Ok(()) => {}
+            Err(TrackerError::NotFound { .. }) => {
+                tracing::warn!("the tracker no longer knows this agent; registering again");
+                match register(client, desc, retry, stop).await? {
+                    Some(r) => {
+                        if let Some(s) = r.heartbeat_interval_sec.filter(|s| *s > 0) {
+                            interval = Duration::from_secs(s);
+                        }
+                    }
+                    None => return Ok(()),
+                }
+            }
+            Err(e @ TrackerError::Unauthorized { .. }) => return Err(FatalError::Tracker(e)),
+            Err(e) => tracing::warn!("heartbeat failed: {e}"),
+        }
+    }
+}

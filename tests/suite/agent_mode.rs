@@ -1,0 +1,503 @@
+//! Agent mode in-process against the fake tracker and the scripted model.
+
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+
+use crate::common::tracker::{deliver_raw, FakeTracker, TOKEN};
+use crate::common::*;
+
+fn assigned(event: &str, task: &str, title: &str) -> Value {
+    json!({"id": event, "type": "task.assigned", "created_at": "2026-11-29T10:00:00Z",
+           "data": {"task": {"id": task, "title": title, "description": "Please do it.", "status": "todo", "labels": ["bug"]}}})
+}
+
+fn chat(event: &str, task: &str, msg: &str, content: &str) -> Value {
+    json!({"id": event, "type": "chat.message", "data": {"task_id": task,
+           "message": {"id": msg, "content": content, "author": {"id": "u_3", "name": "Olga"}}}})
+}
+
+fn cancelled(event: &str, task: &str) -> Value {
+    json!({"id": event, "type": "task.cancelled", "data": {"task_id": task, "reason": "reassigned"}})
+}
+
+/// Waits for registration and returns the callback URL the agent announced.
+async fn callback(tracker: &FakeTracker) -> String {
+    tracker
+        .wait_for(10, "registration", |t| t.registration().is_some())
+        .await;
+    tracker.registration().unwrap()["callback_url"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_task_runs_and_reports_in_progress_comment_review_in_order() {
+    let sb = Sandbox::new();
+    sb.write("bug.txt", "crash on empty input");
+    let llm = ScriptedLlm::start(vec![
+        tool("read", json!({"path": "bug.txt"})),
+        text("Fixed the crash."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(
+        &llm,
+        &tracker,
+        json!({"capabilities": ["coding", "review"]}),
+    );
+    let cb = callback(&tracker).await;
+    let reg = tracker.registration().unwrap();
+    assert_eq!(reg["slug"], "test");
+    assert_eq!(reg["transport"], "http");
+    assert_eq!(reg["capabilities"], json!(["coding", "review"]));
+    assert_eq!(reg["max_concurrent_tasks"], 2);
+    assert!(
+        cb.starts_with("http://127.0.0.1:") && cb.ends_with("/events"),
+        "{cb}"
+    );
+
+    let (status, body) = tracker
+        .deliver(&cb, &assigned("evt_1", "t_12", "Fix empty input crash"))
+        .await;
+    assert_eq!((status, body), (202, json!({"accepted": true})));
+    tracker
+        .wait_for(20, "review", |t| {
+            t.timeline("t_12").contains(&"status:review".to_string())
+        })
+        .await;
+    assert_eq!(
+        tracker.timeline("t_12"),
+        vec![
+            "status:in_progress",
+            "comment:Fixed the crash.",
+            "status:review"
+        ]
+    );
+    // The model got the title and description.
+    let first = &llm.requests()[0].body["messages"][0]["content"][0]["text"];
+    assert_eq!(first, "Task: Fix empty input crash\n\nPlease do it.");
+    // A redelivery is a duplicate and does not run again.
+    let (status, body) = tracker
+        .deliver(&cb, &assigned("evt_1", "t_12", "Fix empty input crash"))
+        .await;
+    assert_eq!((status, body), (200, json!({"duplicate": true})));
+    // Heartbeats say idle once the work is done.
+    tracker
+        .wait_for(5, "an idle heartbeat", |t| {
+            t.ok_calls("/api/v1/agents/heartbeat").iter().any(|c| {
+                c.body == json!({"slug": "test", "status": "idle", "active_tasks": [], "queued": 0})
+            })
+        })
+        .await;
+    d.stop().await.unwrap();
+    assert_eq!(llm.request_count(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_run_comments_why_then_blocks() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![Turn::Status(400, None)]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = callback(&tracker).await;
+    tracker
+        .deliver(&cb, &assigned("evt_f", "t_f", "Doomed"))
+        .await;
+    tracker
+        .wait_for(20, "blocked", |t| {
+            t.timeline("t_f").contains(&"status:blocked".to_string())
+        })
+        .await;
+    let tl = tracker.timeline("t_f");
+    assert_eq!(tl.len(), 3, "{tl:?}");
+    assert_eq!(tl[0], "status:in_progress");
+    assert!(
+        tl[1].contains("could not finish this task") && tl[1].contains("HTTP 400"),
+        "{}",
+        tl[1]
+    );
+    assert_eq!(tl[2], "status:blocked");
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_chat_message_continues_the_tasks_session_and_replies() {
+    let sb = Sandbox::new();
+    let llm =
+        ScriptedLlm::start(vec![text("Done with the task."), text("Added a test too.")]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = callback(&tracker).await;
+    tracker
+        .deliver(&cb, &assigned("evt_a", "t_c", "Write parser"))
+        .await;
+    tracker
+        .wait_for(20, "review", |t| {
+            t.timeline("t_c").contains(&"status:review".to_string())
+        })
+        .await;
+    let (status, _) = tracker
+        .deliver(
+            &cb,
+            &chat("evt_b", "t_c", "m_88", "Also add a test, please"),
+        )
+        .await;
+    assert_eq!(status, 202);
+    tracker
+        .wait_for(20, "the reply", |t| t.comments("t_c").len() == 2)
+        .await;
+    let reply = &tracker.comments("t_c")[1];
+    assert_eq!(
+        reply,
+        &json!({"content": "Added a test too.", "reply_to": "m_88"})
+    );
+    // Same session: the second request carries the task's conversation.
+    let msgs = llm.requests()[1].body["messages"].clone();
+    assert_eq!(
+        msgs[0]["content"][0]["text"],
+        "Task: Write parser\n\nPlease do it."
+    );
+    assert_eq!(msgs[1]["content"][0]["text"], "Done with the task.");
+    assert_eq!(
+        msgs[2]["content"][0]["text"],
+        "Olga writes on this task:\n\nAlso add a test, please"
+    );
+    // A chat message does not change the status.
+    assert_eq!(
+        tracker
+            .timeline("t_c")
+            .iter()
+            .filter(|e| e.starts_with("status:"))
+            .count(),
+        2
+    );
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancelling_a_running_task_stops_it_and_says_so() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = callback(&tracker).await;
+    tracker
+        .deliver(&cb, &assigned("evt_x", "t_x", "Long job"))
+        .await;
+    tracker
+        .wait_for(10, "in_progress", |t| {
+            t.timeline("t_x")
+                .contains(&"status:in_progress".to_string())
+        })
+        .await;
+    while llm.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let (status, _) = tracker.deliver(&cb, &cancelled("evt_y", "t_x")).await;
+    assert_eq!(status, 202);
+    tracker
+        .wait_for(10, "the cancellation comment", |t| {
+            t.comments("t_x").len() == 1
+        })
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let tl = tracker.timeline("t_x");
+    assert_eq!(tl.len(), 2, "{tl:?}");
+    assert!(
+        tl[1].contains("cancelled (reassigned)") && tl[1].contains("were kept"),
+        "{}",
+        tl[1]
+    );
+    // A queued chat message for a cancelled task is dropped too; nothing else is posted.
+    d.stop().await.unwrap();
+    assert_eq!(tracker.timeline("t_x").len(), 2);
+}
+
+#[tokio::test]
+async fn five_tasks_run_two_at_a_time_in_arrival_order() {
+    let sb = Sandbox::new();
+    let turns = (0..5)
+        .map(|_| Turn::Stall(Duration::from_millis(400), "done".into()))
+        .collect();
+    let llm = ScriptedLlm::start(turns).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"max_concurrent_tasks": 2}));
+    let cb = callback(&tracker).await;
+    for i in 0..5 {
+        let (status, _) = tracker
+            .deliver(&cb, &assigned(&format!("e{i}"), &format!("t{i}"), "job"))
+            .await;
+        assert_eq!(status, 202);
+    }
+    tracker
+        .wait_for(30, "five reviews", |t| {
+            (0..5).all(|i| {
+                t.timeline(&format!("t{i}"))
+                    .contains(&"status:review".to_string())
+            })
+        })
+        .await;
+    let calls = tracker.calls();
+    let mut starts = Vec::new();
+    let mut spans = Vec::new();
+    for i in 0..5 {
+        let path = format!("/api/v1/tasks/t{i}");
+        let s = calls
+            .iter()
+            .find(|c| c.path == path && c.body["status"] == "in_progress")
+            .unwrap()
+            .at;
+        let e = calls
+            .iter()
+            .find(|c| c.path == path && c.body["status"] == "review")
+            .unwrap()
+            .at;
+        starts.push((s, i));
+        spans.push((s, e));
+    }
+    starts.sort();
+    assert_eq!(
+        starts.iter().map(|(_, i)| *i).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    for (s, _) in &spans {
+        let overlapping = spans.iter().filter(|(s2, e2)| s2 <= s && s < e2).count();
+        assert!(overlapping <= 2, "{overlapping} tasks ran at once");
+    }
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_events_get_the_answer_the_protocol_table_gives() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = callback(&tracker).await;
+    let good = assigned("evt_ok", "t_ok", "x").to_string().into_bytes();
+    assert_eq!(deliver_raw(&cb, None, good.clone()).await.0, 401);
+    assert_eq!(deliver_raw(&cb, Some("wrong"), good.clone()).await.0, 401);
+    let (s, b) = deliver_raw(&cb, Some(TOKEN), b"{not json".to_vec()).await;
+    assert_eq!(s, 400);
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("not JSON"),
+        "{b}"
+    );
+    for (body, needle) in [
+        (json!({"type": "task.assigned", "data": {}}), "`id`"),
+        (
+            json!({"id": "", "type": "task.assigned", "data": {}}),
+            "`id`",
+        ),
+        (json!({"id": "e", "data": {}}), "`type`"),
+        (
+            json!({"id": "e", "type": "task.assigned", "data": "x"}),
+            "`data`",
+        ),
+        (
+            json!({"id": "e", "type": "task.assigned", "data": {"task": {"id": "t"}}}),
+            "data.task",
+        ),
+    ] {
+        let (s, b) = deliver_raw(&cb, Some(TOKEN), body.to_string().into_bytes()).await;
+        assert_eq!(s, 400, "{body}");
+        assert!(
+            b["error"]["message"].as_str().unwrap().contains(needle),
+            "{body}: {b}"
+        );
+    }
+    let big = vec![b' '; (1 << 20) + 10];
+    assert_eq!(deliver_raw(&cb, Some(TOKEN), big).await.0, 413);
+    let (s, b) = tracker
+        .deliver(
+            &cb,
+            &json!({"id": "e_u", "type": "agent.poked", "data": {}}),
+        )
+        .await;
+    assert_eq!((s, b), (200, json!({"ignored": true})));
+    let health = reqwest::get(cb.replace("/events", "/healthz"))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    d.stop().await.unwrap();
+    assert_eq!(llm.request_count(), 0);
+}
+
+#[tokio::test]
+async fn registration_is_retried_while_the_tracker_is_down() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| f.register_down = 3);
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    callback(&tracker).await;
+    let attempts = tracker
+        .calls()
+        .iter()
+        .filter(|c| c.path == "/api/v1/agents/register")
+        .count();
+    assert_eq!(attempts, 4);
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_token_stops_the_daemon_with_a_clear_error() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| f.register_status = Some(401));
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let err = tokio::time::timeout(Duration::from_secs(10), d.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("refused the token") && err.to_string().contains("AGENT_TOKEN"),
+        "{err}"
+    );
+    assert_eq!(tracker.calls().len(), 1, "a refused token is not retried");
+}
+
+#[tokio::test]
+async fn a_heartbeat_404_registers_again() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| f.forget_agent = true);
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    tracker
+        .wait_for(10, "a second registration", |t| {
+            t.ok_calls("/api/v1/agents/register").len() == 2
+        })
+        .await;
+    let hb404 = tracker
+        .calls()
+        .iter()
+        .position(|c| c.status == 404)
+        .unwrap();
+    let second_reg = tracker
+        .calls()
+        .iter()
+        .rposition(|c| c.path == "/api/v1/agents/register")
+        .unwrap();
+    assert!(second_reg > hb404);
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn reports_are_retried_through_503s_and_arrive_exactly_once() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("All good.")]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| f.reports_down = 4);
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = callback(&tracker).await;
+    tracker
+        .deliver(&cb, &assigned("evt_r", "t_r", "Flaky tracker"))
+        .await;
+    tracker
+        .wait_for(20, "review", |t| {
+            t.timeline("t_r").contains(&"status:review".to_string())
+        })
+        .await;
+    assert_eq!(
+        tracker.timeline("t_r"),
+        vec!["status:in_progress", "comment:All good.", "status:review"]
+    );
+    let failed = tracker.calls().iter().filter(|c| c.status == 503).count();
+    assert_eq!(failed, 4);
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn websocket_transport_works_end_to_end() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("Done over WebSocket.")]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"transport": "ws"}));
+    tracker.ws_send(assigned("evt_w", "t_w", "Over ws"));
+    tracker
+        .wait_for(20, "review", |t| {
+            t.timeline("t_w").contains(&"status:review".to_string())
+        })
+        .await;
+    assert_eq!(
+        tracker.timeline("t_w"),
+        vec![
+            "status:in_progress",
+            "comment:Done over WebSocket.",
+            "status:review"
+        ]
+    );
+    assert_eq!(tracker.ws_acked(), vec!["evt_w"]);
+    let frames = tracker.ws_frames();
+    assert_eq!(frames[0], json!({"type": "auth", "token": TOKEN}));
+    assert_eq!(frames[1]["type"], "register");
+    assert_eq!(frames[1]["agent"]["transport"], "ws");
+    assert!(frames[1]["agent"].get("callback_url").is_none());
+    tracker
+        .wait_for(5, "a heartbeat frame", |t| {
+            t.ws_frames().iter().any(|f| f["type"] == "heartbeat")
+        })
+        .await;
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn websocket_reconnects_with_growing_delays_and_an_unacked_event_runs_once() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("Ran once.")]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| {
+        f.ws_refuse = 3;
+        f.ws_lose_ack_of = Some("evt_once".into());
+    });
+    tracker.ws_send(assigned("evt_once", "t_once", "Exactly once"));
+    let d = sb.daemon(&llm, &tracker, json!({"transport": "ws"}));
+    tracker
+        .wait_for(20, "the ack after redelivery", |t| {
+            t.ws_acked() == vec!["evt_once".to_string()]
+        })
+        .await;
+    let at = tracker.ws_attempts();
+    assert!(at.len() >= 5, "{} attempts", at.len());
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    // 100 ms, 200 ms, 400 ms (+ up to 25% jitter): each refused attempt waits longer.
+    assert!(
+        gaps[0] >= Duration::from_millis(90) && gaps[1] > gaps[0] && gaps[2] > gaps[1],
+        "{gaps:?}"
+    );
+    // After a registered connection was lost, the delay starts again from the first.
+    assert!(gaps[3] < gaps[2], "{gaps:?}");
+    tracker
+        .wait_for(20, "review", |t| {
+            t.timeline("t_once").contains(&"status:review".to_string())
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(llm.request_count(), 1, "the redelivered event ran again");
+    assert_eq!(tracker.timeline("t_once").len(), 3);
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn websocket_close_4001_stops_the_daemon_naming_the_token() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| f.ws_reject_auth = true);
+    let d = sb.daemon(&llm, &tracker, json!({"transport": "ws"}));
+    let err = tokio::time::timeout(Duration::from_secs(10), d.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(err.to_string().contains("refused the token"), "{err}");
+    assert_eq!(tracker.ws_attempts().len(), 1);
+}

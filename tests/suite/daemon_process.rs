@@ -1,0 +1,167 @@
+//! Agent mode as a real child process: crash recovery and graceful shutdown.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::tracker::{FakeTracker, TOKEN};
+use crate::common::*;
+
+fn spawn_daemon(sb: &Sandbox) -> tokio::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(sb.base().join("daemon.log"))
+        .unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .arg(&sb.home)
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &sb.user_home)
+        .env("AGENT_TOKEN", TOKEN)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+use crate::common::llm;
+
+fn config(sb: &Sandbox, llm: &ScriptedLlm, tracker: &FakeTracker) {
+    sb.write_config(
+        llm,
+        Wire::Anthropic,
+        json!({"tracker_url": tracker.url(), "listen_port": 0}),
+    );
+}
+
+fn task(event: &str, id: &str) -> serde_json::Value {
+    json!({"id": event, "type": "task.assigned", "data": {"task": {"id": id, "title": "Survive a crash"}}})
+}
+
+#[tokio::test]
+async fn a_killed_daemon_resumes_its_task_after_restart() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
+    let tracker = FakeTracker::start().await;
+    config(&sb, &llm, &tracker);
+    let mut child = spawn_daemon(&sb);
+    tracker
+        .wait_for(20, "registration", |t| t.registration().is_some())
+        .await;
+    let cb = tracker.registration().unwrap()["callback_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(tracker.deliver(&cb, &task("evt_k", "t_k")).await.0, 202);
+    tracker
+        .wait_for(20, "in_progress", |t| {
+            t.timeline("t_k")
+                .contains(&"status:in_progress".to_string())
+        })
+        .await;
+    while llm.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    child.kill().await.unwrap(); // SIGKILL: no chance to clean up
+
+    llm.push(text("Resumed and finished."));
+    let regs_before = tracker.ok_calls("/api/v1/agents/register").len();
+    let mut child = spawn_daemon(&sb);
+    tracker
+        .wait_for(20, "re-registration", |t| {
+            t.ok_calls("/api/v1/agents/register").len() > regs_before
+        })
+        .await;
+    tracker
+        .wait_for(30, "review after restart", |t| {
+            t.timeline("t_k").contains(&"status:review".to_string())
+        })
+        .await;
+    assert_eq!(
+        tracker.timeline("t_k"),
+        vec![
+            "status:in_progress",
+            "status:in_progress",
+            "comment:Resumed and finished.",
+            "status:review"
+        ]
+    );
+    // The resumed run continued the task's session: the interrupted call has a result,
+    // and the model was told what happened.
+    let body = &llm.requests()[1].body;
+    let msgs = body["messages"].as_array().unwrap();
+    assert_eq!(msgs[1]["content"][0]["type"], "tool_use");
+    assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
+    let last = msgs.last().unwrap()["content"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        last.contains("restarted") && last.contains("Survive a crash"),
+        "{last}"
+    );
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_running_task_finish_then_exits_0() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![Turn::Stall(
+        Duration::from_millis(1500),
+        "Finished during the drain.".into(),
+    )])
+    .await;
+    let tracker = FakeTracker::start().await;
+    config(&sb, &llm, &tracker);
+    let mut child = spawn_daemon(&sb);
+    tracker
+        .wait_for(20, "registration", |t| t.registration().is_some())
+        .await;
+    let cb = tracker.registration().unwrap()["callback_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    tracker.deliver(&cb, &task("evt_t", "t_t")).await;
+    while llm.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = child.id().unwrap() as i32;
+    // SAFETY: signalling our own child process.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // No new work is taken while draining.
+    let (status, _) = tracker.deliver(&cb, &task("evt_late", "t_late")).await;
+    assert_eq!(status, 503);
+    let exit = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let log = std::fs::read_to_string(sb.base().join("daemon.log")).unwrap();
+    assert_eq!(exit.code(), Some(0), "{exit:?} {log}");
+    assert_eq!(
+        tracker.timeline("t_t"),
+        vec![
+            "status:in_progress",
+            "comment:Finished during the drain.",
+            "status:review"
+        ]
+    );
+    assert!(
+        log.contains("picogent agent mode starting") && log.contains("slug=test"),
+        "{log}"
+    );
+}
