@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds release binaries and runs the core benchmarks against the scripted model
-# server (zero model latency). Not part of the tests; run on demand:
-#   bash bench/run.sh            # prints a Markdown table; add --record to append it to bench/RESULTS.md
+# Builds release binaries and runs the benchmarks against the tests' scripted model
+# server and fake tracker (zero model latency). Not part of the tests; run on demand:
+#   bash bench/run.sh            # prints Markdown tables
+#   bash bench/run.sh --record   # also puts them on top of bench/RESULTS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin picogent --example scripted_llm >&2
-exec python3 bench/core.py "$@"
+cargo build --release --bin picogent --example scripted_llm --example fake_tracker >&2
+python3 bench/core.py "$@"
+python3 bench/agent.py "$@"

@@ -143,9 +143,11 @@ impl Journal {
         Ok(true)
     }
 
-    /// Notes that work for the event started; returns the attempt number.
+    /// Notes that work for the event started; returns the attempt number. Not synced:
+    /// a process crash keeps it (the kernel has it); only a power loss can drop it, and
+    /// then the attempt is merely not counted.
     pub fn started(&mut self, id: &str) -> io::Result<u32> {
-        self.append(&Record::Started { id: id.into() }, true)?;
+        self.append(&Record::Started { id: id.into() }, false)?;
         Ok(
             match self.pending.iter_mut().find(|p| p.envelope.id == id) {
                 Some(p) => {
@@ -157,14 +159,16 @@ impl Journal {
         )
     }
 
-    /// The event's work is over (finished, failed, or cancelled by the tracker).
+    /// The event's work is over (finished, failed, or cancelled by the tracker). Not
+    /// synced, for the same reason as `started`: after a power loss the event would run
+    /// once more, which loses nothing; syncing here would slow every acknowledgement.
     pub fn done(&mut self, id: &str) -> io::Result<()> {
         self.append(
             &Record::Done {
                 id: id.into(),
                 at: crate::util::now_millis(),
             },
-            true,
+            false,
         )?;
         self.pending.retain(|p| p.envelope.id != id);
         if self.appended >= COMPACT_EVERY {

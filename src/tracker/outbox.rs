@@ -59,11 +59,15 @@ pub struct Outbox {
 }
 
 impl State {
-    fn append(&mut self, rec: &Record) -> io::Result<()> {
+    /// Appends a record; `sync` for additions, which must survive a power loss. A lost
+    /// `sent` record only means one repeat, which the idempotency key covers.
+    fn append(&mut self, rec: &Record, sync: bool) -> io::Result<()> {
         let mut line = serde_json::to_vec(rec).map_err(io::Error::other)?;
         line.push(b'\n');
         self.file.write_all(&line)?;
-        self.file.sync_data()?;
+        if sync {
+            self.file.sync_data()?;
+        }
         self.appended += 1;
         Ok(())
     }
@@ -165,12 +169,15 @@ impl Outbox {
                 crate::util::now_millis(),
                 crate::util::random_hex(6)
             );
-            s.append(&Record::Add {
-                seq,
-                key: key.clone(),
-                task_id: task_id.into(),
-                report: report.clone(),
-            })?;
+            s.append(
+                &Record::Add {
+                    seq,
+                    key: key.clone(),
+                    task_id: task_id.into(),
+                    report: report.clone(),
+                },
+                true,
+            )?;
             s.next_seq += 1;
             s.items.push_back(Item {
                 seq,
@@ -194,7 +201,7 @@ impl Outbox {
 
     fn mark_sent(&self, seq: u64) {
         let mut s = self.lock();
-        if let Err(e) = s.append(&Record::Sent { seq }) {
+        if let Err(e) = s.append(&Record::Sent { seq }, false) {
             tracing::error!(
                 "cannot record a delivered report in {}: {e}",
                 s.path.display()

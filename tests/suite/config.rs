@@ -186,6 +186,7 @@ fn the_shipped_example_configurations_load() {
     );
     let c = Config::load(Some(&root.join("agents/coder")), &env, root).unwrap();
     assert_eq!(c.slug, "coder");
+    assert_eq!(c.tracker_url.as_deref(), Some("http://localhost:8100"));
     assert_eq!(c.allowed_paths, vec![root.join("agents/coder")]);
     let skills = picogent::agent::skills::discover(&c.skill_dirs());
     assert_eq!(skills.len(), 1);
