@@ -247,20 +247,14 @@ impl Router {
                     dropped.len()
                 )
             };
-            self.report(
-                task_id,
-                Report::Comment {
-                    content,
-                    reply_to: None,
-                },
-            );
+            self.report(task_id, vec![Report::comment(content, None)]);
         }
         self.mark_done(event_id);
         self.shared.changed.notify_waiters();
     }
 
-    fn report(&self, task_id: &str, report: Report) {
-        if let Err(e) = self.shared.outbox.push(task_id, report) {
+    fn report(&self, task_id: &str, reports: Vec<Report>) {
+        if let Err(e) = self.shared.outbox.push(task_id, reports) {
             tracing::error!(task = task_id, "cannot queue a report: {e}");
         }
     }
@@ -311,28 +305,18 @@ impl Router {
         let prompt = match &job.kind {
             JobKind::Task { title, description } => {
                 if attempt > MAX_ATTEMPTS {
-                    self.report(&task, Report::Comment {
-                        content: format!(
-                            "**picogent stopped retrying this task.** Work on it was interrupted {} times (the daemon stopped or crashed while it ran), so it is not started again automatically. The conversation so far is saved in session `{session_id}`.",
-                            attempt - 1
-                        ),
-                        reply_to: None,
-                    });
+                    let content = format!(
+                        "**picogent stopped retrying this task.** Work on it was interrupted {} times (the daemon stopped or crashed while it ran), so it is not started again automatically. The conversation so far is saved in session `{session_id}`.",
+                        attempt - 1
+                    );
                     self.report(
                         &task,
-                        Report::Status {
-                            status: "blocked".into(),
-                        },
+                        vec![Report::comment(content, None), Report::status("blocked")],
                     );
                     self.finish(&job, true);
                     return;
                 }
-                self.report(
-                    &task,
-                    Report::Status {
-                        status: "in_progress".into(),
-                    },
-                );
+                self.report(&task, vec![Report::status("in_progress")]);
                 let mut p = String::new();
                 if attempt > 1 {
                     p.push_str("picogent was restarted while you were working on this task, so your last step may not have finished. Check the current state of the working folder, then continue.\n\n");
@@ -406,15 +390,7 @@ impl Router {
                 } else {
                     text
                 };
-                self.report(task, Report::Comment { content, reply_to });
-                if is_task {
-                    self.report(
-                        task,
-                        Report::Status {
-                            status: "review".into(),
-                        },
-                    );
-                }
+                self.answer(task, content, reply_to, "review");
             }
             (Outcome::Completed { text, .. }, Some(StopReason::Cancelled(_))) => {
                 // The answer arrived as the cancellation did: keep the answer, but the
@@ -422,7 +398,7 @@ impl Router {
                 let content = format!(
                     "{text}\n\n_(This finished just as the {what} was cancelled; the status was left as the tracker set it.)_"
                 );
-                self.report(task, Report::Comment { content, reply_to });
+                self.report(task, vec![Report::comment(content, reply_to)]);
             }
             (
                 Outcome::Failed { steps, .. } | Outcome::Cancelled { steps, .. },
@@ -432,34 +408,35 @@ impl Router {
                 let content = format!(
                     "Work on this {what} was cancelled{reason} after {steps} model turn(s). Changes already made in the working folder were kept as they are; the conversation is saved in session `{session_id}`."
                 );
-                self.report(task, Report::Comment { content, reply_to });
+                self.report(task, vec![Report::comment(content, reply_to)]);
             }
             (Outcome::Failed { error, .. }, None | Some(StopReason::Shutdown)) => {
-                self.report_failure(task, reply_to, session_id, &error)
+                self.fail(task, reply_to, session_id, &error)
             }
             (Outcome::Cancelled { .. }, None) => {
-                self.report_failure(task, reply_to, session_id, "the run was cancelled")
+                self.fail(task, reply_to, session_id, "the run was cancelled")
             }
         }
         true
     }
 
-    fn report_failure(&self, task: &str, reply_to: Option<String>, session_id: &str, error: &str) {
+    /// A comment, then (for a task, not a chat reply) the status it leads to.
+    fn answer(&self, task: &str, content: String, reply_to: Option<String>, status: &str) {
+        let is_task = reply_to.is_none();
+        let mut reports = vec![Report::comment(content, reply_to)];
+        if is_task {
+            reports.push(Report::status(status));
+        }
+        self.report(task, reports);
+    }
+
+    fn fail(&self, task: &str, reply_to: Option<String>, session_id: &str, error: &str) {
         let content = if reply_to.is_none() {
             format!("**picogent could not finish this task.**\n\n{error}\n\nThe conversation so far is saved in session `{session_id}`.")
         } else {
             format!("**picogent could not answer this message.**\n\n{error}")
         };
-        let is_task = reply_to.is_none();
-        self.report(task, Report::Comment { content, reply_to });
-        if is_task {
-            self.report(
-                task,
-                Report::Status {
-                    status: "blocked".into(),
-                },
-            );
-        }
+        self.answer(task, content, reply_to, "blocked");
     }
 
     fn finish(&self, job: &Job, done: bool) {

@@ -59,15 +59,12 @@ pub struct Outbox {
 }
 
 impl State {
-    /// Appends a record; `sync` for additions, which must survive a power loss. A lost
-    /// `sent` record only means one repeat, which the idempotency key covers.
-    fn append(&mut self, rec: &Record, sync: bool) -> io::Result<()> {
-        let mut line = serde_json::to_vec(rec).map_err(io::Error::other)?;
+    /// Records a delivery. Not synced: a lost `sent` record (power loss only) means one
+    /// repeat, which the idempotency key covers.
+    fn append_sent(&mut self, seq: u64) -> io::Result<()> {
+        let mut line = serde_json::to_vec(&Record::Sent { seq }).map_err(io::Error::other)?;
         line.push(b'\n');
         self.file.write_all(&line)?;
-        if sync {
-            self.file.sync_data()?;
-        }
         self.appended += 1;
         Ok(())
     }
@@ -159,32 +156,40 @@ impl Outbox {
         }
     }
 
-    /// Queues a report durably; it is delivered after every report queued before it.
-    pub fn push(&self, task_id: &str, report: Report) -> io::Result<()> {
+    /// Queues reports for a task durably, with one write and one sync; they are
+    /// delivered in this order, after every report queued before them.
+    pub fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
         {
             let mut s = self.lock();
-            let seq = s.next_seq;
-            let key = format!(
-                "picogent-{}-{seq}-{}",
-                crate::util::now_millis(),
-                crate::util::random_hex(6)
-            );
-            s.append(
-                &Record::Add {
+            let mut items = Vec::with_capacity(reports.len());
+            let mut bytes = Vec::new();
+            for (n, report) in reports.into_iter().enumerate() {
+                let seq = s.next_seq + n as u64;
+                let key = format!(
+                    "picogent-{}-{seq}-{}",
+                    crate::util::now_millis(),
+                    crate::util::random_hex(6)
+                );
+                let rec = Record::Add {
                     seq,
                     key: key.clone(),
                     task_id: task_id.into(),
                     report: report.clone(),
-                },
-                true,
-            )?;
-            s.next_seq += 1;
-            s.items.push_back(Item {
-                seq,
-                key,
-                task_id: task_id.into(),
-                report,
-            });
+                };
+                serde_json::to_writer(&mut bytes, &rec).map_err(io::Error::other)?;
+                bytes.push(b'\n');
+                items.push(Item {
+                    seq,
+                    key,
+                    task_id: task_id.into(),
+                    report,
+                });
+            }
+            s.file.write_all(&bytes)?;
+            s.file.sync_data()?;
+            s.appended += items.len();
+            s.next_seq += items.len() as u64;
+            s.items.extend(items);
         }
         self.notify.notify_one();
         Ok(())
@@ -201,7 +206,7 @@ impl Outbox {
 
     fn mark_sent(&self, seq: u64) {
         let mut s = self.lock();
-        if let Err(e) = s.append(&Record::Sent { seq }, false) {
+        if let Err(e) = s.append_sent(seq) {
             tracing::error!(
                 "cannot record a delivered report in {}: {e}",
                 s.path.display()

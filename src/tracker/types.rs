@@ -188,6 +188,21 @@ pub enum Report {
     },
 }
 
+impl Report {
+    pub fn status(status: &str) -> Report {
+        Report::Status {
+            status: status.into(),
+        }
+    }
+
+    pub fn comment(content: impl Into<String>, reply_to: Option<String>) -> Report {
+        Report::Comment {
+            content: content.into(),
+            reply_to,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
