@@ -501,3 +501,58 @@ async fn websocket_close_4001_stops_the_daemon_naming_the_token() {
     assert!(err.to_string().contains("refused the token"), "{err}");
     assert_eq!(tracker.ws_attempts().len(), 1);
 }
+
+#[tokio::test]
+async fn a_chat_message_waits_for_the_tasks_running_work() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        Turn::Stall(Duration::from_millis(800), "Task done.".into()),
+        text("Reply after the task."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"max_concurrent_tasks": 4}));
+    let cb = callback(&tracker).await;
+    tracker
+        .deliver(&cb, &assigned("evt_1", "t_w", "Slow task"))
+        .await;
+    while llm.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        tracker
+            .deliver(&cb, &chat("evt_2", "t_w", "m_1", "Status?"))
+            .await
+            .0,
+        202
+    );
+    tracker
+        .wait_for(20, "the reply", |t| t.comments("t_w").len() == 2)
+        .await;
+    let tl = tracker.timeline("t_w");
+    assert_eq!(
+        tl,
+        vec![
+            "status:in_progress",
+            "comment:Task done.",
+            "status:review",
+            "comment:Reply after the task."
+        ]
+    );
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn agent_mode_without_a_token_is_a_clear_start_up_error() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    sb.write_config(&llm, Wire::Anthropic, json!({"tracker_url": tracker.url()}));
+    let config = picogent::config::Config::load(Some(&sb.home), &sb.env(), &sb.base()).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let err = picogent::daemon::run(agent_from(config), fast_timing(), stop)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("AGENT_TOKEN"), "{err}");
+    assert!(tracker.calls().is_empty());
+}
