@@ -175,6 +175,14 @@ pub struct Config {
     pub max_tokens: u32,
     /// How long running tasks may finish after SIGTERM before they are cancelled.
     pub shutdown_grace: Duration,
+    /// Chat mode: where to listen (`PICOGENT_HOST`, `PICOGENT_PORT`).
+    pub chat_host: String,
+    pub chat_port: u16,
+    /// Chat mode: the token clients must present (`PICOGENT_CHAT_TOKEN`).
+    pub chat_token: Option<String>,
+    /// Chat mode: browser origins admitted besides the server's own
+    /// (`PICOGENT_ALLOWED_ORIGINS`, comma separated; `null` admits a page opened from disk).
+    pub allowed_origins: Vec<String>,
     /// The JSON file the configuration came from, if any.
     pub config_file: Option<PathBuf>,
     /// The agent directory (directory mode) or the config file's folder (file mode).
@@ -485,6 +493,18 @@ impl Config {
             context_window,
             max_tokens,
             shutdown_grace: Duration::from_secs(file.shutdown_grace_sec.unwrap_or(30)),
+            chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
+            chat_port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
+            chat_token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),
+            allowed_origins: env
+                .get("PICOGENT_ALLOWED_ORIGINS")
+                .map(|v| {
+                    v.split(',')
+                        .map(|o| o.trim().trim_end_matches('/').to_string())
+                        .filter(|o| !o.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
             config_file: file_path,
             agent_home,
             env_file,

@@ -120,23 +120,50 @@ fn load_config(arg: Option<&Path>) -> anyhow::Result<Config> {
 
 async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
     let config = load_config(arg)?;
-    if !config.is_agent_mode() {
-        anyhow::bail!(
-            "chat mode is not available in this build yet; configure a tracker (tracker_url) for agent mode, or use `picogent run \"task\"`"
-        );
-    }
+    let agent_mode = config.is_agent_mode();
     let agent = Agent::new(config)?;
     let stop = tokio_util::sync::CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("signal received; draining (send it again to quit at once)");
+        tracing::info!("signal received; stopping (send it again to quit at once)");
         on_signal.cancel();
         wait_for_signal().await;
         std::process::exit(130);
     });
-    picogent::daemon::run(agent, picogent::daemon::Timing::default(), stop).await?;
+    if agent_mode {
+        picogent::daemon::run(agent, picogent::daemon::Timing::default(), stop).await?;
+    } else {
+        chat(agent, stop).await?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Chat mode: the browser chat on PICOGENT_HOST:PICOGENT_PORT.
+async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow::Result<()> {
+    use picogent::transport::chat;
+    let cfg = agent.config().clone();
+    let listener = chat::bind(&cfg.chat_host, cfg.chat_port, cfg.chat_token.as_deref()).await?;
+    let addr = listener.local_addr()?;
+    let allowed = if cfg.allowed_paths.is_empty() {
+        "unrestricted".to_string()
+    } else {
+        cfg.allowed_paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    tracing::info!(
+        work_dir = %cfg.work_dir.display(),
+        provider = cfg.provider.as_str(),
+        model = %cfg.model,
+        allowed_paths = %allowed,
+        token = cfg.chat_token.is_some(),
+        "chat mode: open http://{addr}/ in a browser"
+    );
+    chat::serve(agent, listener, stop).await?;
+    Ok(())
 }
 
 /// SIGTERM or SIGINT.

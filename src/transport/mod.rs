@@ -1,5 +1,6 @@
-//! How events reach picogent: the HTTP callback server (`http`) and the outbound
-//! WebSocket client (`ws`) for agent mode.
+//! The front doors' network sides: the HTTP callback server (`http`) and the outbound
+//! WebSocket client (`ws`) of agent mode, and the chat server (`chat`) of chat mode.
 
+pub mod chat;
 pub mod http;
 pub mod ws;

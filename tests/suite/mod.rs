@@ -1,5 +1,6 @@
 mod agent_loop;
 mod agent_mode;
+mod chat;
 mod cli;
 mod config;
 mod daemon_process;

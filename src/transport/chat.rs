@@ -1,0 +1,411 @@
+//! Chat mode's server: `client.html` at `GET /`, the chat WebSocket at `/` (upgrade)
+//! and `/ws`, and `GET /healthz`, on one port.
+//!
+//! A WebSocket here runs shell commands on this machine, so the handshake is guarded: a
+//! browser `Origin` must be the server's own (or listed in `PICOGENT_ALLOWED_ORIGINS`),
+//! which stops other web sites (and DNS-rebinding pages) from driving the agent; with
+//! `PICOGENT_CHAT_TOKEN` set, the client must present it; and listening on a
+//! non-loopback address without a token is refused at start.
+//!
+//! Protocol (spec §7): client frames `{id, content, sessionId?, workDir?, systemPrompt?}`
+//! or control frames with a `type` (`cancel`); server frames `{id, type, content,
+//! sessionId}` with `type` one of `text`, `tool_use`, `tool_result`, `error`, `done`
+//! (always last for a request), plus `retry` (an extension: the model call is being
+//! retried, so text streamed since the last tool step is void).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Json;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Agent, AgentEvent, Outcome, RunRequest};
+
+/// The browser client, served as-is.
+pub const CLIENT_HTML: &str = include_str!("../../client.html");
+/// Prompt frames larger than this get an error frame.
+pub const MAX_FRAME_BYTES: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("refusing to serve chat on {0} without PICOGENT_CHAT_TOKEN: anyone who can reach that address could run shell commands here. Set PICOGENT_CHAT_TOKEN, or use PICOGENT_HOST=127.0.0.1")]
+    NoToken(String),
+    #[error("PICOGENT_HOST {0:?} is not an IP address")]
+    BadHost(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+struct ChatState {
+    agent: Agent,
+    token: Option<String>,
+    /// Origins that are this server itself.
+    own_origins: Vec<String>,
+    /// Listening on a non-loopback address: the Host a browser used is its own origin.
+    public: bool,
+    allowed: Vec<String>,
+    stop: CancellationToken,
+}
+
+/// Binds the chat port, refusing a non-loopback address without a token.
+pub async fn bind(
+    host: &str,
+    port: u16,
+    token: Option<&str>,
+) -> Result<tokio::net::TcpListener, ChatError> {
+    let ip: IpAddr = if host == "localhost" {
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        host.parse().map_err(|_| ChatError::BadHost(host.into()))?
+    };
+    if !ip.is_loopback() && token.is_none() {
+        return Err(ChatError::NoToken(host.into()));
+    }
+    let addr = SocketAddr::new(ip, port);
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ChatError::Bind {
+            addr: addr.to_string(),
+            source,
+        })
+}
+
+/// Serves chat on `listener` until `stop`.
+pub async fn serve(
+    agent: Agent,
+    listener: tokio::net::TcpListener,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    let app = app(agent, addr, stop.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+}
+
+pub fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Router {
+    let cfg = agent.config();
+    let port = addr.port();
+    let mut own_origins = vec![format!("http://{addr}")];
+    if addr.ip().is_loopback() {
+        own_origins.extend([
+            format!("http://127.0.0.1:{port}"),
+            format!("http://localhost:{port}"),
+            format!("http://[::1]:{port}"),
+        ]);
+    }
+    let state = Arc::new(ChatState {
+        token: cfg.chat_token.clone(),
+        allowed: cfg.allowed_origins.clone(),
+        public: !addr.ip().is_loopback(),
+        own_origins,
+        agent,
+        stop,
+    });
+    axum::Router::new()
+        .route("/", get(entry))
+        .route("/ws", get(entry))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .with_state(state)
+}
+
+fn refuse(status: StatusCode, message: String) -> Response {
+    tracing::warn!("chat handshake refused: {message}");
+    (status, message).into_response()
+}
+
+impl ChatState {
+    fn origin_ok(&self, origin: &str, host: Option<&str>) -> bool {
+        let origin = origin.trim_end_matches('/');
+        self.own_origins.iter().any(|o| o == origin)
+            || self.allowed.iter().any(|o| o == origin)
+            || (self.public
+                && host.is_some_and(|h| {
+                    origin == format!("http://{h}") || origin == format!("https://{h}")
+                }))
+    }
+
+    fn token_ok(&self, uri: &axum::http::Uri, auth: Option<&str>) -> bool {
+        let Some(want) = &self.token else { return true };
+        let eq = |t: &str| crate::util::constant_time_eq(t.as_bytes(), want.as_bytes());
+        if crate::util::bearer(auth).is_some_and(eq) {
+            return true;
+        }
+        let query = uri.query().unwrap_or("");
+        reqwest::Url::parse(&format!("http://x/?{query}"))
+            .map(|u| u.query_pairs().any(|(k, v)| k == "token" && eq(&v)))
+            .unwrap_or(false)
+    }
+}
+
+async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
+    let upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if !upgrade {
+        if req.uri().path() == "/ws" {
+            return (
+                StatusCode::UPGRADE_REQUIRED,
+                "this is the chat WebSocket; open / in a browser",
+            )
+                .into_response();
+        }
+        return Html(CLIENT_HTML).into_response();
+    }
+    let (mut parts, _) = req.into_parts();
+    if let Some(origin) = parts
+        .headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+    {
+        let host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok());
+        if !st.origin_ok(origin, host) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                format!("origin {origin} may not use this chat server; add it to PICOGENT_ALLOWED_ORIGINS to allow it"),
+            );
+        }
+    }
+    let auth = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if !st.token_ok(&parts.uri, auth) {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong chat token (PICOGENT_CHAT_TOKEN)".into(),
+        );
+    }
+    let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &st).await {
+        Ok(ws) => ws,
+        Err(rejection) => return rejection.into_response(),
+    };
+    // Larger than the frame limit, so an oversized prompt gets an error frame instead
+    // of a dropped connection.
+    ws.max_message_size(4 * MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| connection(st, socket))
+}
+
+type Runs = Arc<Mutex<HashMap<String, CancellationToken>>>;
+
+fn frame(id: Option<&str>, kind: &str, content: &str, session: Option<&str>) -> Value {
+    json!({"id": id, "type": kind, "content": content, "sessionId": session})
+}
+
+async fn connection(st: Arc<ChatState>, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        while let Some(v) = rx.recv().await {
+            if sink
+                .send(Message::Text(v.to_string().into()))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let runs: Runs = Arc::default();
+    let conn = st.stop.child_token();
+    loop {
+        let msg = tokio::select! {
+            m = stream.next() => m,
+            _ = conn.cancelled() => None,
+        };
+        match msg {
+            Some(Ok(Message::Text(t))) => handle_frame(&st, t.as_str(), &tx, &runs, &conn),
+            Some(Ok(Message::Binary(_))) => {
+                let _ = tx.send(frame(
+                    None,
+                    "error",
+                    "binary frames are not supported; send JSON text",
+                    None,
+                ));
+            }
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+            Some(Ok(_)) => {}
+        }
+    }
+    // The client is gone: its runs are cancelled, leaving their sessions consistent.
+    conn.cancel();
+    drop(tx);
+    let _ = writer.await;
+}
+
+fn handle_frame(
+    st: &Arc<ChatState>,
+    text: &str,
+    tx: &UnboundedSender<Value>,
+    runs: &Runs,
+    conn: &CancellationToken,
+) {
+    let error = |id: Option<&str>, msg: String| {
+        let _ = tx.send(frame(id, "error", &msg, None));
+    };
+    if text.len() > MAX_FRAME_BYTES {
+        return error(
+            None,
+            format!("the frame is {} bytes; the limit is 1 MiB", text.len()),
+        );
+    }
+    let v: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return error(None, format!("the frame is not valid JSON: {e}")),
+    };
+    if !v.is_object() {
+        return error(None, "the frame must be a JSON object".into());
+    }
+    let id = match &v["id"] {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    if let Some(kind) = v.get("type") {
+        return match (kind.as_str(), id) {
+            (Some("cancel"), Some(id)) => {
+                let token = runs.lock().ok().and_then(|r| r.get(&id).cloned());
+                match token {
+                    Some(t) => t.cancel(),
+                    None => error(Some(&id), format!("no request with id {id:?} is running")),
+                }
+            }
+            (Some("cancel"), None) => error(
+                None,
+                "a cancel frame needs the `id` of the request to cancel".into(),
+            ),
+            (other, id) => error(
+                id.as_deref(),
+                format!(
+                    "unknown control frame type {}",
+                    other
+                        .map(|s| format!("{s:?}"))
+                        .unwrap_or_else(|| kind.to_string())
+                ),
+            ),
+        };
+    }
+    let Some(id) = id else {
+        return error(None, "a message frame needs a non-empty string `id`".into());
+    };
+    let end = |msg: String, session: Option<&str>| {
+        let _ = tx.send(frame(Some(&id), "error", &msg, session));
+        let _ = tx.send(frame(Some(&id), "done", "", session));
+    };
+    let content = match v.get("content") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(Value::String(_)) => return end("`content` is empty".into(), None),
+        _ => return end("a message frame needs a string `content`".into(), None),
+    };
+    let session = match v.get("sessionId") {
+        None | Some(Value::Null) => crate::util::new_session_id(),
+        Some(Value::String(s)) if crate::agent::session::valid_id(s) => s.clone(),
+        Some(other) => {
+            return end(
+                format!("invalid sessionId {other}: use letters, digits, '.', '_' and '-'"),
+                None,
+            )
+        }
+    };
+    let agent = &st.agent;
+    let work_dir = match v
+        .get("workDir")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        None => None,
+        Some(dir) => {
+            let path = crate::config::absolute(&agent.config().work_dir, &PathBuf::from(dir));
+            match agent.sandbox().check_work_dir(&path) {
+                Ok(p) => Some(p),
+                Err(e) => return end(format!("workDir refused: {e}"), Some(&session)),
+            }
+        }
+    };
+    let system_prompt = v
+        .get("systemPrompt")
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .map(str::to_string);
+    let token = conn.child_token();
+    {
+        let Ok(mut r) = runs.lock() else { return };
+        if r.contains_key(&id) {
+            drop(r);
+            return error(
+                Some(&id),
+                format!("a request with id {id:?} is already running"),
+            );
+        }
+        r.insert(id.clone(), token.clone());
+    }
+    let handle = agent.start_with_cancel(
+        RunRequest {
+            prompt: content,
+            session_id: session.clone(),
+            work_dir,
+            system_prompt,
+        },
+        token,
+    );
+    tokio::spawn(forward(handle, id, session, tx.clone(), runs.clone()));
+}
+
+/// Turns one run's events into frames for its request id.
+async fn forward(
+    mut handle: crate::agent::RunHandle,
+    id: String,
+    session: String,
+    tx: UnboundedSender<Value>,
+    runs: Runs,
+) {
+    let send = |kind: &str, content: &str| {
+        let _ = tx.send(frame(Some(&id), kind, content, Some(&session)));
+    };
+    while let Some(ev) = handle.events.recv().await {
+        match ev {
+            AgentEvent::TextDelta { text } => send("text", &text),
+            AgentEvent::ToolCall { summary, .. } => send("tool_use", &summary),
+            AgentEvent::ToolResult {
+                is_error: true,
+                name,
+                output,
+                ..
+            } => send(
+                "tool_result",
+                &format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
+            ),
+            AgentEvent::Retry { reason, .. } => send("retry", &reason),
+            AgentEvent::Finished { outcome } => {
+                match outcome {
+                    Outcome::Failed { error, .. } => send("error", &error),
+                    Outcome::Cancelled { .. } => send("error", "cancelled"),
+                    Outcome::Completed { .. } => {}
+                }
+                send("done", "");
+            }
+            _ => {}
+        }
+    }
+    if let Ok(mut r) = runs.lock() {
+        r.remove(&id);
+    }
+}

@@ -1,0 +1,469 @@
+//! Chat mode over a real WebSocket client against the scripted model.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use picogent::config::Config;
+use picogent::transport::chat;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::*;
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+struct Chat {
+    addr: std::net::SocketAddr,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+async fn start(config: Config) -> Chat {
+    let listener = chat::bind("127.0.0.1", 0, config.chat_token.as_deref())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    tokio::spawn(chat::serve(agent_from(config), listener, stop.clone()));
+    Chat {
+        addr,
+        _stop: stop.drop_guard(),
+    }
+}
+
+async fn connect_with(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Ws, u16> {
+    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
+    for (k, v) in headers {
+        let name: axum::http::HeaderName = k.parse().unwrap();
+        req.headers_mut().insert(name, v.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(req).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+async fn connect(c: &Chat) -> Ws {
+    connect_with(c.addr, "/ws", &[]).await.unwrap()
+}
+
+async fn send(ws: &mut Ws, v: Value) {
+    ws.send(Message::Text(v.to_string().into())).await.unwrap();
+}
+
+async fn next(ws: &mut Ws) -> Value {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("no frame for 30 s")
+            .unwrap()
+            .unwrap();
+        if let Message::Text(t) = msg {
+            return serde_json::from_str(&t).unwrap();
+        }
+    }
+}
+
+/// Frames until the `done` of request `id` (frames of other requests included).
+async fn until_done(ws: &mut Ws, id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let f = next(ws).await;
+        let end = f["id"] == id && f["type"] == "done";
+        out.push(f);
+        if end {
+            return out;
+        }
+    }
+}
+
+fn of(frames: &[Value], id: &str) -> Vec<(String, String)> {
+    frames
+        .iter()
+        .filter(|f| f["id"] == id)
+        .map(|f| {
+            (
+                f["type"].as_str().unwrap().to_string(),
+                f["content"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn frames_stream_tool_use_text_and_done_last_with_a_session_id() {
+    let sb = Sandbox::new();
+    sb.write("a.txt", "alpha");
+    let llm = ScriptedLlm::start(vec![
+        tool("read", json!({"path": "a.txt"})),
+        text("It says **alpha**."),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "msg-1", "content": "What does a.txt say?"}),
+    )
+    .await;
+    let frames = until_done(&mut ws, "msg-1").await;
+    let kinds: Vec<(String, String)> = of(&frames, "msg-1");
+    assert_eq!(
+        kinds.first().unwrap(),
+        &("tool_use".to_string(), "Read: a.txt".to_string())
+    );
+    assert_eq!(kinds.last().unwrap().0, "done");
+    let streamed: String = kinds
+        .iter()
+        .filter(|(k, _)| k == "text")
+        .map(|(_, c)| c.as_str())
+        .collect();
+    assert_eq!(streamed, "It says **alpha**.");
+    assert!(
+        kinds.iter().filter(|(k, _)| k == "text").count() > 1,
+        "text is streamed in fragments"
+    );
+    let session = frames[0]["sessionId"].as_str().unwrap().to_string();
+    assert!(frames.iter().all(|f| f["sessionId"] == session.as_str()));
+    // Continuing with that session id carries the history.
+    llm.push(text("Still alpha."));
+    send(
+        &mut ws,
+        json!({"id": "msg-2", "content": "And now?", "sessionId": session}),
+    )
+    .await;
+    until_done(&mut ws, "msg-2").await;
+    let msgs = llm.requests()[2].body["messages"].as_array().unwrap().len();
+    assert_eq!(msgs, 5);
+}
+
+#[tokio::test]
+async fn model_errors_and_tool_errors_become_frames() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("read", json!({"path": "missing.txt"})),
+        Turn::Status(400, None),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::OpenAi, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"id": "e1", "content": "read missing.txt"})).await;
+    let kinds = of(&until_done(&mut ws, "e1").await, "e1");
+    assert_eq!(kinds[0].0, "tool_use");
+    assert_eq!(kinds[1].0, "tool_result");
+    assert!(
+        kinds[1].1.starts_with("read: ") && kinds[1].1.contains("missing.txt"),
+        "{kinds:?}"
+    );
+    assert_eq!(kinds[2].0, "error");
+    assert!(kinds[2].1.contains("HTTP 400"), "{kinds:?}");
+    assert_eq!(kinds[3].0, "done");
+}
+
+#[tokio::test]
+async fn invalid_frames_get_errors_and_the_connection_stays_usable() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("fine")]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    ws.send(Message::Text("{not json".into())).await.unwrap();
+    let f = next(&mut ws).await;
+    assert_eq!(f["type"], "error");
+    assert!(f["content"].as_str().unwrap().contains("not valid JSON"));
+    send(&mut ws, json!({"content": "no id"})).await;
+    assert!(next(&mut ws).await["content"]
+        .as_str()
+        .unwrap()
+        .contains("`id`"));
+    send(&mut ws, json!({"id": "x"})).await;
+    let f = next(&mut ws).await;
+    assert_eq!(
+        (f["id"].as_str(), f["type"].as_str()),
+        (Some("x"), Some("error"))
+    );
+    assert!(f["content"].as_str().unwrap().contains("`content`"));
+    assert_eq!(next(&mut ws).await["type"], "done");
+    let big = json!({"id": "big", "content": "x".repeat((1 << 20) + 1)});
+    send(&mut ws, big).await;
+    assert!(next(&mut ws).await["content"]
+        .as_str()
+        .unwrap()
+        .contains("limit is 1 MiB"));
+    send(&mut ws, json!({"type": "explode", "id": "q"})).await;
+    assert!(next(&mut ws).await["content"]
+        .as_str()
+        .unwrap()
+        .contains("unknown control frame"));
+    send(&mut ws, json!({"id": "ok", "content": "hello"})).await;
+    let kinds = of(&until_done(&mut ws, "ok").await, "ok");
+    assert_eq!(
+        kinds,
+        vec![("text".into(), "fine".into()), ("done".into(), "".into())]
+    );
+}
+
+#[tokio::test]
+async fn cancel_ends_a_request_with_cancelled_then_done() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"id": "c1", "content": "wait"})).await;
+    assert_eq!(next(&mut ws).await["type"], "tool_use");
+    send(&mut ws, json!({"type": "cancel", "id": "c1"})).await;
+    let kinds = of(&until_done(&mut ws, "c1").await, "c1");
+    assert_eq!(kinds.last().unwrap().0, "done");
+    assert!(
+        kinds.contains(&("error".into(), "cancelled".into())),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test]
+async fn two_sessions_run_side_by_side_on_one_connection() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "sleep 0.5"})),
+        tool("bash", json!({"command": "sleep 0.5"})),
+        text("one"),
+        text("two"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "a", "content": "first", "sessionId": "sa"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["type"], "tool_use");
+    send(
+        &mut ws,
+        json!({"id": "b", "content": "second", "sessionId": "sb"}),
+    )
+    .await;
+    let mut frames = until_done(&mut ws, "a").await;
+    // b started (its tool call) before a finished: they ran at the same time.
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["id"] == "b" && f["type"] == "tool_use"),
+        "{frames:?}"
+    );
+    if !frames.iter().any(|f| f["id"] == "b" && f["type"] == "done") {
+        frames.extend(until_done(&mut ws, "b").await);
+    }
+    assert!(frames
+        .iter()
+        .all(|f| f["sessionId"] == if f["id"] == "a" { "sa" } else { "sb" }));
+}
+
+#[tokio::test]
+async fn two_messages_for_one_session_run_one_after_the_other() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "sleep 0.3"})),
+        text("first"),
+        text("second"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "m1", "content": "one", "sessionId": "same"}),
+    )
+    .await;
+    send(
+        &mut ws,
+        json!({"id": "m2", "content": "two", "sessionId": "same"}),
+    )
+    .await;
+    let mut frames = until_done(&mut ws, "m1").await;
+    assert!(
+        frames.iter().all(|f| f["id"] == "m1"),
+        "m2 ran while m1 was running: {frames:?}"
+    );
+    frames = until_done(&mut ws, "m2").await;
+    assert_eq!(
+        of(&frames, "m2")[0],
+        ("text".to_string(), "second".to_string())
+    );
+    // m2's request carried m1's whole exchange.
+    let msgs = llm.requests()[2].body["messages"].as_array().unwrap().len();
+    assert_eq!(msgs, 5);
+}
+
+#[tokio::test]
+async fn a_disconnect_mid_run_cancels_it_and_keeps_the_session_valid() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 37"}))]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "d1", "content": "long", "sessionId": "drop"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["type"], "tool_use");
+    drop(ws);
+    // The command dies with the run.
+    let mut gone = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let ps = std::process::Command::new("pgrep")
+            .args(["-f", "sleep 37"])
+            .output()
+            .unwrap();
+        if ps.stdout.is_empty() {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the bash command outlived the connection");
+    llm.push(text("back"));
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "d2", "content": "again", "sessionId": "drop"}),
+    )
+    .await;
+    until_done(&mut ws, "d2").await;
+    let msgs = llm.requests()[1].body["messages"].clone();
+    assert_eq!(msgs[1]["content"][0]["type"], "tool_use");
+    assert_eq!(
+        msgs[2]["content"][0]["tool_use_id"],
+        msgs[1]["content"][0]["id"]
+    );
+}
+
+#[tokio::test]
+async fn foreign_origins_are_refused_and_own_or_listed_ones_admitted() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
+    cfg.allowed_origins = vec!["https://tools.example".into(), "null".into()];
+    let c = start(cfg).await;
+    assert_eq!(
+        connect_with(c.addr, "/ws", &[("origin", "https://evil.example")])
+            .await
+            .err(),
+        Some(403)
+    );
+    // A DNS-rebinding page: Host and Origin agree, but neither is this server.
+    let rebinding = [
+        ("origin", "http://evil.example:3100"),
+        ("host", "evil.example:3100"),
+    ];
+    assert_eq!(
+        connect_with(c.addr, "/ws", &rebinding).await.err(),
+        Some(403)
+    );
+    let own = format!("http://127.0.0.1:{}", c.addr.port());
+    assert!(connect_with(c.addr, "/ws", &[("origin", &own)])
+        .await
+        .is_ok());
+    let own = format!("http://localhost:{}", c.addr.port());
+    assert!(connect_with(c.addr, "/", &[("origin", &own)]).await.is_ok());
+    assert!(
+        connect_with(c.addr, "/ws", &[("origin", "https://tools.example")])
+            .await
+            .is_ok()
+    );
+    assert!(connect_with(c.addr, "/ws", &[("origin", "null")])
+        .await
+        .is_ok());
+    assert!(
+        connect_with(c.addr, "/ws", &[]).await.is_ok(),
+        "non-browser clients send no Origin"
+    );
+}
+
+#[tokio::test]
+async fn the_chat_token_is_required_when_set() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
+    cfg.chat_token = Some("s3cret/+=".into());
+    let c = start(cfg).await;
+    assert_eq!(connect_with(c.addr, "/ws", &[]).await.err(), Some(401));
+    assert_eq!(
+        connect_with(c.addr, "/ws?token=wrong", &[]).await.err(),
+        Some(401)
+    );
+    assert!(connect_with(c.addr, "/ws?token=s3cret%2F%2B%3D", &[])
+        .await
+        .is_ok());
+    assert!(
+        connect_with(c.addr, "/ws", &[("authorization", "Bearer s3cret/+=")])
+            .await
+            .is_ok()
+    );
+    // Not on loopback without a token: refused at start, with the reason.
+    let err = chat::bind("0.0.0.0", 0, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("PICOGENT_CHAT_TOKEN"), "{err}");
+    assert!(chat::bind("0.0.0.0", 0, Some("t")).await.is_ok());
+}
+
+#[tokio::test]
+async fn work_dir_must_exist_inside_the_allowed_paths() {
+    let sb = Sandbox::new();
+    let outside = sb.base().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(sb.work.join("sub")).unwrap();
+    let llm = ScriptedLlm::start(vec![text("in sub")]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({"allowed_paths": [sb.work]}))).await;
+    let mut ws = connect(&c).await;
+    for (id, dir) in [
+        ("w1", outside.display().to_string()),
+        ("w2", sb.work.join("nope").display().to_string()),
+    ] {
+        send(&mut ws, json!({"id": id, "content": "hi", "workDir": dir})).await;
+        let kinds = of(&until_done(&mut ws, id).await, id);
+        assert_eq!(kinds[0].0, "error", "{kinds:?}");
+        assert!(kinds[0].1.contains("workDir refused"), "{kinds:?}");
+    }
+    send(
+        &mut ws,
+        json!({"id": "w3", "content": "hi", "workDir": sb.work.join("sub").display().to_string()}),
+    )
+    .await;
+    let kinds = of(&until_done(&mut ws, "w3").await, "w3");
+    assert_eq!(kinds[0], ("text".into(), "in sub".into()));
+    assert_eq!(llm.request_count(), 1);
+}
+
+#[tokio::test]
+async fn the_page_and_health_are_served_over_plain_http() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let page = reqwest::get(format!("http://{}/", c.addr)).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(page
+        .text()
+        .await
+        .unwrap()
+        .contains("<title>picogent</title>"));
+    let health: Value = reqwest::get(format!("http://{}/healthz", c.addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok");
+}
