@@ -79,6 +79,9 @@ struct Script {
     /// Benchmarks: neither parse nor keep request bodies, so the server's own cost
     /// does not grow with the conversation and blur what picogent costs.
     light: bool,
+    /// Benchmarks with many conversations at once: answer each request with the
+    /// script's turn number N, where N is how many assistant turns the request holds.
+    per_conversation: Option<Vec<Turn>>,
     requests: Vec<Recorded>,
     call_seq: usize,
 }
@@ -120,6 +123,11 @@ impl ScriptedLlm {
         self.state.lock().unwrap().light = true;
     }
 
+    /// Serves every conversation the same script, by its position in the conversation.
+    pub fn per_conversation(&self, turns: Vec<Turn>) {
+        self.state.lock().unwrap().per_conversation = Some(turns);
+    }
+
     /// Serves the script again from the start each time it runs out.
     pub fn cycle(&self, turns: Vec<Turn>) {
         let mut s = self.state.lock().unwrap();
@@ -154,14 +162,23 @@ impl ScriptedLlm {
     ) -> (Option<Turn>, usize) {
         let mut s = state.lock().unwrap();
         let is_summary = body.get("tools").is_none();
-        s.requests.push(Recorded {
-            path: path.into(),
-            headers,
-            body,
-        });
+        let assistant_turns = body["_assistant_turns"].as_u64().unwrap_or(0) as usize;
+        if !s.light {
+            s.requests.push(Recorded {
+                path: path.into(),
+                headers,
+                body,
+            });
+        }
         s.call_seq += 1;
         if is_summary {
             return (Some(Turn::Text(SUMMARY.into())), s.call_seq);
+        }
+        if let Some(script) = &s.per_conversation {
+            return (
+                script.get(assistant_turns % script.len().max(1)).cloned(),
+                s.call_seq,
+            );
         }
         if s.turns.is_empty() {
             if let Some(again) = s.cycle.clone() {
@@ -199,19 +216,21 @@ fn error_response(status: u16, retry_ms: Option<u64>, message: &str) -> Response
 }
 
 /// The request as JSON and its size in tokens (4 bytes each, reported back as input
-/// usage); in light mode only the size and whether it carries tools.
+/// usage); in light mode only the size, whether it carries tools, and how many
+/// assistant turns it holds (as `_assistant_turns`).
 fn parse_body(s: &Arc<Mutex<Script>>, body: &Bytes) -> (Value, usize) {
     let tokens = body.len() / 4;
     if s.lock().unwrap().light {
         let has_tools = body.windows(8).any(|w| w == b"\"tools\":");
-        return (
-            if has_tools {
-                json!({"tools": []})
-            } else {
-                json!({})
-            },
-            tokens,
-        );
+        let needle: &[u8] = b"\"role\":\"assistant\"";
+        let turns = body.windows(needle.len()).filter(|w| *w == needle).count();
+        let mut v = if has_tools {
+            json!({"tools": []})
+        } else {
+            json!({})
+        };
+        v["_assistant_turns"] = json!(turns);
+        return (v, tokens);
     }
     (serde_json::from_slice(body).unwrap_or(Value::Null), tokens)
 }

@@ -1,0 +1,120 @@
+//! Chat-mode load for the benchmarks: starts the scripted model in-process and
+//! `picogent` (chat mode) as a child, then opens N WebSocket sessions at once, each
+//! asking for a 3-turn answer (read, ls, then text). Prints one JSON line of results.
+//!
+//! Usage: `chat_load PICOGENT_BINARY [N]`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/llm.rs"]
+#[allow(dead_code)]
+mod llm;
+
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+#[tokio::main]
+async fn main() {
+    let bin = std::env::args()
+        .nth(1)
+        .expect("usage: chat_load PICOGENT_BINARY [N]");
+    let n: usize = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let server = llm::ScriptedLlm::start(Vec::new()).await;
+    server.light();
+    server.per_conversation(vec![
+        llm::tool("read", json!({"path": "notes.txt"})),
+        llm::tool("ls", json!({})),
+        llm::text("The folder holds notes.txt, which says hello. That is all there is to it."),
+    ]);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("notes.txt"), "hello\n").unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let bin = std::fs::canonicalize(&bin).expect("the picogent binary");
+    let mut child = tokio::process::Command::new(&bin)
+        .current_dir(tmp.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", tmp.path())
+        .env("RUST_LOG", "warn")
+        .env("PICOGENT_PROVIDER", "anthropic")
+        .env("PICOGENT_BASE_URL", server.base_url(llm::Wire::Anthropic))
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env("PICOGENT_PORT", port.to_string())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while reqwest::get(format!("http://127.0.0.1:{port}/healthz"))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "picogent did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let idle_rss = peak_rss_mb(pid);
+
+    let started = Instant::now();
+    let clients: Vec<_> = (0..n)
+        .map(|i| {
+            tokio::spawn(async move {
+                let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws")).await.unwrap();
+                let frame = json!({"id": format!("m{i}"), "content": format!("What is here? ({i})"), "sessionId": format!("load-{i}")});
+                ws.send(Message::Text(frame.to_string().into())).await.unwrap();
+                let (mut last_text, mut tools, mut ok) = (None, 0, true);
+                loop {
+                    let Some(Ok(Message::Text(t))) = ws.next().await else { panic!("connection lost") };
+                    let f: Value = serde_json::from_str(&t).unwrap();
+                    match f["type"].as_str().unwrap_or("") {
+                        "text" => last_text = Some(Instant::now()),
+                        "tool_use" => tools += 1,
+                        "error" | "tool_result" => ok = false,
+                        "done" => {
+                            let done = Instant::now();
+                            return (ok && tools == 2, done.duration_since(last_text.unwrap_or(done)), done);
+                        }
+                        _ => {}
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut tail = Vec::with_capacity(n);
+    let mut all_ok = true;
+    let mut last_done = started;
+    for c in clients {
+        let (ok, after_text, done) = c.await.unwrap();
+        all_ok &= ok;
+        tail.push(after_text.as_secs_f64() * 1000.0);
+        last_done = last_done.max(done);
+    }
+    let wall = last_done.duration_since(started).as_secs_f64();
+    tail.sort_by(|a, b| a.total_cmp(b));
+    let pct = |q: f64| tail[((q * tail.len() as f64) as usize).min(tail.len() - 1)];
+    let peak = peak_rss_mb(pid);
+    child.kill().await.unwrap();
+    println!(
+        "{}",
+        json!({"sessions": n, "all_ok": all_ok, "wall_s": wall, "idle_rss_mb": idle_rss, "peak_rss_mb": peak,
+               "last_text_to_done_p50_ms": pct(0.5), "last_text_to_done_p99_ms": pct(0.99), "model_calls": 3 * n})
+    );
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test command: every Rust test, then the real-browser test of client.html.
+# The browser test needs Debian's Chromium and the npm package playwright-core; this
+# script installs them when they are missing (Chromium through apt-get, as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo test
+
+# The browser test drives the debug binaries.
+cargo build --bin picogent --example scripted_llm
+
+if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "scripts/test.sh: installing Debian's chromium for the browser test" >&2
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+if [ ! -d tests/browser/node_modules/playwright-core ]; then
+  echo "scripts/test.sh: installing playwright-core for the browser test" >&2
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi
+node --test tests/browser/

@@ -1,0 +1,127 @@
+// Drives client.html in headless Chromium against `picogent` in chat mode, which talks
+// to the tests' scripted model server. Run by scripts/test.sh after `cargo build`.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createInterface } from "node:readline";
+import { chromium } from "playwright-core";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const target = process.env.CARGO_TARGET_DIR || join(root, "target");
+const children = [];
+let browser;
+
+function freePort() {
+  return new Promise((ok) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => ok(port)); });
+  });
+}
+
+function firstLine(child) {
+  return new Promise((ok, fail) => {
+    const rl = createInterface({ input: child.stdout });
+    rl.once("line", ok);
+    child.once("exit", (code) => fail(new Error("exited early: " + code)));
+  });
+}
+
+async function waitHttp(url, ms) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    try { if ((await fetch(url)).ok) return; } catch {}
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("no answer from " + url);
+}
+
+/** Starts the scripted model with `script` and picogent's chat mode in a fresh folder. */
+async function startPicogent(script) {
+  const tmp = mkdtempSync(join(tmpdir(), "picogent-browser-"));
+  const work = join(tmp, "work");
+  mkdirSync(work);
+  writeFileSync(join(work, "notes.txt"), "hello from the notes\n");
+  writeFileSync(join(tmp, "script.json"), JSON.stringify(script));
+  const llm = spawn(join(target, "debug/examples/scripted_llm"), [join(tmp, "script.json")], { stdio: ["ignore", "pipe", "inherit"] });
+  children.push(llm);
+  const addr = (await firstLine(llm)).split(" ").pop();
+  const port = await freePort();
+  const pg = spawn(join(target, "debug/picogent"), [], {
+    cwd: work,
+    stdio: ["ignore", "ignore", "inherit"],
+    env: {
+      PATH: process.env.PATH, HOME: tmp, RUST_LOG: "warn",
+      PICOGENT_PROVIDER: "anthropic", PICOGENT_BASE_URL: "http://" + addr, PICOGENT_API_KEY: "test-key",
+      PICOGENT_PORT: String(port),
+    },
+  });
+  children.push(pg);
+  await waitHttp(`http://127.0.0.1:${port}/healthz`, 15000);
+  return { url: `http://127.0.0.1:${port}/`, tmp };
+}
+
+before(async () => {
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  for (const c of children) c.kill("SIGKILL");
+});
+
+test("a message streams an answer with a tool step, rendered safely, and finishes", async () => {
+  const answer = "The notes say **hello**.\n\n```sh\necho hi\n```\n\nRaw <b>html</b> and <img src=x onerror=\"window.pwned=1\"> stay text.";
+  const { url } = await startPicogent([
+    { tool: "read", args: { path: "notes.txt" } },
+    { text: answer },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 900, height: 640 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "What do the notes say?");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+
+  assert.equal(await page.textContent(".msg.user"), "What do the notes say?");
+  assert.equal(await page.textContent(".step summary"), "Read: notes.txt");
+  assert.equal(await page.locator(".step.error").count(), 0);
+  assert.equal(await page.textContent(".msg.assistant .md strong"), "hello");
+  assert.equal(await page.textContent(".codeblock code"), "echo hi");
+  assert.equal(await page.locator(".codeblock button.copy").count(), 1);
+  const text = await page.textContent(".msg.assistant");
+  assert.match(text, /Raw <b>html<\/b> and <img src=x/);
+  assert.equal(await page.locator(".msg.assistant b, .msg.assistant img").count(), 0);
+  assert.equal(await page.evaluate(() => window.pwned), undefined);
+  assert.match(await page.textContent("#session-id"), /^session \S+/);
+  assert.equal(await page.isHidden("#stop"), true);
+
+  const shot = process.env.SCREENSHOT_PATH || join(target, "browser/chat.png");
+  mkdirSync(dirname(shot), { recursive: true });
+  await page.screenshot({ path: shot });
+  await page.close();
+});
+
+test("Stop cancels a running request and the tool step shows the error", async () => {
+  const { url } = await startPicogent([{ tool: "bash", args: { command: "sleep 20" } }]);
+  const page = await browser.newPage({ viewport: { width: 420, height: 700 } }); // a narrow window
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Wait a while");
+  await page.press("#input", "Enter");
+  await page.waitForSelector(".step summary");
+  assert.equal(await page.textContent(".step summary"), "Bash: sleep 20");
+  await page.click("#stop");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 10000 });
+  assert.match(await page.textContent(".msg.assistant .error-line"), /cancelled/);
+  assert.equal(await page.locator(".step.error").count(), 1);
+  await page.close();
+});
