@@ -115,6 +115,24 @@ struct FileConfig {
     context_window: Option<u64>,
     max_tokens: Option<u32>,
     shutdown_grace_sec: Option<u64>,
+    network: Option<NetworkPolicy>,
+    sandbox: Option<SandboxMode>,
+}
+
+/// Whether bash commands may open TCP connections (`network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkPolicy {
+    Allow,
+    Deny,
+}
+
+/// Whether bash runs under kernel confinement where it applies (`sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    On,
+    Off,
 }
 
 /// A snapshot of environment variables. Loading reads this, never the live process
@@ -175,6 +193,10 @@ pub struct Config {
     pub max_tokens: u32,
     /// How long running tasks may finish after SIGTERM before they are cancelled.
     pub shutdown_grace: Duration,
+    pub network: NetworkPolicy,
+    pub sandbox: SandboxMode,
+    /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
+    pub sandbox_helper: Option<PathBuf>,
     /// Chat mode: where to listen (`PICOGENT_HOST`, `PICOGENT_PORT`).
     pub chat_host: String,
     pub chat_port: u16,
@@ -493,6 +515,29 @@ impl Config {
             context_window,
             max_tokens,
             shutdown_grace: Duration::from_secs(file.shutdown_grace_sec.unwrap_or(30)),
+            network: match env.get("PICOGENT_NETWORK") {
+                Some("allow") => NetworkPolicy::Allow,
+                Some("deny") => NetworkPolicy::Deny,
+                Some(other) => {
+                    return Err(ConfigError::Env {
+                        var: "PICOGENT_NETWORK".into(),
+                        message: format!("expected \"allow\" or \"deny\", got {other:?}"),
+                    })
+                }
+                None => file.network.unwrap_or(NetworkPolicy::Allow),
+            },
+            sandbox: match env.get("PICOGENT_SANDBOX") {
+                Some("on") => SandboxMode::On,
+                Some("off") => SandboxMode::Off,
+                Some(other) => {
+                    return Err(ConfigError::Env {
+                        var: "PICOGENT_SANDBOX".into(),
+                        message: format!("expected \"on\" or \"off\", got {other:?}"),
+                    })
+                }
+                None => file.sandbox.unwrap_or(SandboxMode::On),
+            },
+            sandbox_helper: None,
             chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
             chat_port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
             chat_token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),

@@ -61,6 +61,11 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // The bash confinement helper: before anything else, while single-threaded.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == "sandbox-exec") {
+        return picogent::tools::confine::helper_main(args);
+    }
     // Only ./.env, never a parent's; variables already set win.
     let env_error = match dotenvy::from_path(".env") {
         Err(e) if !e.not_found() => Some(e.to_string()),

@@ -92,6 +92,38 @@ impl Inner {
     }
 }
 
+/// Says at start which sandbox level is active and why.
+fn log_sandbox(config: &Config, sandbox: &Sandbox) {
+    use crate::tools::confine::kernel_abi;
+    let abi = kernel_abi();
+    let network = match config.network {
+        crate::config::NetworkPolicy::Allow => "allow",
+        crate::config::NetworkPolicy::Deny => "deny",
+    };
+    match sandbox.confinement() {
+        Some(c) if abi >= c.needed_abi() => {
+            tracing::info!(level = "full", landlock_abi = abi, network, "bash runs under Landlock confinement")
+        }
+        Some(c) => tracing::warn!(
+            level = "partial",
+            landlock_abi = abi,
+            needed_abi = c.needed_abi(),
+            network,
+            "this kernel cannot enforce every sandbox rule; bash commands will be refused (set sandbox: \"off\" to run them unconfined)"
+        ),
+        None if config.sandbox == crate::config::SandboxMode::Off => tracing::warn!(
+            level = "off",
+            landlock_abi = abi,
+            "sandbox is off: bash commands run without kernel confinement"
+        ),
+        None => tracing::info!(
+            level = "off",
+            landlock_abi = abi,
+            "no allowed_paths and network allowed: bash runs unconfined"
+        ),
+    }
+}
+
 /// The engine every front door drives. Cheap to clone.
 #[derive(Clone)]
 pub struct Agent {
@@ -108,7 +140,17 @@ impl Agent {
         let skill_dirs = config.skill_dirs();
         let skills = skills::discover(&skill_dirs);
         let readable: Vec<PathBuf> = skill_dirs.into_iter().filter(|d| d.is_dir()).collect();
-        let sandbox = Sandbox::new(&config.allowed_paths, &config.protected_paths(), &readable);
+        let mut sandbox = Sandbox::new(&config.allowed_paths, &config.protected_paths(), &readable);
+        if config.sandbox == crate::config::SandboxMode::On {
+            let helper = config
+                .sandbox_helper
+                .clone()
+                .or_else(|| std::env::current_exe().ok())
+                .unwrap_or_else(|| PathBuf::from("picogent"));
+            sandbox = sandbox
+                .with_confinement(helper, config.network == crate::config::NetworkPolicy::Deny);
+        }
+        log_sandbox(&config, &sandbox);
         let sessions = SessionStore::new(config.sessions_dir());
         Agent {
             inner: Arc::new(Inner {

@@ -28,6 +28,15 @@ struct Args {
 /// Once the command has exited, how long its leftover children may keep the pipe open.
 const DRAIN: Duration = Duration::from_millis(300);
 
+/// Removes the command's temporary folder however the call ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 enum End {
     Exited(std::process::ExitStatus),
     TimedOut,
@@ -94,7 +103,17 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
     let writer2 = writer
         .try_clone()
         .map_err(|e| ToolError::Failed(format!("cannot duplicate a pipe: {e}")))?;
-    let mut cmd = ctx.sandbox.bash_command(&a.command);
+    // A private temporary folder per command: the only writable place outside the
+    // allowed paths when bash is confined, and removed afterwards.
+    let tmp = ctx
+        .output_dir
+        .parent()
+        .unwrap_or(&ctx.output_dir)
+        .join(format!("picogent-tmp-{}", crate::util::random_hex(12)));
+    std::fs::create_dir_all(&tmp).map_err(|e| ToolError::io(&tmp, e))?;
+    let _cleanup = RemoveOnDrop(tmp.clone());
+    let mut cmd = ctx.sandbox.bash_command(&a.command, &tmp);
+    cmd.env("TMPDIR", &tmp).env("TMP", &tmp).env("TEMP", &tmp);
     cmd.current_dir(&cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))

@@ -4,6 +4,7 @@
 //! output with `is_error`, never a panic or an error that ends the run.
 
 mod bash;
+pub mod confine;
 mod edit;
 mod find;
 mod grep;

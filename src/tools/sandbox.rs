@@ -4,7 +4,7 @@
 //! Protected files (the configuration, `.env`, the agent's `state/`) are refused even
 //! inside the allowed paths; skill folders stay readable outside them.
 //!
-//! Kernel confinement of bash is a separate layer; `bash_command` is its seam.
+//! Kernel confinement of bash (`confine`) is the layer under these checks.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -19,6 +19,8 @@ pub struct Sandbox {
     protected: Vec<PathBuf>,
     /// Canonical folders readable even outside `allowed` (skills).
     readable: Vec<PathBuf>,
+    /// Kernel confinement for bash, when configured.
+    confinement: Option<super::confine::Confinement>,
 }
 
 /// Resolves `p` (absolute) to the real path it leads to: `..` and symlinks resolved,
@@ -76,7 +78,26 @@ impl Sandbox {
             },
             protected: canonical_list(protected, "protected path"),
             readable: canonical_list(readable, "skill folder"),
+            confinement: None,
         }
+    }
+
+    /// Confines bash with Landlock: writes only under the allowed paths (when there are
+    /// any) and, with `deny_network`, no TCP.
+    pub fn with_confinement(mut self, helper: PathBuf, deny_network: bool) -> Self {
+        let writable = (!self.allowed.is_empty()).then(|| self.allowed.clone());
+        if writable.is_some() || deny_network {
+            self.confinement = Some(super::confine::Confinement {
+                helper,
+                writable,
+                deny_network,
+            });
+        }
+        self
+    }
+
+    pub fn confinement(&self) -> Option<&super::confine::Confinement> {
+        self.confinement.as_ref()
     }
 
     pub fn is_restricted(&self) -> bool {
@@ -187,10 +208,16 @@ impl Sandbox {
         }
     }
 
-    /// The command that runs a bash command line. Kernel confinement wraps here.
-    pub fn bash_command(&self, command: &str) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new("/bin/bash");
-        cmd.arg("-c").arg(command);
-        cmd
+    /// The command that runs a bash command line, confined when configured; `tmp` is
+    /// the command's private temporary folder (writable under confinement).
+    pub fn bash_command(&self, command: &str, tmp: &Path) -> tokio::process::Command {
+        match &self.confinement {
+            Some(c) => c.command(command, tmp),
+            None => {
+                let mut cmd = tokio::process::Command::new("/bin/bash");
+                cmd.arg("-c").arg(command);
+                cmd
+            }
+        }
     }
 }

@@ -3,6 +3,7 @@ mod agent_mode;
 mod chat;
 mod cli;
 mod config;
+mod confinement;
 mod daemon_process;
 mod providers;
 mod sandbox;
