@@ -68,6 +68,9 @@ enum StopReason {
 struct Running {
     cancel: CancellationToken,
     why: Option<StopReason>,
+    /// The run's live control once it started, when it works the task itself (not a
+    /// chat reply): chat messages for the task are passed to it as instructions.
+    control: Option<crate::agent::control::RunControl>,
 }
 
 #[derive(Default)]
@@ -189,15 +192,20 @@ impl Router {
                     description: t.description.unwrap_or_default(),
                 },
             },
-            Event::ChatMessage { task_id, message } => Job {
-                event_id: event_id.into(),
-                task_id,
-                kind: JobKind::Chat {
-                    message_id: message.id,
-                    content: message.content,
-                    author: message.author.and_then(|a| a.name),
-                },
-            },
+            Event::ChatMessage { task_id, message } => {
+                if self.inject(event_id, &task_id, &message) {
+                    return;
+                }
+                Job {
+                    event_id: event_id.into(),
+                    task_id,
+                    kind: JobKind::Chat {
+                        message_id: message.id,
+                        content: message.content,
+                        author: message.author.and_then(|a| a.name),
+                    },
+                }
+            }
             Event::TaskCancelled { task_id, reason } => {
                 self.cancel(event_id, &task_id, reason);
                 return;
@@ -205,6 +213,48 @@ impl Router {
         };
         lock(&self.shared.state).queue.push_back(job);
         self.schedule();
+    }
+
+    /// Passes a chat message to the task's running work as an instruction, to be read
+    /// at its next step boundary. False when no such run is going.
+    fn inject(
+        &self,
+        event_id: &str,
+        task_id: &str,
+        message: &crate::tracker::types::ChatMessage,
+    ) -> bool {
+        let control = lock(&self.shared.state)
+            .running
+            .get(task_id)
+            .and_then(|r| r.control.clone());
+        let Some(control) = control else { return false };
+        let who = message.author.as_ref().and_then(|a| a.name.clone());
+        let text = match &who {
+            Some(name) => format!(
+                "{name} writes on this task while you work on it:\n\n{}",
+                message.content
+            ),
+            None => format!(
+                "A message on this task while you work on it:\n\n{}",
+                message.content
+            ),
+        };
+        if control
+            .instruct(text, crate::agent::control::Role::User)
+            .is_err()
+        {
+            return false;
+        }
+        tracing::info!(task = task_id, message = %message.id, "chat message passed to the running task");
+        self.report(
+            task_id,
+            vec![Report::comment(
+                "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
+                Some(message.id.clone()),
+            )],
+        );
+        self.mark_done(event_id);
+        true
     }
 
     fn cancel(&self, event_id: &str, task_id: &str, reason: Option<String>) {
@@ -285,6 +335,7 @@ impl Router {
                 Running {
                     cancel: cancel.clone(),
                     why: None,
+                    control: None,
                 },
             );
             let me = self.clone();
@@ -344,6 +395,11 @@ impl Router {
             },
             cancel,
         );
+        if matches!(job.kind, JobKind::Task { .. }) {
+            if let Some(r) = lock(&self.shared.state).running.get_mut(&task) {
+                r.control = Some(handle.control.clone());
+            }
+        }
         let mut outcome = None;
         while let Some(ev) = handle.events.recv().await {
             match ev {

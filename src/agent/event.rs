@@ -48,6 +48,13 @@ pub enum AgentEvent {
         tokens_before: u64,
         first_kept_entry_id: String,
     },
+    /// The run paused at a step boundary, or went on.
+    State { state: super::control::RunState },
+    /// An operator's instruction was written into the conversation.
+    Instruction {
+        text: String,
+        role: super::control::Role,
+    },
     /// Something a person watching should know (loop warning, nudge, ...).
     Notice { message: String },
     /// The run ended; always the last event.

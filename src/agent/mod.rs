@@ -3,6 +3,7 @@
 //! cancellation handle. Every front door drives the agent through this one entry point.
 
 pub mod compaction;
+pub mod control;
 pub mod event;
 pub mod guard;
 pub mod prompt;
@@ -41,6 +42,8 @@ pub struct RunHandle {
     pub session_id: String,
     /// Events in order; `Finished` is the last one.
     pub events: mpsc::UnboundedReceiver<AgentEvent>,
+    /// Pause, resume, stop and instruct the run.
+    pub control: control::RunControl,
     cancel: CancellationToken,
     task: JoinHandle<Outcome>,
 }
@@ -194,10 +197,18 @@ impl Agent {
         // are small, and every consumer drains them as they come.
         let (tx, rx) = mpsc::unbounded_channel();
         let session_id = req.session_id.clone();
-        let task = tokio::spawn(runner::run(self.inner.clone(), req, tx, cancel.clone()));
+        let control = control::RunControl::default();
+        let task = tokio::spawn(runner::run(
+            self.inner.clone(),
+            req,
+            tx,
+            cancel.clone(),
+            control.clone(),
+        ));
         RunHandle {
             session_id,
             events: rx,
+            control,
             cancel,
             task,
         }

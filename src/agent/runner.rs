@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use super::control::{Boundary, Role, RunControl, RunState};
 use super::event::{AgentEvent, Outcome};
 use super::guard::{self, RepeatGuard};
 use super::session::{Known, Session, SessionError};
@@ -45,6 +46,7 @@ pub(super) async fn run(
     req: RunRequest,
     tx: UnboundedSender<AgentEvent>,
     cancel: CancellationToken,
+    control: RunControl,
 ) -> Outcome {
     let out = Emitter(tx);
     let mut counters = Counters {
@@ -54,13 +56,22 @@ pub(super) async fn run(
     let lock = inner.session_lock(&req.session_id);
     let result = tokio::select! {
         guard = lock.lock() => {
-            let r = run_locked(&inner, &req, &out, &cancel, &mut counters).await;
+            let r = run_locked(&inner, &req, &out, &cancel, &control, &mut counters).await;
             drop(guard);
             r
         }
         _ = cancel.cancelled() => Err(RunError::Cancelled),
     };
     let Counters { steps, usage } = counters;
+    control.end(matches!(
+        result,
+        Err(RunError::Stop(_) | RunError::Session(_))
+    ));
+    if control.stop_requested() && matches!(result, Err(RunError::Cancelled)) {
+        out.emit(AgentEvent::Notice {
+            message: "stopped by the operator".into(),
+        });
+    }
     let outcome = match result {
         Ok(text) => Outcome::Completed { text, steps, usage },
         Err(RunError::Cancelled) => Outcome::Cancelled { steps, usage },
@@ -82,11 +93,36 @@ pub(super) async fn run(
     outcome
 }
 
+/// Waits at a step boundary while the run is paused, saying so; `Err` when it must end.
+async fn boundary(
+    control: &RunControl,
+    cancel: &CancellationToken,
+    out: &Emitter,
+) -> Result<(), RunError> {
+    let paused = control.state() == RunState::Paused;
+    if paused {
+        out.emit(AgentEvent::State {
+            state: RunState::Paused,
+        });
+    }
+    let b = control.boundary(cancel).await;
+    if b == Boundary::Stop {
+        return Err(RunError::Cancelled);
+    }
+    if paused {
+        out.emit(AgentEvent::State {
+            state: RunState::Running,
+        });
+    }
+    Ok(())
+}
+
 async fn run_locked(
     inner: &Inner,
     req: &RunRequest,
     out: &Emitter,
     cancel: &CancellationToken,
+    control: &RunControl,
     counters: &mut Counters,
 ) -> Result<String, RunError> {
     let cfg = &inner.config;
@@ -129,8 +165,20 @@ async fn run_locked(
     let mut nudged = false;
 
     loop {
-        if cancel.is_cancelled() {
-            return Err(RunError::Cancelled);
+        boundary(control, cancel, out).await?;
+        for ins in control.take_instructions() {
+            let text = match ins.role {
+                Role::User => ins.text.clone(),
+                // No provider takes a system message mid-conversation; mark it instead.
+                Role::System => {
+                    format!("<system-instruction>\n{}\n</system-instruction>", ins.text)
+                }
+            };
+            session.append_message(Message::user(text))?;
+            out.emit(AgentEvent::Instruction {
+                text: ins.text,
+                role: ins.role,
+            });
         }
         if counters.steps >= cfg.max_steps {
             return Err(RunError::Stop(format!(
@@ -223,7 +271,7 @@ async fn run_locked(
             return Ok(text);
         }
 
-        let stop = run_calls(&calls, &tool_ctx, &mut repeats, &mut session, out).await?;
+        let stop = run_calls(&calls, &tool_ctx, &mut repeats, &mut session, out, control).await?;
         if cancel.is_cancelled() {
             return Err(RunError::Cancelled);
         }
@@ -242,10 +290,13 @@ async fn run_calls(
     repeats: &mut RepeatGuard,
     session: &mut Session,
     out: &Emitter,
+    control: &RunControl,
 ) -> Result<Option<String>, RunError> {
     let mut stop: Option<String> = None;
     let mut i = 0;
     while i < calls.len() {
+        // A pause holds the next tool call; a stop turns the rest into "not run".
+        let halted = boundary(control, &ctx.cancel, out).await.is_err();
         let parallel = tools::is_read_only(&calls[i].1);
         let mut j = i + 1;
         while parallel && j < calls.len() && tools::is_read_only(&calls[j].1) {
@@ -270,7 +321,9 @@ async fn run_calls(
         }
         let results = futures_util::future::join_all(batch.iter().zip(&plans).map(
             |((_, name, args), (skip, _))| async move {
-                if *skip {
+                if halted {
+                    ToolOutput::error("not run: the run was stopped")
+                } else if *skip {
                     ToolOutput::error(
                         "not run: the run is stopping because this call kept repeating",
                     )

@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::control::{Role, RunControl};
 use crate::agent::{Agent, AgentEvent, Outcome, RunRequest};
 
 /// The browser client, served as-is.
@@ -204,7 +205,8 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
         .on_upgrade(move |socket| connection(st, socket))
 }
 
-type Runs = Arc<Mutex<HashMap<String, CancellationToken>>>;
+/// A connection's running requests: their cancellation token and live control.
+type Runs = Arc<Mutex<HashMap<String, (CancellationToken, RunControl)>>>;
 
 fn frame(id: Option<&str>, kind: &str, content: &str, session: Option<&str>) -> Value {
     json!({"id": id, "type": kind, "content": content, "sessionId": session})
@@ -280,28 +282,7 @@ fn handle_frame(
         _ => None,
     };
     if let Some(kind) = v.get("type") {
-        return match (kind.as_str(), id) {
-            (Some("cancel"), Some(id)) => {
-                let token = runs.lock().ok().and_then(|r| r.get(&id).cloned());
-                match token {
-                    Some(t) => t.cancel(),
-                    None => error(Some(&id), format!("no request with id {id:?} is running")),
-                }
-            }
-            (Some("cancel"), None) => error(
-                None,
-                "a cancel frame needs the `id` of the request to cancel".into(),
-            ),
-            (other, id) => error(
-                id.as_deref(),
-                format!(
-                    "unknown control frame type {}",
-                    other
-                        .map(|s| format!("{s:?}"))
-                        .unwrap_or_else(|| kind.to_string())
-                ),
-            ),
-        };
+        return control_frame(kind, id, &v, runs, &error);
     }
     let Some(id) = id else {
         return error(None, "a message frame needs a non-empty string `id`".into());
@@ -346,7 +327,7 @@ fn handle_frame(
         .filter(|s| !s.trim().is_empty())
         .map(str::to_string);
     let token = conn.child_token();
-    {
+    let handle = {
         let Ok(mut r) = runs.lock() else { return };
         if r.contains_key(&id) {
             drop(r);
@@ -355,18 +336,88 @@ fn handle_frame(
                 format!("a request with id {id:?} is already running"),
             );
         }
-        r.insert(id.clone(), token.clone());
-    }
-    let handle = agent.start_with_cancel(
-        RunRequest {
-            prompt: content,
-            session_id: session.clone(),
-            work_dir,
-            system_prompt,
-        },
-        token,
-    );
+        let handle = agent.start_with_cancel(
+            RunRequest {
+                prompt: content,
+                session_id: session.clone(),
+                work_dir,
+                system_prompt,
+            },
+            token.clone(),
+        );
+        r.insert(id.clone(), (token, handle.control.clone()));
+        handle
+    };
     tokio::spawn(forward(handle, id, session, tx.clone(), runs.clone()));
+}
+
+/// `cancel`, `pause`, `resume`, `stop`, `instruct` addressed to a running request.
+fn control_frame(
+    kind: &Value,
+    id: Option<String>,
+    v: &Value,
+    runs: &Runs,
+    error: &dyn Fn(Option<&str>, String),
+) {
+    let Some(kind) = kind.as_str() else {
+        return error(
+            id.as_deref(),
+            format!("`type` must be a string, got {kind}"),
+        );
+    };
+    if !matches!(kind, "cancel" | "pause" | "resume" | "stop" | "instruct") {
+        return error(
+            id.as_deref(),
+            format!("unknown control frame type {kind:?}"),
+        );
+    }
+    let Some(id) = id else {
+        return error(
+            None,
+            format!("a {kind} frame needs the `id` of a running request"),
+        );
+    };
+    let run = runs.lock().ok().and_then(|r| r.get(&id).cloned());
+    let Some((token, control)) = run else {
+        return error(Some(&id), format!("no request with id {id:?} is running"));
+    };
+    let result = match kind {
+        "cancel" => {
+            token.cancel();
+            Ok(())
+        }
+        "pause" => control.pause().map(|_| ()),
+        "resume" => control.resume().map(|_| ()),
+        "stop" => control.stop().map(|_| ()),
+        _ => {
+            let role = match v.get("as").and_then(Value::as_str) {
+                None | Some("user") => Role::User,
+                Some("system") => Role::System,
+                Some(other) => {
+                    return error(
+                        Some(&id),
+                        format!("`as` must be \"user\" or \"system\", got {other:?}"),
+                    )
+                }
+            };
+            match v
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|s| !s.trim().is_empty())
+            {
+                Some(text) => control.instruct(text, role),
+                None => {
+                    return error(
+                        Some(&id),
+                        "an instruct frame needs a non-empty `content`".into(),
+                    )
+                }
+            }
+        }
+    };
+    if let Err(e) = result {
+        error(Some(&id), e.to_string());
+    }
 }
 
 /// Turns one run's events into frames for its request id.
@@ -394,6 +445,14 @@ async fn forward(
                 &format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
             ),
             AgentEvent::Retry { reason, .. } => send("retry", &reason),
+            AgentEvent::State { state } => send(
+                "state",
+                &serde_json::to_value(state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+            ),
+            AgentEvent::Instruction { text, .. } => send("instruction", &text),
             AgentEvent::Finished { outcome } => {
                 match outcome {
                     Outcome::Failed { error, .. } => send("error", &error),

@@ -503,11 +503,11 @@ async fn websocket_close_4001_stops_the_daemon_naming_the_token() {
 }
 
 #[tokio::test]
-async fn a_chat_message_waits_for_the_tasks_running_work() {
+async fn a_chat_message_during_a_run_is_passed_to_it_as_an_instruction() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![
-        Turn::Stall(Duration::from_millis(800), "Task done.".into()),
-        text("Reply after the task."),
+        tool("bash", json!({"command": "sleep 0.6"})),
+        text("Task done, with the test Olga asked for."),
     ])
     .await;
     let tracker = FakeTracker::start().await;
@@ -519,25 +519,47 @@ async fn a_chat_message_waits_for_the_tasks_running_work() {
     while llm.request_count() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         tracker
-            .deliver(&cb, &chat("evt_2", "t_w", "m_1", "Status?"))
+            .deliver(&cb, &chat("evt_2", "t_w", "m_1", "Add a test too"))
             .await
             .0,
         202
     );
     tracker
-        .wait_for(20, "the reply", |t| t.comments("t_w").len() == 2)
+        .wait_for(20, "review", |t| {
+            t.timeline("t_w").contains(&"status:review".to_string())
+        })
         .await;
-    let tl = tracker.timeline("t_w");
+    let comments = tracker.comments("t_w");
+    assert_eq!(comments[0]["reply_to"], "m_1");
+    assert!(
+        comments[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Noted"),
+        "{comments:?}"
+    );
     assert_eq!(
-        tl,
-        vec![
-            "status:in_progress",
-            "comment:Task done.",
-            "status:review",
-            "comment:Reply after the task."
-        ]
+        comments[1],
+        json!({"content": "Task done, with the test Olga asked for."})
+    );
+    // One run, and its next model call carried the message.
+    assert_eq!(llm.request_count(), 2);
+    let msgs = llm.requests()[1].body["messages"].clone();
+    let last = msgs.as_array().unwrap().last().unwrap()["content"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        last.contains("Olga writes on this task while you work on it")
+            && last.contains("Add a test too"),
+        "{last}"
     );
     d.stop().await.unwrap();
 }

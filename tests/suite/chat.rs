@@ -467,3 +467,82 @@ async fn the_page_and_health_are_served_over_plain_http() {
         .unwrap();
     assert_eq!(health["status"], "ok");
 }
+
+#[tokio::test]
+async fn pause_holds_at_a_boundary_and_instructions_reach_the_next_call() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "sleep 0.3"})),
+        text("done, in small steps"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"id": "p1", "content": "work"})).await;
+    assert_eq!(next(&mut ws).await["type"], "tool_use");
+    send(&mut ws, json!({"type": "pause", "id": "p1"})).await;
+    let f = next(&mut ws).await;
+    assert_eq!(
+        (f["type"].as_str(), f["content"].as_str()),
+        (Some("state"), Some("paused")),
+        "{f}"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(llm.request_count(), 1, "a paused run made a model call");
+    send(&mut ws, json!({"type": "pause", "id": "p1"})).await;
+    assert!(next(&mut ws).await["content"]
+        .as_str()
+        .unwrap()
+        .contains("cannot Pause a run that is Paused"));
+    send(
+        &mut ws,
+        json!({"type": "instruct", "id": "p1", "content": "Prefer small steps", "as": "system"}),
+    )
+    .await;
+    send(&mut ws, json!({"type": "resume", "id": "p1"})).await;
+    let kinds = of(&until_done(&mut ws, "p1").await, "p1");
+    assert_eq!(kinds[0], ("state".to_string(), "running".to_string()));
+    assert_eq!(
+        kinds[1],
+        ("instruction".to_string(), "Prefer small steps".to_string())
+    );
+    let body = &llm.requests()[1].body;
+    let last = body["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last["text"],
+        "<system-instruction>\nPrefer small steps\n</system-instruction>"
+    );
+}
+
+#[tokio::test]
+async fn stop_ends_a_paused_run_without_another_model_call() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "sleep 0.2"})),
+        text("never"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"id": "s1", "content": "work"})).await;
+    assert_eq!(next(&mut ws).await["type"], "tool_use");
+    send(&mut ws, json!({"type": "pause", "id": "s1"})).await;
+    assert_eq!(next(&mut ws).await["content"], "paused");
+    send(&mut ws, json!({"type": "stop", "id": "s1"})).await;
+    let kinds = of(&until_done(&mut ws, "s1").await, "s1");
+    assert!(
+        kinds.contains(&("error".to_string(), "cancelled".to_string())),
+        "{kinds:?}"
+    );
+    assert_eq!(llm.request_count(), 1);
+    send(&mut ws, json!({"type": "resume", "id": "s1"})).await;
+    assert!(next(&mut ws).await["content"]
+        .as_str()
+        .unwrap()
+        .contains("no request"));
+}

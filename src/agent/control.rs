@@ -1,0 +1,289 @@
+//! Live control of a run at step boundaries: pause, resume, stop and instructions.
+//!
+//! A run checks its control before every model call and before every tool call. While
+//! paused it waits there, so nothing new reaches the model or the tools; a model
+//! response that arrived as the pause did is held until resume. Instructions queue up
+//! and are written into the session just before the next model call. The run's state
+//! is a small explicit state machine, so an impossible request (resume a running run,
+//! pause a finished one) is an error the caller sees, not a silent no-op.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Running,
+    Paused,
+    Finished,
+    Failed,
+}
+
+/// What can happen to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Pause,
+    Resume,
+    /// The operator ends the run; it finishes with what it has.
+    Stop,
+    Finish,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot {action:?} a run that is {from:?}")]
+pub struct InvalidTransition {
+    pub from: RunState,
+    pub action: Action,
+}
+
+impl RunState {
+    /// The state after `action`, or why it is not allowed.
+    pub fn apply(self, action: Action) -> Result<RunState, InvalidTransition> {
+        use Action::*;
+        use RunState::*;
+        match (self, action) {
+            (Running, Pause) => Ok(Paused),
+            (Paused, Resume) => Ok(Running),
+            (Running | Paused, Stop | Finish) => Ok(Finished),
+            (Running | Paused, Fail) => Ok(Failed),
+            (from, action) => Err(InvalidTransition { from, action }),
+        }
+    }
+
+    pub fn is_over(self) -> bool {
+        matches!(self, RunState::Finished | RunState::Failed)
+    }
+}
+
+/// Who an instruction speaks as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    System,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Instruction {
+    pub text: String,
+    pub role: Role,
+}
+
+struct Inner {
+    state: watch::Sender<RunState>,
+    instructions: Mutex<VecDeque<Instruction>>,
+    stop: CancellationToken,
+}
+
+/// The handle a front door uses to steer a run. Cheap to clone.
+#[derive(Clone)]
+pub struct RunControl {
+    inner: Arc<Inner>,
+}
+
+impl Default for RunControl {
+    fn default() -> Self {
+        RunControl {
+            inner: Arc::new(Inner {
+                state: watch::channel(RunState::Running).0,
+                instructions: Mutex::new(VecDeque::new()),
+                stop: CancellationToken::new(),
+            }),
+        }
+    }
+}
+
+/// What a run does at a boundary.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Boundary {
+    Continue,
+    Stop,
+}
+
+impl RunControl {
+    pub fn state(&self) -> RunState {
+        *self.inner.state.borrow()
+    }
+
+    fn transition(&self, action: Action) -> Result<RunState, InvalidTransition> {
+        let mut result = Err(InvalidTransition {
+            from: self.state(),
+            action,
+        });
+        self.inner
+            .state
+            .send_if_modified(|s| match s.apply(action) {
+                Ok(next) => {
+                    *s = next;
+                    result = Ok(next);
+                    true
+                }
+                Err(e) => {
+                    result = Err(e);
+                    false
+                }
+            });
+        result
+    }
+
+    pub fn pause(&self) -> Result<RunState, InvalidTransition> {
+        self.transition(Action::Pause)
+    }
+
+    pub fn resume(&self) -> Result<RunState, InvalidTransition> {
+        self.transition(Action::Resume)
+    }
+
+    /// Ends the run at its next boundary (a paused run ends at once).
+    pub fn stop(&self) -> Result<RunState, InvalidTransition> {
+        if self.state().is_over() {
+            return Err(InvalidTransition {
+                from: self.state(),
+                action: Action::Stop,
+            });
+        }
+        self.inner.stop.cancel();
+        Ok(self.state())
+    }
+
+    /// Queues an instruction for the next model call.
+    pub fn instruct(&self, text: impl Into<String>, role: Role) -> Result<(), InvalidTransition> {
+        if self.state().is_over() {
+            return Err(InvalidTransition {
+                from: self.state(),
+                action: Action::Resume,
+            });
+        }
+        if let Ok(mut q) = self.inner.instructions.lock() {
+            q.push_back(Instruction {
+                text: text.into(),
+                role,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn take_instructions(&self) -> Vec<Instruction> {
+        match self.inner.instructions.lock() {
+            Ok(mut q) => q.drain(..).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    pub(crate) fn stop_requested(&self) -> bool {
+        self.inner.stop.is_cancelled()
+    }
+
+    /// Marks the run over (finished or failed); later requests are refused.
+    pub(crate) fn end(&self, failed: bool) {
+        let _ = self.transition(if failed { Action::Fail } else { Action::Finish });
+    }
+
+    /// Waits while paused. `Stop` when the operator stopped the run or `cancel` fired.
+    pub(crate) async fn boundary(&self, cancel: &CancellationToken) -> Boundary {
+        let mut rx = self.inner.state.subscribe();
+        loop {
+            if self.stop_requested() || cancel.is_cancelled() {
+                return Boundary::Stop;
+            }
+            if *rx.borrow_and_update() != RunState::Paused {
+                return Boundary::Continue;
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return Boundary::Stop },
+                _ = self.inner.stop.cancelled() => return Boundary::Stop,
+                _ = cancel.cancelled() => return Boundary::Stop,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Action::*;
+    use RunState::*;
+
+    #[test]
+    fn the_state_machine_allows_only_sensible_transitions() {
+        let table = [
+            (Running, Pause, Ok(Paused)),
+            (Paused, Resume, Ok(Running)),
+            (Running, Stop, Ok(Finished)),
+            (Paused, Stop, Ok(Finished)),
+            (Running, Finish, Ok(Finished)),
+            (Paused, Fail, Ok(Failed)),
+            (
+                Running,
+                Resume,
+                Err(InvalidTransition {
+                    from: Running,
+                    action: Resume,
+                }),
+            ),
+            (
+                Paused,
+                Pause,
+                Err(InvalidTransition {
+                    from: Paused,
+                    action: Pause,
+                }),
+            ),
+            (
+                Finished,
+                Pause,
+                Err(InvalidTransition {
+                    from: Finished,
+                    action: Pause,
+                }),
+            ),
+            (
+                Failed,
+                Resume,
+                Err(InvalidTransition {
+                    from: Failed,
+                    action: Resume,
+                }),
+            ),
+            (
+                Finished,
+                Stop,
+                Err(InvalidTransition {
+                    from: Finished,
+                    action: Stop,
+                }),
+            ),
+        ];
+        for (from, action, want) in table {
+            assert_eq!(from.apply(action), want, "{from:?} + {action:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_paused_boundary_waits_until_resume_or_stop() {
+        let c = RunControl::default();
+        let cancel = CancellationToken::new();
+        assert_eq!(c.boundary(&cancel).await, Boundary::Continue);
+        c.pause().unwrap();
+        let waiting = {
+            let c = c.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move { c.boundary(&cancel).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        c.resume().unwrap();
+        assert_eq!(waiting.await.unwrap(), Boundary::Continue);
+        c.pause().unwrap();
+        c.stop().unwrap();
+        assert_eq!(c.boundary(&cancel).await, Boundary::Stop);
+        c.end(false);
+        assert_eq!(c.state(), Finished);
+        assert!(c.pause().is_err());
+    }
+}
