@@ -117,6 +117,7 @@ struct FileConfig {
     shutdown_grace_sec: Option<u64>,
     network: Option<NetworkPolicy>,
     sandbox: Option<SandboxMode>,
+    checkpoints: Option<bool>,
 }
 
 /// Whether bash commands may open TCP connections (`network`).
@@ -195,6 +196,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub network: NetworkPolicy,
     pub sandbox: SandboxMode,
+    /// Snapshot the working folder after every changing tool call (for rollback).
+    /// `None`: the front door's default (on in chat mode, off elsewhere).
+    pub checkpoints: Option<bool>,
     /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
     pub sandbox_helper: Option<PathBuf>,
     /// Chat mode: where to listen (`PICOGENT_HOST`, `PICOGENT_PORT`).
@@ -538,6 +542,7 @@ impl Config {
                 None => file.sandbox.unwrap_or(SandboxMode::On),
             },
             sandbox_helper: None,
+            checkpoints: file.checkpoints,
             chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
             chat_port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
             chat_token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),

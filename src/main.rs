@@ -124,8 +124,22 @@ fn load_config(arg: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let config = load_config(arg)?;
+    let mut config = load_config(arg)?;
     let agent_mode = config.is_agent_mode();
+    if !agent_mode && config.checkpoints.is_none() {
+        // Chat mode snapshots the folder for rollback when it can: git is there and the
+        // folder is writable. Asked for explicitly, missing git is an error instead.
+        let git = std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        let writable =
+            std::fs::metadata(&config.work_dir).is_ok_and(|m| !m.permissions().readonly());
+        config.checkpoints = Some(git && writable);
+        if !git {
+            tracing::warn!("git not found: checkpoints and rollback are off");
+        }
+    }
     let agent = Agent::new(config)?;
     let stop = tokio_util::sync::CancellationToken::new();
     let on_signal = stop.clone();

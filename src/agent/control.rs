@@ -32,6 +32,8 @@ pub enum Action {
     Stop,
     Finish,
     Fail,
+    /// Only a paused run can be rolled back; the state does not change.
+    Rollback,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,6 +53,7 @@ impl RunState {
             (Paused, Resume) => Ok(Running),
             (Running | Paused, Stop | Finish) => Ok(Finished),
             (Running | Paused, Fail) => Ok(Failed),
+            (Paused, Rollback) => Ok(Paused),
             (from, action) => Err(InvalidTransition { from, action }),
         }
     }
@@ -77,6 +80,8 @@ pub struct Instruction {
 struct Inner {
     state: watch::Sender<RunState>,
     instructions: Mutex<VecDeque<Instruction>>,
+    /// A requested rollback to this checkpoint step, done by the paused run itself.
+    rollback: Mutex<Option<u64>>,
     stop: CancellationToken,
 }
 
@@ -92,6 +97,7 @@ impl Default for RunControl {
             inner: Arc::new(Inner {
                 state: watch::channel(RunState::Running).0,
                 instructions: Mutex::new(VecDeque::new()),
+                rollback: Mutex::new(None),
                 stop: CancellationToken::new(),
             }),
         }
@@ -103,6 +109,8 @@ impl Default for RunControl {
 pub enum Boundary {
     Continue,
     Stop,
+    /// Roll back to this checkpoint step, then wait again (the run stays paused).
+    Rollback(u64),
 }
 
 impl RunControl {
@@ -168,6 +176,26 @@ impl RunControl {
         Ok(())
     }
 
+    /// Asks the paused run to restore checkpoint `step` (files and conversation).
+    pub fn rollback(&self, step: u64) -> Result<(), InvalidTransition> {
+        if self.state() != RunState::Paused {
+            return Err(InvalidTransition {
+                from: self.state(),
+                action: Action::Rollback,
+            });
+        }
+        if let Ok(mut r) = self.inner.rollback.lock() {
+            *r = Some(step);
+        }
+        // Wake the waiting boundary.
+        self.inner.state.send_modify(|_| {});
+        Ok(())
+    }
+
+    fn take_rollback(&self) -> Option<u64> {
+        self.inner.rollback.lock().ok().and_then(|mut r| r.take())
+    }
+
     pub(crate) fn take_instructions(&self) -> Vec<Instruction> {
         match self.inner.instructions.lock() {
             Ok(mut q) => q.drain(..).collect(),
@@ -190,6 +218,9 @@ impl RunControl {
         loop {
             if self.stop_requested() || cancel.is_cancelled() {
                 return Boundary::Stop;
+            }
+            if let Some(step) = self.take_rollback() {
+                return Boundary::Rollback(step);
             }
             if *rx.borrow_and_update() != RunState::Paused {
                 return Boundary::Continue;

@@ -55,6 +55,15 @@ pub enum AgentEvent {
         text: String,
         role: super::control::Role,
     },
+    /// The working folder was snapshotted after a change (checkpoints on).
+    Checkpoint {
+        step: u64,
+        commit: String,
+        entry_id: String,
+        message: String,
+    },
+    /// Files and conversation went back to checkpoint `step`.
+    RolledBack { step: u64, entry_id: String },
     /// Something a person watching should know (loop warning, nudge, ...).
     Notice { message: String },
     /// The run ended; always the last event.

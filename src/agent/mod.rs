@@ -2,6 +2,7 @@
 //! `start`, which runs the loop for one prompt and hands back a stream of events and a
 //! cancellation handle. Every front door drives the agent through this one entry point.
 
+pub mod checkpoint;
 pub mod compaction;
 pub mod control;
 pub mod event;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use super::checkpoint::Checkpoints;
 use super::control::{Boundary, Role, RunControl, RunState};
 use super::event::{AgentEvent, Outcome};
 use super::guard::{self, RepeatGuard};
@@ -93,28 +94,122 @@ pub(super) async fn run(
     outcome
 }
 
-/// Waits at a step boundary while the run is paused, saying so; `Err` when it must end.
+/// The session's checkpoint repository and the next step number.
+struct Ckpt {
+    repo: Checkpoints,
+    next_step: u64,
+}
+
+impl Ckpt {
+    /// Snapshots the folder and records the checkpoint in the session.
+    async fn take(
+        &mut self,
+        session: &mut Session,
+        what: &str,
+        out: &Emitter,
+    ) -> Result<(), RunError> {
+        let step = self.next_step;
+        let message = format!("Step {step}: {what}");
+        let repo = self.repo.clone();
+        let m = message.clone();
+        let commit = tokio::task::spawn_blocking(move || repo.snapshot(&m))
+            .await
+            .map_err(|e| RunError::Stop(format!("checkpoint failed: {e}")))?
+            .map_err(|e| RunError::Stop(format!("checkpoint failed: {e}")))?;
+        let entry_id = session.append_custom(
+            "checkpoint",
+            serde_json::json!({"step": step, "commit": commit, "message": message}),
+        )?;
+        self.next_step += 1;
+        out.emit(AgentEvent::Checkpoint {
+            step,
+            commit,
+            entry_id,
+            message,
+        });
+        Ok(())
+    }
+
+    /// Restores checkpoint `step`: the files exactly, and the conversation's leaf to the
+    /// entry recorded for it (by id), persisted by a `rollback` entry as its child.
+    async fn rollback(
+        &self,
+        session: &mut Session,
+        step: u64,
+        out: &Emitter,
+    ) -> Result<(), RunError> {
+        let Some((entry_id, data)) = session.checkpoint(step) else {
+            out.emit(AgentEvent::Notice {
+                message: format!("rollback refused: no checkpoint {step} in this session"),
+            });
+            return Ok(());
+        };
+        let entry_id = entry_id.to_string();
+        let commit = data["commit"].as_str().unwrap_or_default().to_string();
+        let repo = self.repo.clone();
+        let c = commit.clone();
+        tokio::task::spawn_blocking(move || repo.restore(&c))
+            .await
+            .map_err(|e| RunError::Stop(format!("rollback failed: {e}")))?
+            .map_err(|e| RunError::Stop(format!("rollback failed: {e}")))?;
+        let from = session.leaf().map(str::to_string);
+        session.branch_from(Some(&entry_id))?;
+        session.append_custom(
+            "rollback",
+            serde_json::json!({"step": step, "commit": commit, "from": from}),
+        )?;
+        out.emit(AgentEvent::RolledBack { step, entry_id });
+        Ok(())
+    }
+}
+
+/// Waits at a step boundary while the run is paused, saying so, and carries out
+/// rollbacks asked for meanwhile. `Ok(true)` when the conversation was rolled back (the
+/// caller drops what it was about to do); `Err` when the run must end.
 async fn boundary(
     control: &RunControl,
     cancel: &CancellationToken,
     out: &Emitter,
-) -> Result<(), RunError> {
+    session: &mut Session,
+    ckpt: Option<&Ckpt>,
+) -> Result<bool, RunError> {
     let paused = control.state() == RunState::Paused;
     if paused {
         out.emit(AgentEvent::State {
             state: RunState::Paused,
         });
     }
-    let b = control.boundary(cancel).await;
-    if b == Boundary::Stop {
-        return Err(RunError::Cancelled);
+    let mut rolled_back = false;
+    loop {
+        match control.boundary(cancel).await {
+            Boundary::Stop => return Err(RunError::Cancelled),
+            Boundary::Continue => break,
+            Boundary::Rollback(step) => match ckpt {
+                Some(c) => {
+                    c.rollback(session, step, out).await?;
+                    rolled_back = true;
+                }
+                None => out.emit(AgentEvent::Notice {
+                    message: "rollback refused: checkpoints are off for this run".into(),
+                }),
+            },
+        }
     }
     if paused {
         out.emit(AgentEvent::State {
             state: RunState::Running,
         });
     }
-    Ok(())
+    Ok(rolled_back)
+}
+
+/// What ended a turn's tool calls.
+enum CallsEnd {
+    Done,
+    /// The repeat guard tripped; the run stops with this reason.
+    Repeated(String),
+    /// A rollback moved the conversation; the rest of this turn is void.
+    RolledBack,
 }
 
 async fn run_locked(
@@ -138,6 +233,21 @@ async fn run_locked(
         model: inner.provider.model().into(),
     });
     session.append_message(Message::user(req.prompt.clone()))?;
+    let mut ckpt = match cfg.checkpoints {
+        Some(true) => {
+            let repo = Checkpoints::open(&cfg.state_dir(), &req.session_id, &work_dir)
+                .map_err(|e| RunError::Stop(e.to_string()))?;
+            let next_step = (0..)
+                .find(|n| session.checkpoint(*n).is_none())
+                .unwrap_or(0);
+            let mut c = Ckpt { repo, next_step };
+            let first = crate::util::one_line(&req.prompt, 60);
+            c.take(&mut session, &format!("start: {first}"), out)
+                .await?;
+            Some(c)
+        }
+        _ => None,
+    };
 
     let role = req.system_prompt.as_deref().or(cfg.prompt.as_deref());
     let system = prompt::build(
@@ -165,7 +275,7 @@ async fn run_locked(
     let mut nudged = false;
 
     loop {
-        boundary(control, cancel, out).await?;
+        boundary(control, cancel, out, &mut session, ckpt.as_ref()).await?;
         for ins in control.take_instructions() {
             let text = match ins.role {
                 Role::User => ins.text.clone(),
@@ -271,12 +381,22 @@ async fn run_locked(
             return Ok(text);
         }
 
-        let stop = run_calls(&calls, &tool_ctx, &mut repeats, &mut session, out, control).await?;
+        let end = run_calls(
+            &calls,
+            &tool_ctx,
+            &mut repeats,
+            &mut session,
+            out,
+            control,
+            ckpt.as_mut(),
+        )
+        .await?;
         if cancel.is_cancelled() {
             return Err(RunError::Cancelled);
         }
-        if let Some(why) = stop {
-            return Err(RunError::Stop(why));
+        match end {
+            CallsEnd::Done | CallsEnd::RolledBack => {}
+            CallsEnd::Repeated(why) => return Err(RunError::Stop(why)),
         }
     }
 }
@@ -291,12 +411,18 @@ async fn run_calls(
     session: &mut Session,
     out: &Emitter,
     control: &RunControl,
-) -> Result<Option<String>, RunError> {
+    mut ckpt: Option<&mut Ckpt>,
+) -> Result<CallsEnd, RunError> {
     let mut stop: Option<String> = None;
     let mut i = 0;
     while i < calls.len() {
-        // A pause holds the next tool call; a stop turns the rest into "not run".
-        let halted = boundary(control, &ctx.cancel, out).await.is_err();
+        // A pause holds the next tool call; a stop turns the rest into "not run"; after
+        // a rollback, the calls of this (now abandoned) turn are not run at all.
+        let halted = match boundary(control, &ctx.cancel, out, session, ckpt.as_deref()).await {
+            Ok(true) => return Ok(CallsEnd::RolledBack),
+            Ok(false) => false,
+            Err(_) => true,
+        };
         let parallel = tools::is_read_only(&calls[i].1);
         let mut j = i + 1;
         while parallel && j < calls.len() && tools::is_read_only(&calls[j].1) {
@@ -344,6 +470,7 @@ async fn run_calls(
                 output: result.text.clone(),
                 details: result.details.clone(),
             });
+            let changed_files = !tools::is_read_only(name) && !halted;
             session.append_message(Message::ToolResult(ToolResultMessage {
                 tool_call_id: id.clone(),
                 tool_name: name.clone(),
@@ -352,10 +479,28 @@ async fn run_calls(
                 is_error: result.is_error,
                 timestamp: crate::util::now_millis(),
             }))?;
+            if let (true, Some(c)) = (changed_files, ckpt.as_deref_mut()) {
+                let what = tools::describe_call(name, args_of(calls, id));
+                c.take(session, &what, out).await?;
+            }
         }
         i = j;
     }
-    Ok(stop)
+    Ok(match stop {
+        Some(why) => CallsEnd::Repeated(why),
+        None => CallsEnd::Done,
+    })
+}
+
+fn args_of<'a>(
+    calls: &'a [(String, String, serde_json::Value)],
+    id: &str,
+) -> &'a serde_json::Value {
+    calls
+        .iter()
+        .find(|(i, _, _)| i == id)
+        .map(|(_, _, a)| a)
+        .unwrap_or(&serde_json::Value::Null)
 }
 
 /// Keeps a record of a model call that did not complete: the text streamed so far

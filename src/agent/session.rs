@@ -54,6 +54,14 @@ pub enum Known {
         #[serde(rename = "modelId")]
         model_id: String,
     },
+    /// pi's extension entry, outside the model's context; picogent records checkpoints
+    /// and rollbacks this way.
+    Custom {
+        #[serde(rename = "customType")]
+        custom_type: String,
+        #[serde(default)]
+        data: Value,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -310,6 +318,29 @@ impl Session {
         });
         self.leaf = Some(id.clone());
         Ok(id)
+    }
+
+    pub fn append_custom(
+        &mut self,
+        custom_type: &str,
+        data: Value,
+    ) -> Result<String, SessionError> {
+        self.append(Known::Custom {
+            custom_type: custom_type.into(),
+            data,
+        })
+    }
+
+    /// The newest `checkpoint` entry recorded for `step`: its entry id and data.
+    pub fn checkpoint(&self, step: u64) -> Option<(&str, &Value)> {
+        self.entries.iter().rev().find_map(|e| match &e.body {
+            Body::Known(Known::Custom { custom_type, data })
+                if custom_type == "checkpoint" && data["step"].as_u64() == Some(step) =>
+            {
+                Some((e.id.as_str(), data))
+            }
+            _ => None,
+        })
     }
 
     pub fn append_message(&mut self, message: Message) -> Result<String, SessionError> {

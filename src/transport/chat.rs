@@ -365,7 +365,10 @@ fn control_frame(
             format!("`type` must be a string, got {kind}"),
         );
     };
-    if !matches!(kind, "cancel" | "pause" | "resume" | "stop" | "instruct") {
+    if !matches!(
+        kind,
+        "cancel" | "pause" | "resume" | "stop" | "instruct" | "rollback"
+    ) {
         return error(
             id.as_deref(),
             format!("unknown control frame type {kind:?}"),
@@ -389,6 +392,15 @@ fn control_frame(
         "pause" => control.pause().map(|_| ()),
         "resume" => control.resume().map(|_| ()),
         "stop" => control.stop().map(|_| ()),
+        "rollback" => match v.get("step").and_then(Value::as_u64) {
+            Some(step) => control.rollback(step),
+            None => {
+                return error(
+                    Some(&id),
+                    "a rollback frame needs the checkpoint `step` (a number)".into(),
+                )
+            }
+        },
         _ => {
             let role = match v.get("as").and_then(Value::as_str) {
                 None | Some("user") => Role::User,
@@ -453,6 +465,12 @@ async fn forward(
                     .unwrap_or_default(),
             ),
             AgentEvent::Instruction { text, .. } => send("instruction", &text),
+            AgentEvent::Checkpoint { step, message, .. } => {
+                let _ = tx.send(json!({"id": id, "type": "checkpoint", "content": message, "step": step, "sessionId": session}));
+            }
+            AgentEvent::RolledBack { step, .. } => {
+                let _ = tx.send(json!({"id": id, "type": "rollback", "content": format!("rolled back to step {step}"), "step": step, "sessionId": session}));
+            }
             AgentEvent::Finished { outcome } => {
                 match outcome {
                     Outcome::Failed { error, .. } => send("error", &error),

@@ -5,6 +5,7 @@ mod cli;
 mod config;
 mod confinement;
 mod daemon_process;
+mod live;
 mod providers;
 mod sandbox;
 mod sessions;

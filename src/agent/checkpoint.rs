@@ -1,0 +1,120 @@
+//! Private git checkpoints of the working folder, for rollback.
+//!
+//! The snapshots live in a git repository of picogent's own, under its state folder
+//! (`git --git-dir=<state>/checkpoints/<session>.git --work-tree=<work dir>`), never in
+//! the folder's own `.git`, which git itself never descends into and which is left
+//! untouched. The folder's `.gitignore` is honoured. Commits use a fixed identity and
+//! ignore the user's git configuration, so hooks or signing settings cannot interfere.
+//! Rollback restores the tree of a checkpoint exactly, deleting files created after it;
+//! the tip it left is kept under `refs/picogent/abandoned/` so no path is ever lost.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("checkpoints need git, which was not found ({0}); install git or set \"checkpoints\": false")]
+    NoGit(String),
+    #[error("git {args} failed: {message}")]
+    Git { args: String, message: String },
+    #[error("no checkpoint {0}")]
+    Unknown(String),
+}
+
+#[derive(Clone)]
+pub struct Checkpoints {
+    git_dir: PathBuf,
+    work_tree: PathBuf,
+}
+
+impl Checkpoints {
+    /// Opens (creating if needed) the session's checkpoint repository.
+    pub fn open(
+        state_dir: &Path,
+        session_id: &str,
+        work_tree: &Path,
+    ) -> Result<Checkpoints, CheckpointError> {
+        let git_dir = state_dir
+            .join("checkpoints")
+            .join(format!("{session_id}.git"));
+        let c = Checkpoints {
+            git_dir,
+            work_tree: work_tree.to_path_buf(),
+        };
+        if !c.git_dir.join("HEAD").exists() {
+            std::fs::create_dir_all(&c.git_dir).map_err(|e| CheckpointError::Git {
+                args: "init".into(),
+                message: format!("{}: {e}", c.git_dir.display()),
+            })?;
+            c.git(&["init", "--quiet"])?;
+        }
+        Ok(c)
+    }
+
+    fn git(&self, args: &[&str]) -> Result<String, CheckpointError> {
+        let out = Command::new("git")
+            .arg(format!("--git-dir={}", self.git_dir.display()))
+            .arg(format!("--work-tree={}", self.work_tree.display()))
+            .args([
+                "-c",
+                "core.hooksPath=/dev/null",
+                "-c",
+                "commit.gpgsign=false",
+                "-c",
+                "core.autocrlf=false",
+            ])
+            .args(args)
+            .current_dir(&self.work_tree)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "picogent")
+            .env("GIT_AUTHOR_EMAIL", "picogent@localhost")
+            .env("GIT_COMMITTER_NAME", "picogent")
+            .env("GIT_COMMITTER_EMAIL", "picogent@localhost")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
+            .output()
+            .map_err(|e| CheckpointError::NoGit(e.to_string()))?;
+        if !out.status.success() {
+            return Err(CheckpointError::Git {
+                args: args.join(" "),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Snapshots the folder; returns the commit, or the current one when nothing changed.
+    pub fn snapshot(&self, message: &str) -> Result<String, CheckpointError> {
+        self.git(&["add", "--all", "."])?;
+        let has_head = self
+            .git(&["rev-parse", "--verify", "--quiet", "HEAD"])
+            .is_ok();
+        let changed = !has_head || self.git(&["diff", "--cached", "--quiet"]).is_err();
+        if changed {
+            self.git(&["commit", "--quiet", "--allow-empty", "-m", message])?;
+        }
+        self.git(&["rev-parse", "HEAD"])
+    }
+
+    /// Restores the folder to `commit` exactly, keeping the current tip reachable.
+    pub fn restore(&self, commit: &str) -> Result<(), CheckpointError> {
+        self.git(&["cat-file", "-e", &format!("{commit}^{{commit}}")])
+            .map_err(|_| CheckpointError::Unknown(commit.into()))?;
+        // Whatever is in the folder now (even unsnapshotted changes) is kept first.
+        let tip = self.snapshot("Before rollback")?;
+        if tip != commit {
+            let name = format!("refs/picogent/abandoned/{}", crate::util::now_millis());
+            self.git(&["update-ref", &name, &tip])?;
+        }
+        self.git(&["read-tree", "-u", "--reset", commit])?;
+        self.git(&["clean", "-d", "--force", "--quiet"])?;
+        self.git(&["update-ref", "HEAD", commit])?;
+        Ok(())
+    }
+
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+}
