@@ -118,6 +118,19 @@ struct FileConfig {
     network: Option<NetworkPolicy>,
     sandbox: Option<SandboxMode>,
     checkpoints: Option<bool>,
+    auto_pause_on_error: Option<bool>,
+    auto_pause_after_steps: Option<u32>,
+    loop_action: Option<LoopAction>,
+}
+
+/// What the repeat guard does on the fifth identical tool call (`loop_action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopAction {
+    /// End the run (unattended work).
+    Stop,
+    /// Pause the run for a person to step in (live sessions).
+    Pause,
 }
 
 /// Whether bash commands may open TCP connections (`network`).
@@ -199,6 +212,11 @@ pub struct Config {
     /// Snapshot the working folder after every changing tool call (for rollback).
     /// `None`: the front door's default (on in chat mode, off elsewhere).
     pub checkpoints: Option<bool>,
+    /// Pause the run when a bash command fails.
+    pub auto_pause_on_error: bool,
+    /// Pause the run every N model turns.
+    pub auto_pause_after_steps: Option<u32>,
+    pub loop_action: LoopAction,
     /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
     pub sandbox_helper: Option<PathBuf>,
     /// Chat mode: where to listen (`PICOGENT_HOST`, `PICOGENT_PORT`).
@@ -543,6 +561,9 @@ impl Config {
             },
             sandbox_helper: None,
             checkpoints: file.checkpoints,
+            auto_pause_on_error: file.auto_pause_on_error.unwrap_or(false),
+            auto_pause_after_steps: file.auto_pause_after_steps.filter(|n| *n > 0),
+            loop_action: file.loop_action.unwrap_or(LoopAction::Stop),
             chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
             chat_port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
             chat_token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),

@@ -7,6 +7,7 @@ pub mod compaction;
 pub mod control;
 pub mod event;
 pub mod guard;
+mod live;
 pub mod prompt;
 mod runner;
 pub mod session;

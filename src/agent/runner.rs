@@ -9,9 +9,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoints;
-use super::control::{Boundary, Role, RunControl, RunState};
+use super::control::{Role, RunControl};
 use super::event::{AgentEvent, Outcome};
 use super::guard::{self, RepeatGuard};
+use super::live::{boundary, Ckpt};
 use super::session::{Known, Session, SessionError};
 use super::{compaction, prompt, Inner, RunRequest};
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
@@ -19,7 +20,7 @@ use crate::provider::{Delta, ModelRequest, ProviderError};
 use crate::tools::{self, ToolContext, ToolOutput};
 
 #[derive(Debug, thiserror::Error)]
-enum RunError {
+pub(super) enum RunError {
     #[error(transparent)]
     Session(#[from] SessionError),
     #[error("{0}")]
@@ -28,10 +29,10 @@ enum RunError {
     Cancelled,
 }
 
-struct Emitter(UnboundedSender<AgentEvent>);
+pub(super) struct Emitter(UnboundedSender<AgentEvent>);
 
 impl Emitter {
-    fn emit(&self, ev: AgentEvent) {
+    pub(super) fn emit(&self, ev: AgentEvent) {
         // A consumer that went away does not stop the run; cancellation does.
         let _ = self.0.send(ev);
     }
@@ -92,115 +93,6 @@ pub(super) async fn run(
         outcome: outcome.clone(),
     });
     outcome
-}
-
-/// The session's checkpoint repository and the next step number.
-struct Ckpt {
-    repo: Checkpoints,
-    next_step: u64,
-}
-
-impl Ckpt {
-    /// Snapshots the folder and records the checkpoint in the session.
-    async fn take(
-        &mut self,
-        session: &mut Session,
-        what: &str,
-        out: &Emitter,
-    ) -> Result<(), RunError> {
-        let step = self.next_step;
-        let message = format!("Step {step}: {what}");
-        let repo = self.repo.clone();
-        let m = message.clone();
-        let commit = tokio::task::spawn_blocking(move || repo.snapshot(&m))
-            .await
-            .map_err(|e| RunError::Stop(format!("checkpoint failed: {e}")))?
-            .map_err(|e| RunError::Stop(format!("checkpoint failed: {e}")))?;
-        let entry_id = session.append_custom(
-            "checkpoint",
-            serde_json::json!({"step": step, "commit": commit, "message": message}),
-        )?;
-        self.next_step += 1;
-        out.emit(AgentEvent::Checkpoint {
-            step,
-            commit,
-            entry_id,
-            message,
-        });
-        Ok(())
-    }
-
-    /// Restores checkpoint `step`: the files exactly, and the conversation's leaf to the
-    /// entry recorded for it (by id), persisted by a `rollback` entry as its child.
-    async fn rollback(
-        &self,
-        session: &mut Session,
-        step: u64,
-        out: &Emitter,
-    ) -> Result<(), RunError> {
-        let Some((entry_id, data)) = session.checkpoint(step) else {
-            out.emit(AgentEvent::Notice {
-                message: format!("rollback refused: no checkpoint {step} in this session"),
-            });
-            return Ok(());
-        };
-        let entry_id = entry_id.to_string();
-        let commit = data["commit"].as_str().unwrap_or_default().to_string();
-        let repo = self.repo.clone();
-        let c = commit.clone();
-        tokio::task::spawn_blocking(move || repo.restore(&c))
-            .await
-            .map_err(|e| RunError::Stop(format!("rollback failed: {e}")))?
-            .map_err(|e| RunError::Stop(format!("rollback failed: {e}")))?;
-        let from = session.leaf().map(str::to_string);
-        session.branch_from(Some(&entry_id))?;
-        session.append_custom(
-            "rollback",
-            serde_json::json!({"step": step, "commit": commit, "from": from}),
-        )?;
-        out.emit(AgentEvent::RolledBack { step, entry_id });
-        Ok(())
-    }
-}
-
-/// Waits at a step boundary while the run is paused, saying so, and carries out
-/// rollbacks asked for meanwhile. `Ok(true)` when the conversation was rolled back (the
-/// caller drops what it was about to do); `Err` when the run must end.
-async fn boundary(
-    control: &RunControl,
-    cancel: &CancellationToken,
-    out: &Emitter,
-    session: &mut Session,
-    ckpt: Option<&Ckpt>,
-) -> Result<bool, RunError> {
-    let paused = control.state() == RunState::Paused;
-    if paused {
-        out.emit(AgentEvent::State {
-            state: RunState::Paused,
-        });
-    }
-    let mut rolled_back = false;
-    loop {
-        match control.boundary(cancel).await {
-            Boundary::Stop => return Err(RunError::Cancelled),
-            Boundary::Continue => break,
-            Boundary::Rollback(step) => match ckpt {
-                Some(c) => {
-                    c.rollback(session, step, out).await?;
-                    rolled_back = true;
-                }
-                None => out.emit(AgentEvent::Notice {
-                    message: "rollback refused: checkpoints are off for this run".into(),
-                }),
-            },
-        }
-    }
-    if paused {
-        out.emit(AgentEvent::State {
-            state: RunState::Running,
-        });
-    }
-    Ok(rolled_back)
 }
 
 /// What ended a turn's tool calls.
@@ -381,16 +273,26 @@ async fn run_locked(
             return Ok(text);
         }
 
+        let steer = Steer { out, control, cfg };
         let end = run_calls(
             &calls,
             &tool_ctx,
             &mut repeats,
             &mut session,
-            out,
-            control,
             ckpt.as_mut(),
+            steer,
         )
         .await?;
+        if let Some(n) = cfg.auto_pause_after_steps {
+            if counters.steps.is_multiple_of(n) && control.pause().is_ok() {
+                out.emit(AgentEvent::Notice {
+                    message: format!(
+                        "paused after {} model turns (auto_pause_after_steps)",
+                        counters.steps
+                    ),
+                });
+            }
+        }
         if cancel.is_cancelled() {
             return Err(RunError::Cancelled);
         }
@@ -404,15 +306,26 @@ async fn run_locked(
 /// Runs one turn's tool calls in order: consecutive read-only calls side by side,
 /// others alone. Every call gets a result in the session, whatever happens. Returns a
 /// reason to stop the run, if the repeat guard tripped.
+/// What a turn's tool calls report to and are steered by.
+struct Steer<'a> {
+    out: &'a Emitter,
+    control: &'a RunControl,
+    cfg: &'a crate::config::Config,
+}
+
 async fn run_calls(
     calls: &[(String, String, serde_json::Value)],
     ctx: &ToolContext,
     repeats: &mut RepeatGuard,
     session: &mut Session,
-    out: &Emitter,
-    control: &RunControl,
     mut ckpt: Option<&mut Ckpt>,
+    steer: Steer<'_>,
 ) -> Result<CallsEnd, RunError> {
+    let Steer {
+        out,
+        control,
+        cfg: live,
+    } = steer;
     let mut stop: Option<String> = None;
     let mut i = 0;
     while i < calls.len() {
@@ -438,7 +351,14 @@ async fn run_calls(
                 summary: tools::describe_call(name, args),
             });
             let count = repeats.observe(name, args);
-            if stop.is_none() && count >= guard::STOP_AT {
+            if count >= guard::STOP_AT && live.loop_action == crate::config::LoopAction::Pause {
+                // A person decides instead: the call still runs, the run pauses after.
+                *repeats = RepeatGuard::default();
+                let _ = control.pause();
+                out.emit(AgentEvent::Notice {
+                    message: format!("paused: the model called {name} with the same arguments {count} times in a row"),
+                });
+            } else if stop.is_none() && count >= guard::STOP_AT {
                 stop = Some(format!(
                     "stopped: the model called {name} with the same arguments {count} times in a row"
                 ));
@@ -471,6 +391,16 @@ async fn run_calls(
                 details: result.details.clone(),
             });
             let changed_files = !tools::is_read_only(name) && !halted;
+            if live.auto_pause_on_error
+                && name == "bash"
+                && result.is_error
+                && !halted
+                && control.pause().is_ok()
+            {
+                out.emit(AgentEvent::Notice {
+                    message: "paused: a bash command failed (auto_pause_on_error)".into(),
+                });
+            }
             session.append_message(Message::ToolResult(ToolResultMessage {
                 tool_call_id: id.clone(),
                 tool_name: name.clone(),

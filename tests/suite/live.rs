@@ -178,3 +178,86 @@ async fn rollback_is_refused_unless_paused() {
     let outcome = h.finish().await;
     assert!(outcome.is_success());
 }
+
+#[tokio::test]
+async fn a_failed_bash_command_auto_pauses_the_run_when_asked() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "exit 3"})),
+        text("after resume"),
+    ])
+    .await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({"auto_pause_on_error": true}));
+    let mut h = agent.start(RunRequest {
+        prompt: "x".into(),
+        session_id: "live3".into(),
+        work_dir: None,
+        system_prompt: None,
+    });
+    let mut paused = false;
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), h.events.recv())
+        .await
+        .unwrap()
+    {
+        if let AgentEvent::State { state } = &ev {
+            if format!("{state:?}") == "Paused" {
+                paused = true;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                assert_eq!(llm.request_count(), 1);
+                h.control.resume().unwrap();
+            }
+        }
+        if let AgentEvent::Finished { outcome } = ev {
+            assert!(outcome.is_success(), "{outcome:?}");
+        }
+    }
+    assert!(paused);
+}
+
+#[tokio::test]
+async fn loop_action_pause_hands_a_repeating_model_to_a_person() {
+    let sb = Sandbox::new();
+    sb.write("a.txt", "same");
+    let mut script: Vec<Turn> = (0..5)
+        .map(|_| tool("read", json!({"path": "a.txt"})))
+        .collect();
+    script.push(text("finally different"));
+    let llm = ScriptedLlm::start(script).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({"loop_action": "pause"}));
+    let mut h = agent.start(RunRequest {
+        prompt: "x".into(),
+        session_id: "live4".into(),
+        work_dir: None,
+        system_prompt: None,
+    });
+    let mut outcome = None;
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), h.events.recv())
+        .await
+        .unwrap()
+    {
+        match ev {
+            AgentEvent::State { state } if format!("{state:?}") == "Paused" => {
+                h.control
+                    .instruct("Stop reading a.txt", picogent::agent::control::Role::User)
+                    .unwrap();
+                h.control.resume().unwrap();
+            }
+            AgentEvent::Finished { outcome: o } => outcome = Some(o),
+            _ => {}
+        }
+    }
+    assert!(
+        matches!(outcome, Some(Outcome::Completed { .. })),
+        "{outcome:?}"
+    );
+    let last = llm.requests().last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last["content"].as_array().unwrap().last().unwrap()["text"],
+        "Stop reading a.txt"
+    );
+}

@@ -1,0 +1,119 @@
+//! The loop's side of live control: waiting at step boundaries while paused, taking
+//! checkpoints after changing tool calls, and carrying out rollbacks.
+
+use tokio_util::sync::CancellationToken;
+
+use super::checkpoint::Checkpoints;
+use super::control::{Boundary, RunControl, RunState};
+use super::event::AgentEvent;
+use super::runner::{Emitter, RunError};
+use super::session::Session;
+
+/// The session's checkpoint repository and the next step number.
+pub(super) struct Ckpt {
+    pub(super) repo: Checkpoints,
+    pub(super) next_step: u64,
+}
+
+impl Ckpt {
+    /// Snapshots the folder and records the checkpoint in the session.
+    pub(super) async fn take(
+        &mut self,
+        session: &mut Session,
+        what: &str,
+        out: &Emitter,
+    ) -> Result<(), RunError> {
+        let step = self.next_step;
+        let message = format!("Step {step}: {what}");
+        let repo = self.repo.clone();
+        let m = message.clone();
+        let commit = tokio::task::spawn_blocking(move || repo.snapshot(&m))
+            .await
+            .map_err(|e| RunError::Stop(format!("checkpoint failed: {e}")))?
+            .map_err(|e| RunError::Stop(format!("checkpoint failed: {e}")))?;
+        let entry_id = session.append_custom(
+            "checkpoint",
+            serde_json::json!({"step": step, "commit": commit, "message": message}),
+        )?;
+        self.next_step += 1;
+        out.emit(AgentEvent::Checkpoint {
+            step,
+            commit,
+            entry_id,
+            message,
+        });
+        Ok(())
+    }
+
+    /// Restores checkpoint `step`: the files exactly, and the conversation's leaf to the
+    /// entry recorded for it (by id), persisted by a `rollback` entry as its child.
+    async fn rollback(
+        &self,
+        session: &mut Session,
+        step: u64,
+        out: &Emitter,
+    ) -> Result<(), RunError> {
+        let Some((entry_id, data)) = session.checkpoint(step) else {
+            out.emit(AgentEvent::Notice {
+                message: format!("rollback refused: no checkpoint {step} in this session"),
+            });
+            return Ok(());
+        };
+        let entry_id = entry_id.to_string();
+        let commit = data["commit"].as_str().unwrap_or_default().to_string();
+        let repo = self.repo.clone();
+        let c = commit.clone();
+        tokio::task::spawn_blocking(move || repo.restore(&c))
+            .await
+            .map_err(|e| RunError::Stop(format!("rollback failed: {e}")))?
+            .map_err(|e| RunError::Stop(format!("rollback failed: {e}")))?;
+        let from = session.leaf().map(str::to_string);
+        session.branch_from(Some(&entry_id))?;
+        session.append_custom(
+            "rollback",
+            serde_json::json!({"step": step, "commit": commit, "from": from}),
+        )?;
+        out.emit(AgentEvent::RolledBack { step, entry_id });
+        Ok(())
+    }
+}
+
+/// Waits at a step boundary while the run is paused, saying so, and carries out
+/// rollbacks asked for meanwhile. `Ok(true)` when the conversation was rolled back (the
+/// caller drops what it was about to do); `Err` when the run must end.
+pub(super) async fn boundary(
+    control: &RunControl,
+    cancel: &CancellationToken,
+    out: &Emitter,
+    session: &mut Session,
+    ckpt: Option<&Ckpt>,
+) -> Result<bool, RunError> {
+    let paused = control.state() == RunState::Paused;
+    if paused {
+        out.emit(AgentEvent::State {
+            state: RunState::Paused,
+        });
+    }
+    let mut rolled_back = false;
+    loop {
+        match control.boundary(cancel).await {
+            Boundary::Stop => return Err(RunError::Cancelled),
+            Boundary::Continue => break,
+            Boundary::Rollback(step) => match ckpt {
+                Some(c) => {
+                    c.rollback(session, step, out).await?;
+                    rolled_back = true;
+                }
+                None => out.emit(AgentEvent::Notice {
+                    message: "rollback refused: checkpoints are off for this run".into(),
+                }),
+            },
+        }
+    }
+    if paused {
+        out.emit(AgentEvent::State {
+            state: RunState::Running,
+        });
+    }
+    Ok(rolled_back)
+}
