@@ -39,6 +39,25 @@ struct Cli {
 enum Command {
     /// Run the agent once on one prompt, streaming its steps; exit 0 when it finished.
     Run(RunArgs),
+    /// Export a session's branches as JSONL: trajectory, tree, dpo or prm.
+    Export(ExportArgs),
+}
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    /// The session to export.
+    #[arg(long, value_name = "ID")]
+    session: String,
+    /// trajectory (one line per branch), tree (the whole tree), dpo (one pair per
+    /// recorded preference) or prm (per-step labels).
+    #[arg(long, default_value = "trajectory")]
+    format: String,
+    /// Write to this file instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Agent directory or JSON file (for where sessions live).
+    #[arg(long, value_name = "DIR|FILE")]
+    agent: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -83,6 +102,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Some(Command::Run(args)) => run_once(args).await,
+            Some(Command::Export(args)) => export(args),
             None => serve(cli.config.as_deref()).await,
         }
     });
@@ -183,6 +203,31 @@ async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow
     );
     chat::serve(agent, listener, stop).await?;
     Ok(())
+}
+
+fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(args.agent.as_deref())?;
+    let store = picogent::agent::session::SessionStore::new(config.sessions_dir());
+    let session = store.open_existing(&args.session)?;
+    let lines =
+        picogent::agent::branches::export(&session, &args.format).map_err(anyhow::Error::msg)?;
+    let mut text = String::new();
+    for l in &lines {
+        text.push_str(&serde_json::to_string(l)?);
+        text.push('\n');
+    }
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    eprintln!(
+        "{} line(s) of {} for session {}",
+        lines.len(),
+        args.format,
+        args.session
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// SIGTERM or SIGINT.

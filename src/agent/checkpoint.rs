@@ -114,6 +114,12 @@ impl Checkpoints {
         Ok(())
     }
 
+    /// The difference between two checkpoints' trees, cut at 100 KB.
+    pub fn diff(&self, a: &str, b: &str) -> Result<String, CheckpointError> {
+        let d = self.git(&["diff", "--no-color", a, b])?;
+        Ok(crate::util::truncate_bytes(&d, 100 * 1024).to_string())
+    }
+
     pub fn git_dir(&self) -> &Path {
         &self.git_dir
     }

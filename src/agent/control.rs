@@ -80,8 +80,9 @@ pub struct Instruction {
 struct Inner {
     state: watch::Sender<RunState>,
     instructions: Mutex<VecDeque<Instruction>>,
-    /// A requested rollback to this checkpoint step, done by the paused run itself.
-    rollback: Mutex<Option<u64>>,
+    /// A requested rollback to this checkpoint step (and the name of the branch it
+    /// starts, if any), done by the paused run itself.
+    rollback: Mutex<Option<(u64, Option<String>)>>,
     stop: CancellationToken,
 }
 
@@ -109,8 +110,9 @@ impl Default for RunControl {
 pub enum Boundary {
     Continue,
     Stop,
-    /// Roll back to this checkpoint step, then wait again (the run stays paused).
-    Rollback(u64),
+    /// Roll back to this checkpoint step (starting the named branch), then wait again
+    /// (the run stays paused).
+    Rollback(u64, Option<String>),
 }
 
 impl RunControl {
@@ -178,6 +180,22 @@ impl RunControl {
 
     /// Asks the paused run to restore checkpoint `step` (files and conversation).
     pub fn rollback(&self, step: u64) -> Result<(), InvalidTransition> {
+        self.request_rollback(step, None)
+    }
+
+    /// A branch: a rollback to `step` that keeps the old path, named, with an
+    /// instruction for the new one.
+    pub fn branch(
+        &self,
+        step: u64,
+        name: Option<String>,
+        instruction: String,
+    ) -> Result<(), InvalidTransition> {
+        self.request_rollback(step, name)?;
+        self.instruct(instruction, Role::User)
+    }
+
+    fn request_rollback(&self, step: u64, name: Option<String>) -> Result<(), InvalidTransition> {
         if self.state() != RunState::Paused {
             return Err(InvalidTransition {
                 from: self.state(),
@@ -185,14 +203,14 @@ impl RunControl {
             });
         }
         if let Ok(mut r) = self.inner.rollback.lock() {
-            *r = Some(step);
+            *r = Some((step, name));
         }
         // Wake the waiting boundary.
         self.inner.state.send_modify(|_| {});
         Ok(())
     }
 
-    fn take_rollback(&self) -> Option<u64> {
+    fn take_rollback(&self) -> Option<(u64, Option<String>)> {
         self.inner.rollback.lock().ok().and_then(|mut r| r.take())
     }
 
@@ -219,8 +237,8 @@ impl RunControl {
             if self.stop_requested() || cancel.is_cancelled() {
                 return Boundary::Stop;
             }
-            if let Some(step) = self.take_rollback() {
-                return Boundary::Rollback(step);
+            if let Some((step, name)) = self.take_rollback() {
+                return Boundary::Rollback(step, name);
             }
             if *rx.borrow_and_update() != RunState::Paused {
                 return Boundary::Continue;

@@ -90,6 +90,10 @@ pub(super) async fn boundary(
 ) -> Result<bool, RunError> {
     let paused = control.state() == RunState::Paused;
     if paused {
+        session.append_custom(
+            "intervention",
+            serde_json::json!({"kind": "pause", "time": crate::util::now_iso()}),
+        )?;
         out.emit(AgentEvent::State {
             state: RunState::Paused,
         });
@@ -99,9 +103,15 @@ pub(super) async fn boundary(
         match control.boundary(cancel).await {
             Boundary::Stop => return Err(RunError::Cancelled),
             Boundary::Continue => break,
-            Boundary::Rollback(step) => match ckpt {
+            Boundary::Rollback(step, branch) => match ckpt {
                 Some(c) => {
                     c.rollback(session, step, out).await?;
+                    if let Some(name) = branch {
+                        session.append_custom(
+                            "branch",
+                            serde_json::json!({"name": name, "step": step, "time": crate::util::now_iso()}),
+                        )?;
+                    }
                     rolled_back = true;
                 }
                 None => out.emit(AgentEvent::Notice {
@@ -111,6 +121,10 @@ pub(super) async fn boundary(
         }
     }
     if paused {
+        session.append_custom(
+            "intervention",
+            serde_json::json!({"kind": "resume", "time": crate::util::now_iso()}),
+        )?;
         out.emit(AgentEvent::State {
             state: RunState::Running,
         });

@@ -2,6 +2,7 @@
 //! `start`, which runs the loop for one prompt and hands back a stream of events and a
 //! cancellation handle. Every front door drives the agent through this one entry point.
 
+pub mod branches;
 pub mod checkpoint;
 pub mod compaction;
 pub mod control;
@@ -185,6 +186,20 @@ impl Agent {
 
     pub fn sessions(&self) -> &SessionStore {
         &self.inner.sessions
+    }
+
+    /// Appends a record (a preference, a note) to a session, waiting for any run in it
+    /// to end first so entries never interleave.
+    pub async fn annotate(
+        &self,
+        session_id: &str,
+        custom_type: &str,
+        data: serde_json::Value,
+    ) -> Result<String, session::SessionError> {
+        let lock = self.inner.session_lock(session_id);
+        let _guard = lock.lock().await;
+        let mut s = self.inner.sessions.open_existing(session_id)?;
+        s.append_custom(custom_type, data)
     }
 
     /// Starts a run. Events stream on the handle; dropping the receiver does not stop

@@ -177,6 +177,10 @@ async fn run_locked(
                 }
             };
             session.append_message(Message::user(text))?;
+            session.append_custom(
+                "intervention",
+                serde_json::json!({"kind": "instruct", "role": ins.role, "text": ins.text, "time": crate::util::now_iso()}),
+            )?;
             out.emit(AgentEvent::Instruction {
                 text: ins.text,
                 role: ins.role,

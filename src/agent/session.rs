@@ -130,6 +130,18 @@ impl SessionStore {
         Ok(self.dir.join(format!("{id}.jsonl")))
     }
 
+    /// Opens a session that must already exist.
+    pub fn open_existing(&self, id: &str) -> Result<Session, SessionError> {
+        let path = self.path(id)?;
+        if !path.exists() {
+            return Err(SessionError::Corrupt {
+                path,
+                message: "no such session".into(),
+            });
+        }
+        Session::load(id, path)
+    }
+
     /// Opens the session, creating it (with `cwd` in its header) when new.
     pub fn open(&self, id: &str, cwd: &Path) -> Result<Session, SessionError> {
         let path = self.path(id)?;

@@ -26,12 +26,26 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
             .map_err(|e| ToolError::io(parent, e))?;
     }
     let existed = path.exists();
+    // The old text, for the diff front doors show (files too large or not text: none).
+    let old = match tokio::fs::metadata(&path).await {
+        Ok(m) if m.len() <= 1 << 20 => tokio::fs::read_to_string(&path).await.ok(),
+        Ok(_) => None,
+        Err(_) => Some(String::new()),
+    };
     tokio::fs::write(&path, a.content.as_bytes())
         .await
         .map_err(|e| ToolError::io(&path, e))?;
+    let diff = old.map(|old| {
+        similar::TextDiff::from_lines(&old, &a.content)
+            .unified_diff()
+            .context_radius(3)
+            .header(&a.path, &a.path)
+            .to_string()
+    });
     let verb = if existed { "Replaced" } else { "Created" };
     Ok(
-        ToolOutput::ok(format!("{verb} {} ({} bytes)", a.path, a.content.len()))
-            .with_details(json!({"path": path, "bytes": a.content.len(), "created": !existed})),
+        ToolOutput::ok(format!("{verb} {} ({} bytes)", a.path, a.content.len())).with_details(
+            json!({"path": path, "bytes": a.content.len(), "created": !existed, "diff": diff}),
+        ),
     )
 }

@@ -282,6 +282,10 @@ fn handle_frame(
         _ => None,
     };
     if let Some(kind) = v.get("type") {
+        if matches!(kind.as_str(), Some("prefer" | "compare")) {
+            tokio::spawn(session_frame(st.agent.clone(), v, tx.clone()));
+            return;
+        }
         return control_frame(kind, id, &v, runs, &error);
     }
     let Some(id) = id else {
@@ -367,7 +371,7 @@ fn control_frame(
     };
     if !matches!(
         kind,
-        "cancel" | "pause" | "resume" | "stop" | "instruct" | "rollback"
+        "cancel" | "pause" | "resume" | "stop" | "instruct" | "rollback" | "branch"
     ) {
         return error(
             id.as_deref(),
@@ -392,15 +396,30 @@ fn control_frame(
         "pause" => control.pause().map(|_| ()),
         "resume" => control.resume().map(|_| ()),
         "stop" => control.stop().map(|_| ()),
-        "rollback" => match v.get("step").and_then(Value::as_u64) {
-            Some(step) => control.rollback(step),
-            None => {
+        "rollback" | "branch" => {
+            let Some(step) = v.get("step").and_then(Value::as_u64) else {
                 return error(
                     Some(&id),
-                    "a rollback frame needs the checkpoint `step` (a number)".into(),
-                )
+                    format!("a {kind} frame needs the checkpoint `step` (a number)"),
+                );
+            };
+            if kind == "rollback" {
+                control.rollback(step)
+            } else {
+                let Some(text) = v
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.trim().is_empty())
+                else {
+                    return error(
+                        Some(&id),
+                        "a branch frame needs the instruction for the new path in `content`".into(),
+                    );
+                };
+                let name = v.get("name").and_then(Value::as_str).map(str::to_string);
+                control.branch(step, name, text.to_string())
             }
-        },
+        }
         _ => {
             let role = match v.get("as").and_then(Value::as_str) {
                 None | Some("user") => Role::User,
@@ -430,6 +449,78 @@ fn control_frame(
     if let Err(e) = result {
         error(Some(&id), e.to_string());
     }
+}
+
+/// `prefer` (record which branch was better) and `compare` (two branches side by side),
+/// addressed to a session rather than a running request.
+async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
+    let kind = v["type"].as_str().unwrap_or_default().to_string();
+    let session = v["sessionId"].as_str().unwrap_or_default().to_string();
+    let reply = |content: Value| {
+        let _ = tx.send(
+            json!({"id": v.get("id"), "type": kind, "content": content, "sessionId": session}),
+        );
+    };
+    let fail = |msg: String| {
+        let _ = tx.send(
+            json!({"id": v.get("id"), "type": "error", "content": msg, "sessionId": session}),
+        );
+    };
+    let s = match agent.sessions().open_existing(&session) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("{kind}: {e}")),
+    };
+    let names: Vec<String> = crate::agent::branches::branches(&s)
+        .into_iter()
+        .map(|b| b.name)
+        .collect();
+    let (a, b) = if kind == "prefer" {
+        ("chosen", "rejected")
+    } else {
+        ("a", "b")
+    };
+    let (Some(x), Some(y)) = (v[a].as_str(), v[b].as_str()) else {
+        return fail(format!(
+            "a {kind} frame needs `sessionId`, `{a}` and `{b}` (branch names: {})",
+            names.join(", ")
+        ));
+    };
+    if kind == "prefer" {
+        for n in [x, y] {
+            if !names.iter().any(|m| m == n) {
+                return fail(format!(
+                    "no branch {n:?}; the branches are {}",
+                    names.join(", ")
+                ));
+            }
+        }
+        drop(s);
+        let data =
+            json!({"chosen": x, "rejected": y, "note": v["note"], "time": crate::util::now_iso()});
+        match agent.annotate(&session, "preference", data).await {
+            Ok(_) => reply(json!("recorded")),
+            Err(e) => fail(format!("prefer: {e}")),
+        }
+        return;
+    }
+    let mut cmp = match crate::agent::branches::compare(&s, x, y) {
+        Ok(c) => c,
+        Err(e) => return fail(format!("compare: {e}")),
+    };
+    if let (Some(ca), Some(cb)) = (
+        cmp["a"]["final_commit"].as_str(),
+        cmp["b"]["final_commit"].as_str(),
+    ) {
+        let cfg = agent.config();
+        let diff =
+            crate::agent::checkpoint::Checkpoints::open(&cfg.state_dir(), &session, &cfg.work_dir)
+                .and_then(|c| c.diff(ca, cb));
+        cmp["diff"] = match diff {
+            Ok(d) => json!(d),
+            Err(e) => json!(format!("(no diff: {e})")),
+        };
+    }
+    reply(cmp);
 }
 
 /// Turns one run's events into frames for its request id.

@@ -546,3 +546,144 @@ async fn stop_ends_a_paused_run_without_another_model_call() {
         .unwrap()
         .contains("no request"));
 }
+
+#[tokio::test]
+async fn branch_compare_prefer_and_every_export_format() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("write", json!({"path": "f.txt", "content": "A\n"})),
+        tool("bash", json!({"command": "sleep 0.4"})),
+        tool("write", json!({"path": "f.txt", "content": "B\n"})),
+        text("done with B"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({"checkpoints": true}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "b1", "content": "make f", "sessionId": "tree"}),
+    )
+    .await;
+    loop {
+        let f = next(&mut ws).await;
+        if f["type"] == "tool_use" && f["content"] == "Bash: sleep 0.4" {
+            send(&mut ws, json!({"type": "pause", "id": "b1"})).await;
+        }
+        if f["type"] == "state" && f["content"] == "paused" {
+            break;
+        }
+    }
+    send(&mut ws, json!({"type": "branch", "id": "b1", "step": 1, "content": "Use B instead", "name": "try-b"})).await;
+    let f = next(&mut ws).await;
+    assert_eq!(
+        (f["type"].as_str(), f["step"].as_u64()),
+        (Some("rollback"), Some(1)),
+        "{f}"
+    );
+    assert_eq!(sb.read("f.txt"), "A\n");
+    send(&mut ws, json!({"type": "resume", "id": "b1"})).await;
+    until_done(&mut ws, "b1").await;
+    assert_eq!(sb.read("f.txt"), "B\n");
+
+    send(
+        &mut ws,
+        json!({"type": "compare", "sessionId": "tree", "a": "main", "b": "try-b"}),
+    )
+    .await;
+    let cmp = next(&mut ws).await;
+    assert_eq!(cmp["type"], "compare", "{cmp}");
+    let content = &cmp["content"];
+    assert_eq!(content["shared_steps"], 1);
+    assert_eq!(content["a"]["steps"][0]["args_summary"], "Bash: sleep 0.4");
+    assert_eq!(content["b"]["steps"][0]["args_summary"], "Write: f.txt");
+    let diff = content["diff"].as_str().unwrap();
+    assert!(diff.contains("-A") && diff.contains("+B"), "{diff}");
+
+    send(&mut ws, json!({"type": "prefer", "sessionId": "tree", "chosen": "try-b", "rejected": "main", "note": "B is right"})).await;
+    assert_eq!(next(&mut ws).await["content"], "recorded");
+    send(
+        &mut ws,
+        json!({"type": "prefer", "sessionId": "tree", "chosen": "nope", "rejected": "main"}),
+    )
+    .await;
+    assert!(next(&mut ws).await["content"]
+        .as_str()
+        .unwrap()
+        .contains("no branch \"nope\""));
+
+    let export = |format: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+            .args([
+                "export",
+                "--agent",
+                &sb.home.display().to_string(),
+                "--session",
+                "tree",
+                "--format",
+                format,
+            ])
+            .env("HOME", &sb.user_home)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let traj = export("trajectory");
+    assert_eq!(traj.len(), 2);
+    assert_eq!(
+        (traj[0]["branch"].as_str(), traj[1]["branch"].as_str()),
+        (Some("main"), Some("try-b"))
+    );
+    assert_eq!(traj[1]["task"], "make f");
+    let kinds: Vec<&str> = traj[1]["interventions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["rollback", "branch", "resume", "instruct"]);
+    assert!(traj[1]["steps"][1]["diff"].as_str().unwrap().contains("+B"));
+    assert_eq!(traj[1]["outcome"]["text"], "done with B");
+    let tree = export("tree");
+    assert_eq!(tree.len(), 1);
+    assert_eq!(tree[0]["branch_points"].as_array().unwrap().len(), 1);
+    let dpo = export("dpo");
+    assert_eq!(dpo.len(), 1);
+    assert_eq!(dpo[0]["chosen"]["branch"], "try-b");
+    assert_eq!(
+        dpo[0]["prompt"]["shared_steps"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(
+        dpo[0]["rejected"]["steps"][0]["args_summary"],
+        "Bash: sleep 0.4"
+    );
+    assert_eq!(dpo[0]["note"], "B is right");
+    let prm = export("prm");
+    let labels: Vec<(String, u64, String)> = prm
+        .iter()
+        .map(|l| {
+            (
+                l["branch"].as_str().unwrap().into(),
+                l["step"].as_u64().unwrap(),
+                l["label"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        labels,
+        vec![
+            ("try-b".to_string(), 0, "correct".to_string()),
+            ("try-b".to_string(), 1, "correct".to_string()),
+            ("try-b".to_string(), 2, "correct".to_string()),
+            ("main".to_string(), 1, "error".to_string()),
+        ]
+    );
+}

@@ -1,0 +1,344 @@
+//! Reading a session as a tree of branches: the paths from the root to every tip, their
+//! names, steps and human interventions, and the comparisons and exports built on
+//! them (`picogent export`: trajectory, tree, dpo, prm).
+//!
+//! A branch is the path to a tip (an entry without children). The first path in the
+//! file is `main`; a path that starts at a `branch` entry takes its name; any other
+//! path made by a rollback is `branch-N` in the order the paths appear.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Value};
+
+use super::session::{Body, Entry, Known, Session};
+use crate::message::{blocks_text, Content, Message};
+
+pub struct Branch {
+    pub name: String,
+    /// Indices into the session's entries, root first.
+    pub path: Vec<usize>,
+}
+
+fn custom<'a>(e: &'a Entry, kind: &str) -> Option<&'a Value> {
+    match &e.body {
+        Body::Known(Known::Custom { custom_type, data }) if custom_type == kind => Some(data),
+        _ => None,
+    }
+}
+
+/// The branches of a session, in the order their tips appear in the file.
+pub fn branches(session: &Session) -> Vec<Branch> {
+    let entries = session.entries();
+    let index: HashMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.id.as_str(), i))
+        .collect();
+    let parents: HashSet<&str> = entries
+        .iter()
+        .filter_map(|e| e.parent_id.as_deref())
+        .collect();
+    let mut out: Vec<Branch> = Vec::new();
+    let mut auto = 0;
+    for (i, e) in entries.iter().enumerate() {
+        if parents.contains(e.id.as_str()) {
+            continue;
+        }
+        let mut path = vec![i];
+        let mut cur = e.parent_id.as_deref();
+        while let Some(p) = cur.and_then(|id| index.get(id)) {
+            if path.len() > entries.len() {
+                break;
+            }
+            path.push(*p);
+            cur = entries[*p].parent_id.as_deref();
+        }
+        path.reverse();
+        let named = path.iter().rev().find_map(|&j| {
+            custom(&entries[j], "branch")
+                .and_then(|d| d["name"].as_str())
+                .map(str::to_string)
+        });
+        let name = match named {
+            Some(n) => n,
+            None if out.is_empty() => "main".to_string(),
+            None => {
+                auto += 1;
+                format!("branch-{auto}")
+            }
+        };
+        out.push(Branch { name, path });
+    }
+    out
+}
+
+/// One step of a branch: a tool call with its result, or the final text.
+pub fn steps(session: &Session, path: &[usize]) -> Vec<Value> {
+    let entries = session.entries();
+    let mut results: HashMap<&str, &crate::message::ToolResultMessage> = HashMap::new();
+    for &i in path {
+        if let Body::Known(Known::Message {
+            message: Message::ToolResult(r),
+        }) = &entries[i].body
+        {
+            results.insert(r.tool_call_id.as_str(), r);
+        }
+    }
+    let mut out = Vec::new();
+    for &i in path {
+        let Body::Known(Known::Message {
+            message: Message::Assistant(a),
+        }) = &entries[i].body
+        else {
+            continue;
+        };
+        for b in &a.content {
+            match b {
+                Content::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    let r = results.get(id.as_str());
+                    let details = r.and_then(|r| r.details.clone()).unwrap_or(Value::Null);
+                    out.push(json!({
+                        "entry_id": entries[i].id,
+                        "type": "tool",
+                        "tool": name,
+                        "args_summary": crate::tools::describe_call(name, arguments),
+                        "result_summary": r.map(|r| crate::util::one_line(&blocks_text(&r.content), 300)),
+                        "is_error": r.map(|r| r.is_error),
+                        "exit_code": details.get("exit_code").cloned().unwrap_or(Value::Null),
+                        "diff": details.get("diff").cloned().unwrap_or(Value::Null),
+                    }));
+                }
+                Content::Text { text } if !text.trim().is_empty() => {
+                    out.push(json!({"entry_id": entries[i].id, "type": "text", "text": text}));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Pauses, instructions, rollbacks and branch starts on a path, with the number of
+/// steps taken before each.
+pub fn interventions(session: &Session, path: &[usize]) -> Vec<Value> {
+    let entries = session.entries();
+    let mut out = Vec::new();
+    let mut steps = 0usize;
+    for &i in path {
+        let e = &entries[i];
+        if let Body::Known(Known::Message {
+            message: Message::Assistant(a),
+        }) = &e.body
+        {
+            steps += a
+                .content
+                .iter()
+                .filter(|c| matches!(c, Content::ToolCall { .. }))
+                .count();
+        }
+        for kind in ["intervention", "rollback", "branch"] {
+            if let Some(d) = custom(e, kind) {
+                let mut v = d.clone();
+                if kind != "intervention" {
+                    v["kind"] = json!(kind);
+                }
+                v["after_steps"] = json!(steps);
+                v["time"] = v.get("time").cloned().unwrap_or(json!(e.timestamp));
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+fn task(session: &Session) -> String {
+    session
+        .entries()
+        .iter()
+        .find_map(|e| match &e.body {
+            Body::Known(Known::Message {
+                message: Message::User(u),
+            }) => Some(blocks_text(&u.content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn outcome(session: &Session, path: &[usize]) -> Value {
+    let last = path
+        .iter()
+        .rev()
+        .find_map(|&i| match &session.entries()[i].body {
+            Body::Known(Known::Message {
+                message: Message::Assistant(a),
+            }) => Some(a),
+            _ => None,
+        });
+    match last {
+        Some(a) => {
+            json!({"stop_reason": a.stop_reason, "text": a.text(), "error": a.error_message})
+        }
+        None => json!({"stop_reason": null}),
+    }
+}
+
+/// How many entries two paths share from the root.
+fn shared(a: &[usize], b: &[usize]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The last checkpoint commit on a path.
+pub fn final_commit(session: &Session, path: &[usize]) -> Option<String> {
+    path.iter().rev().find_map(|&i| {
+        custom(&session.entries()[i], "checkpoint")
+            .and_then(|d| d["commit"].as_str())
+            .map(str::to_string)
+    })
+}
+
+/// Two branches side by side from their common point.
+pub fn compare(session: &Session, a: &str, b: &str) -> Result<Value, String> {
+    let all = branches(session);
+    let find = |n: &str| {
+        all.iter().find(|br| br.name == n).ok_or_else(|| {
+            format!(
+                "no branch {n:?}; the branches are {}",
+                all.iter()
+                    .map(|b| b.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    };
+    let (ba, bb) = (find(a)?, find(b)?);
+    let common = shared(&ba.path, &bb.path);
+    let point = common
+        .checked_sub(1)
+        .map(|i| session.entries()[ba.path[i]].id.clone());
+    let prefix = steps(session, &ba.path[..common]).len();
+    Ok(json!({
+        "branch_point": point,
+        "shared_steps": prefix,
+        "a": {"name": a, "steps": steps(session, &ba.path[common..]), "final_commit": final_commit(session, &ba.path)},
+        "b": {"name": b, "steps": steps(session, &bb.path[common..]), "final_commit": final_commit(session, &bb.path)},
+    }))
+}
+
+fn preferences(session: &Session) -> Vec<Value> {
+    session
+        .entries()
+        .iter()
+        .filter_map(|e| custom(e, "preference").cloned())
+        .collect()
+}
+
+/// The export lines for one format.
+pub fn export(session: &Session, format: &str) -> Result<Vec<Value>, String> {
+    let all = branches(session);
+    let id = session.id();
+    match format {
+        "trajectory" => Ok(all
+            .iter()
+            .map(|b| {
+                json!({
+                    "session": id, "branch": b.name, "task": task(session),
+                    "steps": steps(session, &b.path),
+                    "interventions": interventions(session, &b.path),
+                    "outcome": outcome(session, &b.path),
+                })
+            })
+            .collect()),
+        "tree" => {
+            let entries = session.entries();
+            let nodes: Vec<Value> = entries
+                .iter()
+                .map(|e| {
+                    let (kind, summary) = match &e.body {
+                        Body::Known(Known::Message { message }) => match message {
+                            Message::User(u) => ("user", crate::util::one_line(&blocks_text(&u.content), 200)),
+                            Message::Assistant(a) => ("assistant", crate::util::one_line(&a.text(), 200)),
+                            Message::ToolResult(r) => ("tool_result", format!("{}: {}", r.tool_name, crate::util::one_line(&blocks_text(&r.content), 200))),
+                        },
+                        Body::Known(Known::Custom { custom_type, data }) => (custom_type.as_str(), data.to_string()),
+                        Body::Known(Known::Compaction { summary, .. }) => ("compaction", crate::util::one_line(summary, 200)),
+                        Body::Known(_) => ("other", String::new()),
+                        Body::Other(t) => (t.as_str(), String::new()),
+                    };
+                    json!({"id": e.id, "parentId": e.parent_id, "kind": kind, "summary": summary, "timestamp": e.timestamp})
+                })
+                .collect();
+            let mut kids: HashMap<&str, Vec<&str>> = HashMap::new();
+            for e in entries {
+                if let Some(p) = &e.parent_id {
+                    kids.entry(p.as_str()).or_default().push(&e.id);
+                }
+            }
+            let points: Vec<Value> = kids
+                .iter()
+                .filter(|(_, c)| c.len() > 1)
+                .map(|(p, c)| json!({"entry_id": p, "children": c}))
+                .collect();
+            let branches: Vec<Value> = all
+                .iter()
+                .map(|b| json!({"name": b.name, "tip": entries[*b.path.last().unwrap_or(&0)].id}))
+                .collect();
+            Ok(vec![
+                json!({"session": id, "task": task(session), "nodes": nodes, "branch_points": points, "branches": branches}),
+            ])
+        }
+        "dpo" => {
+            let mut out = Vec::new();
+            for p in preferences(session) {
+                let (Some(c), Some(r)) = (p["chosen"].as_str(), p["rejected"].as_str()) else {
+                    continue;
+                };
+                let (Some(bc), Some(br)) = (
+                    all.iter().find(|b| b.name == c),
+                    all.iter().find(|b| b.name == r),
+                ) else {
+                    continue;
+                };
+                let common = shared(&bc.path, &br.path);
+                out.push(json!({
+                    "session": id,
+                    "prompt": {"task": task(session), "shared_steps": steps(session, &bc.path[..common])},
+                    "chosen": {"branch": c, "steps": steps(session, &bc.path[common..])},
+                    "rejected": {"branch": r, "steps": steps(session, &br.path[common..])},
+                    "note": p["note"],
+                }));
+            }
+            Ok(out)
+        }
+        "prm" => {
+            // The accepted branch: the chosen one of the last preference, else the newest.
+            let accepted = preferences(session)
+                .last()
+                .and_then(|p| p["chosen"].as_str().map(str::to_string))
+                .or_else(|| all.last().map(|b| b.name.clone()));
+            let Some(acc) = accepted.and_then(|n| all.iter().find(|b| b.name == n)) else {
+                return Ok(Vec::new());
+            };
+            let mut out = Vec::new();
+            for (n, s) in steps(session, &acc.path).into_iter().enumerate() {
+                out.push(json!({"session": id, "branch": acc.name, "step": n, "label": "correct", "content": s}));
+            }
+            for b in all.iter().filter(|b| b.name != acc.name) {
+                let common = shared(&acc.path, &b.path);
+                let before = steps(session, &b.path[..common]).len();
+                // The first step after the branch point is where it went wrong; later
+                // steps build on an error and are not labelled.
+                if let Some(first) = steps(session, &b.path[common..]).into_iter().next() {
+                    out.push(json!({"session": id, "branch": b.name, "step": before, "label": "error", "content": first}));
+                }
+            }
+            Ok(out)
+        }
+        other => Err(format!(
+            "unknown export format {other:?}; use trajectory, tree, dpo or prm"
+        )),
+    }
+}
