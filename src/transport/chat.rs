@@ -13,10 +13,9 @@
 //! (always last for a request), plus `retry` (an extension: the model call is being
 //! retried, so text streamed since the last tool step is void).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Request, State};
@@ -29,8 +28,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::control::{Role, RunControl};
-use crate::agent::{Agent, AgentEvent, Outcome, RunRequest};
+use crate::agent::control::Role;
+use crate::agent::{Agent, RunRequest};
 
 /// The browser client, served as-is.
 pub const CLIENT_HTML: &str = include_str!("../../client.html");
@@ -52,6 +51,8 @@ pub enum ChatError {
 
 struct ChatState {
     agent: Agent,
+    /// Every request of the server, running or recently finished, by id.
+    runs: Runs,
     token: Option<String>,
     /// Origins that are this server itself.
     own_origins: Vec<String>,
@@ -109,6 +110,7 @@ pub fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Rou
         ]);
     }
     let state = Arc::new(ChatState {
+        runs: Runs::default(),
         token: cfg.chat_token.clone(),
         allowed: cfg.allowed_origins.clone(),
         public: !addr.ip().is_loopback(),
@@ -205,8 +207,7 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
         .on_upgrade(move |socket| connection(st, socket))
 }
 
-/// A connection's running requests: their cancellation token and live control.
-type Runs = Arc<Mutex<HashMap<String, (CancellationToken, RunControl)>>>;
+use super::chat_runs::{attach, forward, RunLog, Runs};
 
 fn frame(id: Option<&str>, kind: &str, content: &str, session: Option<&str>) -> Value {
     json!({"id": id, "type": kind, "content": content, "sessionId": session})
@@ -226,7 +227,6 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             }
         }
     });
-    let runs: Runs = Arc::default();
     let conn = st.stop.child_token();
     loop {
         let msg = tokio::select! {
@@ -234,7 +234,7 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             _ = conn.cancelled() => None,
         };
         match msg {
-            Some(Ok(Message::Text(t))) => handle_frame(&st, t.as_str(), &tx, &runs, &conn),
+            Some(Ok(Message::Text(t))) => handle_frame(&st, t.as_str(), &tx, &conn),
             Some(Ok(Message::Binary(_))) => {
                 let _ = tx.send(frame(
                     None,
@@ -247,7 +247,8 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             Some(Ok(_)) => {}
         }
     }
-    // The client is gone: its runs are cancelled, leaving their sessions consistent.
+    // The client is gone: its runs are cancelled (unless started with `keepAlive`),
+    // leaving their sessions consistent.
     conn.cancel();
     drop(tx);
     let _ = writer.await;
@@ -257,7 +258,6 @@ fn handle_frame(
     st: &Arc<ChatState>,
     text: &str,
     tx: &UnboundedSender<Value>,
-    runs: &Runs,
     conn: &CancellationToken,
 ) {
     let error = |id: Option<&str>, msg: String| {
@@ -286,7 +286,27 @@ fn handle_frame(
             tokio::spawn(session_frame(st.agent.clone(), v, tx.clone()));
             return;
         }
-        return control_frame(kind, id, &v, runs, &error);
+        if kind.as_str() == Some("subscribe") {
+            let log = id
+                .as_ref()
+                .and_then(|i| st.runs.lock().ok().and_then(|r| r.get(i).cloned()));
+            return match log {
+                Some(log) => attach(
+                    log,
+                    v["after"].as_u64().unwrap_or(0),
+                    tx.clone(),
+                    conn.clone(),
+                ),
+                None => error(
+                    id.as_deref(),
+                    format!(
+                        "no request with id {:?} to subscribe to",
+                        id.as_deref().unwrap_or("")
+                    ),
+                ),
+            };
+        }
+        return control_frame(kind, id, &v, &st.runs, &error);
     }
     let Some(id) = id else {
         return error(None, "a message frame needs a non-empty string `id`".into());
@@ -330,10 +350,16 @@ fn handle_frame(
         .and_then(Value::as_str)
         .filter(|s| !s.trim().is_empty())
         .map(str::to_string);
-    let token = conn.child_token();
-    let handle = {
-        let Ok(mut r) = runs.lock() else { return };
-        if r.contains_key(&id) {
+    // A run normally ends with its connection; `keepAlive` runs go on, and any client
+    // can re-attach with `subscribe`.
+    let token = if v["keepAlive"].as_bool() == Some(true) {
+        st.stop.child_token()
+    } else {
+        conn.child_token()
+    };
+    let log = {
+        let Ok(mut r) = st.runs.lock() else { return };
+        if r.get(&id).is_some_and(|l| !l.is_done()) {
             drop(r);
             return error(
                 Some(&id),
@@ -349,10 +375,12 @@ fn handle_frame(
             },
             token.clone(),
         );
-        r.insert(id.clone(), (token, handle.control.clone()));
-        handle
+        let log = RunLog::new(token, handle.control.clone());
+        r.insert(id.clone(), log.clone());
+        tokio::spawn(forward(handle, id, session, log.clone(), st.runs.clone()));
+        log
     };
-    tokio::spawn(forward(handle, id, session, tx.clone(), runs.clone()));
+    attach(log, 0, tx.clone(), conn.clone());
 }
 
 /// `cancel`, `pause`, `resume`, `stop`, `instruct` addressed to a running request.
@@ -384,10 +412,15 @@ fn control_frame(
             format!("a {kind} frame needs the `id` of a running request"),
         );
     };
-    let run = runs.lock().ok().and_then(|r| r.get(&id).cloned());
-    let Some((token, control)) = run else {
+    let run = runs
+        .lock()
+        .ok()
+        .and_then(|r| r.get(&id).cloned())
+        .filter(|l| !l.is_done());
+    let Some(log) = run else {
         return error(Some(&id), format!("no request with id {id:?} is running"));
     };
+    let (token, control) = (&log.token, &log.control);
     let result = match kind {
         "cancel" => {
             token.cancel();
@@ -521,59 +554,4 @@ async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
         };
     }
     reply(cmp);
-}
-
-/// Turns one run's events into frames for its request id.
-async fn forward(
-    mut handle: crate::agent::RunHandle,
-    id: String,
-    session: String,
-    tx: UnboundedSender<Value>,
-    runs: Runs,
-) {
-    let send = |kind: &str, content: &str| {
-        let _ = tx.send(frame(Some(&id), kind, content, Some(&session)));
-    };
-    while let Some(ev) = handle.events.recv().await {
-        match ev {
-            AgentEvent::TextDelta { text } => send("text", &text),
-            AgentEvent::ToolCall { summary, .. } => send("tool_use", &summary),
-            AgentEvent::ToolResult {
-                is_error: true,
-                name,
-                output,
-                ..
-            } => send(
-                "tool_result",
-                &format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
-            ),
-            AgentEvent::Retry { reason, .. } => send("retry", &reason),
-            AgentEvent::State { state } => send(
-                "state",
-                &serde_json::to_value(state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-            ),
-            AgentEvent::Instruction { text, .. } => send("instruction", &text),
-            AgentEvent::Checkpoint { step, message, .. } => {
-                let _ = tx.send(json!({"id": id, "type": "checkpoint", "content": message, "step": step, "sessionId": session}));
-            }
-            AgentEvent::RolledBack { step, .. } => {
-                let _ = tx.send(json!({"id": id, "type": "rollback", "content": format!("rolled back to step {step}"), "step": step, "sessionId": session}));
-            }
-            AgentEvent::Finished { outcome } => {
-                match outcome {
-                    Outcome::Failed { error, .. } => send("error", &error),
-                    Outcome::Cancelled { .. } => send("error", "cancelled"),
-                    Outcome::Completed { .. } => {}
-                }
-                send("done", "");
-            }
-            _ => {}
-        }
-    }
-    if let Ok(mut r) = runs.lock() {
-        r.remove(&id);
-    }
 }

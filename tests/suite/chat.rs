@@ -687,3 +687,63 @@ async fn branch_compare_prefer_and_every_export_format() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_live() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "sleep 0.6"})),
+        text("finished while you were away"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "k1", "content": "long job", "sessionId": "keep", "keepAlive": true}),
+    )
+    .await;
+    let first = next(&mut ws).await;
+    assert_eq!(
+        (first["type"].as_str(), first["seq"].as_u64()),
+        (Some("tool_use"), Some(1))
+    );
+    drop(ws); // gone mid-run: a keepAlive run goes on
+
+    // A second client attaches before the end and gets the rest, in order.
+    let mut ws2 = connect(&c).await;
+    send(
+        &mut ws2,
+        json!({"type": "subscribe", "id": "k1", "after": 1}),
+    )
+    .await;
+    let frames = until_done(&mut ws2, "k1").await;
+    let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (2..=seqs.len() as u64 + 1).collect::<Vec<_>>(),
+        "{frames:?}"
+    );
+    let text: String = frames
+        .iter()
+        .filter(|f| f["type"] == "text")
+        .map(|f| f["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "finished while you were away");
+
+    // After the end, the whole log can still be replayed.
+    let mut ws3 = connect(&c).await;
+    send(
+        &mut ws3,
+        json!({"type": "subscribe", "id": "k1", "after": 0}),
+    )
+    .await;
+    let all = until_done(&mut ws3, "k1").await;
+    assert_eq!(all.len(), frames.len() + 1);
+    assert_eq!(all[0]["type"], "tool_use");
+    send(&mut ws3, json!({"type": "subscribe", "id": "nope"})).await;
+    assert!(next(&mut ws3).await["content"]
+        .as_str()
+        .unwrap()
+        .contains("no request"));
+}

@@ -1,0 +1,182 @@
+//! Chat requests as logs: every frame of a request gets a `seq` and is kept (bounded),
+//! so a client that connects late or reconnects can ask for the frames after the last
+//! `seq` it saw and then follow the live stream, without loss or repeats.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::control::RunControl;
+use crate::agent::{AgentEvent, Outcome, RunHandle};
+
+/// Frames kept per request; older ones are dropped from the replay log.
+const MAX_FRAMES: usize = 20_000;
+/// How long a finished request stays available for replay.
+const KEEP_FINISHED: Duration = Duration::from_secs(600);
+
+pub type Runs = Arc<Mutex<HashMap<String, Arc<RunLog>>>>;
+
+pub struct RunLog {
+    frames: Mutex<(u64, Vec<Value>)>,
+    live: broadcast::Sender<Value>,
+    done: AtomicBool,
+    pub token: CancellationToken,
+    pub control: RunControl,
+}
+
+fn seq_of(f: &Value) -> u64 {
+    f["seq"].as_u64().unwrap_or(0)
+}
+
+impl RunLog {
+    pub fn new(token: CancellationToken, control: RunControl) -> Arc<RunLog> {
+        Arc::new(RunLog {
+            frames: Mutex::new((0, Vec::new())),
+            live: broadcast::channel(1024).0,
+            done: AtomicBool::new(false),
+            token,
+            control,
+        })
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    fn push(&self, mut frame: Value) {
+        let Ok(mut f) = self.frames.lock() else {
+            return;
+        };
+        f.0 += 1;
+        frame["seq"] = json!(f.0);
+        if f.1.len() >= MAX_FRAMES {
+            f.1.remove(0);
+        }
+        f.1.push(frame.clone());
+        // Sent under the lock, so live frames arrive in `seq` order.
+        let _ = self.live.send(frame);
+    }
+
+    fn since(&self, after: u64) -> Vec<Value> {
+        match self.frames.lock() {
+            Ok(f) => f.1.iter().filter(|v| seq_of(v) > after).cloned().collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// Sends a request's frames after `after` to a connection: the backlog, then the live
+/// stream, until its `done` frame or the connection ends.
+pub fn attach(log: Arc<RunLog>, after: u64, tx: UnboundedSender<Value>, conn: CancellationToken) {
+    let mut rx = log.live.subscribe();
+    tokio::spawn(async move {
+        let mut last = after;
+        let send = |f: Value, last: &mut u64| -> bool {
+            let s = seq_of(&f);
+            if s <= *last {
+                return true;
+            }
+            *last = s;
+            let done = f["type"] == "done";
+            tx.send(f).is_ok() && !done
+        };
+        for f in log.since(last) {
+            if !send(f, &mut last) {
+                return;
+            }
+        }
+        loop {
+            let f = tokio::select! {
+                f = rx.recv() => f,
+                _ = conn.cancelled() => return,
+            };
+            match f {
+                Ok(f) => {
+                    if !send(f, &mut last) {
+                        return;
+                    }
+                }
+                // Fell behind the live stream: catch up from the log.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    for f in log.since(last) {
+                        if !send(f, &mut last) {
+                            return;
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+/// Turns one run's events into frames for its request id.
+pub async fn forward(
+    mut handle: RunHandle,
+    id: String,
+    session: String,
+    log: Arc<RunLog>,
+    runs: Runs,
+) {
+    let frame = |kind: &str, content: &str| json!({"id": id, "type": kind, "content": content, "sessionId": session});
+    while let Some(ev) = handle.events.recv().await {
+        let f = match ev {
+            AgentEvent::TextDelta { text } => frame("text", &text),
+            AgentEvent::ToolCall { summary, .. } => frame("tool_use", &summary),
+            AgentEvent::ToolResult {
+                is_error: true,
+                name,
+                output,
+                ..
+            } => frame(
+                "tool_result",
+                &format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
+            ),
+            AgentEvent::Retry { reason, .. } => frame("retry", &reason),
+            AgentEvent::State { state } => {
+                let s = serde_json::to_value(state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                frame("state", &s)
+            }
+            AgentEvent::Instruction { text, .. } => frame("instruction", &text),
+            AgentEvent::Checkpoint { step, message, .. } => {
+                let mut f = frame("checkpoint", &message);
+                f["step"] = json!(step);
+                f
+            }
+            AgentEvent::RolledBack { step, .. } => {
+                let mut f = frame("rollback", &format!("rolled back to step {step}"));
+                f["step"] = json!(step);
+                f
+            }
+            AgentEvent::Finished { outcome } => {
+                match outcome {
+                    Outcome::Failed { error, .. } => log.push(frame("error", &error)),
+                    Outcome::Cancelled { .. } => log.push(frame("error", "cancelled")),
+                    Outcome::Completed { .. } => {}
+                }
+                log.done.store(true, Ordering::Release);
+                frame("done", "")
+            }
+            _ => continue,
+        };
+        log.push(f);
+    }
+    log.done.store(true, Ordering::Release);
+    tokio::spawn(async move {
+        tokio::time::sleep(KEEP_FINISHED).await;
+        if let Ok(mut r) = runs.lock() {
+            if r.get(&id).is_some_and(|l| Arc::ptr_eq(l, &log)) {
+                r.remove(&id);
+            }
+        }
+    });
+}
