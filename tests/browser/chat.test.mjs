@@ -3,7 +3,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
@@ -123,5 +123,49 @@ test("Stop cancels a running request and the tool step shows the error", async (
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 10000 });
   assert.match(await page.textContent(".msg.assistant .error-line"), /cancelled/);
   assert.equal(await page.locator(".step.error").count(), 1);
+  await page.close();
+});
+
+test("pause, instruct and resume; then branch from a checkpoint and compare the branches", async () => {
+  const { url, tmp } = await startPicogent([
+    { tool: "write", args: { path: "f.txt", content: "A\n" } },
+    { tool: "bash", args: { command: "sleep 1" } },
+    { tool: "write", args: { path: "f.txt", content: "B\n" } },
+    { text: "Done: f.txt says B." },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  const answers = [];
+  page.on("dialog", (d) => d.accept(answers.shift() ?? ""));
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Make f.txt");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.step summary:text-is("Bash: sleep 1")');
+  await page.click("#pause");
+  await page.waitForSelector('.notice:text-is("paused: waiting before the next step")');
+  assert.equal(await page.textContent("#pause"), "Resume");
+  await page.fill("#instruction", "Prefer small steps");
+  await page.click("#instruct");
+  // Branch from the checkpoint after step 1, with an instruction and a name.
+  answers.push("Use B instead", "try-b");
+  await page.click('.marker[data-step="1"] button.branch');
+  await page.waitForSelector('.notice:text-is("rolled back to step 1")');
+  assert.equal(readFileSync(join(tmp, "work/f.txt"), "utf8"), "A\n");
+  await page.click("#pause"); // Resume
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  assert.equal(readFileSync(join(tmp, "work/f.txt"), "utf8"), "B\n");
+  const notices = await page.locator(".notice").allTextContents();
+  assert.ok(notices.includes("instruction: Prefer small steps"), notices.join(" | "));
+  assert.ok(notices.includes("instruction: Use B instead"), notices.join(" | "));
+  assert.match(await page.textContent(".msg.assistant .md"), /f\.txt says B/);
+
+  answers.push("main", "try-b");
+  await page.click("#compare");
+  await page.waitForSelector("#compare-view h3");
+  assert.match(await page.textContent("#compare-view h3"), /Compare main and try-b/);
+  assert.match(await page.textContent("#compare-view pre"), /-A[\s\S]*\+B/);
+  answers.push("B is what we wanted");
+  await page.click('#compare-view button.better:text-is("try-b is better")');
+  await page.waitForSelector('.notice:text-is("preference recorded")');
   await page.close();
 });
