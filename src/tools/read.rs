@@ -104,7 +104,13 @@ fn read_lines(
         )),
         None => {}
     }
-    Ok(ToolOutput::ok(out))
+    // The range shown, for front doors that display what the model looked at.
+    Ok(ToolOutput::ok(out).with_details(serde_json::json!({
+        "path": path,
+        "first_line": offset,
+        "last_line": last_shown,
+        "total_lines": total,
+    })))
 }
 
 /// Why reading stopped before the end of the file.

@@ -42,6 +42,10 @@ async fn read_pages_with_offset_and_limit() {
     );
     let out = call(&c, "read", json!({"path": "f.txt", "offset": 9})).await;
     assert_eq!(out.text, "line 9\nline 10\n");
+    assert_eq!(
+        out.details.unwrap(),
+        json!({"path": sb.work.join("f.txt"), "first_line": 9, "last_line": 10, "total_lines": 10})
+    );
     let out = call(&c, "read", json!({"path": "f.txt", "offset": 11})).await;
     assert!(out.is_error && out.text.contains("past the end"), "{out:?}");
 }
