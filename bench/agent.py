@@ -9,7 +9,9 @@ examples), then `picogent <agent dir>` over the HTTP transport, and measures:
    and its fsync); the runs they start go on at the same time;
 3. RSS after all 1,000 tasks were worked and reported.
 """
-import http.client, json, os, socket, statistics, subprocess, sys, tempfile, time, datetime, platform, shutil
+import http.client, json, os, socket, statistics, subprocess, sys, tempfile, time, shutil
+
+from report import emit, table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target/release/picogent")
@@ -97,8 +99,6 @@ def main():
         tracker.terminate()
     lat_ms = sorted(x * 1000 for x in lat)
     p = lambda q: lat_ms[min(len(lat_ms) - 1, int(q * len(lat_ms)))]
-    version = subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout.strip()
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     rows = [
         ("idle RSS after registration", "%.1f MB" % idle, "VmRSS, 1 s after registering", "≤ 10 MB"),
         (f"/events ack latency p50 ({EVENTS} events)", "%.2f ms" % p(0.50), "journal write + fsync included", ""),
@@ -106,19 +106,7 @@ def main():
         (f"all {EVENTS} tasks worked and reported", "%.1f s" % all_done, "after the last event was acked; 4 at a time", ""),
         (f"RSS after {EVENTS} tasks", "%.1f MB" % after, "VmRSS, 1 s after the last report", ""),
     ]
-    out = [f"## Agent mode ({datetime.date.today()}, {version})", "",
-           f"Machine: {os.cpu_count()} cores, {mem_gib:.0f} GiB, {platform.platform()}. "
-           "Command: `bash bench/run.sh --record` (this table: `bench/agent.py`).", "",
-           "| measure | value | note | target |", "|---|---|---|---|"]
-    out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    table = "\n".join(out) + "\n"
-    print(table)
-    shutil.rmtree(tmp, ignore_errors=True)
-    if "--record" in sys.argv:
-        path = os.path.join(ROOT, "bench/RESULTS.md")
-        old = open(path).read() if os.path.exists(path) else "# Benchmark results\n\nNewest first.\n"
-        head, sep, rest = old.partition("\n## ")
-        open(path, "w").write(head.rstrip() + "\n\n" + table + ("\n## " + rest if sep else ""))
+    emit(table("Agent mode", "bench/agent.py", rows))
 
 
 if __name__ == "__main__":

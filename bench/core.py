@@ -9,7 +9,9 @@
 The model server is the tests' scripted server (target/release/examples/scripted_llm),
 so model latency is zero and what is measured is picogent itself.
 """
-import json, os, shutil, statistics, subprocess, sys, tempfile, time, datetime, platform
+import json, os, shutil, statistics, subprocess, sys, tempfile, time
+
+from report import emit, table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target/release/picogent")
@@ -106,8 +108,6 @@ def main():
     long_rss = max(r for _, r, _ in long_runs)
     per_step_ms = (long_wall - one) / 199 * 1000
     per_step_cpu_ms = (long_cpu - one_cpu) / 199 * 1000
-    version = subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout.strip()
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     rows = [
         ("4-step task, wall (median of %d)" % RUNS, "%.1f ms" % (statistics.median(walls) * 1000),
          "min %.1f / max %.1f ms" % (min(walls) * 1000, max(walls) * 1000), "< 100 ms"),
@@ -118,19 +118,7 @@ def main():
         ("loop overhead per step, wall", "%.2f ms" % per_step_ms, "(200-step − 1-step) / 199, incl. a read tool call, the HTTP round trip and the server's time", "< 1 ms"),
         ("loop overhead per step, picogent CPU", "%.2f ms" % per_step_cpu_ms, "user+sys of the picogent process, same difference", ""),
     ]
-    out = [f"## Core ({datetime.date.today()}, {version})", "",
-           f"Machine: {os.cpu_count()} cores, {mem_gib:.0f} GiB, {platform.platform()}. "
-           "Command: `bash bench/run.sh --record`.", "",
-           "| measure | value | spread / note | target |", "|---|---|---|---|"]
-    out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    table = "\n".join(out) + "\n"
-    print(table)
-    if "--record" in sys.argv:
-        path = os.path.join(ROOT, "bench/RESULTS.md")
-        old = open(path).read() if os.path.exists(path) else "# Benchmark results\n\nNewest first.\n"
-        head, sep, rest = old.partition("\n## ")
-        new = head.rstrip() + "\n\n" + table + ("\n## " + rest if sep else "")
-        open(path, "w").write(new)
+    emit(table("Core", "bench/core.py", rows))
 
 
 if __name__ == "__main__":

@@ -601,6 +601,19 @@ impl Config {
         }
     }
 
+    /// `allowed_paths` for logs: the list, or "unrestricted".
+    pub fn allowed_paths_display(&self) -> String {
+        if self.allowed_paths.is_empty() {
+            return "unrestricted".into();
+        }
+        let list: Vec<String> = self
+            .allowed_paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        list.join(", ")
+    }
+
     /// Agent mode runs when a tracker is configured.
     pub fn is_agent_mode(&self) -> bool {
         self.tracker_url.is_some()

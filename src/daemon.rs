@@ -58,15 +58,7 @@ pub enum DaemonError {
 }
 
 fn log_start(cfg: &Config, agent: &Agent) {
-    let allowed = if cfg.allowed_paths.is_empty() {
-        "unrestricted".to_string()
-    } else {
-        cfg.allowed_paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let allowed = cfg.allowed_paths_display();
     let skills: Vec<&str> = agent.skills().iter().map(|s| s.name.as_str()).collect();
     tracing::info!(
         name = %cfg.name,

@@ -184,15 +184,7 @@ async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow
     let cfg = agent.config().clone();
     let listener = chat::bind(&cfg.chat_host, cfg.chat_port, cfg.chat_token.as_deref()).await?;
     let addr = listener.local_addr()?;
-    let allowed = if cfg.allowed_paths.is_empty() {
-        "unrestricted".to_string()
-    } else {
-        cfg.allowed_paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let allowed = cfg.allowed_paths_display();
     tracing::info!(
         work_dir = %cfg.work_dir.display(),
         provider = cfg.provider.as_str(),

@@ -69,6 +69,30 @@ pub fn one_line(s: &str, max: usize) -> String {
     }
 }
 
+/// Appends `value` as one JSON line.
+pub fn push_json_line<T: serde::Serialize>(buf: &mut Vec<u8>, value: &T) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *buf, value).map_err(std::io::Error::other)?;
+    buf.push(b'\n');
+    Ok(())
+}
+
+/// Replaces a file's content atomically and durably: a synced temporary file renamed
+/// over it, then the folder synced, so a crash leaves the old or the new file whole.
+pub fn atomic_rewrite(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// Compares secrets in time that depends only on their length.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {

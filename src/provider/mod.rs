@@ -334,6 +334,35 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// A tool in the OpenAI function-calling shape, which Ollama's native API shares.
+#[derive(serde::Serialize)]
+struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionSpec<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct FunctionSpec<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+fn function_tools(tools: &[ToolSpec]) -> Vec<FunctionTool<'_>> {
+    tools
+        .iter()
+        .map(|t| FunctionTool {
+            kind: "function",
+            function: FunctionSpec {
+                name: t.name,
+                description: t.description,
+                parameters: &t.parameters,
+            },
+        })
+        .collect()
+}
+
 /// Parses a tool call's JSON arguments; a model that wrote broken JSON gets its text
 /// back under `_raw` so the tool can answer with a useful error.
 fn parse_arguments(raw: &str) -> Value {

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::stream::LineReader;
-use super::{Delta, ModelRequest, ProviderError};
+use super::{function_tools, Delta, FunctionTool, ModelRequest, ProviderError};
 use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
 
 #[derive(Serialize)]
@@ -18,7 +18,7 @@ struct Body<'a> {
     model: &'a str,
     messages: Vec<Msg<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<Tool<'a>>,
+    tools: Vec<FunctionTool<'a>>,
     stream: bool,
     options: Options,
 }
@@ -26,20 +26,6 @@ struct Body<'a> {
 #[derive(Serialize)]
 struct Options {
     num_predict: u32,
-}
-
-#[derive(Serialize)]
-struct Tool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: Function<'a>,
-}
-
-#[derive(Serialize)]
-struct Function<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
 }
 
 #[derive(Serialize)]
@@ -105,18 +91,7 @@ pub fn request_body(
             }
         }
     }
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| Tool {
-            kind: "function",
-            function: Function {
-                name: t.name,
-                description: t.description,
-                parameters: &t.parameters,
-            },
-        })
-        .collect();
+    let tools = function_tools(req.tools);
     serde_json::to_vec(&Body {
         model,
         messages,

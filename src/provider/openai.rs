@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::stream::LineReader;
-use super::{parse_arguments, Delta, ModelRequest, ProviderError};
+use super::{function_tools, parse_arguments, Delta, FunctionTool, ModelRequest, ProviderError};
 use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
 
 #[derive(Serialize)]
@@ -17,7 +17,7 @@ struct Body<'a> {
     model: &'a str,
     messages: Vec<Msg<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<Tool<'a>>,
+    tools: Vec<FunctionTool<'a>>,
     max_tokens: u32,
     stream: bool,
     stream_options: StreamOptions,
@@ -26,20 +26,6 @@ struct Body<'a> {
 #[derive(Serialize)]
 struct StreamOptions {
     include_usage: bool,
-}
-
-#[derive(Serialize)]
-struct Tool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: Function<'a>,
-}
-
-#[derive(Serialize)]
-struct Function<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
 }
 
 #[derive(Serialize)]
@@ -118,18 +104,7 @@ pub fn request_body(
             }),
         }
     }
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| Tool {
-            kind: "function",
-            function: Function {
-                name: t.name,
-                description: t.description,
-                parameters: &t.parameters,
-            },
-        })
-        .collect();
+    let tools = function_tools(req.tools);
     serde_json::to_vec(&Body {
         model,
         messages,

@@ -7,7 +7,7 @@
 //! The file is append-only between compactions; a compaction rewrites it (to a temp
 //! file, synced, then renamed) with only the remembered ids and unfinished events.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -112,8 +112,8 @@ impl Journal {
     }
 
     fn append(&mut self, rec: &Record, sync: bool) -> io::Result<()> {
-        let mut line = serde_json::to_vec(rec).map_err(io::Error::other)?;
-        line.push(b'\n');
+        let mut line = Vec::new();
+        crate::util::push_json_line(&mut line, rec)?;
         self.file.write_all(&line)?;
         if sync {
             self.file.sync_data()?;
@@ -179,56 +179,42 @@ impl Journal {
 
     /// Rewrites the file with only what is still needed.
     fn compact(&mut self) -> io::Result<()> {
-        let tmp = self.path.with_extension("jsonl.tmp");
-        {
-            let mut out = io::BufWriter::new(File::create(&tmp)?);
-            let pending_ids: Vec<&str> = self
-                .pending
-                .iter()
-                .map(|p| p.envelope.id.as_str())
-                .collect();
-            for (id, at) in &self.seen {
-                if !pending_ids.contains(&id.as_str()) {
-                    serde_json::to_writer(
-                        &mut out,
-                        &Record::Seen {
-                            id: id.clone(),
-                            at: *at,
-                        },
-                    )
-                    .map_err(io::Error::other)?;
-                    out.write_all(b"\n")?;
-                }
-            }
-            for p in &self.pending {
-                let at = self.seen.get(&p.envelope.id).copied().unwrap_or(0);
-                serde_json::to_writer(
-                    &mut out,
-                    &Record::Accepted {
-                        event: p.envelope.clone(),
-                        at,
+        let pending: HashSet<&str> = self
+            .pending
+            .iter()
+            .map(|p| p.envelope.id.as_str())
+            .collect();
+        let mut buf = Vec::new();
+        for (id, at) in &self.seen {
+            if !pending.contains(id.as_str()) {
+                crate::util::push_json_line(
+                    &mut buf,
+                    &Record::Seen {
+                        id: id.clone(),
+                        at: *at,
                     },
-                )
-                .map_err(io::Error::other)?;
-                out.write_all(b"\n")?;
-                for _ in 0..p.attempts {
-                    serde_json::to_writer(
-                        &mut out,
-                        &Record::Started {
-                            id: p.envelope.id.clone(),
-                        },
-                    )
-                    .map_err(io::Error::other)?;
-                    out.write_all(b"\n")?;
-                }
+                )?;
             }
-            out.flush()?;
-            out.get_ref().sync_all()?;
         }
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)?.sync_all()?;
+        for p in &self.pending {
+            let at = self.seen.get(&p.envelope.id).copied().unwrap_or(0);
+            crate::util::push_json_line(
+                &mut buf,
+                &Record::Accepted {
+                    event: p.envelope.clone(),
+                    at,
+                },
+            )?;
+            for _ in 0..p.attempts {
+                crate::util::push_json_line(
+                    &mut buf,
+                    &Record::Started {
+                        id: p.envelope.id.clone(),
+                    },
+                )?;
+            }
         }
+        crate::util::atomic_rewrite(&self.path, &buf)?;
         self.file = open_append(&self.path)?;
         self.appended = 0;
         Ok(())

@@ -62,34 +62,25 @@ impl State {
     /// Records a delivery. Not synced: a lost `sent` record (power loss only) means one
     /// repeat, which the idempotency key covers.
     fn append_sent(&mut self, seq: u64) -> io::Result<()> {
-        let mut line = serde_json::to_vec(&Record::Sent { seq }).map_err(io::Error::other)?;
-        line.push(b'\n');
+        let mut line = Vec::new();
+        crate::util::push_json_line(&mut line, &Record::Sent { seq })?;
         self.file.write_all(&line)?;
         self.appended += 1;
         Ok(())
     }
 
     fn compact(&mut self) -> io::Result<()> {
-        let tmp = self.path.with_extension("jsonl.tmp");
-        {
-            let mut out = io::BufWriter::new(File::create(&tmp)?);
-            for it in &self.items {
-                let rec = Record::Add {
-                    seq: it.seq,
-                    key: it.key.clone(),
-                    task_id: it.task_id.clone(),
-                    report: it.report.clone(),
-                };
-                serde_json::to_writer(&mut out, &rec).map_err(io::Error::other)?;
-                out.write_all(b"\n")?;
-            }
-            out.flush()?;
-            out.get_ref().sync_all()?;
+        let mut buf = Vec::new();
+        for it in &self.items {
+            let rec = Record::Add {
+                seq: it.seq,
+                key: it.key.clone(),
+                task_id: it.task_id.clone(),
+                report: it.report.clone(),
+            };
+            crate::util::push_json_line(&mut buf, &rec)?;
         }
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
+        crate::util::atomic_rewrite(&self.path, &buf)?;
         self.file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -176,8 +167,7 @@ impl Outbox {
                     task_id: task_id.into(),
                     report: report.clone(),
                 };
-                serde_json::to_writer(&mut bytes, &rec).map_err(io::Error::other)?;
-                bytes.push(b'\n');
+                crate::util::push_json_line(&mut bytes, &rec)?;
                 items.push(Item {
                     seq,
                     key,

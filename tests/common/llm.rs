@@ -147,6 +147,18 @@ impl ScriptedLlm {
         self.state.lock().unwrap().requests.len()
     }
 
+    /// Waits until at least `n` requests arrived (panics after 30 s).
+    pub async fn wait_requests(&self, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.request_count() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "fewer than {n} model requests after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub fn remaining(&self) -> usize {
         self.state.lock().unwrap().turns.len()
     }

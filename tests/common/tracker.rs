@@ -184,6 +184,13 @@ impl FakeTracker {
         deliver_raw(callback, Some(TOKEN), event.to_string().into_bytes()).await
     }
 
+    /// Waits until the tracker accepted status `status` for `task`.
+    pub async fn wait_status(&self, task: &str, status: &str, secs: u64) {
+        let want = format!("status:{status}");
+        self.wait_for(secs, &want, |t| t.timeline(task).contains(&want))
+            .await;
+    }
+
     /// Polls until `cond` holds, or panics after `secs` seconds naming `what`.
     pub async fn wait_for(&self, secs: u64, what: &str, cond: impl Fn(&FakeTracker) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(secs);

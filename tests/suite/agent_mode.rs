@@ -63,11 +63,7 @@ async fn a_task_runs_and_reports_in_progress_comment_review_in_order() {
         .deliver(&cb, &assigned("evt_1", "t_12", "Fix empty input crash"))
         .await;
     assert_eq!((status, body), (202, json!({"accepted": true})));
-    tracker
-        .wait_for(20, "review", |t| {
-            t.timeline("t_12").contains(&"status:review".to_string())
-        })
-        .await;
+    tracker.wait_status("t_12", "review", 20).await;
     assert_eq!(
         tracker.timeline("t_12"),
         vec![
@@ -106,11 +102,7 @@ async fn a_failed_run_comments_why_then_blocks() {
     tracker
         .deliver(&cb, &assigned("evt_f", "t_f", "Doomed"))
         .await;
-    tracker
-        .wait_for(20, "blocked", |t| {
-            t.timeline("t_f").contains(&"status:blocked".to_string())
-        })
-        .await;
+    tracker.wait_status("t_f", "blocked", 20).await;
     let tl = tracker.timeline("t_f");
     assert_eq!(tl.len(), 3, "{tl:?}");
     assert_eq!(tl[0], "status:in_progress");
@@ -134,11 +126,7 @@ async fn a_chat_message_continues_the_tasks_session_and_replies() {
     tracker
         .deliver(&cb, &assigned("evt_a", "t_c", "Write parser"))
         .await;
-    tracker
-        .wait_for(20, "review", |t| {
-            t.timeline("t_c").contains(&"status:review".to_string())
-        })
-        .await;
+    tracker.wait_status("t_c", "review", 20).await;
     let (status, _) = tracker
         .deliver(
             &cb,
@@ -187,15 +175,8 @@ async fn cancelling_a_running_task_stops_it_and_says_so() {
     tracker
         .deliver(&cb, &assigned("evt_x", "t_x", "Long job"))
         .await;
-    tracker
-        .wait_for(10, "in_progress", |t| {
-            t.timeline("t_x")
-                .contains(&"status:in_progress".to_string())
-        })
-        .await;
-    while llm.request_count() == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tracker.wait_status("t_x", "in_progress", 10).await;
+    llm.wait_requests(1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = std::time::Instant::now();
     let (status, _) = tracker.deliver(&cb, &cancelled("evt_y", "t_x")).await;
@@ -401,11 +382,7 @@ async fn reports_are_retried_through_503s_and_arrive_exactly_once() {
     tracker
         .deliver(&cb, &assigned("evt_r", "t_r", "Flaky tracker"))
         .await;
-    tracker
-        .wait_for(20, "review", |t| {
-            t.timeline("t_r").contains(&"status:review".to_string())
-        })
-        .await;
+    tracker.wait_status("t_r", "review", 20).await;
     assert_eq!(
         tracker.timeline("t_r"),
         vec!["status:in_progress", "comment:All good.", "status:review"]
@@ -422,11 +399,7 @@ async fn websocket_transport_works_end_to_end() {
     let tracker = FakeTracker::start().await;
     let d = sb.daemon(&llm, &tracker, json!({"transport": "ws"}));
     tracker.ws_send(assigned("evt_w", "t_w", "Over ws"));
-    tracker
-        .wait_for(20, "review", |t| {
-            t.timeline("t_w").contains(&"status:review".to_string())
-        })
-        .await;
+    tracker.wait_status("t_w", "review", 20).await;
     assert_eq!(
         tracker.timeline("t_w"),
         vec![
@@ -475,11 +448,7 @@ async fn websocket_reconnects_with_growing_delays_and_an_unacked_event_runs_once
     );
     // After a registered connection was lost, the delay starts again from the first.
     assert!(gaps[3] < gaps[2], "{gaps:?}");
-    tracker
-        .wait_for(20, "review", |t| {
-            t.timeline("t_once").contains(&"status:review".to_string())
-        })
-        .await;
+    tracker.wait_status("t_once", "review", 20).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(llm.request_count(), 1, "the redelivered event ran again");
     assert_eq!(tracker.timeline("t_once").len(), 3);
@@ -516,9 +485,7 @@ async fn a_chat_message_during_a_run_is_passed_to_it_as_an_instruction() {
     tracker
         .deliver(&cb, &assigned("evt_1", "t_w", "Slow task"))
         .await;
-    while llm.request_count() == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    llm.wait_requests(1).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         tracker
@@ -527,11 +494,7 @@ async fn a_chat_message_during_a_run_is_passed_to_it_as_an_instruction() {
             .0,
         202
     );
-    tracker
-        .wait_for(20, "review", |t| {
-            t.timeline("t_w").contains(&"status:review".to_string())
-        })
-        .await;
+    tracker.wait_status("t_w", "review", 20).await;
     let comments = tracker.comments("t_w");
     assert_eq!(comments[0]["reply_to"], "m_1");
     assert!(

@@ -60,15 +60,8 @@ async fn a_killed_daemon_resumes_its_task_after_restart() {
         .unwrap()
         .to_string();
     assert_eq!(tracker.deliver(&cb, &task("evt_k", "t_k")).await.0, 202);
-    tracker
-        .wait_for(20, "in_progress", |t| {
-            t.timeline("t_k")
-                .contains(&"status:in_progress".to_string())
-        })
-        .await;
-    while llm.request_count() == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tracker.wait_status("t_k", "in_progress", 20).await;
+    llm.wait_requests(1).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
 
@@ -80,11 +73,7 @@ async fn a_killed_daemon_resumes_its_task_after_restart() {
             t.ok_calls("/api/v1/agents/register").len() > regs_before
         })
         .await;
-    tracker
-        .wait_for(30, "review after restart", |t| {
-            t.timeline("t_k").contains(&"status:review".to_string())
-        })
-        .await;
+    tracker.wait_status("t_k", "review", 30).await;
     assert_eq!(
         tracker.timeline("t_k"),
         vec![
@@ -134,9 +123,7 @@ async fn sigterm_lets_the_running_task_finish_then_exits_0() {
         .unwrap()
         .to_string();
     tracker.deliver(&cb, &task("evt_t", "t_t")).await;
-    while llm.request_count() == 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    llm.wait_requests(1).await;
     let pid = child.id().unwrap() as i32;
     // SAFETY: signalling our own child process.
     unsafe {
