@@ -43,6 +43,9 @@ pub enum ProviderKind {
     Anthropic,
     Openai,
     Ollama,
+    /// Claude Code's own agent, run as a child process (`claude -p`).
+    #[serde(rename = "claude-code")]
+    ClaudeCode,
 }
 
 impl ProviderKind {
@@ -51,6 +54,7 @@ impl ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Openai => "openai",
             ProviderKind::Ollama => "ollama",
+            ProviderKind::ClaudeCode => "claude-code",
         }
     }
 
@@ -59,13 +63,14 @@ impl ProviderKind {
             "anthropic" => Some(Self::Anthropic),
             "openai" => Some(Self::Openai),
             "ollama" => Some(Self::Ollama),
+            "claude-code" => Some(Self::ClaudeCode),
             _ => None,
         }
     }
 
     fn default_base_url(self) -> &'static str {
         match self {
-            ProviderKind::Anthropic => "https://api.anthropic.com",
+            ProviderKind::Anthropic | ProviderKind::ClaudeCode => "https://api.anthropic.com",
             ProviderKind::Openai => "https://api.openai.com/v1",
             ProviderKind::Ollama => "http://localhost:11434",
         }
@@ -74,7 +79,7 @@ impl ProviderKind {
     /// The variable the provider's own SDK reads for its endpoint.
     fn base_url_var(self) -> &'static str {
         match self {
-            ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
+            ProviderKind::Anthropic | ProviderKind::ClaudeCode => "ANTHROPIC_BASE_URL",
             ProviderKind::Openai => "OPENAI_BASE_URL",
             ProviderKind::Ollama => "OLLAMA_HOST",
         }
@@ -82,7 +87,7 @@ impl ProviderKind {
 
     fn api_key_var(self) -> Option<&'static str> {
         match self {
-            ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+            ProviderKind::Anthropic | ProviderKind::ClaudeCode => Some("ANTHROPIC_API_KEY"),
             ProviderKind::Openai => Some("OPENAI_API_KEY"),
             ProviderKind::Ollama => None,
         }
@@ -119,6 +124,7 @@ struct FileConfig {
     sandbox: Option<SandboxMode>,
     checkpoints: Option<bool>,
     auto_pause_on_error: Option<bool>,
+    claude_code_path: Option<PathBuf>,
     auto_pause_after_steps: Option<u32>,
     loop_action: Option<LoopAction>,
 }
@@ -212,6 +218,8 @@ pub struct Config {
     /// Snapshot the working folder after every changing tool call (for rollback).
     /// `None`: the front door's default (on in chat mode, off elsewhere).
     pub checkpoints: Option<bool>,
+    /// `provider: "claude-code"`: the `claude` binary (default: found on PATH).
+    pub claude_code_path: Option<PathBuf>,
     /// Pause the run when a bash command fails.
     pub auto_pause_on_error: bool,
     /// Pause the run every N model turns.
@@ -440,7 +448,9 @@ impl Config {
         let provider = match env.get("PICOGENT_PROVIDER") {
             Some(v) => ProviderKind::parse(v).ok_or_else(|| ConfigError::Env {
                 var: "PICOGENT_PROVIDER".into(),
-                message: format!("expected \"anthropic\", \"openai\" or \"ollama\", got {v:?}"),
+                message: format!(
+                    "expected \"anthropic\", \"openai\", \"ollama\" or \"claude-code\", got {v:?}"
+                ),
             })?,
             None => file.provider.unwrap_or(ProviderKind::Anthropic),
         };
@@ -485,7 +495,7 @@ impl Config {
         let step_timeout_sec = file.step_timeout_sec.unwrap_or(120);
         positive("step_timeout_sec", step_timeout_sec)?;
         let context_window = file.context_window.unwrap_or(match provider {
-            ProviderKind::Anthropic => 200_000,
+            ProviderKind::Anthropic | ProviderKind::ClaudeCode => 200_000,
             ProviderKind::Openai => 128_000,
             ProviderKind::Ollama => 32_768,
         });
@@ -562,6 +572,10 @@ impl Config {
             sandbox_helper: None,
             checkpoints: file.checkpoints,
             auto_pause_on_error: file.auto_pause_on_error.unwrap_or(false),
+            claude_code_path: env
+                .get("PICOGENT_CLAUDE_CODE_PATH")
+                .map(PathBuf::from)
+                .or(file.claude_code_path.map(|p| absolute(&file_dir, &p))),
             auto_pause_after_steps: file.auto_pause_after_steps.filter(|n| *n > 0),
             loop_action: file.loop_action.unwrap_or(LoopAction::Stop),
             chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),

@@ -4,6 +4,7 @@
 
 pub mod branches;
 pub mod checkpoint;
+pub mod claude_code;
 pub mod compaction;
 pub mod control;
 pub mod event;
@@ -215,13 +216,12 @@ impl Agent {
         let (tx, rx) = mpsc::unbounded_channel();
         let session_id = req.session_id.clone();
         let control = control::RunControl::default();
-        let task = tokio::spawn(runner::run(
-            self.inner.clone(),
-            req,
-            tx,
-            cancel.clone(),
-            control.clone(),
-        ));
+        let (inner, c) = (self.inner.clone(), cancel.clone());
+        let task = if inner.config.provider == crate::config::ProviderKind::ClaudeCode {
+            tokio::spawn(claude_code::run(inner, req, tx, c, control.clone()))
+        } else {
+            tokio::spawn(runner::run(inner, req, tx, c, control.clone()))
+        };
         RunHandle {
             session_id,
             events: rx,

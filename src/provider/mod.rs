@@ -210,6 +210,11 @@ impl Provider {
     ) -> Result<AssistantMessage, ProviderError> {
         let started = Instant::now();
         let (url, body) = match self.kind {
+            ProviderKind::ClaudeCode => {
+                return Err(ProviderError::Config(
+                    "provider claude-code runs through the claude CLI, not an HTTP API".into(),
+                ))
+            }
             ProviderKind::Anthropic => (
                 format!("{}/v1/messages", self.base_url),
                 anthropic::request_body(&self.model, self.max_tokens, req),
@@ -287,6 +292,7 @@ impl Provider {
             ProviderKind::Anthropic => anthropic::read_stream(&mut reader, &mut timed).await?,
             ProviderKind::Openai => openai::read_stream(&mut reader, &mut timed).await?,
             ProviderKind::Ollama => ollama::read_stream(&mut reader, &mut timed).await?,
+            ProviderKind::ClaudeCode => return Err(ProviderError::Cancelled),
         };
         msg.provider = provider.to_string();
         if msg.model.is_empty() {

@@ -173,7 +173,13 @@ impl ScriptedLlm {
         body: Value,
     ) -> (Option<Turn>, usize) {
         let mut s = state.lock().unwrap();
-        let is_summary = body.get("tools").is_none();
+        // No tools (or an empty list): a side request, such as picogent's compaction
+        // summary or Claude Code's session title. It gets a fixed answer and consumes
+        // no scripted turn.
+        let is_summary = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_none_or(|t| t.is_empty());
         let assistant_turns = body["_assistant_turns"].as_u64().unwrap_or(0) as usize;
         if !s.light {
             s.requests.push(Recorded {
@@ -233,7 +239,8 @@ fn error_response(status: u16, retry_ms: Option<u64>, message: &str) -> Response
 fn parse_body(s: &Arc<Mutex<Script>>, body: &Bytes) -> (Value, usize) {
     let tokens = body.len() / 4;
     if s.lock().unwrap().light {
-        let has_tools = body.windows(8).any(|w| w == b"\"tools\":");
+        let has_tools = body.windows(8).any(|w| w == b"\"tools\":")
+            && !body.windows(10).any(|w| w == b"\"tools\":[]");
         let needle: &[u8] = b"\"role\":\"assistant\"";
         let turns = body.windows(needle.len()).filter(|w| *w == needle).count();
         let mut v = if has_tools {

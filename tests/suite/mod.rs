@@ -1,6 +1,7 @@
 mod agent_loop;
 mod agent_mode;
 mod chat;
+mod claude_code;
 mod cli;
 mod config;
 mod confinement;

@@ -1,0 +1,591 @@
+//! `provider: "claude-code"`: the run is done by Claude Code's own agent, the `claude`
+//! CLI in headless streaming mode, and mapped onto picogent's events and sessions so
+//! every front door works unchanged.
+//!
+//! picogent writes the prompt as one stream-json user message, reads the CLI's
+//! stream-json output (system/init, assistant messages with text and tool_use blocks,
+//! user messages with tool_result blocks, the final result), emits the matching
+//! `AgentEvent`s, and records the conversation in its own pi-format session, with the
+//! Claude Code session id in a `claude_code_session` entry so the next message resumes
+//! it (`--resume`). Claude Code runs its own tools: picogent's path checks do not apply
+//! inside it, but with `allowed_paths` set the whole child is confined by Landlock.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use super::event::{AgentEvent, Outcome};
+use super::session::{Body, Known, Session};
+use super::{Inner, RunRequest};
+use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
+
+/// What one stream-json line means for picogent.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    Init {
+        session_id: String,
+    },
+    Assistant {
+        content: Vec<Content>,
+        usage: Usage,
+    },
+    ToolResults(Vec<ToolResultMessage>),
+    Result {
+        ok: bool,
+        text: String,
+        usage: Usage,
+        cost: Option<f64>,
+    },
+    Other,
+}
+
+fn usage_of(u: &Value) -> Usage {
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    let mut usage = Usage {
+        input: n("input_tokens"),
+        output: n("output_tokens"),
+        cache_read: n("cache_read_input_tokens"),
+        cache_write: n("cache_creation_input_tokens"),
+        ..Default::default()
+    };
+    usage.total_tokens = usage.input + usage.output + usage.cache_read + usage.cache_write;
+    usage
+}
+
+/// Parses one line of `claude --output-format stream-json`.
+pub fn parse_line(line: &str) -> Line {
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        return Line::Other;
+    };
+    match v["type"].as_str() {
+        Some("system") if v["subtype"] == "init" => Line::Init {
+            session_id: v["session_id"].as_str().unwrap_or_default().to_string(),
+        },
+        Some("assistant") => {
+            let content = v["message"]["content"]
+                .as_array()
+                .map(|blocks| {
+                    blocks
+                        .iter()
+                        .filter_map(|b| match b["type"].as_str() {
+                            Some("text") => {
+                                Some(Content::text(b["text"].as_str().unwrap_or_default()))
+                            }
+                            Some("thinking") => Some(Content::Thinking {
+                                thinking: b["thinking"].as_str().unwrap_or_default().to_string(),
+                                signature: None,
+                            }),
+                            Some("tool_use") => Some(Content::ToolCall {
+                                id: b["id"].as_str().unwrap_or_default().to_string(),
+                                name: b["name"].as_str().unwrap_or_default().to_string(),
+                                arguments: b["input"].clone(),
+                            }),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Line::Assistant {
+                content,
+                usage: usage_of(&v["message"]["usage"]),
+            }
+        }
+        Some("user") => {
+            let results: Vec<ToolResultMessage> = v["message"]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|b| b["type"] == "tool_result")
+                .map(|b| {
+                    let text = match &b["content"] {
+                        Value::String(s) => s.clone(),
+                        Value::Array(parts) => parts
+                            .iter()
+                            .filter_map(|p| p["text"].as_str())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                        _ => String::new(),
+                    };
+                    ToolResultMessage {
+                        tool_call_id: b["tool_use_id"].as_str().unwrap_or_default().to_string(),
+                        tool_name: String::new(),
+                        content: vec![Content::text(text)],
+                        details: None,
+                        is_error: b["is_error"].as_bool().unwrap_or(false),
+                        timestamp: crate::util::now_millis(),
+                    }
+                })
+                .collect();
+            if results.is_empty() {
+                Line::Other
+            } else {
+                Line::ToolResults(results)
+            }
+        }
+        Some("result") => Line::Result {
+            ok: v["subtype"] == "success" && v["is_error"].as_bool() != Some(true),
+            text: v["result"].as_str().map(str::to_string).unwrap_or_else(|| {
+                v["errors"]
+                    .as_array()
+                    .map(|e| {
+                        e.iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    })
+                    .unwrap_or_else(|| format!("Claude Code ended with {}", v["subtype"]))
+            }),
+            usage: usage_of(&v["usage"]),
+            cost: v["total_cost_usd"].as_f64(),
+        },
+        _ => Line::Other,
+    }
+}
+
+/// "Read: src/main.rs" for Claude Code's tool names and inputs.
+pub fn describe(name: &str, input: &Value) -> String {
+    let s = |k: &str| input.get(k).and_then(Value::as_str).unwrap_or("");
+    let detail = match name {
+        "Read" | "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => s("file_path").to_string(),
+        "Bash" => s("command").to_string(),
+        "Grep" | "Glob" => s("pattern").to_string(),
+        "LS" => s("path").to_string(),
+        "WebFetch" => s("url").to_string(),
+        "WebSearch" => s("query").to_string(),
+        _ => crate::util::one_line(&input.to_string(), 80),
+    };
+    format!("{name}: {}", crate::util::one_line(&detail, 120))
+}
+
+/// The Claude Code session to resume, if this session ran it before.
+fn previous_claude_session(session: &Session) -> Option<String> {
+    session.entries().iter().rev().find_map(|e| match &e.body {
+        Body::Known(Known::Custom { custom_type, data })
+            if custom_type == "claude_code_session" =>
+        {
+            data["id"].as_str().map(str::to_string)
+        }
+        _ => None,
+    })
+}
+
+fn find_claude(configured: Option<&PathBuf>) -> Option<PathBuf> {
+    if let Some(p) = configured {
+        return p.is_file().then(|| p.clone());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("claude"))
+        .find(|p| p.is_file())
+}
+
+pub(super) async fn run(
+    inner: Arc<Inner>,
+    req: RunRequest,
+    tx: UnboundedSender<AgentEvent>,
+    cancel: CancellationToken,
+    control: super::control::RunControl,
+) -> Outcome {
+    let emit = |ev: AgentEvent| {
+        let _ = tx.send(ev);
+    };
+    let mut usage = Usage::default();
+    let mut steps = 0u32;
+    let lock = inner.session_lock(&req.session_id);
+    let _guard = tokio::select! {
+        g = lock.lock() => g,
+        _ = cancel.cancelled() => {
+            let o = Outcome::Cancelled { steps, usage };
+            emit(AgentEvent::Finished { outcome: o.clone() });
+            return o;
+        }
+    };
+    let result = drive(&inner, &req, &emit, &cancel, &mut usage, &mut steps).await;
+    let outcome = match result {
+        Ok(text) => Outcome::Completed { text, steps, usage },
+        Err(None) => Outcome::Cancelled { steps, usage },
+        Err(Some(error)) => Outcome::Failed {
+            error,
+            steps,
+            usage,
+        },
+    };
+    control.end(matches!(outcome, Outcome::Failed { .. }));
+    emit(AgentEvent::Finished {
+        outcome: outcome.clone(),
+    });
+    outcome
+}
+
+/// `Err(None)` means cancelled.
+async fn drive(
+    inner: &Inner,
+    req: &RunRequest,
+    emit: &(dyn Fn(AgentEvent) + Sync),
+    cancel: &CancellationToken,
+    usage: &mut Usage,
+    steps: &mut u32,
+) -> Result<String, Option<String>> {
+    let cfg = &inner.config;
+    let fail = |m: String| Some(m);
+    let requested = req.work_dir.clone().unwrap_or_else(|| cfg.work_dir.clone());
+    let work_dir = inner
+        .sandbox
+        .check_work_dir(&requested)
+        .map_err(|e| fail(format!("working folder refused: {e}")))?;
+    let mut session = inner
+        .sessions
+        .open(&req.session_id, &work_dir)
+        .map_err(|e| fail(e.to_string()))?;
+    emit(AgentEvent::Started {
+        session_id: req.session_id.clone(),
+        provider: "claude-code".into(),
+        model: cfg.model.clone(),
+    });
+    session
+        .append_message(Message::user(req.prompt.clone()))
+        .map_err(|e| fail(e.to_string()))?;
+    let Some(claude) = find_claude(cfg.claude_code_path.as_ref()) else {
+        return Err(fail("the Claude Code CLI (`claude`) was not found on PATH or at claude_code_path; install it with `npm install -g @anthropic-ai/claude-code`".into()));
+    };
+
+    let role = req
+        .system_prompt
+        .as_deref()
+        .or(cfg.prompt.as_deref())
+        .unwrap_or("");
+    let skills = super::skills::prompt_block(&inner.skills);
+    let append = [role, skills.as_str()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let mut args: Vec<String> = vec![
+        "-p".into(),
+        "--output-format".into(),
+        "stream-json".into(),
+        "--input-format".into(),
+        "stream-json".into(),
+        "--verbose".into(),
+        "--model".into(),
+        cfg.model.clone(),
+        "--permission-mode".into(),
+        "bypassPermissions".into(),
+    ];
+    if !append.is_empty() {
+        args.extend(["--append-system-prompt".into(), append]);
+    }
+    for p in inner.sandbox.allowed_paths() {
+        args.extend(["--add-dir".into(), p.display().to_string()]);
+    }
+    if cfg.network == crate::config::NetworkPolicy::Deny {
+        args.extend([
+            "--disallowedTools".into(),
+            "WebFetch".into(),
+            "WebSearch".into(),
+        ]);
+    }
+    if let Some(prev) = previous_claude_session(&session) {
+        args.extend(["--resume".into(), prev]);
+    }
+    let tmp = std::env::temp_dir().join(format!("picogent-claude-{}", crate::util::random_hex(10)));
+    std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
+    let mut cmd = match inner.sandbox.confinement() {
+        // Confined: Claude Code also needs its own state folder in $HOME.
+        Some(c) => {
+            let mut c = c.clone();
+            if let (Some(w), Some(home)) = (c.writable.as_mut(), cfg.home_dir.clone()) {
+                let state = home.join(".claude");
+                let _ = std::fs::create_dir_all(&state);
+                w.push(state);
+                w.push(home.join(".claude.json"));
+            }
+            let mut cmd = tokio::process::Command::new(&c.helper);
+            cmd.arg("sandbox-exec");
+            if let Some(dirs) = &c.writable {
+                for d in dirs.iter().chain(std::iter::once(&tmp)) {
+                    cmd.arg("--rw").arg(d);
+                }
+            }
+            if c.deny_network {
+                // Claude Code itself must reach the model API.
+                tracing::warn!("network: deny cannot apply to claude-code, which must reach its API; only its web tools are disabled");
+            }
+            cmd.arg("--").arg(&claude).args(&args);
+            cmd
+        }
+        None => {
+            let mut cmd = tokio::process::Command::new(&claude);
+            cmd.args(&args);
+            cmd
+        }
+    };
+    if let Some(home) = &cfg.home_dir {
+        cmd.env("HOME", home);
+    }
+    if inner.sandbox.confinement().is_some() {
+        // Claude Code refuses to skip permission prompts as root unless told it runs
+        // in a sandbox; under Landlock it does.
+        cmd.env("IS_SANDBOX", "1");
+    }
+    cmd.current_dir(&work_dir)
+        .env("TMPDIR", &tmp)
+        .env("ANTHROPIC_BASE_URL", &cfg.base_url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(key) = &cfg.api_key {
+        cmd.env("ANTHROPIC_API_KEY", key);
+    }
+    for var in ["AGENT_TOKEN", "PICOGENT_API_KEY", "PICOGENT_CHAT_TOKEN"] {
+        cmd.env_remove(var);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| fail(format!("cannot start {}: {e}", claude.display())))?;
+    let pgid = child.id().map(|p| p as i32);
+    // Claude Code runs its Bash commands in process groups of their own, so the whole
+    // tree is killed, not just the CLI's group.
+    let kill = || {
+        if let Some(g) = pgid {
+            for p in crate::util::descendants(g) {
+                // SAFETY: plain syscalls on processes this run started.
+                unsafe {
+                    libc::kill(p, libc::SIGKILL);
+                }
+            }
+            // SAFETY: as above, for the CLI's own group.
+            unsafe {
+                libc::killpg(g, libc::SIGKILL);
+            }
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let msg = json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": req.prompt}]}});
+        let _ = stdin.write_all(format!("{msg}\n").as_bytes()).await;
+        // Closing stdin tells the CLI there is nothing more to ask after this answer.
+        drop(stdin);
+    }
+    let stderr = child.stderr.take();
+    let err_tail = tokio::spawn(async move {
+        let mut tail = String::new();
+        if let Some(e) = stderr {
+            let mut lines = BufReader::new(e).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                tail.push_str(&l);
+                tail.push('\n');
+                if tail.len() > 8000 {
+                    tail.drain(..tail.len() - 4000);
+                }
+            }
+        }
+        tail
+    });
+    let Some(stdout) = child.stdout.take() else {
+        return Err(fail("no output from claude".into()));
+    };
+    let mut lines = BufReader::new(stdout).lines();
+    let mut names: std::collections::HashMap<String, String> = Default::default();
+    let mut final_result: Option<(bool, String)> = None;
+    loop {
+        let next = tokio::select! {
+            l = tokio::time::timeout(cfg.step_timeout, lines.next_line()) => l,
+            _ = cancel.cancelled() => { kill(); let _ = child.wait().await; let _ = std::fs::remove_dir_all(&tmp); return Err(None) }
+        };
+        let line = match next {
+            Err(_) => {
+                kill();
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(fail(format!(
+                    "Claude Code sent nothing for {} s (step_timeout_sec)",
+                    cfg.step_timeout.as_secs()
+                )));
+            }
+            Ok(Ok(Some(l))) => l,
+            Ok(_) => break,
+        };
+        match parse_line(&line) {
+            Line::Init { session_id } => {
+                let _ = session.append_custom("claude_code_session", json!({"id": session_id}));
+            }
+            Line::Assistant { content, usage: u } => {
+                *steps += 1;
+                usage.add(&u);
+                for c in &content {
+                    match c {
+                        Content::Text { text } => {
+                            emit(AgentEvent::TextDelta { text: text.clone() })
+                        }
+                        Content::Thinking { thinking, .. } => emit(AgentEvent::ThinkingDelta {
+                            text: thinking.clone(),
+                        }),
+                        Content::ToolCall {
+                            id,
+                            name,
+                            arguments,
+                        } => {
+                            names.insert(id.clone(), name.clone());
+                            emit(AgentEvent::ToolCall {
+                                id: id.clone(),
+                                name: name.clone(),
+                                arguments: arguments.clone(),
+                                summary: describe(name, arguments),
+                            });
+                        }
+                        Content::Image { .. } => {}
+                    }
+                }
+                let has_calls = content
+                    .iter()
+                    .any(|c| matches!(c, Content::ToolCall { .. }));
+                let _ = session.append_message(Message::Assistant(AssistantMessage {
+                    content,
+                    api: "claude-code".into(),
+                    provider: "claude-code".into(),
+                    model: cfg.model.clone(),
+                    usage: u,
+                    stop_reason: if has_calls {
+                        StopReason::ToolUse
+                    } else {
+                        StopReason::Stop
+                    },
+                    error_message: None,
+                    timestamp: crate::util::now_millis(),
+                }));
+            }
+            Line::ToolResults(results) => {
+                for mut r in results {
+                    r.tool_name = names.get(&r.tool_call_id).cloned().unwrap_or_default();
+                    emit(AgentEvent::ToolResult {
+                        id: r.tool_call_id.clone(),
+                        name: r.tool_name.clone(),
+                        is_error: r.is_error,
+                        output: crate::message::blocks_text(&r.content),
+                        details: None,
+                    });
+                    let _ = session.append_message(Message::ToolResult(r));
+                }
+            }
+            Line::Result {
+                ok,
+                text,
+                usage: u,
+                cost,
+            } => {
+                if let Some(c) = cost {
+                    tracing::info!(session = %req.session_id, cost_usd = c, input_tokens = u.input, output_tokens = u.output, "claude-code run");
+                }
+                final_result = Some((ok, text));
+            }
+            Line::Other => {}
+        }
+    }
+    let status = child.wait().await.map_err(|e| fail(e.to_string()))?;
+    kill(); // anything it left running in its group
+    let _ = std::fs::remove_dir_all(&tmp);
+    let tail = err_tail.await.unwrap_or_default();
+    match final_result {
+        Some((true, text)) => Ok(text),
+        Some((false, text)) => Err(fail(explain(&text, &tail))),
+        None => Err(fail(explain(
+            &format!("claude exited with {status} without a result"),
+            &tail,
+        ))),
+    }
+}
+
+/// Adds what to do for the failures people hit first.
+fn explain(message: &str, stderr: &str) -> String {
+    let all = format!("{message}\n{stderr}").to_lowercase();
+    let hint = if all.contains("api key")
+        || all.contains("login")
+        || all.contains("authentication")
+        || all.contains("401")
+    {
+        "\nClaude Code is not logged in or has no valid key: set ANTHROPIC_API_KEY (or PICOGENT_API_KEY), or run `claude login`."
+    } else {
+        ""
+    };
+    let tail = crate::util::tail_bytes(stderr.trim(), 1500);
+    if tail.is_empty() {
+        format!("{message}{hint}")
+    } else {
+        format!("{message}{hint}\nclaude said: {tail}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_json_lines_map_onto_picogent_messages() {
+        assert_eq!(
+            parse_line(
+                r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"abc","tools":["Bash"]}"#
+            ),
+            Line::Init {
+                session_id: "abc".into()
+            }
+        );
+        let a = parse_line(
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Let me look."},{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}],"usage":{"input_tokens":10,"output_tokens":3}},"session_id":"abc"}"#,
+        );
+        match a {
+            Line::Assistant { content, usage } => {
+                assert_eq!(content[0], Content::text("Let me look."));
+                assert_eq!(
+                    content[1],
+                    Content::ToolCall {
+                        id: "toolu_1".into(),
+                        name: "Bash".into(),
+                        arguments: json!({"command": "ls"})
+                    }
+                );
+                assert_eq!((usage.input, usage.output), (10, 3));
+            }
+            other => panic!("{other:?}"),
+        }
+        let r = parse_line(
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"a.txt\nb.txt","is_error":false}]}}"#,
+        );
+        match r {
+            Line::ToolResults(rs) => assert_eq!(
+                (
+                    rs[0].tool_call_id.as_str(),
+                    crate::message::blocks_text(&rs[0].content).as_str()
+                ),
+                ("toolu_1", "a.txt\nb.txt")
+            ),
+            other => panic!("{other:?}"),
+        }
+        match parse_line(
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Done.","total_cost_usd":0.01,"usage":{"input_tokens":5,"output_tokens":2}}"#,
+        ) {
+            Line::Result { ok, text, cost, .. } => {
+                assert_eq!((ok, text.as_str(), cost), (true, "Done.", Some(0.01)))
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_line(
+            r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["boom"]}"#,
+        ) {
+            Line::Result { ok, text, .. } => assert_eq!((ok, text.as_str()), (false, "boom")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse_line("not json"), Line::Other);
+        assert_eq!(
+            describe("Read", &json!({"file_path": "/w/a.rs"})),
+            "Read: /w/a.rs"
+        );
+        assert!(explain("Invalid API key", "").contains("claude login"));
+    }
+}
