@@ -265,3 +265,21 @@ async fn agent_mode_on_claude_code_reports_resumes_and_cancels() {
     stop.cancel();
     daemon.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_missing_claude_binary_is_a_clear_failure() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"provider": "claude-code", "claude_code_path": sb.base().join("no-such-claude")}),
+    );
+    let (_, outcome) = run(&agent, "hi", "cc-missing").await;
+    let err = failure(&outcome);
+    assert!(
+        err.contains("Claude Code CLI (`claude`) was not found")
+            && err.contains("npm install -g @anthropic-ai/claude-code"),
+        "{err}"
+    );
+}
