@@ -6,12 +6,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target/release/picogent")
 
 
-def table(title, script, rows, columns=("measure", "value", "note", "target")):
+def table(title, script, rows, columns=("measure", "value", "note", "target"), command="bash bench/run.sh --record"):
     version = subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout.strip()
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     lines = [f"## {title} ({datetime.date.today()}, {version})", "",
              f"Machine: {os.cpu_count()} cores, {mem_gib:.0f} GiB, {platform.platform()}. "
-             f"Command: `bash bench/run.sh --record` (this table: `{script}`).", "",
+             f"Command: `{command}` (this table: `{script}`).", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,8 @@
 //! The tests' scripted LLM server as a standalone program, for benchmarks:
-//! `scripted_llm SCRIPT.json` serves the script's turns over all three wire formats
-//! (starting over when it runs out) and prints `listening on ADDR` once ready.
+//! `scripted_llm SCRIPT.json [--per-conversation]` serves the script's turns over all
+//! three wire formats (starting over when it runs out) and prints `listening on ADDR`
+//! once ready. `GET /_stats` says how many requests came and each conversation's first
+//! request size.
 //!
 //! SCRIPT.json is a list of turns: `{"text": "..."}` or `{"tool": "read", "args": {...}}`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,7 +30,13 @@ async fn main() {
         .collect();
     let server = llm::ScriptedLlm::start(Vec::new()).await;
     server.light();
-    server.cycle(turns);
+    // --per-conversation: every conversation gets the script from its start, chosen by
+    // how many assistant turns a request carries, so agents can run side by side.
+    if std::env::args().any(|a| a == "--per-conversation") {
+        server.per_conversation(turns);
+    } else {
+        server.cycle(turns);
+    }
     println!("listening on {}", server.addr);
     tokio::signal::ctrl_c().await.unwrap();
 }

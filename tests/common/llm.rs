@@ -82,6 +82,8 @@ struct Script {
     /// Benchmarks with many conversations at once: answer each request with the
     /// script's turn number N, where N is how many assistant turns the request holds.
     per_conversation: Option<Vec<Turn>>,
+    /// Size of each conversation's first request (benchmarks: prompt overhead).
+    first_request_bytes: Vec<usize>,
     requests: Vec<Recorded>,
     call_seq: usize,
 }
@@ -102,6 +104,7 @@ impl ScriptedLlm {
             .route("/v1/messages", post(anthropic))
             .route("/v1/chat/completions", post(openai))
             .route("/api/chat", post(ollama))
+            .route("/_stats", axum::routing::get(stats))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -181,6 +184,11 @@ impl ScriptedLlm {
             .and_then(Value::as_array)
             .is_none_or(|t| t.is_empty());
         let assistant_turns = body["_assistant_turns"].as_u64().unwrap_or(0) as usize;
+        if !is_summary && assistant_turns == 0 {
+            if let Some(n) = body["_bytes"].as_u64() {
+                s.first_request_bytes.push(n as usize);
+            }
+        }
         if !s.light {
             s.requests.push(Recorded {
                 path: path.into(),
@@ -244,14 +252,21 @@ fn parse_body(s: &Arc<Mutex<Script>>, body: &Bytes) -> (Value, usize) {
         let needle: &[u8] = b"\"role\":\"assistant\"";
         let turns = body.windows(needle.len()).filter(|w| *w == needle).count();
         let mut v = if has_tools {
-            json!({"tools": []})
+            json!({"tools": ["light mode: not parsed"]})
         } else {
             json!({})
         };
         v["_assistant_turns"] = json!(turns);
+        v["_bytes"] = json!(body.len());
         return (v, tokens);
     }
     (serde_json::from_slice(body).unwrap_or(Value::Null), tokens)
+}
+
+/// Benchmarks: how many requests came, and each conversation's first request size.
+async fn stats(State(s): Shared) -> axum::Json<Value> {
+    let st = s.lock().unwrap();
+    axum::Json(json!({"requests": st.call_seq, "first_request_bytes": st.first_request_bytes}))
 }
 
 async fn anthropic(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
