@@ -282,7 +282,7 @@ fn handle_frame(
         _ => None,
     };
     if let Some(kind) = v.get("type") {
-        if matches!(kind.as_str(), Some("prefer" | "compare")) {
+        if matches!(kind.as_str(), Some("prefer" | "compare" | "branches")) {
             tokio::spawn(session_frame(st.agent.clone(), v, tx.clone()));
             return;
         }
@@ -484,8 +484,8 @@ fn control_frame(
     }
 }
 
-/// `prefer` (record which branch was better) and `compare` (two branches side by side),
-/// addressed to a session rather than a running request.
+/// `branches` (list them), `compare` (two side by side) and `prefer` (record which was
+/// better), addressed to a session rather than a running request.
 async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
     let kind = v["type"].as_str().unwrap_or_default().to_string();
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
@@ -503,6 +503,14 @@ async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
         Ok(s) => s,
         Err(e) => return fail(format!("{kind}: {e}")),
     };
+    let all = crate::agent::branches::branches(&s);
+    if kind == "branches" {
+        let list: Vec<Value> = all
+            .iter()
+            .map(|b| json!({"name": b.name, "steps": crate::agent::branches::steps(&s, &b.path).len()}))
+            .collect();
+        return reply(json!(list));
+    }
     let names: Vec<String> = crate::agent::branches::branches(&s)
         .into_iter()
         .map(|b| b.name)

@@ -159,9 +159,12 @@ test("pause, instruct and resume; then branch from a checkpoint and compare the 
   assert.ok(notices.includes("instruction: Use B instead"), notices.join(" | "));
   assert.match(await page.textContent(".msg.assistant .md"), /f\.txt says B/);
 
-  answers.push("main", "try-b");
   await page.click("#compare");
-  await page.waitForSelector("#compare-view h3");
+  await page.waitForSelector("#compare-view .branch-list");
+  const branches = await page.locator("#compare-view .branch-list li").allTextContents();
+  assert.deepEqual(branches.map((b) => b.split(" · ")[0]), ["main", "try-b"]);
+  await page.click("#compare-go");
+  await page.waitForSelector('#compare-view h3:has-text("Compare")');
   assert.match(await page.textContent("#compare-view h3"), /Compare main and try-b/);
   assert.match(await page.textContent("#compare-view pre"), /-A[\s\S]*\+B/);
   answers.push("B is what we wanted");

@@ -585,6 +585,13 @@ async fn branch_compare_prefer_and_every_export_format() {
     until_done(&mut ws, "b1").await;
     assert_eq!(sb.read("f.txt"), "B\n");
 
+    send(&mut ws, json!({"type": "branches", "sessionId": "tree"})).await;
+    let list = next(&mut ws).await;
+    assert_eq!(
+        list["content"],
+        json!([{"name": "main", "steps": 2}, {"name": "try-b", "steps": 3}]),
+        "{list}"
+    );
     send(
         &mut ws,
         json!({"type": "compare", "sessionId": "tree", "a": "main", "b": "try-b"}),
