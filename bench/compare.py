@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""picogent beside the agents people run today, on the same scripted coding task.
+"""picogent beside the agents people run today (pi, Claude Code, Codex), on the same
+scripted coding task.
 
 One scripted model server per agent (the tests' server, built as an example, serving
 every conversation the same script: read a file, edit it, run a bash command that checks
@@ -74,6 +75,12 @@ def agents(home):
         {"tool": "Bash", "args": {"command": "grep -c Goodbye greet.py", "description": "check"}},
         {"text": "Done: the greeting now says Goodbye."},
     ]
+    codex_script = [
+        {"tool": "exec_command", "args": {"cmd": "cat greet.py"}},
+        {"tool": "exec_command", "args": {"cmd": "sed -i s/Hello/Goodbye/ greet.py"}},
+        {"tool": "exec_command", "args": {"cmd": "grep -c Goodbye greet.py"}},
+        {"text": "Done: the greeting now says Goodbye."},
+    ]
     base = {"PATH": os.environ["PATH"], "HOME": home}
     return [
         ("picogent", lambda work: lower, lambda addr, work: [BIN, "run", "--dir", work, "Change the greeting to Goodbye"],
@@ -82,6 +89,10 @@ def agents(home):
          lambda addr: {**base}),
         ("claude", claude_script, lambda addr, work: [os.path.join(CACHE, "node_modules/.bin/claude"), "-p", "--permission-mode", "bypassPermissions", "--model", "claude-sonnet-4-6", "Change the greeting to Goodbye"],
          lambda addr: {**base, "ANTHROPIC_BASE_URL": f"http://{addr}", "ANTHROPIC_API_KEY": "test-key", "IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"}),
+        ("codex", lambda work: codex_script,
+         lambda addr, work: [os.path.join(CACHE, "node_modules/.bin/codex"), "exec", "--json", "--skip-git-repo-check",
+                             "--dangerously-bypass-approvals-and-sandbox", "Change the greeting to Goodbye"],
+         lambda addr: {**base, "CODEX_HOME": home, "SCRIPTED_KEY": "test-key"}),
     ]
 
 
@@ -93,6 +104,11 @@ def run_task_bench(home):
         for _ in range(RUNS):
             work = project()
             server, addr = start_server(script_for(work))
+            if name == "codex":
+                # A custom provider speaking the Responses API at the scripted server.
+                open(os.path.join(home, "config.toml"), "w").write(
+                    'model = "scripted-model"\nmodel_provider = "scripted"\n\n[model_providers.scripted]\n'
+                    f'name = "scripted"\nbase_url = "http://{addr}/v1"\nwire_api = "responses"\nenv_key = "SCRIPTED_KEY"\n')
             if name == "pi":
                 os.makedirs(os.path.join(home, ".pi/agent"), exist_ok=True)
                 json.dump({"providers": {"scripted": {"baseUrl": f"http://{addr}", "api": "anthropic-messages", "apiKey": "test-key",
@@ -174,7 +190,6 @@ def main():
         ratio = "" if name != "picogent" else f"{best_wall / med(r['walls']):.0f}× faster, {best_rss / med(r['rss']):.0f}× smaller than the best peer"
         rows.append((name, f"{r['done']}/{RUNS}", f"{med(r['walls']) * 1000:.0f} ms ({min(r['walls']) * 1000:.0f}–{max(r['walls']) * 1000:.0f})",
                      f"{med(r['rss']):.1f} MB", f"{med(r['cpu']) * 1000:.0f} ms", str(r["first"]), ratio))
-    rows.append(("codex", "not run", "—", "—", "—", "—", "needs the OpenAI Responses API, which the scripted server does not speak yet"))
     text = table("Side by side: read → edit → bash → answer", "bench/compare.py", rows,
                  ("agent", "task done", "wall, median (min–max)", "peak RSS, median", "CPU time, median", "first request, bytes", "picogent vs best peer"),
                  command="bash bench/compare.sh --record")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# picogent beside pi, Claude Code (and Codex) on the same scripted task. Not a test.
+# picogent beside pi, Claude Code and Codex on the same scripted task. Not a test.
 #   bash bench/compare.sh            # prints the tables
 #   bash bench/compare.sh --record   # also puts them on top of bench/RESULTS.md
 set -euo pipefail

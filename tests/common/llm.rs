@@ -25,6 +25,8 @@ pub enum Wire {
     Anthropic,
     OpenAi,
     Ollama,
+    /// The OpenAI Responses API (what Codex speaks); benchmarks only.
+    Responses,
 }
 
 impl Wire {
@@ -33,6 +35,7 @@ impl Wire {
             Wire::Anthropic => "anthropic",
             Wire::OpenAi => "openai",
             Wire::Ollama => "ollama",
+            Wire::Responses => "openai-responses",
         }
     }
 
@@ -104,6 +107,7 @@ impl ScriptedLlm {
             .route("/v1/messages", post(anthropic))
             .route("/v1/chat/completions", post(openai))
             .route("/api/chat", post(ollama))
+            .route("/v1/responses", post(responses))
             .route("/_stats", axum::routing::get(stats))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -249,8 +253,9 @@ fn parse_body(s: &Arc<Mutex<Script>>, body: &Bytes) -> (Value, usize) {
     if s.lock().unwrap().light {
         let has_tools = body.windows(8).any(|w| w == b"\"tools\":")
             && !body.windows(10).any(|w| w == b"\"tools\":[]");
-        let needle: &[u8] = b"\"role\":\"assistant\"";
-        let turns = body.windows(needle.len()).filter(|w| *w == needle).count();
+        // A turn is an assistant message, or (Responses API) a function call item.
+        let count = |needle: &[u8]| body.windows(needle.len()).filter(|w| *w == needle).count();
+        let turns = count(b"\"role\":\"assistant\"") + count(b"\"type\":\"function_call\"");
         let mut v = if has_tools {
             json!({"tools": ["light mode: not parsed"]})
         } else {
@@ -288,6 +293,12 @@ async fn openai(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
     }
     let (turn, seq) = ScriptedLlm::next(&s, "/v1/chat/completions", headers, body);
     respond(Wire::OpenAi, turn, seq, tokens)
+}
+
+async fn responses(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let (body, tokens) = parse_body(&s, &body);
+    let (turn, seq) = ScriptedLlm::next(&s, "/v1/responses", headers, body);
+    respond(Wire::Responses, turn, seq, tokens)
 }
 
 async fn ollama(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
@@ -379,6 +390,7 @@ fn encode(
         Wire::Anthropic => anthropic_events(text, calls, seq, tokens),
         Wire::OpenAi => openai_chunks(text, calls, seq, tokens),
         Wire::Ollama => ollama_lines(text, calls, tokens),
+        Wire::Responses => responses_events(text, calls, seq, tokens),
     }
 }
 
@@ -467,6 +479,44 @@ fn openai_chunks(text: &str, calls: &[(String, Value)], seq: usize, tokens: usiz
             "choices": [], "usage": {"prompt_tokens": tokens, "completion_tokens": 20, "total_tokens": tokens + 20}})
     ));
     out.push("data: [DONE]\n\n".into());
+    out
+}
+
+fn responses_events(text: &str, calls: &[(String, Value)], seq: usize, tokens: usize) -> Vec<String> {
+    let id = format!("resp_{seq}");
+    let mut out = vec![sse("response.created", json!({"type": "response.created", "response": {"id": id, "object": "response", "status": "in_progress", "output": []}}))];
+    let mut items = Vec::new();
+    let mut index = 0;
+    if !text.is_empty() {
+        let mid = format!("msg_{seq}");
+        out.push(sse("response.output_item.added", json!({"type": "response.output_item.added", "output_index": index,
+            "item": {"type": "message", "id": mid, "role": "assistant", "status": "in_progress", "content": []}})));
+        out.push(sse("response.content_part.added", json!({"type": "response.content_part.added", "item_id": mid, "output_index": index,
+            "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
+        for p in pieces(text, 7) {
+            out.push(sse("response.output_text.delta", json!({"type": "response.output_text.delta", "item_id": mid, "output_index": index, "content_index": 0, "delta": p})));
+        }
+        out.push(sse("response.output_text.done", json!({"type": "response.output_text.done", "item_id": mid, "output_index": index, "content_index": 0, "text": text})));
+        let item = json!({"type": "message", "id": mid, "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]});
+        out.push(sse("response.output_item.done", json!({"type": "response.output_item.done", "output_index": index, "item": item})));
+        items.push(item);
+        index += 1;
+    }
+    for (n, (name, args)) in calls.iter().enumerate() {
+        let (fid, cid, a) = (format!("fc_{seq}_{n}"), format!("call_{seq}_{n}"), args.to_string());
+        out.push(sse("response.output_item.added", json!({"type": "response.output_item.added", "output_index": index,
+            "item": {"type": "function_call", "id": fid, "call_id": cid, "name": name, "arguments": "", "status": "in_progress"}})));
+        for p in pieces(&a, 9) {
+            out.push(sse("response.function_call_arguments.delta", json!({"type": "response.function_call_arguments.delta", "item_id": fid, "output_index": index, "delta": p})));
+        }
+        out.push(sse("response.function_call_arguments.done", json!({"type": "response.function_call_arguments.done", "item_id": fid, "output_index": index, "arguments": a})));
+        let item = json!({"type": "function_call", "id": fid, "call_id": cid, "name": name, "arguments": a, "status": "completed"});
+        out.push(sse("response.output_item.done", json!({"type": "response.output_item.done", "output_index": index, "item": item})));
+        items.push(item);
+        index += 1;
+    }
+    out.push(sse("response.completed", json!({"type": "response.completed", "response": {"id": id, "object": "response", "status": "completed", "output": items,
+        "usage": {"input_tokens": tokens, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": tokens + 20}}})));
     out
 }
 
