@@ -482,28 +482,46 @@ fn openai_chunks(text: &str, calls: &[(String, Value)], seq: usize, tokens: usiz
     out
 }
 
-fn responses_events(text: &str, calls: &[(String, Value)], seq: usize, tokens: usize) -> Vec<String> {
+fn responses_events(
+    text: &str,
+    calls: &[(String, Value)],
+    seq: usize,
+    tokens: usize,
+) -> Vec<String> {
     let id = format!("resp_{seq}");
-    let mut out = vec![sse("response.created", json!({"type": "response.created", "response": {"id": id, "object": "response", "status": "in_progress", "output": []}}))];
+    let mut out = vec![sse(
+        "response.created",
+        json!({"type": "response.created", "response": {"id": id, "object": "response", "status": "in_progress", "output": []}}),
+    )];
     let mut items = Vec::new();
     let mut index = 0;
     if !text.is_empty() {
         let mid = format!("msg_{seq}");
         out.push(sse("response.output_item.added", json!({"type": "response.output_item.added", "output_index": index,
             "item": {"type": "message", "id": mid, "role": "assistant", "status": "in_progress", "content": []}})));
-        out.push(sse("response.content_part.added", json!({"type": "response.content_part.added", "item_id": mid, "output_index": index,
-            "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}})));
+        out.push(sse(
+            "response.content_part.added",
+            json!({"type": "response.content_part.added", "item_id": mid, "output_index": index,
+            "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+        ));
         for p in pieces(text, 7) {
             out.push(sse("response.output_text.delta", json!({"type": "response.output_text.delta", "item_id": mid, "output_index": index, "content_index": 0, "delta": p})));
         }
         out.push(sse("response.output_text.done", json!({"type": "response.output_text.done", "item_id": mid, "output_index": index, "content_index": 0, "text": text})));
         let item = json!({"type": "message", "id": mid, "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]});
-        out.push(sse("response.output_item.done", json!({"type": "response.output_item.done", "output_index": index, "item": item})));
+        out.push(sse(
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+        ));
         items.push(item);
         index += 1;
     }
     for (n, (name, args)) in calls.iter().enumerate() {
-        let (fid, cid, a) = (format!("fc_{seq}_{n}"), format!("call_{seq}_{n}"), args.to_string());
+        let (fid, cid, a) = (
+            format!("fc_{seq}_{n}"),
+            format!("call_{seq}_{n}"),
+            args.to_string(),
+        );
         out.push(sse("response.output_item.added", json!({"type": "response.output_item.added", "output_index": index,
             "item": {"type": "function_call", "id": fid, "call_id": cid, "name": name, "arguments": "", "status": "in_progress"}})));
         for p in pieces(&a, 9) {
@@ -511,7 +529,10 @@ fn responses_events(text: &str, calls: &[(String, Value)], seq: usize, tokens: u
         }
         out.push(sse("response.function_call_arguments.done", json!({"type": "response.function_call_arguments.done", "item_id": fid, "output_index": index, "arguments": a})));
         let item = json!({"type": "function_call", "id": fid, "call_id": cid, "name": name, "arguments": a, "status": "completed"});
-        out.push(sse("response.output_item.done", json!({"type": "response.output_item.done", "output_index": index, "item": item})));
+        out.push(sse(
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+        ));
         items.push(item);
         index += 1;
     }
