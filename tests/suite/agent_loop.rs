@@ -26,6 +26,7 @@ fn results_in_request(wire: Wire, body: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for m in msgs {
         match wire {
+            Wire::Responses => unreachable!("picogent has no Responses provider"),
             Wire::Anthropic => {
                 for b in m["content"].as_array().into_iter().flatten() {
                     if b["type"] == "tool_result" {
@@ -96,6 +97,7 @@ async fn read_edit_bash_answer_through_each_provider() {
         assert_eq!(sent.len(), 3, "{wire:?}: {last}");
         assert_eq!(sent[2].1, "1");
         match wire {
+            Wire::Responses => unreachable!("picogent has no Responses provider"),
             Wire::Anthropic => {
                 assert!(last["system"].as_str().unwrap().contains("Working folder"));
                 assert_eq!(last["tools"].as_array().unwrap().len(), 7);
