@@ -259,12 +259,7 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let session_id = args.session.unwrap_or_else(picogent::util::new_session_id);
     let agent = Agent::new(config)?;
-    let mut handle = agent.start(RunRequest {
-        prompt,
-        session_id: session_id.clone(),
-        work_dir: None,
-        system_prompt: None,
-    });
+    let mut handle = agent.start(RunRequest::new(prompt, session_id.clone()));
     let cancel = handle.cancel_token();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

@@ -386,15 +386,10 @@ impl Router {
             },
         };
         tracing::info!(task = %task, event = %job.event_id, attempt, "run started");
-        let mut handle = self.shared.agent.start_with_cancel(
-            RunRequest {
-                prompt,
-                session_id: session_id.clone(),
-                work_dir: None,
-                system_prompt: None,
-            },
-            cancel,
-        );
+        let mut handle = self
+            .shared
+            .agent
+            .start_with_cancel(RunRequest::new(prompt, session_id.clone()), cancel);
         if matches!(job.kind, JobKind::Task { .. }) {
             if let Some(r) = lock(&self.shared.state).running.get_mut(&task) {
                 r.control = Some(handle.control.clone());

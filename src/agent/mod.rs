@@ -41,6 +41,18 @@ pub struct RunRequest {
     pub system_prompt: Option<String>,
 }
 
+impl RunRequest {
+    /// A prompt in a session, in the configured working folder with the configured role.
+    pub fn new(prompt: impl Into<String>, session_id: impl Into<String>) -> Self {
+        RunRequest {
+            prompt: prompt.into(),
+            session_id: session_id.into(),
+            work_dir: None,
+            system_prompt: None,
+        }
+    }
+}
+
 /// A run in progress.
 pub struct RunHandle {
     pub session_id: String,

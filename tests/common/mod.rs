@@ -179,12 +179,7 @@ pub fn agent_from(mut config: Config) -> Agent {
 
 /// Runs one prompt to the end and returns every event and the outcome.
 pub async fn run(agent: &Agent, prompt: &str, session: &str) -> (Vec<AgentEvent>, Outcome) {
-    let mut h = agent.start(RunRequest {
-        prompt: prompt.into(),
-        session_id: session.into(),
-        work_dir: None,
-        system_prompt: None,
-    });
+    let mut h = agent.start(RunRequest::new(prompt, session));
     let mut events = Vec::new();
     while let Some(ev) = tokio::time::timeout(Duration::from_secs(60), h.events.recv())
         .await

@@ -136,12 +136,7 @@ async fn cancelling_mid_tool_kills_it_and_leaves_a_valid_session() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
-    let mut h = agent.start(RunRequest {
-        prompt: "wait".into(),
-        session_id: "c1".into(),
-        work_dir: None,
-        system_prompt: None,
-    });
+    let mut h = agent.start(RunRequest::new("wait", "c1"));
     let started = std::time::Instant::now();
     let mut events = Vec::new();
     while let Some(ev) = h.events.recv().await {
@@ -183,12 +178,7 @@ async fn cancel_during_a_model_call_is_prompt() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![Turn::Stall(Duration::from_secs(30), "late".into())]).await;
     let agent = sb.agent(&llm, Wire::OpenAi, json!({"step_timeout_sec": 60}));
-    let h = agent.start(RunRequest {
-        prompt: "hi".into(),
-        session_id: "c2".into(),
-        work_dir: None,
-        system_prompt: None,
-    });
+    let h = agent.start(RunRequest::new("hi", "c2"));
     tokio::time::sleep(Duration::from_millis(300)).await;
     h.cancel();
     let outcome = tokio::time::timeout(Duration::from_secs(5), h.finish())

@@ -57,12 +57,7 @@ async fn rollback_restores_files_and_the_history_up_to_that_step() {
     ])
     .await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({"checkpoints": true}));
-    let mut h = agent.start(RunRequest {
-        prompt: "edit things".into(),
-        session_id: "live1".into(),
-        work_dir: None,
-        system_prompt: None,
-    });
+    let mut h = agent.start(RunRequest::new("edit things", "live1"));
     let control = h.control.clone();
     let mut seen = Vec::new();
     let mut outcome = None;
@@ -167,12 +162,7 @@ async fn rollback_is_refused_unless_paused() {
     ])
     .await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({"checkpoints": true}));
-    let h = agent.start(RunRequest {
-        prompt: "x".into(),
-        session_id: "live2".into(),
-        work_dir: None,
-        system_prompt: None,
-    });
+    let h = agent.start(RunRequest::new("x", "live2"));
     let err = h.control.rollback(0).unwrap_err();
     assert!(err.to_string().contains("Running"), "{err}");
     let outcome = h.finish().await;
@@ -188,12 +178,7 @@ async fn a_failed_bash_command_auto_pauses_the_run_when_asked() {
     ])
     .await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({"auto_pause_on_error": true}));
-    let mut h = agent.start(RunRequest {
-        prompt: "x".into(),
-        session_id: "live3".into(),
-        work_dir: None,
-        system_prompt: None,
-    });
+    let mut h = agent.start(RunRequest::new("x", "live3"));
     let mut paused = false;
     while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), h.events.recv())
         .await
@@ -224,12 +209,7 @@ async fn loop_action_pause_hands_a_repeating_model_to_a_person() {
     script.push(text("finally different"));
     let llm = ScriptedLlm::start(script).await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({"loop_action": "pause"}));
-    let mut h = agent.start(RunRequest {
-        prompt: "x".into(),
-        session_id: "live4".into(),
-        work_dir: None,
-        system_prompt: None,
-    });
+    let mut h = agent.start(RunRequest::new("x", "live4"));
     let mut outcome = None;
     while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), h.events.recv())
         .await
