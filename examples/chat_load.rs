@@ -59,6 +59,8 @@ async fn main() {
         .env("PICOGENT_BASE_URL", server.base_url(llm::Wire::Anthropic))
         .env("PICOGENT_API_KEY", llm::API_KEY)
         .env("PICOGENT_PORT", port.to_string())
+        // Measures the chat path itself; checkpoints have their own cost (see RESULTS.md).
+        .env("PICOGENT_CHECKPOINTS", "off")
         .kill_on_drop(true)
         .spawn()
         .unwrap();

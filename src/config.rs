@@ -570,7 +570,17 @@ impl Config {
                 None => file.sandbox.unwrap_or(SandboxMode::On),
             },
             sandbox_helper: None,
-            checkpoints: file.checkpoints,
+            checkpoints: match env.get("PICOGENT_CHECKPOINTS") {
+                Some("on") => Some(true),
+                Some("off") => Some(false),
+                Some(other) => {
+                    return Err(ConfigError::Env {
+                        var: "PICOGENT_CHECKPOINTS".into(),
+                        message: format!("expected \"on\" or \"off\", got {other:?}"),
+                    })
+                }
+                None => file.checkpoints,
+            },
             auto_pause_on_error: file.auto_pause_on_error.unwrap_or(false),
             claude_code_path: env
                 .get("PICOGENT_CLAUDE_CODE_PATH")
