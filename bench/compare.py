@@ -187,7 +187,13 @@ def main():
         if not r["walls"]:
             rows.append((name, f"0/{RUNS} done", "—", "—", "—", str(r["first"] or "—"), "—"))
             continue
-        ratio = "" if name != "picogent" else f"{best_wall / med(r['walls']):.0f}× faster, {best_rss / med(r['rss']):.0f}× smaller than the best peer"
+        pg = res["picogent"]
+        if name == "picogent":
+            ratio = f"{best_wall / med(r['walls']):.0f}× faster, {best_rss / med(r['rss']):.0f}× smaller than the best peer"
+        elif pg["walls"]:
+            ratio = f"picogent {med(r['walls']) / med(pg['walls']):.0f}× faster, {med(r['rss']) / med(pg['rss']):.1f}× smaller"
+        else:
+            ratio = ""
         rows.append((name, f"{r['done']}/{RUNS}", f"{med(r['walls']) * 1000:.0f} ms ({min(r['walls']) * 1000:.0f}–{max(r['walls']) * 1000:.0f})",
                      f"{med(r['rss']):.1f} MB", f"{med(r['cpu']) * 1000:.0f} ms", str(r["first"]), ratio))
     text = table("Side by side: read → edit → bash → answer", "bench/compare.py", rows,
@@ -201,6 +207,8 @@ def main():
     idle_rows.append(("picogent chat mode, idle", f"{idle([BIN], env, work):.1f} MB", ""))
     idle_rows.append(("pi --mode rpc, idle", f"{idle([os.path.join(CACHE, 'node_modules/.bin/pi'), '--mode', 'rpc', '--no-session'], {'PATH': os.environ['PATH'], 'HOME': home}, work, 4.0):.1f} MB", ""))
     idle_rows.append(("codex app-server, idle", f"{idle([os.path.join(CACHE, 'node_modules/.bin/codex'), 'app-server'], {'PATH': os.environ['PATH'], 'HOME': home, 'CODEX_HOME': home}, work, 4.0):.1f} MB", ""))
+    load = json.loads(subprocess.run([os.path.join(ROOT, "target/release/examples/chat_load"), BIN, "100"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+    idle_rows.append(("picogent chat mode, after 100 chat tasks", f"{load['rss_after_mb']:.1f} MB", "1 s after the last, replay logs still held"))
     idle_rows.append(("picogent agent mode, idle after registration", "see the Agent mode table", "bench/agent.py: also after 1,000 tasks"))
     shutil.rmtree(work, ignore_errors=True)
     text += "\n" + "\n".join(table("Idle footprint", "bench/compare.py", idle_rows, ("process", "RSS", "note")).splitlines()[4:]) + "\n"

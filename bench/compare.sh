@@ -4,5 +4,5 @@
 #   bash bench/compare.sh --record   # also puts them on top of bench/RESULTS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin picogent --example scripted_llm >&2
+cargo build --release --bin picogent --example scripted_llm --example chat_load >&2
 exec python3 bench/compare.py "$@"

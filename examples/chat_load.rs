@@ -15,11 +15,11 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-fn peak_rss_mb(pid: u32) -> f64 {
+fn rss_field_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<f64>().ok())
         .map(|kb| kb / 1024.0)
@@ -73,7 +73,7 @@ async fn main() {
         assert!(Instant::now() < deadline, "picogent did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let idle_rss = peak_rss_mb(pid);
+    let idle_rss = rss_field_mb(pid, "VmRSS:");
 
     let started = Instant::now();
     let clients: Vec<_> = (0..n)
@@ -112,11 +112,15 @@ async fn main() {
     let wall = last_done.duration_since(started).as_secs_f64();
     tail.sort_by(|a, b| a.total_cmp(b));
     let pct = |q: f64| tail[((q * tail.len() as f64) as usize).min(tail.len() - 1)];
-    let peak = peak_rss_mb(pid);
+    let peak = rss_field_mb(pid, "VmHWM:");
+    // The footprint left once the work is over (the replay logs are still held).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_field_mb(pid, "VmRSS:");
     child.kill().await.unwrap();
     println!(
         "{}",
         json!({"sessions": n, "all_ok": all_ok, "wall_s": wall, "idle_rss_mb": idle_rss, "peak_rss_mb": peak,
+               "rss_after_mb": after,
                "last_text_to_done_p50_ms": pct(0.5), "last_text_to_done_p99_ms": pct(0.99), "model_calls": 3 * n})
     );
 }
