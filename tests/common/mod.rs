@@ -231,6 +231,21 @@ pub fn streamed_text(events: &[AgentEvent]) -> String {
         .collect()
 }
 
+/// The text of the last content block of the last message of an Anthropic request.
+pub fn last_text(body: &Value) -> String {
+    let msg = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let block = msg["content"]
+        .as_array()
+        .and_then(|c| c.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    block["text"].as_str().unwrap_or_default().to_string()
+}
+
 /// Reads a session file as JSON lines.
 pub fn session_lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)

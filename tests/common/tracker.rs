@@ -184,6 +184,16 @@ impl FakeTracker {
         deliver_raw(callback, Some(TOKEN), event.to_string().into_bytes()).await
     }
 
+    /// Waits for the agent's registration and returns the callback URL it announced.
+    pub async fn callback_url(&self) -> String {
+        self.wait_for(20, "registration", |t| t.registration().is_some())
+            .await;
+        self.registration().unwrap()["callback_url"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
     /// Waits until the tracker accepted status `status` for `task`.
     pub async fn wait_status(&self, task: &str, status: &str, secs: u64) {
         let want = format!("status:{status}");

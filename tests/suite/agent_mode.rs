@@ -22,17 +22,6 @@ fn cancelled(event: &str, task: &str) -> Value {
     json!({"id": event, "type": "task.cancelled", "data": {"task_id": task, "reason": "reassigned"}})
 }
 
-/// Waits for registration and returns the callback URL the agent announced.
-async fn callback(tracker: &FakeTracker) -> String {
-    tracker
-        .wait_for(10, "registration", |t| t.registration().is_some())
-        .await;
-    tracker.registration().unwrap()["callback_url"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 #[tokio::test]
 async fn a_task_runs_and_reports_in_progress_comment_review_in_order() {
     let sb = Sandbox::new();
@@ -48,7 +37,7 @@ async fn a_task_runs_and_reports_in_progress_comment_review_in_order() {
         &tracker,
         json!({"capabilities": ["coding", "review"]}),
     );
-    let cb = callback(&tracker).await;
+    let cb = tracker.callback_url().await;
     let reg = tracker.registration().unwrap();
     assert_eq!(reg["slug"], "test");
     assert_eq!(reg["transport"], "http");
@@ -98,7 +87,7 @@ async fn a_failed_run_comments_why_then_blocks() {
     let llm = ScriptedLlm::start(vec![Turn::Status(400, None)]).await;
     let tracker = FakeTracker::start().await;
     let d = sb.daemon(&llm, &tracker, json!({}));
-    let cb = callback(&tracker).await;
+    let cb = tracker.callback_url().await;
     tracker
         .deliver(&cb, &assigned("evt_f", "t_f", "Doomed"))
         .await;
@@ -122,7 +111,7 @@ async fn a_chat_message_continues_the_tasks_session_and_replies() {
         ScriptedLlm::start(vec![text("Done with the task."), text("Added a test too.")]).await;
     let tracker = FakeTracker::start().await;
     let d = sb.daemon(&llm, &tracker, json!({}));
-    let cb = callback(&tracker).await;
+    let cb = tracker.callback_url().await;
     tracker
         .deliver(&cb, &assigned("evt_a", "t_c", "Write parser"))
         .await;
@@ -171,7 +160,7 @@ async fn cancelling_a_running_task_stops_it_and_says_so() {
     let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
     let tracker = FakeTracker::start().await;
     let d = sb.daemon(&llm, &tracker, json!({}));
-    let cb = callback(&tracker).await;
+    let cb = tracker.callback_url().await;
     tracker
         .deliver(&cb, &assigned("evt_x", "t_x", "Long job"))
         .await;
@@ -208,7 +197,7 @@ async fn five_tasks_run_two_at_a_time_in_arrival_order() {
     let llm = ScriptedLlm::start(turns).await;
     let tracker = FakeTracker::start().await;
     let d = sb.daemon(&llm, &tracker, json!({"max_concurrent_tasks": 2}));
-    let cb = callback(&tracker).await;
+    let cb = tracker.callback_url().await;
     for i in 0..5 {
         let (status, _) = tracker
             .deliver(&cb, &assigned(&format!("e{i}"), &format!("t{i}"), "job"))
@@ -259,7 +248,7 @@ async fn bad_events_get_the_answer_the_protocol_table_gives() {
     let llm = ScriptedLlm::start(vec![]).await;
     let tracker = FakeTracker::start().await;
     let d = sb.daemon(&llm, &tracker, json!({}));
-    let cb = callback(&tracker).await;
+    let cb = tracker.callback_url().await;
     let good = assigned("evt_ok", "t_ok", "x").to_string().into_bytes();
     assert_eq!(deliver_raw(&cb, None, good.clone()).await.0, 401);
     assert_eq!(deliver_raw(&cb, Some("wrong"), good.clone()).await.0, 401);
@@ -316,7 +305,7 @@ async fn registration_is_retried_while_the_tracker_is_down() {
     let tracker = FakeTracker::start().await;
     tracker.faults(|f| f.register_down = 3);
     let d = sb.daemon(&llm, &tracker, json!({}));
-    callback(&tracker).await;
+    tracker.callback_url().await;
     let attempts = tracker
         .calls()
         .iter()
@@ -378,7 +367,7 @@ async fn reports_are_retried_through_503s_and_arrive_exactly_once() {
     let tracker = FakeTracker::start().await;
     tracker.faults(|f| f.reports_down = 4);
     let d = sb.daemon(&llm, &tracker, json!({}));
-    let cb = callback(&tracker).await;
+    let cb = tracker.callback_url().await;
     tracker
         .deliver(&cb, &assigned("evt_r", "t_r", "Flaky tracker"))
         .await;
@@ -481,7 +470,7 @@ async fn a_chat_message_during_a_run_is_passed_to_it_as_an_instruction() {
     .await;
     let tracker = FakeTracker::start().await;
     let d = sb.daemon(&llm, &tracker, json!({"max_concurrent_tasks": 4}));
-    let cb = callback(&tracker).await;
+    let cb = tracker.callback_url().await;
     tracker
         .deliver(&cb, &assigned("evt_1", "t_w", "Slow task"))
         .await;
@@ -510,15 +499,7 @@ async fn a_chat_message_during_a_run_is_passed_to_it_as_an_instruction() {
     );
     // One run, and its next model call carried the message.
     assert_eq!(llm.request_count(), 2);
-    let msgs = llm.requests()[1].body["messages"].clone();
-    let last = msgs.as_array().unwrap().last().unwrap()["content"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let last = last_text(&llm.requests()[1].body);
     assert!(
         last.contains("Olga writes on this task while you work on it")
             && last.contains("Add a test too"),

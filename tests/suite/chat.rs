@@ -506,15 +506,8 @@ async fn pause_holds_at_a_boundary_and_instructions_reach_the_next_call() {
         kinds[1],
         ("instruction".to_string(), "Prefer small steps".to_string())
     );
-    let body = &llm.requests()[1].body;
-    let last = body["messages"].as_array().unwrap().last().unwrap()["content"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
     assert_eq!(
-        last["text"],
+        last_text(&llm.requests()[1].body),
         "<system-instruction>\nPrefer small steps\n</system-instruction>"
     );
 }

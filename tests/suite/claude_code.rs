@@ -180,13 +180,7 @@ async fn agent_mode_on_claude_code_reports_resumes_and_cancels() {
         fast_timing(),
         stop.clone(),
     ));
-    tracker
-        .wait_for(20, "registration", |t| t.registration().is_some())
-        .await;
-    let cb = tracker.registration().unwrap()["callback_url"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &json!({"id": "e1", "type": "task.assigned", "data": {"task": {"id": "t1", "title": "Do it"}}})).await;
     tracker.wait_status("t1", "review", 60).await;
     assert_eq!(

@@ -52,13 +52,7 @@ async fn a_killed_daemon_resumes_its_task_after_restart() {
     let tracker = FakeTracker::start().await;
     config(&sb, &llm, &tracker);
     let mut child = spawn_daemon(&sb);
-    tracker
-        .wait_for(20, "registration", |t| t.registration().is_some())
-        .await;
-    let cb = tracker.registration().unwrap()["callback_url"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cb = tracker.callback_url().await;
     assert_eq!(tracker.deliver(&cb, &task("evt_k", "t_k")).await.0, 202);
     tracker.wait_status("t_k", "in_progress", 20).await;
     llm.wait_requests(1).await;
@@ -89,14 +83,7 @@ async fn a_killed_daemon_resumes_its_task_after_restart() {
     let msgs = body["messages"].as_array().unwrap();
     assert_eq!(msgs[1]["content"][0]["type"], "tool_use");
     assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
-    let last = msgs.last().unwrap()["content"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let last = last_text(body);
     assert!(
         last.contains("restarted") && last.contains("Survive a crash"),
         "{last}"
@@ -115,13 +102,7 @@ async fn sigterm_lets_the_running_task_finish_then_exits_0() {
     let tracker = FakeTracker::start().await;
     config(&sb, &llm, &tracker);
     let mut child = spawn_daemon(&sb);
-    tracker
-        .wait_for(20, "registration", |t| t.registration().is_some())
-        .await;
-    let cb = tracker.registration().unwrap()["callback_url"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &task("evt_t", "t_t")).await;
     llm.wait_requests(1).await;
     let pid = child.id().unwrap() as i32;

@@ -230,14 +230,8 @@ async fn loop_action_pause_hands_a_repeating_model_to_a_person() {
         matches!(outcome, Some(Outcome::Completed { .. })),
         "{outcome:?}"
     );
-    let last = llm.requests().last().unwrap().body["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
     assert_eq!(
-        last["content"].as_array().unwrap().last().unwrap()["text"],
+        last_text(&llm.requests().last().unwrap().body),
         "Stop reading a.txt"
     );
 }
