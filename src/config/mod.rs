@@ -3,11 +3,13 @@
 //! validation. Every error names the file and the field or variable at fault, because a
 //! typo in a restriction (say `alowed_paths`) must never silently disable it.
 
-use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+mod types;
+pub use types::{Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -28,70 +30,6 @@ pub enum ConfigError {
     Env { var: String, message: String },
     #[error("{0}")]
     Other(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    Http,
-    Ws,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    Anthropic,
-    Openai,
-    Ollama,
-    /// Claude Code's own agent, run as a child process (`claude -p`).
-    #[serde(rename = "claude-code")]
-    ClaudeCode,
-}
-
-impl ProviderKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Openai => "openai",
-            ProviderKind::Ollama => "ollama",
-            ProviderKind::ClaudeCode => "claude-code",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "anthropic" => Some(Self::Anthropic),
-            "openai" => Some(Self::Openai),
-            "ollama" => Some(Self::Ollama),
-            "claude-code" => Some(Self::ClaudeCode),
-            _ => None,
-        }
-    }
-
-    fn default_base_url(self) -> &'static str {
-        match self {
-            ProviderKind::Anthropic | ProviderKind::ClaudeCode => "https://api.anthropic.com",
-            ProviderKind::Openai => "https://api.openai.com/v1",
-            ProviderKind::Ollama => "http://localhost:11434",
-        }
-    }
-
-    /// The variable the provider's own SDK reads for its endpoint.
-    fn base_url_var(self) -> &'static str {
-        match self {
-            ProviderKind::Anthropic | ProviderKind::ClaudeCode => "ANTHROPIC_BASE_URL",
-            ProviderKind::Openai => "OPENAI_BASE_URL",
-            ProviderKind::Ollama => "OLLAMA_HOST",
-        }
-    }
-
-    fn api_key_var(self) -> Option<&'static str> {
-        match self {
-            ProviderKind::Anthropic | ProviderKind::ClaudeCode => Some("ANTHROPIC_API_KEY"),
-            ProviderKind::Openai => Some("OPENAI_API_KEY"),
-            ProviderKind::Ollama => None,
-        }
-    }
 }
 
 /// agent.json as written by a person. Every field optional; unknown fields refused.
@@ -127,63 +65,6 @@ struct FileConfig {
     claude_code_path: Option<PathBuf>,
     auto_pause_after_steps: Option<u32>,
     loop_action: Option<LoopAction>,
-}
-
-/// What the repeat guard does on the fifth identical tool call (`loop_action`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LoopAction {
-    /// End the run (unattended work).
-    Stop,
-    /// Pause the run for a person to step in (live sessions).
-    Pause,
-}
-
-/// Whether bash commands may open TCP connections (`network`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NetworkPolicy {
-    Allow,
-    Deny,
-}
-
-/// Whether bash runs under kernel confinement where it applies (`sandbox`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SandboxMode {
-    On,
-    Off,
-}
-
-/// A snapshot of environment variables. Loading reads this, never the live process
-/// environment, so tests can pass their own and run in parallel.
-#[derive(Debug, Clone, Default)]
-pub struct Env(HashMap<String, String>);
-
-impl Env {
-    pub fn from_process() -> Self {
-        Env(std::env::vars().collect())
-    }
-
-    pub fn from_pairs<I, K, V>(pairs: I) -> Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: Into<String>,
-        V: Into<String>,
-    {
-        Env(pairs
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect())
-    }
-
-    /// A set, non-empty variable.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .get(key)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
-    }
 }
 
 /// The resolved configuration every part of picogent reads.
