@@ -41,6 +41,16 @@ enum Command {
     Run(RunArgs),
     /// Export a session's branches as JSONL: trajectory, tree, dpo or prm.
     Export(ExportArgs),
+    /// Show what this machine's kernel enforces for commands, layer by layer, and
+    /// attack a throwaway setup to show it working; exit 0 when every attack failed.
+    SandboxCheck(SandboxCheckArgs),
+}
+
+#[derive(clap::Args)]
+struct SandboxCheckArgs {
+    /// Test the relaxed level (Landlock and seccomp, no namespaces) instead of the default.
+    #[arg(long)]
+    landlock: bool,
 }
 
 #[derive(clap::Args)]
@@ -85,6 +95,8 @@ fn main() -> ExitCode {
     if args.nth(1).is_some_and(|a| a == "sandbox-exec") {
         return picogent::tools::confine::helper_main(args);
     }
+    // Keys and tokens out of /proc/<pid>/environ, while still single-threaded.
+    config::secrets::hide_from_proc();
     // Only ./.env, never a parent's; variables already set win.
     let env_error = match dotenvy::from_path(".env") {
         Err(e) if !e.not_found() => Some(e.to_string()),
@@ -103,6 +115,7 @@ fn main() -> ExitCode {
         match cli.command {
             Some(Command::Run(args)) => run_once(args).await,
             Some(Command::Export(args)) => export(args),
+            Some(Command::SandboxCheck(args)) => sandbox_check(args).await,
             None => serve(cli.config.as_deref()).await,
         }
     });
@@ -110,6 +123,24 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => fail(&format!("{e:#}"), 2),
     }
+}
+
+async fn sandbox_check(args: SandboxCheckArgs) -> anyhow::Result<ExitCode> {
+    use picogent::tools::sandbox::{check, Level};
+    let helper = std::env::current_exe().context("cannot find picogent's own binary")?;
+    let level = if args.landlock {
+        Level::Landlock
+    } else {
+        Level::Full
+    };
+    let all = check::run(helper, level)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    Ok(if all {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn init_logging() {

@@ -4,12 +4,17 @@
 //! (`git --git-dir=<state>/checkpoints/<session>.git --work-tree=<work dir>`), never in
 //! the folder's own `.git`, which git itself never descends into and which is left
 //! untouched. The folder's `.gitignore` is honoured. Commits use a fixed identity and
-//! ignore the user's git configuration, so hooks or signing settings cannot interfere.
+//! ignore the user's git configuration, so hooks or signing settings cannot interfere;
+//! git runs hardened and confined (`tools::sandbox::git`), and the repository's config
+//! is restored to picogent's own before each use, so nothing the agent plants in the
+//! folder (a `.gitattributes` filter) or in the repository runs.
 //! Rollback restores the tree of a checkpoint exactly, deleting files created after it;
 //! the tip it left is kept under `refs/picogent/abandoned/` so no path is ever lost.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use crate::tools::confine::Confinement;
+use crate::tools::sandbox::git;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -25,6 +30,8 @@ pub enum CheckpointError {
 pub struct Checkpoints {
     git_dir: PathBuf,
     work_tree: PathBuf,
+    /// How git is confined (the agent's own confinement), when it is.
+    confine: Option<Confinement>,
 }
 
 impl Checkpoints {
@@ -33,6 +40,7 @@ impl Checkpoints {
         state_dir: &Path,
         session_id: &str,
         work_tree: &Path,
+        confine: Option<&Confinement>,
     ) -> Result<Checkpoints, CheckpointError> {
         let git_dir = state_dir
             .join("checkpoints")
@@ -40,6 +48,7 @@ impl Checkpoints {
         let c = Checkpoints {
             git_dir,
             work_tree: work_tree.to_path_buf(),
+            confine: confine.cloned(),
         };
         if !c.git_dir.join("HEAD").exists() {
             std::fs::create_dir_all(&c.git_dir).map_err(|e| CheckpointError::Git {
@@ -47,33 +56,18 @@ impl Checkpoints {
                 message: format!("{}: {e}", c.git_dir.display()),
             })?;
             c.git(&["init", "--quiet"])?;
+            git::restore_own_repository(&c.git_dir).map_err(|e| CheckpointError::Git {
+                args: "init".into(),
+                message: format!("{}: {e}", c.git_dir.display()),
+            })?;
         }
         Ok(c)
     }
 
     fn git(&self, args: &[&str]) -> Result<String, CheckpointError> {
-        let out = Command::new("git")
-            .arg(format!("--git-dir={}", self.git_dir.display()))
-            .arg(format!("--work-tree={}", self.work_tree.display()))
-            .args([
-                "-c",
-                "core.hooksPath=/dev/null",
-                "-c",
-                "commit.gpgsign=false",
-                "-c",
-                "core.autocrlf=false",
-            ])
+        let out = git::command(&self.git_dir, &self.work_tree, self.confine.as_ref())
             .args(args)
-            .current_dir(&self.work_tree)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "picogent")
-            .env("GIT_AUTHOR_EMAIL", "picogent@localhost")
-            .env("GIT_COMMITTER_NAME", "picogent")
-            .env("GIT_COMMITTER_EMAIL", "picogent@localhost")
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_INDEX_FILE")
+            .stdin(std::process::Stdio::null())
             .output()
             .map_err(|e| CheckpointError::NoGit(e.to_string()))?;
         if !out.status.success() {
@@ -87,6 +81,7 @@ impl Checkpoints {
 
     /// Snapshots the folder; returns the commit, or the current one when nothing changed.
     pub fn snapshot(&self, message: &str) -> Result<String, CheckpointError> {
+        self.guard()?;
         self.git(&["add", "--all", "."])?;
         let has_head = self
             .git(&["rev-parse", "--verify", "--quiet", "HEAD"])
@@ -116,8 +111,26 @@ impl Checkpoints {
 
     /// The difference between two checkpoints' trees, cut at 100 KB.
     pub fn diff(&self, a: &str, b: &str) -> Result<String, CheckpointError> {
-        let d = self.git(&["diff", "--no-color", a, b])?;
+        self.guard()?;
+        let d = self.git(&["diff", "--no-color", "--no-ext-diff", "--no-textconv", a, b])?;
         Ok(crate::util::truncate_bytes(&d, 100 * 1024).to_string())
+    }
+
+    /// Restores the repository's own config and attributes before git reads them.
+    fn guard(&self) -> Result<(), CheckpointError> {
+        let changed =
+            git::restore_own_repository(&self.git_dir).map_err(|e| CheckpointError::Git {
+                args: "(restore config)".into(),
+                message: format!("{}: {e}", self.git_dir.display()),
+            })?;
+        if !changed.is_empty() {
+            tracing::warn!(
+                repository = %self.git_dir.display(),
+                "something changed picogent's checkpoint repository ({}); restored",
+                changed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            );
+        }
+        Ok(())
     }
 
     pub fn git_dir(&self) -> &Path {

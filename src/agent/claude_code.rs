@@ -294,35 +294,35 @@ async fn drive(
     if let Some(prev) = previous_claude_session(&session) {
         args.extend(["--resume".into(), prev]);
     }
-    let tmp = std::env::temp_dir().join(format!("picogent-claude-{}", crate::util::random_hex(10)));
+    let tmp = inner
+        .output_dir
+        .join(&req.session_id)
+        .join(format!("claude-tmp-{}", crate::util::random_hex(10)));
     std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
     let mut cmd = match inner.sandbox.confinement() {
-        // Confined: Claude Code also needs its own state folder in $HOME.
+        // Confined like bash, plus Claude Code's own state folder in $HOME; never its
+        // network, since it must reach the model API.
         Some(c) => {
-            let mut c = c.clone();
-            if let (Some(w), Some(home)) = (c.writable.as_mut(), cfg.home_dir.clone()) {
-                let state = home.join(".claude");
-                let _ = std::fs::create_dir_all(&state);
-                w.push(state);
-                w.push(home.join(".claude.json"));
-            }
-            let mut cmd = tokio::process::Command::new(&c.helper);
-            cmd.arg("sandbox-exec");
-            if let Some(dirs) = &c.writable {
-                for d in dirs.iter().chain(std::iter::once(&tmp)) {
-                    cmd.arg("--rw").arg(d);
+            let mut state = Vec::new();
+            if let Some(home) = cfg.home_dir.clone() {
+                let dir = home.join(".claude");
+                let _ = std::fs::create_dir_all(&dir);
+                let file = home.join(".claude.json");
+                if !file.exists() {
+                    let _ = std::fs::write(&file, "{}");
                 }
+                state = vec![dir, file];
             }
+            let mut c = c.with_writable(state);
             if c.deny_network {
-                // Claude Code itself must reach the model API.
                 tracing::warn!("network: deny cannot apply to claude-code, which must reach its API; only its web tools are disabled");
+                c.deny_network = false;
             }
-            cmd.arg("--").arg(&claude).args(&args);
-            cmd
+            c.command(&claude, &args, &tmp)
         }
         None => {
             let mut cmd = tokio::process::Command::new(&claude);
-            cmd.args(&args);
+            cmd.args(&args).env("TMPDIR", &tmp);
             cmd
         }
     };
@@ -335,7 +335,6 @@ async fn drive(
         cmd.env("IS_SANDBOX", "1");
     }
     cmd.current_dir(&work_dir)
-        .env("TMPDIR", &tmp)
         .env("ANTHROPIC_BASE_URL", &cfg.base_url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

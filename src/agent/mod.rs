@@ -16,7 +16,7 @@ pub mod session;
 pub mod skills;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -119,27 +119,90 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
         crate::config::NetworkPolicy::Allow => "allow",
         crate::config::NetworkPolicy::Deny => "deny",
     };
+    let files = if sandbox.is_restricted() {
+        "allowed paths only"
+    } else {
+        "unrestricted"
+    };
+    if let Some(reason) = sandbox.refusal() {
+        tracing::error!(level = "refused", landlock_abi = abi, "{reason}");
+        return;
+    }
     match sandbox.confinement() {
-        Some(c) if abi >= c.needed_abi() => {
-            tracing::info!(level = "full", landlock_abi = abi, network, "bash runs under Landlock confinement")
-        }
-        Some(c) => tracing::warn!(
+        Some(c) if abi < c.needed_abi() => tracing::warn!(
             level = "partial",
             landlock_abi = abi,
             needed_abi = c.needed_abi(),
             network,
-            "this kernel cannot enforce every sandbox rule; bash commands will be refused (set sandbox: \"off\" to run them unconfined)"
+            "this kernel cannot enforce every sandbox rule; commands will be refused (set sandbox: \"off\" to run them unconfined)"
         ),
-        None if config.sandbox == crate::config::SandboxMode::Off => tracing::warn!(
+        Some(c) if c.namespaces => tracing::info!(
+            level = "namespaces",
+            landlock_abi = abi,
+            network,
+            writes = files,
+            "commands run in their own user, mount, PID{} namespaces, under Landlock and seccomp",
+            if c.deny_network { " and network" } else { "" }
+        ),
+        Some(_) => {
+            let why = match config.sandbox {
+                crate::config::SandboxMode::Landlock => "sandbox: \"landlock\"".to_string(),
+                _ => crate::tools::sandbox::namespaces_work(&sandbox_helper(config))
+                    .err()
+                    .unwrap_or_default(),
+            };
+            tracing::warn!(
+                level = "landlock",
+                landlock_abi = abi,
+                network,
+                writes = files,
+                "commands run under Landlock and seccomp without namespaces ({why}): they can see other processes and read what picogent's user can read; UNIX and UDP sockets are closed only under network: deny"
+            )
+        }
+        None => tracing::warn!(
             level = "off",
             landlock_abi = abi,
-            "sandbox is off: bash commands run without kernel confinement"
+            "sandbox is off: commands run without kernel confinement"
         ),
-        None => tracing::info!(
-            level = "off",
-            landlock_abi = abi,
-            "no allowed_paths and network allowed: bash runs unconfined"
-        ),
+    }
+}
+
+/// The binary that confines commands: configured, else this program.
+fn sandbox_helper(config: &Config) -> PathBuf {
+    config
+        .sandbox_helper
+        .clone()
+        .or_else(|| std::env::current_exe().ok())
+        .unwrap_or_else(|| PathBuf::from("picogent"))
+}
+
+/// Why an agent could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+}
+
+/// Full bash outputs older than this are removed at start.
+const OUTPUT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Removes run folders (full outputs, leftover temporary folders) past their retention.
+fn sweep_outputs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > OUTPUT_RETENTION);
+        if old && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
 }
 
@@ -150,24 +213,36 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn new(config: Config) -> Result<Agent, ProviderError> {
+    /// An agent, or why not (a provider that cannot be set up, or a sandbox this
+    /// machine cannot provide for the configuration).
+    pub fn new(config: Config) -> Result<Agent, AgentError> {
         let provider = Provider::from_config(&config)?;
-        Ok(Agent::with_provider(config, provider))
+        let agent = Agent::with_provider(config, provider);
+        if let Some(reason) = agent.sandbox().refusal() {
+            return Err(AgentError::Sandbox(reason.to_string()));
+        }
+        Ok(agent)
     }
 
     pub fn with_provider(config: Config, provider: Provider) -> Agent {
         let skill_dirs = config.skill_dirs();
         let skills = skills::discover(&skill_dirs);
         let readable: Vec<PathBuf> = skill_dirs.into_iter().filter(|d| d.is_dir()).collect();
-        let mut sandbox = Sandbox::new(&config.allowed_paths, &config.protected_paths(), &readable);
-        if config.sandbox == crate::config::SandboxMode::On {
-            let helper = config
-                .sandbox_helper
-                .clone()
-                .or_else(|| std::env::current_exe().ok())
-                .unwrap_or_else(|| PathBuf::from("picogent"));
-            sandbox = sandbox
-                .with_confinement(helper, config.network == crate::config::NetworkPolicy::Deny);
+        // picogent's own folders exist before any command could make one of its own.
+        let state = config.state_dir();
+        let _ = std::fs::create_dir_all(&state);
+        let output_dir = state.join("outputs");
+        sweep_outputs(&output_dir);
+        let mut sandbox = Sandbox::new(&config.allowed_paths, &config.protected_paths(), &readable)
+            .with_read_only(&[config.sessions_dir()]);
+        let level = match config.sandbox {
+            crate::config::SandboxMode::On => Some(crate::tools::sandbox::Level::Full),
+            crate::config::SandboxMode::Landlock => Some(crate::tools::sandbox::Level::Landlock),
+            crate::config::SandboxMode::Off => None,
+        };
+        if let Some(level) = level {
+            let deny = config.network == crate::config::NetworkPolicy::Deny;
+            sandbox = sandbox.with_confinement_level(sandbox_helper(&config), deny, level);
         }
         log_sandbox(&config, &sandbox);
         let sessions = SessionStore::new(config.sessions_dir());
@@ -178,7 +253,7 @@ impl Agent {
                 skills,
                 sessions,
                 tool_specs: crate::tools::specs(),
-                output_dir: std::env::temp_dir().join("picogent-output"),
+                output_dir,
                 session_locks: Mutex::new(HashMap::new()),
                 config,
             }),

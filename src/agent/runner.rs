@@ -127,8 +127,13 @@ async fn run_locked(
     session.append_message(Message::user(req.prompt.clone()))?;
     let mut ckpt = match cfg.checkpoints {
         Some(true) => {
-            let repo = Checkpoints::open(&cfg.state_dir(), &req.session_id, &work_dir)
-                .map_err(|e| RunError::Stop(e.to_string()))?;
+            let repo = Checkpoints::open(
+                &cfg.state_dir(),
+                &req.session_id,
+                &work_dir,
+                inner.sandbox.confinement(),
+            )
+            .map_err(|e| RunError::Stop(e.to_string()))?;
             let next_step = (0..)
                 .find(|n| session.checkpoint(*n).is_none())
                 .unwrap_or(0);
@@ -161,7 +166,7 @@ async fn run_locked(
         sandbox: inner.sandbox.clone(),
         step_timeout: cfg.step_timeout,
         cancel: cancel.clone(),
-        output_dir: inner.output_dir.clone(),
+        output_dir: inner.output_dir.join(&req.session_id),
     };
     let mut repeats = RepeatGuard::default();
     let mut nudged = false;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod secrets;
 mod types;
 pub use types::{Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport};
 
@@ -441,11 +442,12 @@ impl Config {
             },
             sandbox: match env.get("PICOGENT_SANDBOX") {
                 Some("on") => SandboxMode::On,
+                Some("landlock") => SandboxMode::Landlock,
                 Some("off") => SandboxMode::Off,
                 Some(other) => {
                     return Err(ConfigError::Env {
                         var: "PICOGENT_SANDBOX".into(),
-                        message: format!("expected \"on\" or \"off\", got {other:?}"),
+                        message: format!("expected \"on\", \"landlock\" or \"off\", got {other:?}"),
                     })
                 }
                 None => file.sandbox.unwrap_or(SandboxMode::On),

@@ -77,11 +77,16 @@ pub enum NetworkPolicy {
     Deny,
 }
 
-/// Whether bash runs under kernel confinement where it applies (`sandbox`).
+/// How commands are confined (`sandbox`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
+    /// Namespaces + Landlock + seccomp; Landlock + seccomp where the kernel has no user
+    /// namespaces, refusing configurations whose protected paths would be writable.
     On,
+    /// The relaxed level: Landlock + seccomp only, even where namespaces work.
+    Landlock,
+    /// No kernel confinement (the path checks still apply).
     Off,
 }
 

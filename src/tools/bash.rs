@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::truncate::tail;
-use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_LINES, SECRET_VARS};
+use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_LINES};
 
 #[derive(Deserialize)]
 struct Args {
@@ -74,20 +74,42 @@ impl Capture {
         }
     }
 
+    /// A new file only picogent's user can read, never through a link.
     async fn open_file(&self) -> Option<(PathBuf, tokio::fs::File)> {
-        tokio::fs::create_dir_all(&self.dir).await.ok()?;
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir.join(format!(
             "bash-{}-{}.log",
             chrono::Utc::now().format("%Y%m%d-%H%M%S"),
             crate::util::random_hex(6)
         ));
-        let f = tokio::fs::File::create(&path).await.ok()?;
-        Some((path, f))
+        let (dir, p) = (self.dir.clone(), path.clone());
+        let f = tokio::task::spawn_blocking(move || {
+            private_dir(&dir)?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&p)
+        })
+        .await
+        .ok()?
+        .ok()?;
+        Some((path, tokio::fs::File::from_std(f)))
     }
 
     fn total_lines(&self) -> usize {
         self.newlines + usize::from(self.last_byte.is_some_and(|b| b != b'\n'))
     }
+}
+
+/// Creates a folder (and its parents) only picogent's user can enter.
+fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -103,17 +125,14 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
     let writer2 = writer
         .try_clone()
         .map_err(|e| ToolError::Failed(format!("cannot duplicate a pipe: {e}")))?;
-    // A private temporary folder per command: the only writable place outside the
-    // allowed paths when bash is confined, and removed afterwards.
+    // A private temporary folder per command (its /tmp under namespaces), removed
+    // afterwards.
     let tmp = ctx
         .output_dir
-        .parent()
-        .unwrap_or(&ctx.output_dir)
         .join(format!("picogent-tmp-{}", crate::util::random_hex(12)));
-    std::fs::create_dir_all(&tmp).map_err(|e| ToolError::io(&tmp, e))?;
+    private_dir(&tmp).map_err(|e| ToolError::io(&tmp, e))?;
     let _cleanup = RemoveOnDrop(tmp.clone());
-    let mut cmd = ctx.sandbox.bash_command(&a.command, &tmp);
-    cmd.env("TMPDIR", &tmp).env("TMP", &tmp).env("TEMP", &tmp);
+    let mut cmd = ctx.sandbox.bash_command(&a.command, &tmp)?;
     cmd.current_dir(&cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
@@ -122,7 +141,7 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
         .kill_on_drop(true);
     for (k, _) in std::env::vars_os() {
         let name = k.to_string_lossy();
-        if name.ends_with("_API_KEY") || SECRET_VARS.contains(&name.as_ref()) {
+        if crate::config::secrets::is_secret(&name) {
             cmd.env_remove(&k);
         }
     }

@@ -3,6 +3,8 @@
 //! same thing whatever order it is applied in. Line endings (LF or CRLF) and a UTF-8
 //! BOM are kept; the answer is a short unified diff.
 
+use std::io::{Read, Seek, SeekFrom, Write};
+
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -41,10 +43,18 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
             message: "give `edits: [{oldText, newText}]` (or `oldText` and `newText`)".into(),
         });
     }
-    let path = ctx.sandbox.check_write(&ctx.work_dir, &a.path)?;
-    let raw = tokio::fs::read(&path)
-        .await
-        .map_err(|e| ToolError::io(&path, e))?;
+    let (sandbox, work_dir, shown) = (ctx.sandbox.clone(), ctx.work_dir.clone(), a.path.clone());
+    // Checked and opened in one step beneath the allowed root; the same descriptor is
+    // written back, so a path swapped in between is never followed.
+    let (mut file, path, raw) = tokio::task::spawn_blocking(move || {
+        let (mut file, path, _) = sandbox.open_write(&work_dir, &shown, false)?;
+        let mut raw = Vec::new();
+        file.read_to_end(&mut raw)
+            .map_err(|e| ToolError::io(&path, e))?;
+        Ok::<_, ToolError>((file, path, raw))
+    })
+    .await
+    .map_err(|e| ToolError::Failed(format!("edit failed: {e}")))??;
     let original = String::from_utf8(raw).map_err(|_| {
         ToolError::Failed(format!(
             "{} is not UTF-8 text; edit only changes text files",
@@ -73,9 +83,15 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
         updated
     };
     out.insert_str(0, bom);
-    tokio::fs::write(&path, out.as_bytes())
-        .await
-        .map_err(|e| ToolError::io(&path, e))?;
+    let p = path.clone();
+    tokio::task::spawn_blocking(move || {
+        file.set_len(0)?;
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(out.as_bytes())
+    })
+    .await
+    .map_err(|e| ToolError::Failed(format!("edit failed: {e}")))?
+    .map_err(|e| ToolError::io(&p, e))?;
     let (shown, cut) = head_bytes(diff.clone());
     let note = if cut { "\n[diff cut at 50 KB]" } else { "" };
     let n = a.edits.len();

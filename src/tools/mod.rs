@@ -4,7 +4,6 @@
 //! output with `is_error`, never a panic or an error that ends the run.
 
 mod bash;
-pub mod confine;
 mod edit;
 mod find;
 mod grep;
@@ -24,20 +23,12 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::provider::ToolSpec;
-pub use sandbox::Sandbox;
+pub use sandbox::{confine, Sandbox};
 
 /// Caps shared by every tool: what the model receives per call.
 pub const MAX_LINES: usize = 2000;
 pub const MAX_BYTES: usize = 50 * 1024;
 pub const MAX_LINE_CHARS: usize = 500;
-
-/// Environment variables a bash child never sees.
-pub const SECRET_VARS: &[&str] = &[
-    "AGENT_TOKEN",
-    "PICOGENT_API_KEY",
-    "PICOGENT_CHAT_TOKEN",
-    "ANTHROPIC_AUTH_TOKEN",
-];
 
 /// Everything a tool call may touch.
 #[derive(Clone)]
@@ -46,7 +37,8 @@ pub struct ToolContext {
     pub sandbox: Arc<Sandbox>,
     pub step_timeout: Duration,
     pub cancel: CancellationToken,
-    /// Where bash saves full outputs that were too long to return.
+    /// The run's private folder (mode 0700, in picogent's state): full bash outputs
+    /// that were too long to return, and each command's temporary folder.
     pub output_dir: PathBuf,
 }
 

@@ -17,27 +17,26 @@ struct Args {
 
 pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("read", args)?;
-    let path = ctx.sandbox.check_read(&ctx.work_dir, &a.path)?;
     let offset = a.offset.unwrap_or(1).max(1) as usize;
     let limit = a.limit.filter(|l| *l > 0).map(|l| l as usize);
-    tokio::task::spawn_blocking(move || read_lines(&path, &a.path, offset, limit))
-        .await
-        .map_err(|e| ToolError::Failed(format!("read failed: {e}")))?
+    let (sandbox, work_dir) = (ctx.sandbox.clone(), ctx.work_dir.clone());
+    tokio::task::spawn_blocking(move || {
+        // Checked and opened in one step, so the path cannot be swapped in between.
+        let (file, path) = sandbox.open_read(&work_dir, &a.path)?;
+        read_lines(file, &path, &a.path, offset, limit)
+    })
+    .await
+    .map_err(|e| ToolError::Failed(format!("read failed: {e}")))?
 }
 
 fn read_lines(
+    file: std::fs::File,
     path: &std::path::Path,
     shown: &str,
     offset: usize,
     limit: Option<usize>,
 ) -> Result<ToolOutput, ToolError> {
-    let meta = std::fs::metadata(path).map_err(|e| ToolError::io(path, e))?;
-    if meta.is_dir() {
-        return Err(ToolError::Failed(format!(
-            "{shown} is a folder; use ls to list it"
-        )));
-    }
-    let file = std::fs::File::open(path).map_err(|e| ToolError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| ToolError::io(path, e))?;
     let mut reader = BufReader::new(file);
     let mut sniff = Vec::new();
     (&mut reader)

@@ -1,5 +1,7 @@
 //! `write`: create or replace a file, creating parent folders.
 
+use std::io::{Read, Seek, SeekFrom, Write};
+
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -13,28 +15,30 @@ struct Args {
 
 pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("write", args)?;
-    let path = ctx.sandbox.check_write(&ctx.work_dir, &a.path)?;
-    if path.is_dir() {
-        return Err(ToolError::Failed(format!(
-            "{} is a folder; give a file path",
-            a.path
-        )));
-    }
-    if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| ToolError::io(parent, e))?;
-    }
-    let existed = path.exists();
-    // The old text, for the diff front doors show (files too large or not text: none).
-    let old = match tokio::fs::metadata(&path).await {
-        Ok(m) if m.len() <= 1 << 20 => tokio::fs::read_to_string(&path).await.ok(),
-        Ok(_) => None,
-        Err(_) => Some(String::new()),
-    };
-    tokio::fs::write(&path, a.content.as_bytes())
-        .await
-        .map_err(|e| ToolError::io(&path, e))?;
+    let (sandbox, work_dir, raw) = (ctx.sandbox.clone(), ctx.work_dir.clone(), a.path.clone());
+    let content = a.content.clone();
+    let (path, existed, old) = tokio::task::spawn_blocking(move || {
+        // Checked and opened in one step beneath the allowed root: no race with a
+        // command that swaps a folder for a link.
+        let (mut file, path, existed) = sandbox.open_write(&work_dir, &raw, true)?;
+        let io = |e| ToolError::io(&path, e);
+        // The old text, for the diff front doors show (files too large or not text: none).
+        let len = file.metadata().map_err(io)?.len();
+        let old = if !existed {
+            Some(String::new())
+        } else if len <= 1 << 20 {
+            let mut buf = String::new();
+            file.read_to_string(&mut buf).ok().map(|_| buf)
+        } else {
+            None
+        };
+        file.set_len(0).map_err(io)?;
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        file.write_all(content.as_bytes()).map_err(io)?;
+        Ok::<_, ToolError>((path, existed, old))
+    })
+    .await
+    .map_err(|e| ToolError::Failed(format!("write failed: {e}")))??;
     let diff = old.map(|old| {
         similar::TextDiff::from_lines(&old, &a.content)
             .unified_diff()

@@ -553,9 +553,13 @@ async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
         cmp["b"]["final_commit"].as_str(),
     ) {
         let cfg = agent.config();
-        let diff =
-            crate::agent::checkpoint::Checkpoints::open(&cfg.state_dir(), &session, &cfg.work_dir)
-                .and_then(|c| c.diff(ca, cb));
+        let diff = crate::agent::checkpoint::Checkpoints::open(
+            &cfg.state_dir(),
+            &session,
+            &cfg.work_dir,
+            agent.sandbox().confinement(),
+        )
+        .and_then(|c| c.diff(ca, cb));
         cmp["diff"] = match diff {
             Ok(d) => json!(d),
             Err(e) => json!(format!("(no diff: {e})")),

@@ -39,11 +39,22 @@ async fn bash(ctx: &ToolContext, command: &str) -> ToolOutput {
     execute("bash", &json!({"command": command}), ctx).await
 }
 
+/// A folder outside the allowed paths and outside /tmp (which confined commands see
+/// as their own private folder), so the denial comes from the file rules themselves.
 fn outside(sb: &Sandbox) -> PathBuf {
-    let p = sb.base().join("outside");
+    let name = sb.base().file_name().unwrap().to_owned();
+    let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(name)
+        .join("outside");
     std::fs::create_dir_all(&p).unwrap();
     std::fs::write(p.join("keep.txt"), "keep").unwrap();
     p
+}
+
+/// The kernel's refusal of a write: Landlock says "Permission denied", the read-only
+/// mounts of the namespace layer "Read-only file system".
+fn refused(text: &str) -> bool {
+    text.contains("Permission denied") || text.contains("Read-only file system")
 }
 
 #[tokio::test]
@@ -56,7 +67,7 @@ async fn writes_outside_the_allowed_paths_fail_inside_the_command() {
     let ctx = confined(&sb, vec![sb.work.clone()], false);
 
     let r = bash(&ctx, &format!("echo pwned > {}/new.txt", out.display())).await;
-    assert!(r.is_error && r.text.contains("Permission denied"), "{r:?}");
+    assert!(r.is_error && refused(&r.text), "{r:?}");
     assert!(!out.join("new.txt").exists());
 
     let r = bash(&ctx, &format!("rm {}/keep.txt", out.display())).await;
@@ -113,17 +124,30 @@ async fn a_symlink_inside_cannot_be_written_through_and_tmpdir_is_private_and_wr
     let mut lines = r.text.lines();
     assert_eq!(lines.next(), Some("scratch"));
     let tmpdir = PathBuf::from(lines.next().unwrap());
-    assert!(tmpdir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .starts_with("picogent-tmp-"));
+    let private = ctx.sandbox.confinement().is_some_and(|c| c.namespaces);
+    if private {
+        // Its own /tmp, backed by a folder of picogent's that is removed afterwards.
+        assert_eq!(tmpdir, PathBuf::from("/tmp"));
+        let r = bash(&ctx, "echo x > /tmp/picogent-escape-test && ls /tmp").await;
+        assert_eq!(r.text, "picogent-escape-test", "{r:?}");
+        assert!(!PathBuf::from("/tmp/picogent-escape-test").exists());
+    } else {
+        assert!(tmpdir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("picogent-tmp-"));
+        let r = bash(&ctx, "echo x > /tmp/picogent-escape-test").await;
+        assert!(r.is_error, "the shared /tmp is not writable: {r:?}");
+    }
     assert!(
-        !tmpdir.exists(),
+        !ctx.output_dir.read_dir().unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("picogent-tmp-")),
         "the private temporary folder is removed after the command"
     );
-    let r = bash(&ctx, "echo x > /tmp/picogent-escape-test").await;
-    assert!(r.is_error, "the shared /tmp is not writable: {r:?}");
 }
 
 #[tokio::test]
@@ -249,9 +273,6 @@ async fn the_agent_confines_bash_when_allowed_paths_are_set() {
     );
     let (events, _) = crate::common::run(&agent, "escape", "on").await;
     let results = crate::common::tool_results(&events);
-    assert!(
-        results[0].1 && results[0].2.contains("Permission denied"),
-        "{results:?}"
-    );
+    assert!(results[0].1 && refused(&results[0].2), "{results:?}");
     assert!(!out.join("agent.txt").exists());
 }

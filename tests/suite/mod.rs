@@ -1,5 +1,6 @@
 mod agent_loop;
 mod agent_mode;
+mod attacks;
 mod chat;
 mod claude_code;
 mod cli;
@@ -8,6 +9,7 @@ mod confinement;
 mod daemon_process;
 mod live;
 mod providers;
+mod races;
 mod sandbox;
 mod sessions;
 mod skills;

@@ -1,0 +1,62 @@
+//! Secrets out of picogent's process image.
+//!
+//! Keys and tokens arrive in the environment. A process's `/proc/<pid>/environ` shows
+//! the environment block it was started with, whatever it later unsets, so a command
+//! that can read it (Landlock alone does not hide it) would find them there. At start,
+//! before any thread exists, picogent copies each secret into its own (heap) environment
+//! and wipes the value in the original block, and makes itself non-dumpable so that
+//! `/proc/<pid>/mem` and friends need privileges no command has. Commands never inherit
+//! the secret variables (`is_secret` is the one rule for both).
+
+use std::ffi::CStr;
+
+/// Variables that are secret whatever their name.
+const SECRET_VARS: &[&str] = &[
+    "AGENT_TOKEN",
+    "PICOGENT_API_KEY",
+    "PICOGENT_CHAT_TOKEN",
+    "ANTHROPIC_AUTH_TOKEN",
+];
+
+/// Whether a variable holds a secret: `*_API_KEY`, or one of the tokens picogent reads.
+pub fn is_secret(name: &str) -> bool {
+    name.ends_with("_API_KEY") || SECRET_VARS.contains(&name)
+}
+
+extern "C" {
+    static mut environ: *mut *mut libc::c_char;
+}
+
+/// Wipes secret values from the environment block `/proc/self/environ` shows, keeping
+/// them readable through `std::env`. Call first thing in `main`, single-threaded.
+pub fn hide_from_proc() {
+    // SAFETY: single-threaded at start; `environ` is the C library's NULL-terminated
+    // array, and every entry still points into the block the kernel set up, which is
+    // writable memory of this process that nothing frees.
+    unsafe {
+        let mut wipe: Vec<(*mut libc::c_char, usize)> = Vec::new();
+        let mut copies: Vec<(String, String)> = Vec::new();
+        let mut p = environ;
+        while !p.is_null() && !(*p).is_null() {
+            let entry = CStr::from_ptr(*p).to_bytes();
+            if let Some(eq) = entry.iter().position(|b| *b == b'=') {
+                let (name, value) = (&entry[..eq], &entry[eq + 1..]);
+                if let (Ok(n), Ok(v)) = (std::str::from_utf8(name), std::str::from_utf8(value)) {
+                    if is_secret(n) && !v.is_empty() {
+                        copies.push((n.to_string(), v.to_string()));
+                        wipe.push(((*p).add(eq + 1), value.len()));
+                    }
+                }
+            }
+            p = p.add(1);
+        }
+        for (n, v) in copies {
+            // setenv copies the pair to the heap and repoints the entry.
+            std::env::set_var(n, v);
+        }
+        for (ptr, len) in wipe {
+            std::ptr::write_bytes(ptr, 0, len);
+        }
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+}

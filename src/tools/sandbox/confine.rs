@@ -1,0 +1,382 @@
+//! Kernel confinement of the commands picogent runs for the agent (bash, the Claude
+//! Code CLI, picogent's own git), the layers under the path checks.
+//!
+//! A confined command does not start directly: picogent re-executes itself as
+//! `picogent sandbox-exec [options] -- PROGRAM ARGS...`. That helper runs before any
+//! async runtime exists (single-threaded), and then:
+//! 1. with namespaces (`--ns`, the default where the kernel allows unprivileged user
+//!    namespaces) builds the command's own view of the system (`namespaces`);
+//! 2. drops every capability, sets `no_new_privs`, and applies Landlock: writes only
+//!    under the allowed paths, the private `/tmp` and a few devices; no TCP under
+//!    `deny`; no signals to and no abstract sockets of processes outside the sandbox
+//!    (Landlock ABI 6);
+//! 3. installs a seccomp filter (`seccomp`): no io_uring, and under `deny` no
+//!    sockets but the namespace's own loopback;
+//! 4. `exec`s the program.
+//!
+//! It fails closed: when the kernel cannot enforce a requested rule, the command is
+//! not run and the helper says why (`sandbox: "off"` is the explicit way out).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+
+/// File-system rights the helper handles (Linux 6.2+: truncate and cross-folder
+/// rename are covered).
+const FS_ABI: ABI = ABI::V3;
+/// Network rules need Linux 6.7+.
+const NET_ABI: ABI = ABI::V4;
+/// Signal and abstract-socket scoping, Linux 6.12+.
+const SCOPE_ABI: i64 = 6;
+
+/// Devices a shell needs to write to whatever the rules say.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/pts",
+    "/dev/ptmx",
+    "/dev/shm",
+];
+
+/// How commands are confined: built once from the configuration.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    /// The picogent binary that serves as the helper.
+    pub helper: PathBuf,
+    /// Folders commands may write in; `None` leaves the file system writable (only
+    /// the protected paths, the network and the process view are confined).
+    pub writable: Option<Vec<PathBuf>>,
+    pub deny_network: bool,
+    /// Run commands in their own namespaces (where the kernel allows it).
+    pub namespaces: bool,
+    /// Never writable by commands, even inside `writable` (picogent's state, sessions).
+    pub read_only: Vec<PathBuf>,
+    /// Never readable by commands (picogent's configuration file, `.env`).
+    pub hidden: Vec<PathBuf>,
+}
+
+/// The Landlock ABI the running kernel offers (0 when it has none).
+pub fn kernel_abi() -> i64 {
+    // landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI.
+    // SAFETY: with a null attribute pointer and this flag the call only reads a number.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    r.max(0)
+}
+
+impl Confinement {
+    /// The ABI a command needs for every requested Landlock rule to be enforced.
+    pub fn needed_abi(&self) -> i64 {
+        if self.deny_network {
+            NET_ABI as i64
+        } else if self.writable.is_some() {
+            FS_ABI as i64
+        } else {
+            0
+        }
+    }
+
+    /// `program args...`, wrapped in the helper; `tmp` is the command's private
+    /// temporary folder (its `/tmp` under namespaces, writable under Landlock).
+    pub fn command<I, S>(&self, program: &Path, args: I, tmp: &Path) -> tokio::process::Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut cmd = tokio::process::Command::new(&self.helper);
+        cmd.arg("sandbox-exec");
+        if self.namespaces {
+            cmd.arg("--ns");
+        }
+        for d in self.writable.iter().flatten() {
+            cmd.arg("--rw").arg(d);
+        }
+        cmd.arg("--tmp").arg(tmp);
+        for d in &self.read_only {
+            cmd.arg("--ro").arg(d);
+        }
+        for d in &self.hidden {
+            cmd.arg("--hide").arg(d);
+        }
+        if self.deny_network {
+            cmd.arg("--deny-net");
+        }
+        cmd.arg("--").arg(program).args(args);
+        // Under namespaces the private folder is mounted at /tmp.
+        let tmp_env = if self.namespaces && self.writable.is_some() {
+            Path::new("/tmp")
+        } else {
+            tmp
+        };
+        cmd.env("TMPDIR", tmp_env)
+            .env("TMP", tmp_env)
+            .env("TEMP", tmp_env);
+        cmd
+    }
+
+    /// The same confinement with more writable folders (a tool's own state).
+    pub fn with_writable(&self, extra: impl IntoIterator<Item = PathBuf>) -> Confinement {
+        let mut c = self.clone();
+        if let Some(w) = c.writable.as_mut() {
+            w.extend(extra);
+        }
+        c
+    }
+}
+
+/// What `picogent sandbox-exec` was asked to do.
+pub(crate) struct HelperArgs {
+    pub namespaces: bool,
+    pub writable: Option<Vec<PathBuf>>,
+    pub tmp: Option<PathBuf>,
+    pub read_only: Vec<PathBuf>,
+    pub hidden: Vec<PathBuf>,
+    pub deny_network: bool,
+    pub program: Vec<OsString>,
+}
+
+impl HelperArgs {
+    /// Whether the whole file system was allowed (`allowed_paths: ["/"]`).
+    pub fn writable_all(&self) -> bool {
+        self.writable
+            .as_ref()
+            .is_some_and(|w| w.iter().any(|p| p == Path::new("/")))
+    }
+}
+
+const USAGE: &str = "usage: picogent sandbox-exec [--ns] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--deny-net] -- PROGRAM [ARGS]...";
+
+fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
+    let mut h = HelperArgs {
+        namespaces: false,
+        writable: None,
+        tmp: None,
+        read_only: Vec::new(),
+        hidden: Vec::new(),
+        deny_network: false,
+        program: Vec::new(),
+    };
+    let mut args = args.peekable();
+    while let Some(a) = args.next() {
+        let mut value = |flag: &str| {
+            args.next()
+                .map(PathBuf::from)
+                .ok_or_else(|| format!("{flag} needs a path"))
+        };
+        match a.to_str() {
+            Some("--ns") => h.namespaces = true,
+            Some("--rw") => {
+                let d = value("--rw")?;
+                h.writable.get_or_insert_with(Vec::new).push(d);
+            }
+            Some("--tmp") => h.tmp = Some(value("--tmp")?),
+            Some("--ro") => h.read_only.push(value("--ro")?),
+            Some("--hide") => h.hidden.push(value("--hide")?),
+            Some("--deny-net") => h.deny_network = true,
+            Some("--") => {
+                h.program = args.collect();
+                if h.program.is_empty() {
+                    return Err("nothing to run after --".into());
+                }
+                return Ok(h);
+            }
+            _ => return Err(format!("unexpected argument {a:?}")),
+        }
+    }
+    Err(USAGE.into())
+}
+
+/// Landlock for this process: returns an error when a requested rule is not enforced.
+fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
+    let err = |e: landlock::RulesetError| e.to_string();
+    let abi = kernel_abi();
+    let restrict_fs = h.writable.is_some() && !h.writable_all();
+    let scopes = abi >= SCOPE_ABI;
+    if !restrict_fs && !h.deny_network && !scopes {
+        return Ok(());
+    }
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort);
+    if restrict_fs {
+        ruleset = ruleset
+            .handle_access(AccessFs::from_all(FS_ABI))
+            .map_err(err)?;
+    }
+    if h.deny_network {
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(err)?;
+    }
+    if scopes {
+        ruleset = ruleset
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .map_err(err)?;
+    }
+    let mut created = ruleset.create().map_err(err)?;
+    if restrict_fs {
+        let mut dirs: Vec<PathBuf> = h.writable.iter().flatten().cloned().collect();
+        match (&h.tmp, in_namespace) {
+            (_, true) => dirs.push(PathBuf::from("/tmp")),
+            (Some(t), false) => dirs.push(t.clone()),
+            (None, false) => {}
+        }
+        dirs.retain(|d| d.exists());
+        let devices: Vec<&str> = DEVICES
+            .iter()
+            .copied()
+            .filter(|d| Path::new(d).exists())
+            .collect();
+        created = created
+            .add_rules(path_beneath_rules(["/"], AccessFs::from_read(FS_ABI)))
+            .map_err(err)?
+            .add_rules(path_beneath_rules(&dirs, AccessFs::from_all(FS_ABI)))
+            .map_err(err)?
+            .add_rules(path_beneath_rules(devices, AccessFs::from_all(FS_ABI)))
+            .map_err(err)?;
+    }
+    let status = created.restrict_self().map_err(err)?;
+    if !status.no_new_privs {
+        return Err("no_new_privs could not be set".into());
+    }
+    if (restrict_fs || h.deny_network) && status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(format!(
+            "the kernel cannot fully enforce the sandbox ({:?}; Landlock ABI {abi} here, {} needed), so the command was not run. Use a newer kernel, or set sandbox: \"off\" to run commands without kernel confinement",
+            status.ruleset,
+            if h.deny_network { NET_ABI as i64 } else { FS_ABI as i64 }
+        ));
+    }
+    Ok(())
+}
+
+/// Inside the namespace, the command must not keep the capabilities the namespace
+/// gave the helper (it could otherwise undo the read-only mounts).
+fn drop_capabilities() -> Result<(), String> {
+    // SAFETY: prctl and capset on this process with valid arguments.
+    unsafe {
+        for cap in 0..64 {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        let bits = libc::SECBIT_NOROOT
+            | libc::SECBIT_NOROOT_LOCKED
+            | libc::SECBIT_NO_SETUID_FIXUP
+            | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+            | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+            | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+        if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(format!(
+                "cannot lock the securebits: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let header = Header {
+            version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+            pid: 0,
+        };
+        let data = [
+            Data {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+            Data {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+        ];
+        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
+            return Err(format!(
+                "cannot drop capabilities: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Applies the per-process layers and `exec`s the program; returns an exit status
+/// only when that failed.
+pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
+    if in_namespace {
+        if let Err(e) = drop_capabilities() {
+            eprintln!("picogent sandbox: {e}; the command was not run");
+            return 126;
+        }
+        if h.writable.is_some() && !h.writable_all() {
+            for var in ["TMPDIR", "TMP", "TEMP"] {
+                std::env::set_var(var, "/tmp");
+            }
+        }
+    }
+    // SAFETY: plain prctl on this process.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        eprintln!("picogent sandbox: cannot set no_new_privs; the command was not run");
+        return 126;
+    }
+    if let Err(e) = restrict(h, in_namespace) {
+        eprintln!("picogent sandbox: {e}");
+        return 126;
+    }
+    if let Err(e) = super::seccomp::install(h.deny_network, in_namespace) {
+        eprintln!(
+            "picogent sandbox: cannot install the seccomp filter, so the command was not run: {e}"
+        );
+        return 126;
+    }
+    let err = std::process::Command::new(&h.program[0])
+        .args(&h.program[1..])
+        .exec();
+    eprintln!("picogent sandbox: cannot run {:?}: {err}", h.program[0]);
+    127
+}
+
+/// `picogent sandbox-exec`: confine this process, then become the program.
+pub fn helper_main(args: impl Iterator<Item = OsString>) -> ExitCode {
+    let h = match parse(args) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("picogent sandbox: {e}");
+            return ExitCode::from(126);
+        }
+    };
+    if h.namespaces {
+        // Returns only when the namespaces could not be made.
+        let Err(e) = super::namespaces::run(&h);
+        eprintln!("picogent sandbox: {e}; the command was not run");
+        return ExitCode::from(126);
+    }
+    ExitCode::from(become_command(&h, false).clamp(0, 255) as u8)
+}

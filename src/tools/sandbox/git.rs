@@ -1,0 +1,129 @@
+//! How picogent runs git itself (checkpoints today): so that nothing the agent planted in
+//! a repository or a folder runs with picogent's rights.
+//!
+//! - No system or global configuration, and every setting that makes git run a
+//!   program is pinned on the command line, which outranks any repository config:
+//!   hooks, `core.fsmonitor`, `core.sshCommand`, the pager and editor, external diff
+//!   and textconv drivers. Filters cannot be named in advance, so picogent's own
+//!   repositories carry an `info/attributes` (which outranks every `.gitattributes` in
+//!   the tree) that unsets `filter`, `diff`, `merge` and friends for every path, and
+//!   their `config` is restored to picogent's own before each use.
+//! - Where the kernel allows it, git itself runs confined (Landlock and seccomp, no
+//!   network): it can write only the work tree and its repository, like the agent's
+//!   own commands, so even a setting missed above could not reach further.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::confine::{kernel_abi, Confinement};
+
+/// Settings given on every git command line (they outrank repository config).
+const PINNED: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.sshCommand=false",
+    "core.pager=cat",
+    "core.editor=false",
+    "core.askPass=false",
+    "core.attributesFile=/dev/null",
+    "core.untrackedCache=false",
+    "core.autocrlf=false",
+    "commit.gpgsign=false",
+    "tag.gpgsign=false",
+    "protocol.allow=never",
+    "submodule.recurse=false",
+];
+
+/// The `info/attributes` of picogent's own repositories: no filter, diff or merge
+/// driver for any path, whatever `.gitattributes` in the tree say.
+pub const NEUTRAL_ATTRIBUTES: &str =
+    "* !filter !diff !merge !ident !working-tree-encoding !text !eol\n";
+
+/// The whole `config` of picogent's own repositories.
+pub const OWN_CONFIG: &str =
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
+
+/// A git command for `git_dir` with `work_tree`, hardened as described above, and run
+/// through the sandbox helper when `confine` is given and the kernel can enforce it.
+pub fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Command {
+    let mut cmd = match confine.filter(|_| kernel_abi() >= 3) {
+        Some(c) => {
+            let mut cmd = Command::new(&c.helper);
+            cmd.arg("sandbox-exec")
+                .arg("--rw")
+                .arg(work_tree)
+                .arg("--rw")
+                .arg(git_dir)
+                .arg("--tmp")
+                .arg(git_dir);
+            if kernel_abi() >= 4 {
+                cmd.arg("--deny-net");
+            }
+            cmd.args(["--", "git"]);
+            cmd
+        }
+        None => Command::new("git"),
+    };
+    cmd.arg(format!("--git-dir={}", git_dir.display()))
+        .arg(format!("--work-tree={}", work_tree.display()));
+    for setting in PINNED {
+        cmd.args(["-c", setting]);
+    }
+    cmd.current_dir(work_tree)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ATTR_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_AUTHOR_NAME", "picogent")
+        .env("GIT_AUTHOR_EMAIL", "picogent@localhost")
+        .env("GIT_COMMITTER_NAME", "picogent")
+        .env("GIT_COMMITTER_EMAIL", "picogent@localhost");
+    for var in [
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_COMMON_DIR",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_CONFIG",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_EXEC_PATH",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// Puts picogent's own repository back as picogent made it: its `config` and
+/// `info/attributes`, and none of the files that would point git elsewhere. Returns
+/// what had been changed (for a warning).
+pub fn restore_own_repository(git_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut changed = Vec::new();
+    let info = git_dir.join("info");
+    std::fs::create_dir_all(&info)?;
+    for (path, want) in [
+        (git_dir.join("config"), OWN_CONFIG),
+        (info.join("attributes"), NEUTRAL_ATTRIBUTES),
+    ] {
+        let meta = std::fs::symlink_metadata(&path);
+        let same = meta.as_ref().is_ok_and(|m| m.is_file())
+            && std::fs::read(&path).is_ok_and(|b| b == want.as_bytes());
+        if !same {
+            if meta.is_ok() {
+                changed.push(path.clone());
+                let _ = std::fs::remove_file(&path);
+            }
+            std::fs::write(&path, want)?;
+        }
+    }
+    for extra in ["commondir", "objects/info/alternates", "config.worktree"] {
+        let p = git_dir.join(extra);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            std::fs::remove_file(&p)?;
+            changed.push(p);
+        }
+    }
+    Ok(changed)
+}

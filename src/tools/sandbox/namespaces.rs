@@ -1,0 +1,509 @@
+//! The namespace layer of `picogent sandbox-exec`: a command's own user, mount, PID and
+//! IPC namespaces (and network namespace under `network: "deny"`), set up the way
+//! bubblewrap does it, by the single-threaded helper before it becomes the command.
+//!
+//! Inside, the command sees:
+//! - the whole file system read-only (and `nosuid`), except the allowed paths;
+//! - picogent's protected folders (state, sessions, checkpoints) read-only and its
+//!   configuration file and `.env` replaced by empty files, even inside an allowed path;
+//! - a private `/tmp` (the per-command folder picogent made) and a minimal `/dev`;
+//! - a fresh `/proc` of its own PID namespace, in which picogent does not exist;
+//! - under `deny`, a network namespace with only its own loopback.
+//!
+//! Process tree: the helper unshares, forks a child that is PID 1 of the new namespace,
+//! which mounts, reaps orphans and forks PID 2, the parent of the command. When the command exits, PID 1
+//! exits and the kernel kills everything left in the namespace, whatever it did with
+//! process groups or `setsid`. PID 1 dies with the helper (parent-death signal), and the
+//! helper with picogent.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::confine::HelperArgs;
+
+// Constants of the new mount API (linux/mount.h), stable since Linux 5.2 / 5.12.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Devices the minimal `/dev` offers (bound from the host's).
+const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+fn errno(what: impl std::fmt::Display) -> String {
+    format!("{what}: {}", io::Error::last_os_error())
+}
+
+fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
+}
+
+/// Runs the command in new namespaces. Returns only on failure before the command
+/// started; otherwise exits with the command's status.
+pub fn run(h: &HelperArgs) -> Result<std::convert::Infallible, String> {
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the working folder: {e}"))?;
+    // SAFETY: plain getters.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+    if h.deny_network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: the helper is single-threaded here (it runs before any runtime).
+    if unsafe { libc::unshare(flags) } != 0 {
+        return Err(errno("cannot create the sandbox namespaces"));
+    }
+    std::fs::write("/proc/self/setgroups", "deny").map_err(|e| format!("setgroups: {e}"))?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
+        .map_err(|e| format!("uid_map: {e}"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+        .map_err(|e| format!("gid_map: {e}"))?;
+    // A pipe whose write end only the helper holds: PID 1 sees it close if the helper
+    // died before PID 1 could ask for its parent-death signal.
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid two-int array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(errno("pipe"));
+    }
+    // SAFETY: both fds were just created and are owned here.
+    let (alive_r, alive_w) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: single-threaded; the child continues with ordinary code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(errno("fork"));
+    }
+    if pid == 0 {
+        drop(alive_w);
+        init(h, &cwd, alive_r)
+    }
+    drop(alive_r);
+    let code = wait_exit_code(pid);
+    drop(alive_w);
+    std::process::exit(code)
+}
+
+/// The exit status of `pid` as a shell reports it (128 + signal when killed).
+fn wait_exit_code(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid int.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return 125;
+        }
+    }
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    }
+}
+
+/// PID 1 of the new namespace: mounts, starts the command, reaps, exits with it.
+fn init(h: &HelperArgs, cwd: &Path, alive: OwnedFd) -> ! {
+    // SAFETY: plain prctl calls on this process.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    let mut p = libc::pollfd {
+        fd: alive.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    if unsafe { libc::poll(&mut p, 1, 0) } != 0 {
+        // The helper is gone: nobody waits for this command.
+        std::process::exit(125);
+    }
+    drop(alive);
+    if let Err(e) = setup(h, cwd) {
+        eprintln!("picogent sandbox: {e}; the command was not run");
+        std::process::exit(126);
+    }
+    // SAFETY: PID 1 is single-threaded.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        eprintln!("picogent sandbox: {}", errno("fork"));
+        std::process::exit(126);
+    }
+    if child == 0 {
+        parent_of_command(h)
+    }
+    loop {
+        let mut status = 0;
+        // SAFETY: reaps any child; status is a valid int.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r == child {
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            };
+            // Exiting PID 1 kills every other process of the namespace.
+            std::process::exit(code);
+        }
+        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            std::process::exit(125);
+        }
+    }
+}
+
+/// PID 2: the command's parent. Programs that take a parent PID of 1 to mean that
+/// their parent died (Node CLIs do) would otherwise exit at once.
+fn parent_of_command(h: &HelperArgs) -> ! {
+    // SAFETY: single-threaded.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        eprintln!("picogent sandbox: {}", errno("fork"));
+        std::process::exit(126);
+    }
+    if child == 0 {
+        std::process::exit(super::confine::become_command(h, true));
+    }
+    std::process::exit(wait_exit_code(child))
+}
+
+fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
+    let restricted = h.writable.is_some() && !h.writable_all();
+    // Detached copies of what stays writable, taken before anything is made read-only.
+    let mut writable: Vec<(PathBuf, bool, OwnedFd)> = Vec::new();
+    if restricted {
+        for d in h.writable.iter().flatten() {
+            if let Ok(meta) = std::fs::metadata(d) {
+                writable.push((d.clone(), meta.is_dir(), open_tree(d, true)?));
+            }
+        }
+    }
+    let tmp = match &h.tmp {
+        Some(t) => Some(open_tree(t, false)?),
+        None => None,
+    };
+    let dev: Vec<(&str, OwnedFd)> = if restricted {
+        DEV_NODES
+            .iter()
+            .filter_map(|n| {
+                open_tree(&Path::new("/dev").join(n), false)
+                    .ok()
+                    .map(|fd| (*n, fd))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // An empty read-only file to cover hidden files with (writes fail, reads are empty).
+    let blank = match &h.tmp {
+        Some(t) if !h.hidden.is_empty() => {
+            let p = t.join(".picogent-hidden");
+            std::fs::write(&p, "").map_err(|e| format!("{}: {e}", p.display()))?;
+            let fd = open_tree(&p, false)?;
+            set_attr(
+                Some(&fd),
+                Path::new(""),
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                false,
+            )?;
+            Some(fd)
+        }
+        _ => None,
+    };
+    let attr = if restricted {
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID
+    } else {
+        MOUNT_ATTR_NOSUID
+    };
+    set_attr(None, Path::new("/"), attr, true)?;
+    let mut tmp_here = None;
+    if restricted {
+        minimal_dev(dev)?;
+        if let Some(fd) = tmp {
+            move_mount(fd, Path::new("/tmp"))?;
+        }
+    } else {
+        // The temporary folder lies in picogent's (read-only) state: keep it writable
+        // where it is.
+        tmp_here = tmp.zip(h.tmp.as_ref());
+    }
+    writable.sort_by_key(|(p, _, _)| p.components().count());
+    for (p, is_dir, fd) in writable {
+        if std::fs::symlink_metadata(&p).is_err() {
+            // Under the private /tmp: recreate the mount point.
+            mount_point(&p, is_dir).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+        move_mount(fd, &p)?;
+    }
+    for p in &h.read_only {
+        if std::fs::symlink_metadata(p).is_ok() {
+            let fd = open_tree(p, true)?;
+            set_attr(
+                Some(&fd),
+                Path::new(""),
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                true,
+            )?;
+            move_mount(fd, p)?;
+        }
+    }
+    for p in &h.hidden {
+        hide(p, blank.as_ref())?;
+    }
+    if let Some((fd, path)) = tmp_here {
+        move_mount(fd, path)?;
+    }
+    mount(
+        Some("proc"),
+        Path::new("/proc"),
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
+    if h.deny_network {
+        loopback_up();
+    }
+    // The old working folder is a reference into the mounts as they were; resolve it
+    // again so writes go through the new (possibly read-only) mounts.
+    std::env::set_current_dir(cwd).map_err(|e| format!("cd {}: {e}", cwd.display()))?;
+    Ok(())
+}
+
+/// Creates an empty folder or file to mount over.
+fn mount_point(p: &Path, is_dir: bool) -> io::Result<()> {
+    if is_dir {
+        return std::fs::create_dir_all(p);
+    }
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::File::create(p).map(|_| ())
+}
+
+/// Makes `p` unreadable and unwritable: the empty read-only file `blank` over a file,
+/// an empty read-only folder over a folder.
+fn hide(p: &Path, blank: Option<&OwnedFd>) -> Result<(), String> {
+    let Ok(meta) = std::fs::symlink_metadata(p) else {
+        return Ok(());
+    };
+    if meta.is_dir() {
+        return mount(
+            Some("tmpfs"),
+            p,
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=4k,mode=0500"),
+        );
+    }
+    let blank = blank.ok_or("no file to hide files with")?;
+    // A copy of the blank mount for each file it covers.
+    let empty = c"";
+    // SAFETY: valid fd and empty path with AT_EMPTY_PATH.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            blank.as_raw_fd(),
+            empty.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(errno(format!("cannot hide {}", p.display())));
+    }
+    // SAFETY: a fresh fd from the kernel.
+    move_mount(unsafe { OwnedFd::from_raw_fd(fd as i32) }, p)
+}
+
+/// A tmpfs `/dev` with the usual devices bound from the host, a private `devpts` and
+/// `shm`, and the standard links.
+fn minimal_dev(nodes: Vec<(&str, OwnedFd)>) -> Result<(), String> {
+    let dev = Path::new("/dev");
+    mount(
+        Some("tmpfs"),
+        dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+    )?;
+    for (name, fd) in nodes {
+        let target = dev.join(name);
+        std::fs::File::create(&target).map_err(|e| format!("{}: {e}", target.display()))?;
+        move_mount(fd, &target)?;
+    }
+    for d in ["pts", "shm"] {
+        std::fs::create_dir(dev.join(d)).map_err(|e| format!("/dev/{d}: {e}"))?;
+    }
+    // A private pseudo-terminal instance; optional (some kernels refuse it in a
+    // user namespace), programs without a terminal do not need it.
+    if mount(
+        Some("devpts"),
+        &dev.join("pts"),
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .is_ok()
+    {
+        let _ = std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx"));
+    }
+    mount(
+        Some("tmpfs"),
+        &dev.join("shm"),
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777,size=64m"),
+    )?;
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let _ = std::os::unix::fs::symlink(target, dev.join(link));
+    }
+    Ok(())
+}
+
+/// Brings up `lo` in the new network namespace, so local test servers still work.
+fn loopback_up() {
+    // SAFETY: a throwaway socket and two ioctls on a zeroed, NUL-terminated ifreq.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return;
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo\0".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut req) == 0 {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
+        }
+        libc::close(s);
+    }
+}
+
+fn mount(
+    source: Option<&str>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Result<(), String> {
+    let c = |s: Option<&str>| s.and_then(|s| CString::new(s).ok());
+    let (src, fs, dat) = (c(source), c(fstype), c(data));
+    let tgt = cstr(target)?;
+    let ptr = |s: &Option<CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: every pointer is null or a valid NUL-terminated string that outlives the call.
+    let r = unsafe {
+        libc::mount(
+            ptr(&src),
+            tgt.as_ptr(),
+            ptr(&fs),
+            flags,
+            ptr(&dat) as *const libc::c_void,
+        )
+    };
+    if r != 0 {
+        return Err(errno(format!("mount {}", target.display())));
+    }
+    Ok(())
+}
+
+/// A detached copy of the mount tree at `p` (with everything mounted below it when
+/// `recursive`).
+fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, String> {
+    let path = cstr(p)?;
+    let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: valid path pointer; the returned fd is owned here.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(errno(format!("cannot copy the mount at {}", p.display())));
+    }
+    // SAFETY: a fresh fd from the kernel.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn move_mount(fd: OwnedFd, target: &Path) -> Result<(), String> {
+    let tgt = cstr(target)?;
+    let empty = c"";
+    // SAFETY: valid fd and path pointers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            tgt.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r != 0 {
+        return Err(errno(format!("cannot mount over {}", target.display())));
+    }
+    Ok(())
+}
+
+/// Sets mount attributes on `path` (or on the detached tree `fd`).
+fn set_attr(fd: Option<&OwnedFd>, path: &Path, set: u64, recursive: bool) -> Result<(), String> {
+    let p = cstr(path)?;
+    let dirfd = fd.map_or(libc::AT_FDCWD, |f| f.as_raw_fd());
+    let mut flags = 0u32;
+    if fd.is_some() {
+        flags |= libc::AT_EMPTY_PATH as u32;
+    }
+    if recursive {
+        flags |= libc::AT_RECURSIVE as u32;
+    }
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: valid pointers; the size is that of the struct passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dirfd,
+            p.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r != 0 {
+        return Err(errno(format!("cannot make {} read-only", path.display())));
+    }
+    Ok(())
+}

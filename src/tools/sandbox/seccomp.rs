@@ -1,0 +1,110 @@
+//! The seccomp layer of `picogent sandbox-exec`: a small classic-BPF filter.
+//!
+//! - io_uring is refused always: its operations (including `IORING_OP_SOCKET`) would
+//!   bypass the socket rule below.
+//! - Under `network: "deny"`, `socket()` is refused for every family but IPv4 and IPv6
+//!   inside a network namespace (which then reach only the namespace's own loopback),
+//!   and for every family without one. That closes pathname and abstract UNIX sockets,
+//!   UDP, raw and netlink sockets. `socketpair()` stays: it connects to nothing.
+//! - System calls of another architecture's ABI (32-bit compatibility, x32) are
+//!   refused, since the numbers above would not apply to them.
+
+use std::io;
+
+const SECCOMP_DATA_NR: u32 = 0;
+const SECCOMP_DATA_ARCH: u32 = 4;
+const SECCOMP_DATA_ARG0: u32 = 16;
+
+const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const BPF_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+#[cfg(target_arch = "x86_64")]
+const NATIVE_ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+#[cfg(target_arch = "aarch64")]
+const NATIVE_ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+
+/// System calls numbered at or above this belong to the x32 ABI on x86_64.
+#[cfg(target_arch = "x86_64")]
+const X32_BIT: u32 = 0x4000_0000;
+#[cfg(not(target_arch = "x86_64"))]
+const X32_BIT: u32 = u32::MAX;
+
+fn stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+fn errno(e: i32) -> u32 {
+    libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA)
+}
+
+/// The filter program for these settings.
+fn program(deny_network: bool, in_namespace: bool) -> Vec<libc::sock_filter> {
+    let allow = stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW);
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
+        jump(BPF_JEQ_K, NATIVE_ARCH, 1, 0),
+        stmt(BPF_RET_K, errno(libc::ENOSYS)),
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
+        jump(BPF_JGE_K, X32_BIT, 0, 1),
+        stmt(BPF_RET_K, errno(libc::ENOSYS)),
+    ];
+    for nr in [
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ] {
+        p.push(jump(BPF_JEQ_K, nr as u32, 0, 1));
+        p.push(stmt(BPF_RET_K, errno(libc::EPERM)));
+    }
+    if deny_network {
+        // if nr != socket: allow
+        p.push(jump(BPF_JEQ_K, libc::SYS_socket as u32, 1, 0));
+        p.push(allow);
+        if in_namespace {
+            p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0));
+            p.push(jump(BPF_JEQ_K, libc::AF_INET as u32, 2, 0));
+            p.push(jump(BPF_JEQ_K, libc::AF_INET6 as u32, 1, 0));
+            p.push(stmt(BPF_RET_K, errno(libc::EACCES)));
+            p.push(allow);
+        } else {
+            p.push(stmt(BPF_RET_K, errno(libc::EACCES)));
+        }
+    } else {
+        p.push(allow);
+    }
+    p
+}
+
+/// Installs the filter on this process (it is inherited across fork and exec).
+/// `no_new_privs` must already be set.
+pub(crate) fn install(deny_network: bool, in_namespace: bool) -> io::Result<()> {
+    let prog = program(deny_network, in_namespace);
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points at a live program of the stated length.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,407 @@
+//! Sandbox v2: a prompt-injected model attacking picogent through bash, on the real
+//! kernel. Each test is one attack from the issue; the namespace layer's tests skip
+//! (saying so) where the kernel has no unprivileged user namespaces.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use picogent::tools::sandbox::namespaces_work;
+use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{self, llm, text, tool, Sandbox, ScriptedLlm, Wire};
+
+fn helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_picogent"))
+}
+
+/// `None` (with the reason printed) when commands cannot get their own namespaces.
+fn namespaces_or_skip() -> Option<()> {
+    match namespaces_work(&helper()) {
+        Ok(()) => Some(()),
+        Err(e) => {
+            eprintln!("SKIPPED: no namespace sandbox on this machine: {e}");
+            None
+        }
+    }
+}
+
+/// A tool context confined like the agent's: allowed `work`, picogent's files protected.
+fn confined(sb: &Sandbox, protected: &[PathBuf], deny_network: bool) -> ToolContext {
+    ToolContext {
+        work_dir: sb.work.clone(),
+        sandbox: Arc::new(
+            PathSandbox::new(std::slice::from_ref(&sb.work), protected, &[])
+                .with_confinement(helper(), deny_network),
+        ),
+        step_timeout: Duration::from_secs(20),
+        cancel: CancellationToken::new(),
+        output_dir: sb.home.join("state/outputs/s1"),
+    }
+}
+
+async fn bash(ctx: &ToolContext, command: &str) -> ToolOutput {
+    execute("bash", &json!({ "command": command }), ctx).await
+}
+
+/// The `picogent run --json` events of one scripted run of the real binary.
+async fn run_binary(sb: &Sandbox, extra_env: &[(&str, &str)]) -> (bool, Vec<Value>, String) {
+    let out = tokio::process::Command::new(helper())
+        .args(["run", "--json", "--agent"])
+        .arg(&sb.home)
+        .arg("attack")
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &sb.user_home)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env("ANTHROPIC_API_KEY", "sk-ant-SECRET-anthropic-0001")
+        .env("AGENT_TOKEN", "SECRET-agent-token-0002")
+        .envs(extra_env.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (
+        out.status.success(),
+        events,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn results(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| e["output"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn secrets_are_not_readable_through_proc_with_or_without_namespaces() {
+    // Every /proc environ and cmdline bash can reach, its parent's first.
+    let snoop = "tr '\\0' '\\n' < /proc/$PPID/environ; tr '\\0' ' ' < /proc/$PPID/cmdline; \
+                 for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; tr '\\0' ' ' < $p/cmdline; done 2>/dev/null; \
+                 echo snooped";
+    for level in ["on", "landlock"] {
+        let sb = Sandbox::new();
+        let llm = ScriptedLlm::start(vec![
+            tool("bash", json!({ "command": snoop })),
+            text("done"),
+        ])
+        .await;
+        sb.write_config(&llm, Wire::Anthropic, json!({ "allowed_paths": [sb.work] }));
+        let (ok, events, stderr) = run_binary(&sb, &[("PICOGENT_SANDBOX", level)]).await;
+        assert!(ok, "{level}: {stderr}");
+        let out = results(&events).join("\n");
+        assert!(out.contains("snooped"), "{level}: {out}");
+        for secret in ["SECRET-anthropic", "SECRET-agent-token", llm::API_KEY] {
+            assert!(!out.contains(secret), "{level}: {secret} leaked:\n{out}");
+        }
+        // Nor did the model receive it in any request.
+        let sent =
+            serde_json::to_string(&llm.requests().iter().map(|r| &r.body).collect::<Vec<_>>())
+                .unwrap();
+        assert!(!sent.contains("SECRET-"), "{level}");
+    }
+}
+
+#[tokio::test]
+async fn picogent_and_other_processes_cannot_be_signalled_or_seen() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let ctx = confined(&sb, &[], false);
+    let mut victim = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let vpid = victim.id();
+    let me = std::process::id();
+    let r = bash(
+        &ctx,
+        &format!("kill -STOP $PPID; kill -STOP {me}; kill -STOP {vpid}; ls /proc | grep -c '^[0-9]'; echo end"),
+    )
+    .await;
+    assert!(r.text.contains("end"), "the command itself ran on: {r:?}");
+    // Only the sandbox's own few processes are visible.
+    let visible: usize = r.text.lines().find_map(|l| l.trim().parse().ok()).unwrap();
+    assert!(visible <= 6, "{r:?}");
+    let stat = std::fs::read_to_string(format!("/proc/{vpid}/stat")).unwrap();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap();
+    assert_ne!(state, "T", "the other process was stopped");
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+}
+
+#[tokio::test]
+async fn background_jobs_in_their_own_groups_die_with_the_command() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let ctx = confined(&sb, &[], false);
+    let r = bash(
+        &ctx,
+        "set -m; (sleep 1002 &); setsid sleep 1003 & nohup sleep 1004 >/dev/null 2>&1 & disown; echo started",
+    )
+    .await;
+    assert_eq!(r.text, "started", "{r:?}");
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 100[234]"])
+        .output()
+        .unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "leftover: {}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+}
+
+#[tokio::test]
+async fn network_deny_closes_unix_udp_and_abstract_sockets() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let unix_path = sb.work.join("daemon.sock");
+    let _unix = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let port = udp.local_addr().unwrap().port();
+    let py = |code: &str| format!("python3 -c \"{code}\" && echo REACHED");
+    let unix = py(&format!(
+        "import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}')",
+        unix_path.display()
+    ));
+    let udp_cmd = py(&format!(
+        "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('127.0.0.1', {port}))"
+    ));
+    let abstract_ = py(
+        "import socket; s=socket.socket(socket.AF_UNIX); s.connect(b'\\\\0picogent-test-abstract')",
+    );
+
+    let denied = confined(&sb, &[], true);
+    for (what, cmd) in [("unix", &unix), ("abstract", &abstract_)] {
+        let r = bash(&denied, cmd).await;
+        assert!(r.is_error && !r.text.contains("REACHED"), "{what}: {r:?}");
+    }
+    // A datagram may be sent, but only into the sandbox's own network: it never
+    // arrives here (loopback delivery is synchronous, so it would be queued by now).
+    bash(&denied, &udp_cmd).await;
+    let mut buf = [0u8; 8];
+    assert!(udp.recv(&mut buf).is_err(), "a datagram arrived under deny");
+    // With the network allowed the same UNIX socket is reachable.
+    let allowed = confined(&sb, &[], false);
+    let r = bash(&allowed, &unix).await;
+    assert_eq!(r.text, "REACHED", "{r:?}");
+}
+
+#[tokio::test]
+async fn picogent_files_inside_an_allowed_path_are_protected_from_commands() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let config = sb.write("agent.json", "{\"token\": \"SECRET-config\"}");
+    let env = sb.write(".env", "AGENT_TOKEN=SECRET-env");
+    let state = sb.work.join("state");
+    std::fs::create_dir_all(state.join("checkpoints")).unwrap();
+    std::fs::write(state.join("journal.jsonl"), "{}\n").unwrap();
+    let ctx = confined(&sb, &[config.clone(), env.clone(), state.clone()], false);
+    let r = bash(&ctx, "cat agent.json .env; echo; ls -A state").await;
+    assert!(!r.text.contains("SECRET"), "{r:?}");
+    assert!(
+        r.text.contains("journal.jsonl"),
+        "state stays readable: {r:?}"
+    );
+    for attack in [
+        "echo '{}' > agent.json",
+        "rm -f .env",
+        "echo x >> state/journal.jsonl",
+        "mkdir state/checkpoints/planted",
+        "mv state state2",
+    ] {
+        let r = bash(&ctx, attack).await;
+        assert!(r.is_error, "{attack}: {r:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "{\"token\": \"SECRET-config\"}"
+    );
+    assert!(env.exists());
+    assert_eq!(
+        std::fs::read_to_string(state.join("journal.jsonl")).unwrap(),
+        "{}\n"
+    );
+    assert!(!state.join("checkpoints/planted").exists());
+    // Everything else in the allowed path stays writable.
+    let r = bash(&ctx, "echo fine > other.txt && cat other.txt").await;
+    assert_eq!(r.text, "fine", "{r:?}");
+}
+
+#[tokio::test]
+async fn full_outputs_are_private_files_in_picogent_state() {
+    let sb = Sandbox::new();
+    let ctx = confined(&sb, &[sb.home.join("state")], false);
+    let r = bash(&ctx, "seq 1 30000").await;
+    let path = r.details.as_ref().unwrap()["full_output_path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = Path::new(&path);
+    assert!(
+        path.starts_with(sb.home.join("state/outputs/s1")),
+        "{path:?}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::metadata(path.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+    assert!(std::fs::read_to_string(path).unwrap().ends_with("30000\n"));
+    if namespaces_work(&helper()).is_ok() {
+        let r = bash(
+            &ctx,
+            &format!(
+                "echo planted > {}",
+                path.parent().unwrap().join("x.log").display()
+            ),
+        )
+        .await;
+        assert!(
+            r.is_error,
+            "the output folder is not writable to commands: {r:?}"
+        );
+    }
+}
+
+/// Without user namespaces (here: a user namespace whose limit for more is 0),
+/// picogent refuses a configuration whose own files would be writable, unless relaxed.
+#[tokio::test]
+async fn without_namespaces_unsafe_configurations_are_refused_unless_relaxed() {
+    let probe = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED: cannot make a user namespace to take namespaces away in");
+        return;
+    }
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({ "command": "echo ran" })),
+        text("done"),
+    ])
+    .await;
+    // The agent folder is allowed: its state/ and agent.json lie inside.
+    sb.write_config(
+        &llm,
+        Wire::Anthropic,
+        json!({ "allowed_paths": [sb.home], "work_dir": sb.home }),
+    );
+    let run = |level: &str| {
+        tokio::process::Command::new("unshare")
+            .args(["--user", "--map-root-user", "--", "sh", "-c"])
+            .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"")
+            .arg("sh")
+            .arg(helper())
+            .args(["run", "--json", "--agent"])
+            .arg(&sb.home)
+            .arg("go")
+            .env("HOME", &sb.user_home)
+            .env("PICOGENT_API_KEY", llm::API_KEY)
+            .env("PICOGENT_SANDBOX", level)
+            .output()
+    };
+    let out = run("on").await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("user namespaces")
+            && stderr.contains("sandbox: \"landlock\"")
+            && stderr.contains("agent.json"),
+        "{stderr}"
+    );
+    let out = run("landlock").await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"ran"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[tokio::test]
+async fn sandbox_check_reports_the_layers_and_stops_every_attack() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let out = std::process::Command::new(helper())
+        .arg("sandbox-check")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "namespaces",
+        "Landlock file rules",
+        "seccomp",
+        "PASS write outside",
+        "PASS read picogent's configuration",
+        "Every attack was stopped",
+    ] {
+        assert!(stdout.contains(line), "{line} missing:\n{stdout}");
+    }
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}
+
+#[tokio::test]
+async fn the_agent_runs_commands_in_namespaces_by_default() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool(
+            "bash",
+            json!({ "command": "echo $$; readlink /proc/1/exe; id -u" }),
+        ),
+        text("ok"),
+    ])
+    .await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({ "allowed_paths": [sb.work] }));
+    assert!(agent.sandbox().confinement().is_some_and(|c| c.namespaces));
+    let (events, _) = common::run(&agent, "who am i", "ns").await;
+    let r = &common::tool_results(&events)[0];
+    assert!(!r.1, "{r:?}");
+    let pid: u32 = r.2.lines().next().unwrap().parse().unwrap();
+    assert!(pid < 10, "bash sees its own PID namespace: {r:?}");
+}
