@@ -177,6 +177,19 @@ pub fn agent_from(mut config: Config) -> Agent {
     Agent::with_provider(config, provider)
 }
 
+/// Fails when a process whose command line matches `pattern` (pgrep -f) is alive.
+pub fn assert_no_process(pattern: &str) {
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", pattern])
+        .output()
+        .unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "leftover processes: {}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+}
+
 /// Runs one prompt to the end and returns every event and the outcome.
 pub async fn run(agent: &Agent, prompt: &str, session: &str) -> (Vec<AgentEvent>, Outcome) {
     let mut h = agent.start(RunRequest::new(prompt, session));

@@ -159,15 +159,7 @@ async fn background_jobs_in_their_own_groups_die_with_the_command() {
     )
     .await;
     assert_eq!(r.text, "started", "{r:?}");
-    let ps = std::process::Command::new("pgrep")
-        .args(["-f", "sleep 100[234]"])
-        .output()
-        .unwrap();
-    assert!(
-        ps.stdout.is_empty(),
-        "leftover: {}",
-        String::from_utf8_lossy(&ps.stdout)
-    );
+    crate::common::assert_no_process("sleep 100[234]");
 }
 
 #[tokio::test]

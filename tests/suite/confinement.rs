@@ -203,15 +203,7 @@ async fn a_confined_background_grandchild_still_dies_on_timeout() {
     .await;
     assert!(started.elapsed() < Duration::from_secs(8));
     assert!(r.is_error && r.text.contains("timed out"), "{r:?}");
-    let ps = std::process::Command::new("pgrep")
-        .args(["-f", "sleep 1001"])
-        .output()
-        .unwrap();
-    assert!(
-        ps.stdout.is_empty(),
-        "leftover: {}",
-        String::from_utf8_lossy(&ps.stdout)
-    );
+    crate::common::assert_no_process("sleep 1001");
 }
 
 #[tokio::test]

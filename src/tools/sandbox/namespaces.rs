@@ -186,17 +186,22 @@ fn parent_of_command(h: &HelperArgs) -> ! {
     std::process::exit(wait_exit_code(child))
 }
 
-fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
-    mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )?;
-    let restricted = h.writable.is_some() && !h.writable_all();
-    // Detached copies of what stays writable, taken before anything is made read-only.
-    let mut writable: Vec<(PathBuf, bool, OwnedFd)> = Vec::new();
+/// Detached copies of what the new view keeps from the old one, taken before anything
+/// is made read-only or covered.
+struct Sources {
+    /// The allowed paths (path, is a folder, copy), when writes are restricted.
+    writable: Vec<(PathBuf, bool, OwnedFd)>,
+    /// The per-command temporary folder.
+    tmp: Option<OwnedFd>,
+    /// Device nodes for the minimal `/dev`.
+    dev: Vec<(&'static str, OwnedFd)>,
+    /// An empty read-only file to cover hidden files with (writes fail, reads are
+    /// empty), and its name, removed once it is mounted so nothing can fill it.
+    blank: Option<(OwnedFd, PathBuf)>,
+}
+
+fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
+    let mut writable = Vec::new();
     if restricted {
         for d in h.writable.iter().flatten() {
             if let Ok(meta) = std::fs::metadata(d) {
@@ -204,11 +209,8 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
             }
         }
     }
-    let tmp = match &h.tmp {
-        Some(t) => Some(open_tree(t, false)?),
-        None => None,
-    };
-    let dev: Vec<(&str, OwnedFd)> = if restricted {
+    let tmp = h.tmp.as_deref().map(|t| open_tree(t, false)).transpose()?;
+    let dev = if restricted {
         DEV_NODES
             .iter()
             .filter_map(|n| {
@@ -220,10 +222,9 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
     } else {
         Vec::new()
     };
-    // An empty read-only file to cover hidden files with (writes fail, reads are empty).
     let blank = match &h.tmp {
         Some(t) if !h.hidden.is_empty() => {
-            let p = t.join(".picogent-hidden");
+            let p = t.join(format!(".picogent-hidden-{}", std::process::id()));
             std::fs::write(&p, "").map_err(|e| format!("{}: {e}", p.display()))?;
             let fd = open_tree(&p, false)?;
             set_attr(
@@ -232,10 +233,33 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
                 MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
                 false,
             )?;
-            Some(fd)
+            Some((fd, p))
         }
         _ => None,
     };
+    Ok(Sources {
+        writable,
+        tmp,
+        dev,
+        blank,
+    })
+}
+
+fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
+    let restricted = h.writable.is_some() && !h.writable_all();
+    let Sources {
+        mut writable,
+        tmp,
+        dev,
+        blank,
+    } = sources(h, restricted)?;
     let attr = if restricted {
         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID
     } else {
@@ -274,7 +298,14 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         }
     }
     for p in &h.hidden {
-        hide(p, blank.as_ref())?;
+        hide(p, blank.as_ref().map(|(fd, _)| fd))?;
+    }
+    if let Some((_, name)) = &blank {
+        let seen = match (restricted, name.file_name()) {
+            (true, Some(n)) => Path::new("/tmp").join(n),
+            _ => name.clone(),
+        };
+        std::fs::remove_file(&seen).map_err(|e| format!("{}: {e}", seen.display()))?;
     }
     if let Some((fd, path)) = tmp_here {
         move_mount(fd, path)?;
@@ -342,7 +373,7 @@ fn hide(p: &Path, blank: Option<&OwnedFd>) -> Result<(), String> {
 
 /// A tmpfs `/dev` with the usual devices bound from the host, a private `devpts` and
 /// `shm`, and the standard links.
-fn minimal_dev(nodes: Vec<(&str, OwnedFd)>) -> Result<(), String> {
+fn minimal_dev(nodes: Vec<(&'static str, OwnedFd)>) -> Result<(), String> {
     let dev = Path::new("/dev");
     mount(
         Some("tmpfs"),
