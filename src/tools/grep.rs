@@ -77,9 +77,15 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
                     continue;
                 }
             }
-            let Ok(bytes) = std::fs::read(&file) else {
+            // Opened without following a final link and checked by where it really
+            // is, so a folder swapped for a link during the walk reads nothing outside.
+            let Some(mut f) = sandbox.open_found(&file) else {
                 continue;
             };
+            let mut bytes = Vec::new();
+            if std::io::Read::read_to_end(&mut f, &mut bytes).is_err() {
+                continue;
+            }
             if bytes.iter().take(8192).any(|b| *b == 0) {
                 continue;
             }

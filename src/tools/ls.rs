@@ -27,10 +27,13 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
                 "{shown} is a file, not a folder; use read"
             )));
         }
-        let rd = std::fs::read_dir(&dir).map_err(|e| ToolError::io(&dir, e))?;
+        // Listed through the opened folder, checked by where it really is.
+        let opened = sandbox.open_folder(&dir, &shown)?;
+        let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&opened));
+        let rd = std::fs::read_dir(&fd_path).map_err(|e| ToolError::io(&dir, e))?;
         let mut names: Vec<String> = rd
             .filter_map(Result::ok)
-            .filter(|e| !sandbox.is_protected(&e.path()))
+            .filter(|e| !sandbox.is_protected(&dir.join(e.file_name())))
             .map(|e| {
                 let mut n = e.file_name().to_string_lossy().into_owned();
                 // file_type does not follow links; a link to a folder is listed as one.

@@ -62,6 +62,7 @@ async fn a_folder_swapped_for_a_symlink_never_lets_the_file_tools_out() {
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("secret.txt"), "OUTSIDE-SECRET\n").unwrap();
     std::fs::write(outside.join("e.txt"), "outside original\n").unwrap();
+    std::fs::write(outside.join("outside-only.txt"), "").unwrap();
     let real = sb.work.join("d");
     std::fs::create_dir_all(&real).unwrap();
     std::fs::write(real.join("secret.txt"), "inside\n").unwrap();
@@ -84,6 +85,15 @@ async fn a_folder_swapped_for_a_symlink_never_lets_the_file_tools_out() {
             leaks += 1;
         } else if r.text.contains("inside") {
             reads_inside += 1;
+        }
+        for (tool, args) in [
+            ("grep", json!({"pattern": "SECRET", "path": "d"})),
+            ("ls", json!({"path": "d"})),
+        ] {
+            let r = execute(tool, &args, &c).await;
+            if r.text.contains("OUTSIDE-SECRET") || r.text.contains("outside-only") {
+                leaks += 1;
+            }
         }
         // Toggles the inside file; an edit that escaped would change the outside one.
         let (old, new) = if i % 2 == 0 {

@@ -300,15 +300,15 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
     for p in &h.hidden {
         hide(p, blank.as_ref().map(|(fd, _)| fd))?;
     }
+    if let Some((fd, path)) = tmp_here {
+        move_mount(fd, path)?;
+    }
     if let Some((_, name)) = &blank {
         let seen = match (restricted, name.file_name()) {
             (true, Some(n)) => Path::new("/tmp").join(n),
             _ => name.clone(),
         };
         std::fs::remove_file(&seen).map_err(|e| format!("{}: {e}", seen.display()))?;
-    }
-    if let Some((fd, path)) = tmp_here {
-        move_mount(fd, path)?;
     }
     mount(
         Some("proc"),
