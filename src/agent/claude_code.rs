@@ -338,14 +338,14 @@ async fn drive(
         .env("ANTHROPIC_BASE_URL", &cfg.base_url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
+    crate::tools::sandbox::supervise(&mut cmd);
+    // The one secret Claude Code needs: its credentials for the API.
     if let Some(key) = &cfg.api_key {
         cmd.env("ANTHROPIC_API_KEY", key);
     }
-    for var in ["AGENT_TOKEN", "PICOGENT_API_KEY", "PICOGENT_CHAT_TOKEN"] {
-        cmd.env_remove(var);
+    if let Ok(token) = std::env::var("ANTHROPIC_AUTH_TOKEN") {
+        cmd.env("ANTHROPIC_AUTH_TOKEN", token);
     }
     let mut child = cmd
         .spawn()

@@ -128,6 +128,22 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
         tracing::error!(level = "refused", landlock_abi = abi, "{reason}");
         return;
     }
+    // SAFETY: a plain getter.
+    if !sandbox.is_restricted()
+        && unsafe { libc::geteuid() } == 0
+        && sandbox.confinement().is_some()
+    {
+        tracing::warn!("picogent runs as root without allowed_paths: commands can change the whole machine (a cron job, a service) and through it reach picogent's own files. Set allowed_paths, or run picogent as an ordinary user");
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        let looks_here = [cwd.join(".env"), cwd.join("agent.json")];
+        if sandbox.is_restricted()
+            && sandbox.allowed_paths().iter().any(|a| cwd.starts_with(a))
+            && looks_here.iter().any(|p| !p.exists())
+        {
+            tracing::warn!(folder = %cwd.display(), "picogent looks for ./.env and ./agent.json in this folder at start, and it lies inside allowed_paths: a command could create them for the next start. Start picogent from another folder, or name its configuration explicitly");
+        }
+    }
     match sandbox.confinement() {
         Some(c) if abi < c.needed_abi() => tracing::warn!(
             level = "partial",

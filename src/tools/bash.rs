@@ -136,28 +136,8 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
     cmd.current_dir(&cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer2))
-        .process_group(0)
-        .kill_on_drop(true);
-    for (k, _) in std::env::vars_os() {
-        let name = k.to_string_lossy();
-        if crate::config::secrets::is_secret(&name) {
-            cmd.env_remove(&k);
-        }
-    }
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            Ok(())
-        });
-    }
+        .stderr(Stdio::from(writer2));
+    super::sandbox::supervise(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| ToolError::Failed(format!("cannot start /bin/bash: {e}")))?;
@@ -207,7 +187,7 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
         }
     };
     if let Some(pgid) = pgid {
-        // SAFETY: plain syscall; the group id is the child's pid (process_group(0)).
+        // SAFETY: plain syscall; the group id is the child's pid (its own session).
         unsafe {
             libc::killpg(pgid, libc::SIGKILL);
         }

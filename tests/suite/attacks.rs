@@ -397,3 +397,115 @@ async fn the_agent_runs_commands_in_namespaces_by_default() {
     let pid: u32 = r.2.lines().next().unwrap().parse().unwrap();
     assert!(pid < 10, "bash sees its own PID namespace: {r:?}");
 }
+
+#[tokio::test]
+async fn protected_files_cannot_be_swapped_by_moving_their_folders() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let config = sb.write("conf/agent.json", "{\"real\": true}");
+    let sessions = sb.work.join(".picogent/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::write(sessions.join("s1.jsonl"), "REAL\n").unwrap();
+    let ctx = ToolContext {
+        sandbox: Arc::new(
+            PathSandbox::new(std::slice::from_ref(&sb.work), &[config.clone()], &[])
+                .with_read_only(std::slice::from_ref(&sessions))
+                .with_confinement(helper(), false),
+        ),
+        ..confined(&sb, &[], false)
+    };
+    let r = bash(
+        &ctx,
+        "mv conf conf.old; mkdir -p conf && echo '{\"sandbox\":\"off\"}' > conf/agent.json; \
+         mv .picogent .picogent.old; mkdir -p .picogent/sessions && echo INJECTED > .picogent/sessions/s1.jsonl; \
+         echo tried",
+    )
+    .await;
+    assert!(r.text.contains("tried"), "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "{\"real\": true}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sessions.join("s1.jsonl")).unwrap(),
+        "REAL\n"
+    );
+}
+
+#[tokio::test]
+async fn the_kernel_and_the_host_devices_stay_out_of_reach() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    // Both with and without allowed paths: without them the file system is writable,
+    // but never the kernel's settings or the host's device nodes.
+    for allowed in [vec![sb.work.clone()], vec![]] {
+        let ctx = ToolContext {
+            sandbox: Arc::new(
+                PathSandbox::new(&allowed, &[], &[]).with_confinement(helper(), false),
+            ),
+            ..confined(&sb, &[], false)
+        };
+        for attack in [
+            // Writes back the current value: harmless if it ever succeeded.
+            "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern",
+            "echo 0 > /proc/sysrq-trigger",
+            "chmod 0666 /dev/null",
+            "touch -m /dev/urandom",
+            "mknod /dev/picogent-disk b 8 0",
+        ] {
+            let r = bash(&ctx, attack).await;
+            assert!(r.is_error, "{allowed:?}: {attack}: {r:?}");
+        }
+        let r = bash(
+            &ctx,
+            "echo ok > /dev/null && head -c 4 /dev/urandom | wc -c",
+        )
+        .await;
+        assert_eq!(r.text, "4", "devices still work: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn commands_hold_no_capabilities_and_no_inherited_descriptors() {
+    // A descriptor picogent's own parent might have left open (no close-on-exec).
+    let mut fds = [0; 2];
+    // SAFETY: a valid two-int array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let sb = Sandbox::new();
+    for level in [
+        picogent::tools::sandbox::Level::Full,
+        picogent::tools::sandbox::Level::Landlock,
+    ] {
+        let ctx =
+            ToolContext {
+                sandbox: Arc::new(
+                    PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])
+                        .with_confinement_level(helper(), false, level),
+                ),
+                ..confined(&sb, &[], false)
+            };
+        let r = bash(
+            &ctx,
+            "grep CapEff /proc/self/status; ls /proc/self/fd | tr '\\n' ' '",
+        )
+        .await;
+        assert!(
+            r.text.contains("CapEff:\t0000000000000000"),
+            "{level:?}: {r:?}"
+        );
+        let open: Vec<&str> = r.text.lines().last().unwrap().split_whitespace().collect();
+        assert!(
+            open.len() <= 4,
+            "{level:?}: descriptors leaked into the command: {open:?}"
+        );
+    }
+    // SAFETY: closing our own pipe.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}

@@ -263,8 +263,8 @@ fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Inside the namespace, the command must not keep the capabilities the namespace
-/// gave the helper (it could otherwise undo the read-only mounts).
+/// The command keeps no capability: neither those a namespace gave the helper (it
+/// could undo the read-only mounts) nor root's outside one (raw devices, the kernel).
 fn drop_capabilities() -> Result<(), String> {
     // SAFETY: prctl and capset on this process with valid arguments.
     unsafe {
@@ -284,7 +284,11 @@ fn drop_capabilities() -> Result<(), String> {
             | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
             | libc::SECBIT_NO_CAP_AMBIENT_RAISE
             | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-        if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0 {
+        // Only a process with CAP_SETPCAP can (and needs to) lock these: without it,
+        // as an ordinary user outside a namespace, there is no root to keep in check.
+        if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0
+            && libc::geteuid() == 0
+        {
             return Err(format!(
                 "cannot lock the securebits: {}",
                 std::io::Error::last_os_error()
@@ -330,15 +334,13 @@ fn drop_capabilities() -> Result<(), String> {
 /// Applies the per-process layers and `exec`s the program; returns an exit status
 /// only when that failed.
 pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
-    if in_namespace {
-        if let Err(e) = drop_capabilities() {
-            eprintln!("picogent sandbox: {e}; the command was not run");
-            return 126;
-        }
-        if h.writable.is_some() && !h.writable_all() {
-            for var in ["TMPDIR", "TMP", "TEMP"] {
-                std::env::set_var(var, "/tmp");
-            }
+    if let Err(e) = drop_capabilities() {
+        eprintln!("picogent sandbox: {e}; the command was not run");
+        return 126;
+    }
+    if in_namespace && h.writable.is_some() && !h.writable_all() {
+        for var in ["TMPDIR", "TMP", "TEMP"] {
+            std::env::set_var(var, "/tmp");
         }
     }
     // SAFETY: plain prctl on this process.
@@ -365,6 +367,11 @@ pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
 
 /// `picogent sandbox-exec`: confine this process, then become the program.
 pub fn helper_main(args: impl Iterator<Item = OsString>) -> ExitCode {
+    // Nothing picogent's own parent left open reaches the command.
+    // SAFETY: closes descriptors this process does not use (it holds only stdio).
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
     let h = match parse(args) {
         Ok(h) => h,
         Err(e) => {

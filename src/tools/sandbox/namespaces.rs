@@ -210,22 +210,28 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
         }
     }
     let tmp = h.tmp.as_deref().map(|t| open_tree(t, false)).transpose()?;
-    let dev = if restricted {
-        DEV_NODES
-            .iter()
-            .filter_map(|n| {
-                open_tree(&Path::new("/dev").join(n), false)
-                    .ok()
-                    .map(|fd| (*n, fd))
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // The minimal /dev's nodes: read-only binds (device I/O still works, but nothing
+    // can change the host's nodes).
+    let mut dev = Vec::new();
+    for n in DEV_NODES {
+        if let Ok(fd) = open_tree(&Path::new("/dev").join(n), false) {
+            set_attr(
+                Some(&fd),
+                Path::new(""),
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                false,
+            )?;
+            dev.push((*n, fd));
+        }
+    }
     let blank = match &h.tmp {
         Some(t) if !h.hidden.is_empty() => {
             let p = t.join(format!(".picogent-hidden-{}", std::process::id()));
-            std::fs::write(&p, "").map_err(|e| format!("{}: {e}", p.display()))?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p)
+                .map_err(|e| format!("{}: {e}", p.display()))?;
             let fd = open_tree(&p, false)?;
             set_attr(
                 Some(&fd),
@@ -266,9 +272,18 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         MOUNT_ATTR_NOSUID
     };
     set_attr(None, Path::new("/"), attr, true)?;
+    // The kernel's own settings are never writable: as root they would reach the host.
+    if Path::new("/sys").is_dir() {
+        set_attr(
+            None,
+            Path::new("/sys"),
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+            true,
+        )?;
+    }
+    minimal_dev(dev)?;
     let mut tmp_here = None;
     if restricted {
-        minimal_dev(dev)?;
         if let Some(fd) = tmp {
             move_mount(fd, Path::new("/tmp"))?;
         }
@@ -285,6 +300,50 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         }
         move_mount(fd, &p)?;
     }
+    protect(h, restricted, blank.as_ref().map(|(fd, _)| fd))?;
+    if let Some((fd, path)) = tmp_here {
+        move_mount(fd, path)?;
+    }
+    if let Some((_, name)) = &blank {
+        let seen = match (restricted, name.file_name()) {
+            (true, Some(n)) => Path::new("/tmp").join(n),
+            _ => name.clone(),
+        };
+        std::fs::remove_file(&seen).map_err(|e| format!("{}: {e}", seen.display()))?;
+    }
+    fresh_proc()?;
+    if h.deny_network {
+        loopback_up();
+    }
+    // The old working folder is a reference into the mounts as they were; resolve it
+    // again so writes go through the new (possibly read-only) mounts.
+    std::env::set_current_dir(cwd).map_err(|e| format!("cd {}: {e}", cwd.display()))?;
+    Ok(())
+}
+
+/// picogent's own files: read-only or hidden, and every folder between them and a
+/// writable root pinned in place (a mount point cannot be renamed), so that a command
+/// cannot move a parent folder away and put its own files where picogent looks.
+fn protect(h: &HelperArgs, restricted: bool, blank: Option<&OwnedFd>) -> Result<(), String> {
+    let in_writable = |p: &Path| {
+        !restricted
+            || h.writable
+                .iter()
+                .flatten()
+                .any(|w| p.starts_with(w) && p != w.as_path())
+    };
+    let mut pins: Vec<&Path> = h
+        .read_only
+        .iter()
+        .chain(&h.hidden)
+        .flat_map(|p| p.ancestors().skip(1))
+        .filter(|a| *a != Path::new("/") && in_writable(a) && a.is_dir())
+        .collect();
+    pins.sort_by_key(|p| (p.components().count(), p.to_path_buf()));
+    pins.dedup();
+    for a in pins {
+        move_mount(open_tree(a, true)?, a)?;
+    }
     for p in &h.read_only {
         if std::fs::symlink_metadata(p).is_ok() {
             let fd = open_tree(p, true)?;
@@ -298,18 +357,13 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         }
     }
     for p in &h.hidden {
-        hide(p, blank.as_ref().map(|(fd, _)| fd))?;
+        hide(p, blank)?;
     }
-    if let Some((fd, path)) = tmp_here {
-        move_mount(fd, path)?;
-    }
-    if let Some((_, name)) = &blank {
-        let seen = match (restricted, name.file_name()) {
-            (true, Some(n)) => Path::new("/tmp").join(n),
-            _ => name.clone(),
-        };
-        std::fs::remove_file(&seen).map_err(|e| format!("{}: {e}", seen.display()))?;
-    }
+    Ok(())
+}
+
+/// A `/proc` of the new PID namespace, with the kernel's knobs in it read-only.
+fn fresh_proc() -> Result<(), String> {
     mount(
         Some("proc"),
         Path::new("/proc"),
@@ -317,12 +371,19 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         None,
     )?;
-    if h.deny_network {
-        loopback_up();
+    for knob in ["sys", "sysrq-trigger", "irq", "bus"] {
+        let p = Path::new("/proc").join(knob);
+        if p.exists() {
+            let fd = open_tree(&p, true)?;
+            set_attr(
+                Some(&fd),
+                Path::new(""),
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                true,
+            )?;
+            move_mount(fd, &p)?;
+        }
     }
-    // The old working folder is a reference into the mounts as they were; resolve it
-    // again so writes go through the new (possibly read-only) mounts.
-    std::env::set_current_dir(cwd).map_err(|e| format!("cd {}: {e}", cwd.display()))?;
     Ok(())
 }
 
@@ -421,7 +482,8 @@ fn minimal_dev(nodes: Vec<(&'static str, OwnedFd)>) -> Result<(), String> {
     Ok(())
 }
 
-/// Brings up `lo` in the new network namespace, so local test servers still work.
+/// Brings up `lo` in the new network namespace, as programs expect one (TCP on it is
+/// still refused by Landlock under `deny`).
 fn loopback_up() {
     // SAFETY: a throwaway socket and two ioctls on a zeroed, NUL-terminated ifreq.
     unsafe {
