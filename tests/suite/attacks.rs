@@ -410,9 +410,13 @@ async fn protected_files_cannot_be_swapped_by_moving_their_folders() {
     std::fs::write(sessions.join("s1.jsonl"), "REAL\n").unwrap();
     let ctx = ToolContext {
         sandbox: Arc::new(
-            PathSandbox::new(std::slice::from_ref(&sb.work), &[config.clone()], &[])
-                .with_read_only(std::slice::from_ref(&sessions))
-                .with_confinement(helper(), false),
+            PathSandbox::new(
+                std::slice::from_ref(&sb.work),
+                std::slice::from_ref(&config),
+                &[],
+            )
+            .with_read_only(std::slice::from_ref(&sessions))
+            .with_confinement(helper(), false),
         ),
         ..confined(&sb, &[], false)
     };
