@@ -98,10 +98,9 @@ fn main() -> ExitCode {
     // Keys and tokens out of /proc/<pid>/environ, while still single-threaded.
     config::secrets::hide_from_proc();
     // Only ./.env, never a parent's; variables already set win.
-    let env_error = match dotenvy::from_path(".env") {
-        Err(e) if !e.not_found() => Some(e.to_string()),
-        _ => None,
-    };
+    let env_error = config::secrets::load_env_file(std::path::Path::new(".env"))
+        .err()
+        .map(|e| e.to_string());
     init_logging();
     if let Some(e) = env_error {
         return fail(&format!("cannot load ./.env: {e}"), 2);

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::tools::confine::Confinement;
 use crate::tools::sandbox::git;
+use crate::tools::Sandbox;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -32,6 +33,9 @@ pub struct Checkpoints {
     work_tree: PathBuf,
     /// How git is confined (the agent's own confinement), when it is.
     confine: Option<Confinement>,
+    /// picogent's own files inside the folder (configuration, `.env`, state, sessions),
+    /// relative to it: never snapshotted, never restored.
+    excludes: Vec<String>,
 }
 
 impl Checkpoints {
@@ -40,7 +44,7 @@ impl Checkpoints {
         state_dir: &Path,
         session_id: &str,
         work_tree: &Path,
-        confine: Option<&Confinement>,
+        sandbox: &Sandbox,
     ) -> Result<Checkpoints, CheckpointError> {
         let git_dir = state_dir
             .join("checkpoints")
@@ -48,7 +52,15 @@ impl Checkpoints {
         let c = Checkpoints {
             git_dir,
             work_tree: work_tree.to_path_buf(),
-            confine: confine.cloned(),
+            confine: sandbox.confinement().cloned(),
+            excludes: sandbox
+                .own_paths()
+                .filter_map(|p| {
+                    let real = std::fs::canonicalize(work_tree).ok()?;
+                    let rel = p.strip_prefix(&real).ok()?;
+                    (!rel.as_os_str().is_empty()).then(|| rel.display().to_string())
+                })
+                .collect(),
         };
         if !c.git_dir.join("HEAD").exists() {
             std::fs::create_dir_all(&c.git_dir).map_err(|e| CheckpointError::Git {
@@ -56,9 +68,11 @@ impl Checkpoints {
                 message: format!("{}: {e}", c.git_dir.display()),
             })?;
             c.git(&["init", "--quiet"])?;
-            git::restore_own_repository(&c.git_dir).map_err(|e| CheckpointError::Git {
-                args: "init".into(),
-                message: format!("{}: {e}", c.git_dir.display()),
+            git::restore_own_repository(&c.git_dir, &c.excludes).map_err(|e| {
+                CheckpointError::Git {
+                    args: "init".into(),
+                    message: format!("{}: {e}", c.git_dir.display()),
+                }
             })?;
         }
         Ok(c)
@@ -83,6 +97,12 @@ impl Checkpoints {
     pub fn snapshot(&self, message: &str) -> Result<String, CheckpointError> {
         self.guard()?;
         self.git(&["add", "--all", "."])?;
+        if !self.excludes.is_empty() {
+            // Repositories from before the exclusions may still track them.
+            let mut args = vec!["rm", "-r", "--cached", "--quiet", "--ignore-unmatch", "--"];
+            args.extend(self.excludes.iter().map(String::as_str));
+            self.git(&args)?;
+        }
         let has_head = self
             .git(&["rev-parse", "--verify", "--quiet", "HEAD"])
             .is_ok();
@@ -118,11 +138,12 @@ impl Checkpoints {
 
     /// Restores the repository's own config and attributes before git reads them.
     fn guard(&self) -> Result<(), CheckpointError> {
-        let changed =
-            git::restore_own_repository(&self.git_dir).map_err(|e| CheckpointError::Git {
+        let changed = git::restore_own_repository(&self.git_dir, &self.excludes).map_err(|e| {
+            CheckpointError::Git {
                 args: "(restore config)".into(),
                 message: format!("{}: {e}", self.git_dir.display()),
-            })?;
+            }
+        })?;
         if !changed.is_empty() {
             tracing::warn!(
                 repository = %self.git_dir.display(),

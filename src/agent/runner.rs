@@ -127,13 +127,9 @@ async fn run_locked(
     session.append_message(Message::user(req.prompt.clone()))?;
     let mut ckpt = match cfg.checkpoints {
         Some(true) => {
-            let repo = Checkpoints::open(
-                &cfg.state_dir(),
-                &req.session_id,
-                &work_dir,
-                inner.sandbox.confinement(),
-            )
-            .map_err(|e| RunError::Stop(e.to_string()))?;
+            let repo =
+                Checkpoints::open(&cfg.state_dir(), &req.session_id, &work_dir, &inner.sandbox)
+                    .map_err(|e| RunError::Stop(e.to_string()))?;
             let next_step = (0..)
                 .find(|n| session.checkpoint(*n).is_none())
                 .unwrap_or(0);

@@ -6,9 +6,11 @@
 //! before any thread exists, picogent copies each secret into its own (heap) environment
 //! and wipes the value in the original block, and makes itself non-dumpable so that
 //! `/proc/<pid>/mem` and friends need privileges no command has. Commands never inherit
-//! the secret variables (`is_secret` is the one rule for both).
+//! the secret variables, nor anything picogent's `.env` defined (`is_secret` is the one
+//! rule).
 
 use std::ffi::CStr;
+use std::sync::OnceLock;
 
 /// Variables that are secret whatever their name.
 const SECRET_VARS: &[&str] = &[
@@ -18,9 +20,38 @@ const SECRET_VARS: &[&str] = &[
     "ANTHROPIC_AUTH_TOKEN",
 ];
 
-/// Whether a variable holds a secret: `*_API_KEY`, or one of the tokens picogent reads.
+/// The names `.env` defined: picogent's configuration, which commands never see.
+static ENV_FILE_NAMES: OnceLock<Vec<String>> = OnceLock::new();
+
+/// Whether a variable is kept from commands: `*_API_KEY`, one of the tokens picogent
+/// reads, or anything picogent's `.env` defined.
 pub fn is_secret(name: &str) -> bool {
-    name.ends_with("_API_KEY") || SECRET_VARS.contains(&name)
+    name.ends_with("_API_KEY")
+        || SECRET_VARS.contains(&name)
+        || ENV_FILE_NAMES
+            .get()
+            .is_some_and(|names| names.iter().any(|n| n == name))
+}
+
+/// Loads `path` (a `.env` file) into the environment, variables already set winning,
+/// and remembers every name it defines so that no command inherits it. `Ok(false)`
+/// when there is no such file. Call at start, single-threaded.
+pub fn load_env_file(path: &std::path::Path) -> Result<bool, dotenvy::Error> {
+    let iter = match dotenvy::from_path_iter(path) {
+        Ok(it) => it,
+        Err(e) if e.not_found() => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut names = Vec::new();
+    for item in iter {
+        let (k, v) = item?;
+        if std::env::var_os(&k).is_none() {
+            std::env::set_var(&k, v);
+        }
+        names.push(k);
+    }
+    let _ = ENV_FILE_NAMES.set(names);
+    Ok(true)
 }
 
 extern "C" {

@@ -557,7 +557,7 @@ async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
             &cfg.state_dir(),
             &session,
             &cfg.work_dir,
-            agent.sandbox().confinement(),
+            agent.sandbox(),
         )
         .and_then(|c| c.diff(ca, cb));
         cmp["diff"] = match diff {

@@ -213,11 +213,11 @@ async fn picogent_files_inside_an_allowed_path_are_protected_from_commands() {
     std::fs::create_dir_all(state.join("checkpoints")).unwrap();
     std::fs::write(state.join("journal.jsonl"), "{}\n").unwrap();
     let ctx = confined(&sb, &[config.clone(), env.clone(), state.clone()], false);
-    let r = bash(&ctx, "cat agent.json .env; echo; ls -A state").await;
+    let r = bash(&ctx, "cat agent.json .env; ls -A state; echo listed").await;
     assert!(!r.text.contains("SECRET"), "{r:?}");
     assert!(
-        r.text.contains("journal.jsonl"),
-        "state stays readable: {r:?}"
+        r.text.contains("listed") && !r.text.contains("journal"),
+        "state is hidden: {r:?}"
     );
     for attack in [
         "echo '{}' > agent.json",
@@ -512,4 +512,69 @@ async fn commands_hold_no_capabilities_and_no_inherited_descriptors() {
         libc::close(fds[0]);
         libc::close(fds[1]);
     }
+}
+
+#[tokio::test]
+async fn no_set_id_programs_and_no_daemon_sockets() {
+    let Some(()) = namespaces_or_skip() else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let ctx = confined(&sb, &[], false);
+    for attack in [
+        "cp /bin/sh suid && chmod 4755 suid",
+        "cp /bin/sh sgid && chmod g+s sgid",
+        "python3 -c \"import os; os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755)\"",
+    ] {
+        let r = bash(&ctx, attack).await;
+        assert!(r.is_error, "{attack}: {r:?}");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["suid", "sgid", "made"] {
+        if let Ok(m) = std::fs::metadata(sb.work.join(f)) {
+            assert_eq!(m.permissions().mode() & 0o6000, 0, "{f}");
+        }
+    }
+    // A daemon's socket under /run (where system services listen) is out of reach even
+    // with the network allowed.
+    let path = PathBuf::from(format!("/run/picogent-test-{}.sock", std::process::id()));
+    let Ok(listener) = std::os::unix::net::UnixListener::bind(&path) else {
+        eprintln!("SKIPPED (socket part): cannot create a socket in /run");
+        return;
+    };
+    let r = bash(
+        &ctx,
+        &format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}')\" && echo REACHED",
+            path.display()
+        ),
+    )
+    .await;
+    drop(listener);
+    let _ = std::fs::remove_file(&path);
+    assert!(r.is_error && !r.text.contains("REACHED"), "{r:?}");
+}
+
+#[tokio::test]
+async fn everything_in_dot_env_stays_with_picogent() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({ "command": "env; echo listed" })),
+        text("done"),
+    ])
+    .await;
+    sb.write_config(&llm, Wire::Anthropic, json!({ "allowed_paths": [sb.work] }));
+    std::fs::write(
+        sb.base().join(".env"),
+        "GITHUB_TOKEN=ghp-DOTENV-SECRET-777\nSOME_SETTING=dotenv-value-888\n",
+    )
+    .unwrap();
+    let (ok, events, stderr) = run_binary(&sb, &[]).await;
+    assert!(ok, "{stderr}");
+    let out = results(&events).join("\n");
+    assert!(out.contains("listed"), "{out}");
+    assert!(
+        !out.contains("DOTENV-SECRET") && !out.contains("dotenv-value"),
+        "{out}"
+    );
 }

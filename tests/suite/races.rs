@@ -233,7 +233,7 @@ async fn git_settings_planted_in_either_repository_never_run() {
     let sb = Sandbox::new();
     let marker = sb.base().join("PWNED");
     let state = sb.home.join("state");
-    let repo = Checkpoints::open(&state, "s1", &sb.work, None).unwrap();
+    let repo = Checkpoints::open(&state, "s1", &sb.work, &PathSandbox::default()).unwrap();
     sb.write("a.txt", "one\n");
     let first = repo.snapshot("first").unwrap();
     plant(repo.git_dir(), &sb.work, &marker);
@@ -278,4 +278,42 @@ async fn a_model_cannot_plant_git_settings_for_picogent_through_bash() {
     let (events, outcome) = common::run(&agent, "plant", "plant").await;
     assert_eq!(common::final_text(&outcome), "done", "{events:?}");
     assert!(!marker.exists(), "picogent's git ran a planted command");
+}
+
+#[tokio::test]
+async fn checkpoints_never_hold_picogent_own_files() {
+    let sb = Sandbox::new();
+    // The agent folder is the working folder: its agent.json, .env, state/ and
+    // sessions/ lie inside the snapshotted tree.
+    std::fs::write(sb.home.join(".env"), "GITHUB_TOKEN=ghp-SNAPSHOT-SECRET\n").unwrap();
+    let llm = ScriptedLlm::start(vec![
+        tool("write", json!({"path": "made.txt", "content": "x"})),
+        text("done"),
+    ])
+    .await;
+    let mut config = sb.config(
+        &llm,
+        Wire::Anthropic,
+        json!({"allowed_paths": [sb.home], "work_dir": sb.home, "checkpoints": true}),
+    );
+    config.env_file = Some(sb.home.join(".env"));
+    let agent = common::agent_from(config);
+    let (_, outcome) = common::run(&agent, "make", "snap").await;
+    assert_eq!(common::final_text(&outcome), "done");
+    let repo = sb.home.join("state/checkpoints/snap.git");
+    let files = std::process::Command::new("git")
+        .arg(format!("--git-dir={}", repo.display()))
+        .args(["ls-tree", "-r", "--name-only", "HEAD"])
+        .output()
+        .unwrap();
+    let files = String::from_utf8_lossy(&files.stdout);
+    assert!(files.contains("made.txt"), "{files}");
+    for own in ["agent.json", ".env", "state/", "sessions/"] {
+        assert!(
+            !files
+                .lines()
+                .any(|f| f == own.trim_end_matches('/') || f.starts_with(own)),
+            "{own} in:\n{files}"
+        );
+    }
 }

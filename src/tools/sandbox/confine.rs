@@ -59,9 +59,10 @@ pub struct Confinement {
     pub deny_network: bool,
     /// Run commands in their own namespaces (where the kernel allows it).
     pub namespaces: bool,
-    /// Never writable by commands, even inside `writable` (picogent's state, sessions).
+    /// Never writable by commands, even inside `writable` (picogent's sessions).
     pub read_only: Vec<PathBuf>,
-    /// Never readable by commands (picogent's configuration file, `.env`).
+    /// Never readable or writable by commands (picogent's configuration file, `.env`,
+    /// state).
     pub hidden: Vec<PathBuf>,
 }
 
@@ -119,7 +120,7 @@ impl Confinement {
         }
         cmd.arg("--").arg(program).args(args);
         // Under namespaces the private folder is mounted at /tmp.
-        let tmp_env = if self.namespaces && self.writable.is_some() {
+        let tmp_env = if self.namespaces {
             Path::new("/tmp")
         } else {
             tmp
@@ -134,7 +135,12 @@ impl Confinement {
     pub fn with_writable(&self, extra: impl IntoIterator<Item = PathBuf>) -> Confinement {
         let mut c = self.clone();
         if let Some(w) = c.writable.as_mut() {
-            w.extend(extra);
+            // As the helper compares them: resolved.
+            w.extend(
+                extra
+                    .into_iter()
+                    .map(|p| std::fs::canonicalize(&p).unwrap_or(p)),
+            );
         }
         c
     }
@@ -235,7 +241,9 @@ fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
             (Some(t), false) => dirs.push(t.clone()),
             (None, false) => {}
         }
-        dirs.retain(|d| d.exists());
+        // Only paths that are still what picogent resolved: a command may since have
+        // put a link where a missing allowed path was.
+        dirs.retain(|d| std::fs::canonicalize(d).ok().as_deref() == Some(d.as_path()));
         let devices: Vec<&str> = DEVICES
             .iter()
             .copied()
@@ -338,7 +346,9 @@ pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
         eprintln!("picogent sandbox: {e}; the command was not run");
         return 126;
     }
-    if in_namespace && h.writable.is_some() && !h.writable_all() {
+    // Under namespaces the private folder is /tmp when writes are restricted; without
+    // restriction /tmp is the system's own, writable like everything else.
+    if in_namespace {
         for var in ["TMPDIR", "TMP", "TEMP"] {
             std::env::set_var(var, "/tmp");
         }
@@ -371,6 +381,11 @@ pub fn helper_main(args: impl Iterator<Item = OsString>) -> ExitCode {
     // SAFETY: closes descriptors this process does not use (it holds only stdio).
     unsafe {
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
+    // A session keyring of its own: picogent's keys are not the command's.
+    // SAFETY: KEYCTL_JOIN_SESSION_KEYRING with a null name makes a new anonymous one.
+    unsafe {
+        libc::syscall(libc::SYS_keyctl, 1, std::ptr::null::<libc::c_char>());
     }
     let h = match parse(args) {
         Ok(h) => h,

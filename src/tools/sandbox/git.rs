@@ -96,16 +96,36 @@ pub fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) 
     cmd
 }
 
-/// Puts picogent's own repository back as picogent made it: its `config` and
-/// `info/attributes`, and none of the files that would point git elsewhere. Returns
+/// Puts picogent's own repository back as picogent made it: its `config`,
+/// `info/attributes` and `info/exclude` (picogent's own files in the folder, given
+/// relative to it), and none of the files that would point git elsewhere. Returns
 /// what had been changed (for a warning).
-pub fn restore_own_repository(git_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub fn restore_own_repository(
+    git_dir: &Path,
+    excludes: &[String],
+) -> std::io::Result<Vec<PathBuf>> {
     let mut changed = Vec::new();
     let info = git_dir.join("info");
     std::fs::create_dir_all(&info)?;
+    // picogent's own files inside the folder, anchored and with glob characters escaped.
+    let exclude: String = excludes
+        .iter()
+        .map(|rel| {
+            let mut line = String::from("/");
+            for c in rel.chars() {
+                if matches!(c, '*' | '?' | '[' | '\\' | '!' | '#' | ' ') {
+                    line.push('\\');
+                }
+                line.push(c);
+            }
+            line.push('\n');
+            line
+        })
+        .collect();
     for (path, want) in [
         (git_dir.join("config"), OWN_CONFIG),
         (info.join("attributes"), NEUTRAL_ATTRIBUTES),
+        (info.join("exclude"), exclude.as_str()),
     ] {
         let meta = std::fs::symlink_metadata(&path);
         let same = meta.as_ref().is_ok_and(|m| m.is_file())

@@ -139,11 +139,11 @@ impl Sandbox {
     ) -> Self {
         let writable = (!self.allowed.is_empty()).then(|| self.allowed.clone());
         let namespaces = level == Level::Full && namespaces_work(&helper).is_ok();
-        // Protected folders (state) stay readable but not writable; protected files
-        // (configuration, `.env`) are hidden.
-        let (mut read_only, hidden): (Vec<PathBuf>, Vec<PathBuf>) =
-            self.protected.iter().cloned().partition(|p| p.is_dir());
-        read_only.extend(self.read_only.iter().cloned());
+        // picogent's configuration, `.env` and state (journal, outbox, checkpoint
+        // repositories holding every file the agent saw, other runs' outputs) are hidden;
+        // the sessions folder stays readable but not writable.
+        let hidden = self.protected.clone();
+        let read_only = self.read_only.clone();
         if level == Level::Full && !namespaces && writable.is_some() {
             let exposed: Vec<String> = read_only
                 .iter()
@@ -168,6 +168,11 @@ impl Sandbox {
             hidden,
         });
         self
+    }
+
+    /// picogent's own files and folders (configuration, `.env`, state, sessions).
+    pub fn own_paths(&self) -> impl Iterator<Item = &PathBuf> {
+        self.protected.iter().chain(&self.read_only)
     }
 
     /// Why commands are refused here, when they are.

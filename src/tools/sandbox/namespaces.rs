@@ -195,21 +195,29 @@ struct Sources {
     tmp: Option<OwnedFd>,
     /// Device nodes for the minimal `/dev`.
     dev: Vec<(&'static str, OwnedFd)>,
-    /// An empty read-only file to cover hidden files with (writes fail, reads are
-    /// empty), and its name, removed once it is mounted so nothing can fill it.
-    blank: Option<(OwnedFd, PathBuf)>,
+    /// An empty read-only file to cover hidden files and sockets with (writes fail,
+    /// reads are empty), on a tmpfs mounted nowhere, so nothing can fill it.
+    blank: OwnedFd,
 }
 
 fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
     let mut writable = Vec::new();
     if restricted {
         for d in h.writable.iter().flatten() {
+            // Only a path that is still what picogent resolved (a command may since
+            // have put a link where a missing allowed path was).
+            if std::fs::canonicalize(d).ok().as_deref() != Some(d.as_path()) {
+                continue;
+            }
             if let Ok(meta) = std::fs::metadata(d) {
                 writable.push((d.clone(), meta.is_dir(), open_tree(d, true)?));
             }
         }
     }
-    let tmp = h.tmp.as_deref().map(|t| open_tree(t, false)).transpose()?;
+    let tmp = match (&h.tmp, restricted) {
+        (Some(t), true) => Some(open_tree(t, false)?),
+        _ => None,
+    };
     // The minimal /dev's nodes: read-only binds (device I/O still works, but nothing
     // can change the host's nodes).
     let mut dev = Vec::new();
@@ -224,25 +232,7 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
             dev.push((*n, fd));
         }
     }
-    let blank = match &h.tmp {
-        Some(t) if !h.hidden.is_empty() => {
-            let p = t.join(format!(".picogent-hidden-{}", std::process::id()));
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&p)
-                .map_err(|e| format!("{}: {e}", p.display()))?;
-            let fd = open_tree(&p, false)?;
-            set_attr(
-                Some(&fd),
-                Path::new(""),
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
-                false,
-            )?;
-            Some((fd, p))
-        }
-        _ => None,
-    };
+    let blank = blank_file()?;
     Ok(Sources {
         writable,
         tmp,
@@ -282,15 +272,8 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         )?;
     }
     minimal_dev(dev)?;
-    let mut tmp_here = None;
-    if restricted {
-        if let Some(fd) = tmp {
-            move_mount(fd, Path::new("/tmp"))?;
-        }
-    } else {
-        // The temporary folder lies in picogent's (read-only) state: keep it writable
-        // where it is.
-        tmp_here = tmp.zip(h.tmp.as_ref());
+    if let Some(fd) = tmp {
+        move_mount(fd, Path::new("/tmp"))?;
     }
     writable.sort_by_key(|(p, _, _)| p.components().count());
     for (p, is_dir, fd) in writable {
@@ -300,16 +283,9 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         }
         move_mount(fd, &p)?;
     }
-    protect(h, restricted, blank.as_ref().map(|(fd, _)| fd))?;
-    if let Some((fd, path)) = tmp_here {
-        move_mount(fd, path)?;
-    }
-    if let Some((_, name)) = &blank {
-        let seen = match (restricted, name.file_name()) {
-            (true, Some(n)) => Path::new("/tmp").join(n),
-            _ => name.clone(),
-        };
-        std::fs::remove_file(&seen).map_err(|e| format!("{}: {e}", seen.display()))?;
+    protect(h, restricted, &blank)?;
+    if !h.deny_network {
+        hide_daemon_sockets(&blank);
     }
     fresh_proc()?;
     if h.deny_network {
@@ -324,7 +300,7 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
 /// picogent's own files: read-only or hidden, and every folder between them and a
 /// writable root pinned in place (a mount point cannot be renamed), so that a command
 /// cannot move a parent folder away and put its own files where picogent looks.
-fn protect(h: &HelperArgs, restricted: bool, blank: Option<&OwnedFd>) -> Result<(), String> {
+fn protect(h: &HelperArgs, restricted: bool, blank: &OwnedFd) -> Result<(), String> {
     let in_writable = |p: &Path| {
         !restricted
             || h.writable
@@ -362,6 +338,34 @@ fn protect(h: &HelperArgs, restricted: bool, blank: Option<&OwnedFd>) -> Result<
     Ok(())
 }
 
+/// Where system and session daemons listen; a command reaching them (as root, or as
+/// a member of their group) could have them act outside the sandbox.
+const DAEMON_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
+
+/// Covers every UNIX socket under the daemons' folders with the blank file, so a
+/// command cannot `connect` to it (the network namespace does this under `deny`).
+/// Best effort and bounded: a socket that cannot be covered stays reachable.
+fn hide_daemon_sockets(blank: &OwnedFd) {
+    use std::os::unix::fs::FileTypeExt;
+    let mut seen = 0;
+    for root in DAEMON_SOCKET_DIRS {
+        let walk = ignore::WalkBuilder::new(root)
+            .standard_filters(false)
+            .follow_links(false)
+            .max_depth(Some(5))
+            .build();
+        for entry in walk.filter_map(Result::ok) {
+            seen += 1;
+            if seen > 20_000 {
+                return;
+            }
+            if entry.file_type().is_some_and(|t| t.is_socket()) {
+                let _ = hide(entry.path(), blank);
+            }
+        }
+    }
+}
+
 /// A `/proc` of the new PID namespace, with the kernel's knobs in it read-only.
 fn fresh_proc() -> Result<(), String> {
     mount(
@@ -387,6 +391,75 @@ fn fresh_proc() -> Result<(), String> {
     Ok(())
 }
 
+/// An empty, read-only file on a tmpfs that is mounted nowhere (so no path reaches
+/// it), as a detached mount to bind over files.
+fn blank_file() -> Result<OwnedFd, String> {
+    const FSOPEN_CLOEXEC: libc::c_uint = 1;
+    const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+    const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+    let own = |fd: i64, what: &str| {
+        if fd < 0 {
+            Err(errno(what))
+        } else {
+            // SAFETY: a fresh fd from the kernel.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        }
+    };
+    let tmpfs = c"tmpfs";
+    // SAFETY: valid strings and fds; each returned fd is owned at once.
+    let fs = own(
+        unsafe { libc::syscall(libc::SYS_fsopen, tmpfs.as_ptr(), FSOPEN_CLOEXEC) },
+        "fsopen tmpfs",
+    )?;
+    // SAFETY: as above.
+    let created = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if created != 0 {
+        return Err(errno("fsconfig tmpfs"));
+    }
+    // SAFETY: as above.
+    let mnt = own(
+        unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, 0) },
+        "fsmount tmpfs",
+    )?;
+    let name = c"blank";
+    // SAFETY: valid fd and name.
+    let f = own(
+        unsafe {
+            libc::openat(
+                mnt.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o444,
+            ) as i64
+        },
+        "create the blank file",
+    )?;
+    drop(f);
+    // SAFETY: valid fd and name.
+    let blank = own(
+        unsafe {
+            libc::syscall(
+                libc::SYS_open_tree,
+                mnt.as_raw_fd(),
+                name.as_ptr(),
+                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+            )
+        },
+        "copy the blank file",
+    )?;
+    set_attr(Some(&blank), Path::new(""), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, false)?;
+    Ok(blank)
+}
+
 /// Creates an empty folder or file to mount over.
 fn mount_point(p: &Path, is_dir: bool) -> io::Result<()> {
     if is_dir {
@@ -400,7 +473,7 @@ fn mount_point(p: &Path, is_dir: bool) -> io::Result<()> {
 
 /// Makes `p` unreadable and unwritable: the empty read-only file `blank` over a file,
 /// an empty read-only folder over a folder.
-fn hide(p: &Path, blank: Option<&OwnedFd>) -> Result<(), String> {
+fn hide(p: &Path, blank: &OwnedFd) -> Result<(), String> {
     let Ok(meta) = std::fs::symlink_metadata(p) else {
         return Ok(());
     };
@@ -413,7 +486,6 @@ fn hide(p: &Path, blank: Option<&OwnedFd>) -> Result<(), String> {
             Some("size=4k,mode=0500"),
         );
     }
-    let blank = blank.ok_or("no file to hide files with")?;
     // A copy of the blank mount for each file it covers.
     let empty = c"";
     // SAFETY: valid fd and empty path with AT_EMPTY_PATH.

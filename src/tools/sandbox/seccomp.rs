@@ -1,7 +1,11 @@
 //! The seccomp layer of `picogent sandbox-exec`: a small classic-BPF filter.
 //!
 //! - io_uring is refused always: its operations (including `IORING_OP_SOCKET`) would
-//!   bypass the socket rule below.
+//!   bypass the rules below. `openat2` is refused (its mode is out of reach; programs
+//!   fall back to `openat`).
+//! - No file gets the set-user-ID or set-group-ID bit (chmod, open and creat with
+//!   such a mode): a command must not leave a program that runs as its user (root,
+//!   say) for someone else.
 //! - Under `network: "deny"`, `socket()` is refused for every family but IPv4 and IPv6
 //!   inside a network namespace (which then reach only the namespace's own loopback),
 //!   and for every family without one. That closes pathname and abstract UNIX sockets,
@@ -18,6 +22,30 @@ const SECCOMP_DATA_ARG0: u32 = 16;
 const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
 const BPF_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const BPF_JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+
+/// `fchmodat2` (Linux 6.6), the same number on every architecture.
+const SYS_FCHMODAT2: i64 = 452;
+
+/// S_ISUID | S_ISGID.
+const SET_ID_BITS: u32 = 0o6000;
+
+/// The system calls that set a file's mode, and which argument holds it.
+fn mode_setters() -> Vec<(i64, u32)> {
+    let mut v = vec![
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (SYS_FCHMODAT2, 2),
+        (libc::SYS_openat, 3),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        (libc::SYS_chmod, 1),
+        (libc::SYS_open, 2),
+        (libc::SYS_creat, 1),
+    ]);
+    v
+}
 const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
 #[cfg(target_arch = "x86_64")]
@@ -66,6 +94,17 @@ fn program(deny_network: bool, in_namespace: bool) -> Vec<libc::sock_filter> {
     ] {
         p.push(jump(BPF_JEQ_K, nr as u32, 0, 1));
         p.push(stmt(BPF_RET_K, errno(libc::EPERM)));
+    }
+    // openat2 hides its mode in a struct; programs fall back to openat.
+    p.push(jump(BPF_JEQ_K, libc::SYS_openat2 as u32, 0, 1));
+    p.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
+    // No set-user-ID or set-group-ID file left behind for someone else to run.
+    for (nr, arg) in mode_setters() {
+        p.push(jump(BPF_JEQ_K, nr as u32, 0, 4));
+        p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0 + 8 * arg));
+        p.push(jump(BPF_JSET_K, SET_ID_BITS, 0, 1));
+        p.push(stmt(BPF_RET_K, errno(libc::EPERM)));
+        p.push(allow);
     }
     if deny_network {
         // if nr != socket: allow
