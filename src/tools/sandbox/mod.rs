@@ -12,6 +12,7 @@
 pub mod check;
 pub mod confine;
 pub mod git;
+mod mounts;
 mod namespaces;
 mod open;
 mod seccomp;

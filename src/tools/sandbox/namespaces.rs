@@ -16,38 +16,18 @@
 //! process groups or `setsid`. PID 1 dies with the helper (parent-death signal), and the
 //! helper with picogent.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::confine::HelperArgs;
-
-// Constants of the new mount API (linux/mount.h), stable since Linux 5.2 / 5.12.
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
+use super::mounts::{
+    blank_file, copy_of, errno, mount, move_mount, open_tree, set_attr, MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+};
 
 /// Devices the minimal `/dev` offers (bound from the host's).
 const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
-
-fn errno(what: impl std::fmt::Display) -> String {
-    format!("{what}: {}", io::Error::last_os_error())
-}
-
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
-}
 
 /// Runs the command in new namespaces. Returns only on failure before the command
 /// started; otherwise exits with the command's status.
@@ -391,75 +371,6 @@ fn fresh_proc() -> Result<(), String> {
     Ok(())
 }
 
-/// An empty, read-only file on a tmpfs that is mounted nowhere (so no path reaches
-/// it), as a detached mount to bind over files.
-fn blank_file() -> Result<OwnedFd, String> {
-    const FSOPEN_CLOEXEC: libc::c_uint = 1;
-    const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
-    const FSMOUNT_CLOEXEC: libc::c_uint = 1;
-    let own = |fd: i64, what: &str| {
-        if fd < 0 {
-            Err(errno(what))
-        } else {
-            // SAFETY: a fresh fd from the kernel.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-        }
-    };
-    let tmpfs = c"tmpfs";
-    // SAFETY: valid strings and fds; each returned fd is owned at once.
-    let fs = own(
-        unsafe { libc::syscall(libc::SYS_fsopen, tmpfs.as_ptr(), FSOPEN_CLOEXEC) },
-        "fsopen tmpfs",
-    )?;
-    // SAFETY: as above.
-    let created = unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            fs.as_raw_fd(),
-            FSCONFIG_CMD_CREATE,
-            std::ptr::null::<libc::c_char>(),
-            std::ptr::null::<libc::c_void>(),
-            0,
-        )
-    };
-    if created != 0 {
-        return Err(errno("fsconfig tmpfs"));
-    }
-    // SAFETY: as above.
-    let mnt = own(
-        unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, 0) },
-        "fsmount tmpfs",
-    )?;
-    let name = c"blank";
-    // SAFETY: valid fd and name.
-    let f = own(
-        unsafe {
-            libc::openat(
-                mnt.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                0o444,
-            ) as i64
-        },
-        "create the blank file",
-    )?;
-    drop(f);
-    // SAFETY: valid fd and name.
-    let blank = own(
-        unsafe {
-            libc::syscall(
-                libc::SYS_open_tree,
-                mnt.as_raw_fd(),
-                name.as_ptr(),
-                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
-            )
-        },
-        "copy the blank file",
-    )?;
-    set_attr(Some(&blank), Path::new(""), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, false)?;
-    Ok(blank)
-}
-
 /// Creates an empty folder or file to mount over.
 fn mount_point(p: &Path, is_dir: bool) -> io::Result<()> {
     if is_dir {
@@ -487,21 +398,7 @@ fn hide(p: &Path, blank: &OwnedFd) -> Result<(), String> {
         );
     }
     // A copy of the blank mount for each file it covers.
-    let empty = c"";
-    // SAFETY: valid fd and empty path with AT_EMPTY_PATH.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            blank.as_raw_fd(),
-            empty.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(errno(format!("cannot hide {}", p.display())));
-    }
-    // SAFETY: a fresh fd from the kernel.
-    move_mount(unsafe { OwnedFd::from_raw_fd(fd as i32) }, p)
+    move_mount(copy_of(blank)?, p)
 }
 
 /// A tmpfs `/dev` with the usual devices bound from the host, a private `devpts` and
@@ -573,102 +470,4 @@ fn loopback_up() {
         }
         libc::close(s);
     }
-}
-
-fn mount(
-    source: Option<&str>,
-    target: &Path,
-    fstype: Option<&str>,
-    flags: libc::c_ulong,
-    data: Option<&str>,
-) -> Result<(), String> {
-    let c = |s: Option<&str>| s.and_then(|s| CString::new(s).ok());
-    let (src, fs, dat) = (c(source), c(fstype), c(data));
-    let tgt = cstr(target)?;
-    let ptr = |s: &Option<CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
-    // SAFETY: every pointer is null or a valid NUL-terminated string that outlives the call.
-    let r = unsafe {
-        libc::mount(
-            ptr(&src),
-            tgt.as_ptr(),
-            ptr(&fs),
-            flags,
-            ptr(&dat) as *const libc::c_void,
-        )
-    };
-    if r != 0 {
-        return Err(errno(format!("mount {}", target.display())));
-    }
-    Ok(())
-}
-
-/// A detached copy of the mount tree at `p` (with everything mounted below it when
-/// `recursive`).
-fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, String> {
-    let path = cstr(p)?;
-    let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
-    if recursive {
-        flags |= libc::AT_RECURSIVE as libc::c_uint;
-    }
-    // SAFETY: valid path pointer; the returned fd is owned here.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(errno(format!("cannot copy the mount at {}", p.display())));
-    }
-    // SAFETY: a fresh fd from the kernel.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-fn move_mount(fd: OwnedFd, target: &Path) -> Result<(), String> {
-    let tgt = cstr(target)?;
-    let empty = c"";
-    // SAFETY: valid fd and path pointers.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            fd.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            tgt.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if r != 0 {
-        return Err(errno(format!("cannot mount over {}", target.display())));
-    }
-    Ok(())
-}
-
-/// Sets mount attributes on `path` (or on the detached tree `fd`).
-fn set_attr(fd: Option<&OwnedFd>, path: &Path, set: u64, recursive: bool) -> Result<(), String> {
-    let p = cstr(path)?;
-    let dirfd = fd.map_or(libc::AT_FDCWD, |f| f.as_raw_fd());
-    let mut flags = 0u32;
-    if fd.is_some() {
-        flags |= libc::AT_EMPTY_PATH as u32;
-    }
-    if recursive {
-        flags |= libc::AT_RECURSIVE as u32;
-    }
-    let attr = MountAttr {
-        attr_set: set,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: valid pointers; the size is that of the struct passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            dirfd,
-            p.as_ptr(),
-            flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if r != 0 {
-        return Err(errno(format!("cannot make {} read-only", path.display())));
-    }
-    Ok(())
 }
