@@ -223,6 +223,11 @@ impl Router {
         task_id: &str,
         message: &crate::tracker::types::ChatMessage,
     ) -> bool {
+        if !self.shared.agent.live_control() {
+            // The engine cannot take instructions mid-run: the message waits for the
+            // run and is answered after it, in the same session.
+            return false;
+        }
         let control = lock(&self.shared.state)
             .running
             .get(task_id)

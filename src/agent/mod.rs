@@ -284,6 +284,13 @@ impl Agent {
         &self.inner.skills
     }
 
+    /// Whether runs can be paused, resumed, stopped at a step, instructed mid-run and
+    /// rolled back. The Claude Code engine runs its own loop, so it cannot: front doors
+    /// ask this instead of assuming it.
+    pub fn live_control(&self) -> bool {
+        self.inner.config.provider != crate::config::ProviderKind::ClaudeCode
+    }
+
     pub fn sandbox(&self) -> &Sandbox {
         &self.inner.sandbox
     }

@@ -306,7 +306,7 @@ fn handle_frame(
                 ),
             };
         }
-        return control_frame(kind, id, &v, &st.runs, &error);
+        return control_frame(kind, id, &v, st, &error);
     }
     let Some(id) = id else {
         return error(None, "a message frame needs a non-empty string `id`".into());
@@ -388,9 +388,10 @@ fn control_frame(
     kind: &Value,
     id: Option<String>,
     v: &Value,
-    runs: &Runs,
+    st: &ChatState,
     error: &dyn Fn(Option<&str>, String),
 ) {
+    let runs = &st.runs;
     let Some(kind) = kind.as_str() else {
         return error(
             id.as_deref(),
@@ -420,6 +421,12 @@ fn control_frame(
     let Some(log) = run else {
         return error(Some(&id), format!("no request with id {id:?} is running"));
     };
+    if kind != "cancel" && !st.agent.live_control() {
+        return error(
+            Some(&id),
+            format!("{kind} is not available: this run's engine (claude-code) runs its own loop and cannot pause, resume, stop at a step, take instructions or roll back; send cancel to end it"),
+        );
+    }
     let (token, control) = (&log.token, &log.control);
     let result = match kind {
         "cancel" => {

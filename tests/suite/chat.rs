@@ -747,3 +747,44 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
         .unwrap()
         .contains("no request"));
 }
+
+#[tokio::test]
+async fn control_frames_the_engine_cannot_honour_get_an_error_saying_why() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    // A stand-in for the Claude Code CLI that keeps running until it is killed.
+    let fake = sb.base().join("fake-claude");
+    std::fs::write(&fake, "#!/bin/sh\nexec sleep 60\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = start(sb.config(
+        &llm,
+        Wire::Anthropic,
+        json!({"provider": "claude-code", "claude_code_path": fake}),
+    ))
+    .await;
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"id": "cc", "content": "work"})).await;
+    for kind in ["pause", "instruct", "stop", "rollback"] {
+        send(
+            &mut ws,
+            json!({"id": "cc", "type": kind, "content": "x", "step": 0}),
+        )
+        .await;
+        let f = loop {
+            let f = next(&mut ws).await;
+            if f["type"] == "error" {
+                break f;
+            }
+        };
+        let msg = f["content"].as_str().unwrap();
+        assert!(
+            f["id"] == "cc" && msg.contains("claude-code") && msg.contains(kind),
+            "{kind}: {f}"
+        );
+    }
+    // What the engine can do, it does: cancel ends the run.
+    send(&mut ws, json!({"id": "cc", "type": "cancel"})).await;
+    let frames = until_done(&mut ws, "cc").await;
+    assert_eq!(frames.last().unwrap()["type"], "done");
+}

@@ -277,3 +277,62 @@ async fn a_missing_claude_binary_is_a_clear_failure() {
         "{err}"
     );
 }
+
+/// A chat message that arrives while a Claude Code run is going cannot be passed to it
+/// (the CLI takes no instructions mid-run): it waits for the run and is answered after
+/// it, in the same session, never lost.
+#[tokio::test]
+async fn a_chat_message_during_a_claude_code_run_is_answered_after_it() {
+    let Some(bin) = claude() else { return };
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        Turn::Stall(std::time::Duration::from_secs(3), "Task done.".into()),
+        text("Answered after the run."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    sb.write_config(
+        &llm,
+        Wire::Anthropic,
+        json!({"tracker_url": tracker.url(), "listen_port": 0, "provider": "claude-code",
+        "claude_code_path": bin, "model": "sonnet", "allowed_paths": [sb.work]}),
+    );
+    let mut pairs: Vec<(String, String)> = env_for(&sb, &llm, &bin)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    pairs.push(("AGENT_TOKEN".into(), TOKEN.into()));
+    let config = picogent::config::Config::load(
+        Some(&sb.home),
+        &picogent::config::Env::from_pairs(pairs),
+        &sb.base(),
+    )
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let daemon = tokio::spawn(picogent::daemon::run(
+        agent_from(config),
+        fast_timing(),
+        stop.clone(),
+    ));
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &json!({"id": "e1", "type": "task.assigned", "data": {"task": {"id": "t1", "title": "Do it"}}})).await;
+    tracker.wait_status("t1", "in_progress", 30).await;
+    // The model call of the run is under way (stalled) when the message comes.
+    while conversation_requests(&llm).is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tracker.deliver(&cb, &json!({"id": "e2", "type": "chat.message", "data": {"task_id": "t1", "message": {"id": "m1", "content": "Also mind the tests"}}})).await;
+    tracker
+        .wait_for(60, "the reply", |t| t.comments("t1").len() == 2)
+        .await;
+    let comments = tracker.comments("t1");
+    assert_eq!(comments[0]["content"], "Task done.");
+    assert_eq!(
+        comments[1],
+        json!({"content": "Answered after the run.", "reply_to": "m1"})
+    );
+    let last = conversation_requests(&llm).last().unwrap().to_string();
+    assert!(last.contains("Also mind the tests"), "{last}");
+    stop.cancel();
+    daemon.await.unwrap().unwrap();
+}
