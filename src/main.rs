@@ -230,7 +230,7 @@ async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow
 fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.agent.as_deref())?;
     let store = picogent::agent::session::SessionStore::new(config.sessions_dir());
-    let session = store.open_existing(&args.session)?;
+    let session = store.snapshot(&args.session)?;
     let lines =
         picogent::agent::branches::export(&session, &args.format).map_err(anyhow::Error::msg)?;
     let mut text = String::new();

@@ -139,7 +139,22 @@ impl SessionStore {
                 message: "no such session".into(),
             });
         }
-        Session::load(id, path)
+        Session::load(id, path, true)
+    }
+
+    /// A read-only view of an existing session for readers (exports, branch lists,
+    /// compare) that may run while a writer appends: a torn last line is skipped in
+    /// memory, and the file is never written (only the writer, under the session
+    /// lock, repairs it). Appending to a snapshot fails.
+    pub fn snapshot(&self, id: &str) -> Result<Session, SessionError> {
+        let path = self.path(id)?;
+        if !path.exists() {
+            return Err(SessionError::Corrupt {
+                path,
+                message: "no such session".into(),
+            });
+        }
+        Session::load(id, path, false)
     }
 
     /// Opens the session, creating it (with `cwd` in its header) when new.
@@ -154,7 +169,7 @@ impl SessionStore {
             source,
         })?;
         if path.exists() {
-            return Session::load(id, path);
+            return Session::load(id, path, true);
         }
         let header = Header {
             kind: "session".into(),
@@ -192,19 +207,34 @@ pub struct Session {
 }
 
 impl Session {
-    fn load(id: &str, path: PathBuf) -> Result<Session, SessionError> {
+    /// Reads the file; `writer` opens it for appending and repairs a torn last line,
+    /// otherwise the file is only read.
+    fn load(id: &str, path: PathBuf, writer: bool) -> Result<Session, SessionError> {
         let io = |source| SessionError::Io {
             path: path.clone(),
             source,
         };
         let bytes = std::fs::read(&path).map_err(io)?;
-        // A last line without its newline was being written when the process died.
+        // A last line without its newline was being written when the process died
+        // (or, for a reader, is being written right now).
         let complete = match bytes.iter().rposition(|b| *b == b'\n') {
             Some(p) => p + 1,
             None => 0,
         };
-        let mut file = OpenOptions::new().append(true).open(&path).map_err(io)?;
-        if complete < bytes.len() {
+        let bytes = if writer {
+            bytes
+        } else {
+            bytes
+                .get(..complete)
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default()
+        };
+        let mut file = if writer {
+            OpenOptions::new().append(true).open(&path).map_err(io)?
+        } else {
+            File::open(&path).map_err(io)?
+        };
+        if writer && complete < bytes.len() {
             let torn = &bytes[complete..];
             if serde_json::from_slice::<Value>(torn).is_ok() {
                 file.write_all(b"\n").map_err(io)?;

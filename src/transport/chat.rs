@@ -506,7 +506,7 @@ async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
             json!({"id": v.get("id"), "type": "error", "content": msg, "sessionId": session}),
         );
     };
-    let s = match agent.sessions().open_existing(&session) {
+    let s = match agent.sessions().snapshot(&session) {
         Ok(s) => s,
         Err(e) => return fail(format!("{kind}: {e}")),
     };

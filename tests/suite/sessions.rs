@@ -175,3 +175,54 @@ fn session_ids_cannot_escape_the_sessions_folder() {
     }
     assert!(store.path("task-t_12.v2").is_ok());
 }
+
+/// A reader (an export, a compare in chat) that opens a session while its writer is
+/// in the middle of a line sees the complete entries and leaves the file as it is.
+#[test]
+fn a_read_during_a_write_leaves_the_file_intact() {
+    let sb = Sandbox::new();
+    let store = SessionStore::new(sb.home.join("sessions"));
+    let mut s = store.open("live", &sb.work).unwrap();
+    s.append_message(Message::user("hello")).unwrap();
+    let path = store.path("live").unwrap();
+    // The writer's next line, half written.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(br#"{"type":"message","id":"cafe0001","parentId":"#)
+        .unwrap();
+    let before = std::fs::read(&path).unwrap();
+
+    let snap = store.snapshot("live").unwrap();
+    assert_eq!(snap.entries().len(), 1);
+    // The same through the command line's export.
+    std::fs::write(
+        sb.home.join("agent.json"),
+        r#"{"provider": "ollama", "model": "m"}"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["export", "--session", "live", "--agent"])
+        .arg(&sb.home)
+        .env("HOME", &sb.user_home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "a reader changed the file"
+    );
+
+    // The writer finishes its line: nothing was lost.
+    f.write_all(b"null}\n").unwrap();
+    drop(f);
+    drop(s);
+    let s = store.open("live", &sb.work).unwrap();
+    assert_eq!(s.entries().len(), 1 + 1);
+}
