@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use super::event::{AgentEvent, Outcome};
+use super::event::{AgentEvent, FailureKind, Outcome};
 use super::session::{Body, Known, Session};
 use super::{Inner, RunRequest};
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
@@ -210,6 +210,7 @@ pub(super) async fn run(
         Ok(text) => Outcome::Completed { text, steps, usage },
         Err(None) => Outcome::Cancelled { steps, usage },
         Err(Some(error)) => Outcome::Failed {
+            kind: FailureKind::Engine,
             error,
             steps,
             usage,

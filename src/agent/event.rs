@@ -81,6 +81,8 @@ pub enum Outcome {
         usage: Usage,
     },
     Failed {
+        /// What kind of failure, for callers that act on it.
+        kind: FailureKind,
         error: String,
         steps: u32,
         usage: Usage,
@@ -89,6 +91,28 @@ pub enum Outcome {
         steps: u32,
         usage: Usage,
     },
+}
+
+/// Why a run failed: callers and tests match on this, not on the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The model call failed after retries (HTTP errors, a broken stream).
+    Model,
+    /// `max_steps` model turns without a final answer.
+    MaxSteps,
+    /// The repeat guard stopped a loop of identical tool calls.
+    RepeatLoop,
+    /// The model hit its output limit without answering.
+    OutputLimit,
+    /// The working folder was refused by the sandbox.
+    WorkDir,
+    /// picogent's own machinery failed: the session file, checkpoints, rollback.
+    Infrastructure,
+    /// The external engine (the Claude Code CLI) failed or is missing.
+    Engine,
+    /// The run's task ended without an outcome (a bug).
+    Internal,
 }
 
 impl Outcome {

@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoints;
 use super::control::{Boundary, RunControl, RunState};
-use super::event::AgentEvent;
+use super::event::{AgentEvent, FailureKind};
 use super::runner::{Emitter, RunError};
 use super::session::Session;
 
@@ -29,8 +29,18 @@ impl Ckpt {
         let m = message.clone();
         let commit = tokio::task::spawn_blocking(move || repo.snapshot(&m))
             .await
-            .map_err(|e| RunError::Stop(format!("checkpoint failed: {e}")))?
-            .map_err(|e| RunError::Stop(format!("checkpoint failed: {e}")))?;
+            .map_err(|e| {
+                RunError::Stop(
+                    FailureKind::Infrastructure,
+                    format!("checkpoint failed: {e}"),
+                )
+            })?
+            .map_err(|e| {
+                RunError::Stop(
+                    FailureKind::Infrastructure,
+                    format!("checkpoint failed: {e}"),
+                )
+            })?;
         let entry_id = session.append_custom(
             "checkpoint",
             serde_json::json!({"step": step, "commit": commit, "message": message}),
@@ -65,8 +75,12 @@ impl Ckpt {
         let c = commit.clone();
         tokio::task::spawn_blocking(move || repo.restore(&c))
             .await
-            .map_err(|e| RunError::Stop(format!("rollback failed: {e}")))?
-            .map_err(|e| RunError::Stop(format!("rollback failed: {e}")))?;
+            .map_err(|e| {
+                RunError::Stop(FailureKind::Infrastructure, format!("rollback failed: {e}"))
+            })?
+            .map_err(|e| {
+                RunError::Stop(FailureKind::Infrastructure, format!("rollback failed: {e}"))
+            })?;
         let from = session.leaf().map(str::to_string);
         session.branch_from(Some(&entry_id))?;
         session.append_custom(

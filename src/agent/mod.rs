@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::provider::{Provider, ProviderError, ToolSpec};
 use crate::tools::Sandbox;
-pub use event::{AgentEvent, Outcome};
+pub use event::{AgentEvent, FailureKind, Outcome};
 use session::SessionStore;
 use skills::Skill;
 
@@ -80,6 +80,7 @@ impl RunHandle {
         match self.task.await {
             Ok(o) => o,
             Err(e) => Outcome::Failed {
+                kind: FailureKind::Internal,
                 error: format!("the run panicked: {e}"),
                 steps: 0,
                 usage: Default::default(),

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoints;
 use super::control::{Role, RunControl};
-use super::event::{AgentEvent, Outcome};
+use super::event::{AgentEvent, FailureKind, Outcome};
 use super::guard::{self, RepeatGuard};
 use super::live::{boundary, Ckpt};
 use super::session::{Known, Session, SessionError};
@@ -23,8 +23,8 @@ use crate::tools::{self, ToolContext, ToolOutput};
 pub(super) enum RunError {
     #[error(transparent)]
     Session(#[from] SessionError),
-    #[error("{0}")]
-    Stop(String),
+    #[error("{1}")]
+    Stop(FailureKind, String),
     #[error("cancelled")]
     Cancelled,
 }
@@ -67,7 +67,7 @@ pub(super) async fn run(
     let Counters { steps, usage } = counters;
     control.end(matches!(
         result,
-        Err(RunError::Stop(_) | RunError::Session(_))
+        Err(RunError::Stop(..) | RunError::Session(_))
     ));
     if control.stop_requested() && matches!(result, Err(RunError::Cancelled)) {
         out.emit(AgentEvent::Notice {
@@ -78,6 +78,10 @@ pub(super) async fn run(
         Ok(text) => Outcome::Completed { text, steps, usage },
         Err(RunError::Cancelled) => Outcome::Cancelled { steps, usage },
         Err(e) => Outcome::Failed {
+            kind: match &e {
+                RunError::Stop(kind, _) => *kind,
+                _ => FailureKind::Infrastructure,
+            },
             error: e.to_string(),
             steps,
             usage,
@@ -114,10 +118,9 @@ async fn run_locked(
 ) -> Result<String, RunError> {
     let cfg = &inner.config;
     let requested = req.work_dir.clone().unwrap_or_else(|| cfg.work_dir.clone());
-    let work_dir: PathBuf = inner
-        .sandbox
-        .check_work_dir(&requested)
-        .map_err(|e| RunError::Stop(format!("working folder refused: {e}")))?;
+    let work_dir: PathBuf = inner.sandbox.check_work_dir(&requested).map_err(|e| {
+        RunError::Stop(FailureKind::WorkDir, format!("working folder refused: {e}"))
+    })?;
     let mut session = inner.sessions.open(&req.session_id, &work_dir)?;
     out.emit(AgentEvent::Started {
         session_id: req.session_id.clone(),
@@ -129,7 +132,7 @@ async fn run_locked(
         Some(true) => {
             let repo =
                 Checkpoints::open(&cfg.state_dir(), &req.session_id, &work_dir, &inner.sandbox)
-                    .map_err(|e| RunError::Stop(e.to_string()))?;
+                    .map_err(|e| RunError::Stop(FailureKind::Infrastructure, e.to_string()))?;
             let next_step = (0..)
                 .find(|n| session.checkpoint(*n).is_none())
                 .unwrap_or(0);
@@ -188,10 +191,13 @@ async fn run_locked(
             });
         }
         if counters.steps >= cfg.max_steps {
-            return Err(RunError::Stop(format!(
-                "stopped after {} model turns without a final answer (max_steps)",
-                cfg.max_steps
-            )));
+            return Err(RunError::Stop(
+                FailureKind::MaxSteps,
+                format!(
+                    "stopped after {} model turns without a final answer (max_steps)",
+                    cfg.max_steps
+                ),
+            ));
         }
         let plan = {
             let ctx = session.context();
@@ -243,7 +249,7 @@ async fn run_locked(
                 return Err(if cancelled {
                     RunError::Cancelled
                 } else {
-                    RunError::Stop(format!("model call failed: {e}"))
+                    RunError::Stop(FailureKind::Model, format!("model call failed: {e}"))
                 });
             }
         };
@@ -272,6 +278,7 @@ async fn run_locked(
             }
             if msg.stop_reason == StopReason::Length && text.trim().is_empty() {
                 return Err(RunError::Stop(
+                    FailureKind::OutputLimit,
                     "the model hit its output limit (max_tokens) without answering".into(),
                 ));
             }
@@ -303,7 +310,7 @@ async fn run_locked(
         }
         match end {
             CallsEnd::Done | CallsEnd::RolledBack => {}
-            CallsEnd::Repeated(why) => return Err(RunError::Stop(why)),
+            CallsEnd::Repeated(why) => return Err(RunError::Stop(FailureKind::RepeatLoop, why)),
         }
     }
 }

@@ -218,6 +218,14 @@ pub fn failure(outcome: &Outcome) -> &str {
     }
 }
 
+/// The kind of a failed run.
+pub fn failure_kind(outcome: &Outcome) -> picogent::agent::FailureKind {
+    match outcome {
+        Outcome::Failed { kind, .. } => *kind,
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+}
+
 /// The tool results in the order they happened: (name, is_error, output).
 pub fn tool_results(events: &[AgentEvent]) -> Vec<(String, bool, String)> {
     events

@@ -198,6 +198,10 @@ async fn max_steps_stops_the_run_with_an_error() {
     let agent = sb.agent(&llm, Wire::Anthropic, json!({"max_steps": 2}));
     let (_, outcome) = run(&agent, "loop", "m1").await;
     assert!(failure(&outcome).contains("max_steps"), "{outcome:?}");
+    assert_eq!(
+        failure_kind(&outcome),
+        picogent::agent::FailureKind::MaxSteps
+    );
     assert_eq!(llm.request_count(), 2);
 }
 
@@ -232,6 +236,10 @@ async fn repeated_identical_calls_are_warned_then_stopped() {
     assert!(
         failure(&outcome).contains("same arguments 5 times"),
         "{outcome:?}"
+    );
+    assert_eq!(
+        failure_kind(&outcome),
+        picogent::agent::FailureKind::RepeatLoop
     );
     let results = tool_results(&events);
     assert_eq!(results.len(), 5);

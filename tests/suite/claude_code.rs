@@ -270,6 +270,7 @@ async fn a_missing_claude_binary_is_a_clear_failure() {
         json!({"provider": "claude-code", "claude_code_path": sb.base().join("no-such-claude")}),
     );
     let (_, outcome) = run(&agent, "hi", "cc-missing").await;
+    assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Engine);
     let err = failure(&outcome);
     assert!(
         err.contains("Claude Code CLI (`claude`) was not found")

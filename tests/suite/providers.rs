@@ -74,6 +74,7 @@ async fn client_errors_are_not_retried_and_reach_the_user() {
     let llm = ScriptedLlm::start(vec![Turn::Status(400, None), text("never")]).await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
     let (_, outcome) = run(&agent, "hi", "p5").await;
+    assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Model);
     let err = failure(&outcome);
     assert!(
         err.contains("HTTP 400") && err.contains("scripted failure"),
@@ -90,6 +91,7 @@ async fn a_wrong_api_key_fails_with_the_servers_message() {
     cfg.api_key = Some("wrong".into());
     let agent = agent_from(cfg);
     let (_, outcome) = run(&agent, "hi", "p6").await;
+    assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Model);
     let err = failure(&outcome);
     assert!(
         err.contains("HTTP 401") && err.contains("invalid x-api-key"),
@@ -109,6 +111,7 @@ async fn an_unreachable_endpoint_fails_after_retries_naming_the_url() {
     cfg.base_url = format!("http://127.0.0.1:{port}/v1");
     let agent = agent_from(cfg);
     let (events, outcome) = run(&agent, "hi", "p7").await;
+    assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Model);
     let err = failure(&outcome);
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     let retries = events
