@@ -2,12 +2,11 @@
 //! loop, providers, tools); `main.rs` is the command-line edge that drives it.
 
 pub mod agent;
+pub mod chat;
 pub mod config;
-pub mod daemon;
 pub mod message;
 pub mod provider;
-pub mod router;
+pub mod session;
 pub mod tools;
 pub mod tracker;
-pub mod transport;
 pub mod util;

@@ -201,7 +201,8 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
         std::process::exit(130);
     });
     if agent_mode {
-        picogent::daemon::run(agent, picogent::daemon::Timing::default(), stop).await?;
+        picogent::tracker::daemon::run(agent, picogent::tracker::daemon::Timing::default(), stop)
+            .await?;
     } else {
         chat(agent, stop).await?;
     }
@@ -210,7 +211,7 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
 
 /// Chat mode: the browser chat on PICOGENT_HOST:PICOGENT_PORT.
 async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow::Result<()> {
-    use picogent::transport::chat;
+    use picogent::chat;
     let cfg = agent.config().clone();
     let listener = chat::bind(&cfg.chat_host, cfg.chat_port, cfg.chat_token.as_deref()).await?;
     let addr = listener.local_addr()?;
@@ -229,10 +230,10 @@ async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow
 
 fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.agent.as_deref())?;
-    let store = picogent::agent::session::SessionStore::new(config.sessions_dir());
+    let store = picogent::session::SessionStore::new(config.sessions_dir());
     let session = store.snapshot(&args.session)?;
     let lines =
-        picogent::agent::branches::export(&session, &args.format).map_err(anyhow::Error::msg)?;
+        picogent::session::branches::export(&session, &args.format).map_err(anyhow::Error::msg)?;
     let mut text = String::new();
     for l in &lines {
         text.push_str(&serde_json::to_string(l)?);

@@ -20,9 +20,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use super::event::{AgentEvent, FailureKind, Outcome};
-use super::session::{Body, Known, Session};
 use super::{Inner, RunRequest};
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
+use crate::session::{Body, Known, Session};
 
 /// What one stream-json line means for picogent.
 #[derive(Debug, PartialEq)]

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::message::{blocks_text, Content, Message};
 use crate::provider::{ModelRequest, Provider, ProviderError};
 
-use super::session::Context;
+use crate::session::Context;
 
 /// Tokens the next request is expected to take. Usage reported by the provider is
 /// exact, so the newest assistant message that was produced after the last compaction

@@ -7,7 +7,7 @@ use super::checkpoint::Checkpoints;
 use super::control::{Boundary, RunControl, RunState};
 use super::event::{AgentEvent, FailureKind};
 use super::runner::{Emitter, RunError};
-use super::session::Session;
+use crate::session::Session;
 
 /// The session's checkpoint repository and the next step number.
 pub(super) struct Ckpt {

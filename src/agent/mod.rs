@@ -2,7 +2,6 @@
 //! `start`, which runs the loop for one prompt and hands back a stream of events and a
 //! cancellation handle. Every front door drives the agent through this one entry point.
 
-pub mod branches;
 pub mod checkpoint;
 pub mod claude_code;
 pub mod compaction;
@@ -12,7 +11,6 @@ pub mod guard;
 mod live;
 pub mod prompt;
 mod runner;
-pub mod session;
 pub mod skills;
 
 use std::collections::HashMap;
@@ -25,9 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::provider::{Provider, ProviderError, ToolSpec};
+use crate::session::{self, SessionStore};
 use crate::tools::Sandbox;
 pub use event::{AgentEvent, FailureKind, Outcome};
-use session::SessionStore;
 use skills::Skill;
 
 /// One prompt to run.

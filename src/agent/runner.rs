@@ -13,10 +13,10 @@ use super::control::{Role, RunControl};
 use super::event::{AgentEvent, FailureKind, Outcome};
 use super::guard::{self, RepeatGuard};
 use super::live::{boundary, Ckpt};
-use super::session::{Known, Session, SessionError};
 use super::{compaction, prompt, Inner, RunRequest};
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
 use crate::provider::{Delta, ModelRequest, ProviderError};
+use crate::session::{Known, Session, SessionError};
 use crate::tools::{self, ToolContext, ToolOutput};
 
 #[derive(Debug, thiserror::Error)]
@@ -480,7 +480,7 @@ fn record_failed_turn(
 /// What to summarise, when the context is near the window; `None` when nothing can go.
 fn plan_compaction(
     cfg: &crate::config::Config,
-    ctx: &super::session::Context<'_>,
+    ctx: &crate::session::Context<'_>,
 ) -> Option<compaction::Plan> {
     let keep_recent = cfg.context_window / 4;
     let budget_chars = (cfg.context_window.saturating_sub(u64::from(cfg.max_tokens)) as usize)

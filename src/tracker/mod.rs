@@ -1,11 +1,17 @@
-//! The Team Board tracker, from the agent's side (docs/tracker-protocol.md): protocol
-//! types, the REST client, registration and heartbeats, the durable event journal and
-//! the durable outbox of reports.
+//! Agent mode, the tracker front door (docs/tracker-protocol.md): `daemon` starts it;
+//! events arrive over `http` (callbacks to `/events`) or `ws` (an outbound WebSocket),
+//! are made durable in the `journal` and scheduled by the `router` onto the agent; the
+//! outcome becomes reports in the durable `outbox`, delivered by the REST `client`;
+//! `registration` and heartbeats keep the tracker informed; `types` are the protocol.
 
 pub mod client;
+pub mod daemon;
+pub mod http;
 pub mod journal;
 pub mod outbox;
 pub mod registration;
+pub mod router;
 pub mod types;
+pub mod ws;
 
 pub use client::{TrackerClient, TrackerError};

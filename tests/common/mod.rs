@@ -111,12 +111,12 @@ impl Sandbox {
 /// Agent mode in-process: a running daemon and the token that stops it.
 pub struct Daemon {
     pub stop: tokio_util::sync::CancellationToken,
-    pub task: tokio::task::JoinHandle<Result<(), picogent::daemon::DaemonError>>,
+    pub task: tokio::task::JoinHandle<Result<(), picogent::tracker::daemon::DaemonError>>,
 }
 
 impl Daemon {
     /// Stops (drains) the daemon and returns how it ended.
-    pub async fn stop(self) -> Result<(), picogent::daemon::DaemonError> {
+    pub async fn stop(self) -> Result<(), picogent::tracker::daemon::DaemonError> {
         self.stop.cancel();
         tokio::time::timeout(Duration::from_secs(30), self.task)
             .await
@@ -125,8 +125,8 @@ impl Daemon {
     }
 }
 
-pub fn fast_timing() -> picogent::daemon::Timing {
-    picogent::daemon::Timing {
+pub fn fast_timing() -> picogent::tracker::daemon::Timing {
+    picogent::tracker::daemon::Timing {
         register_retry: Duration::from_millis(100),
         ws_backoff: (Duration::from_millis(100), Duration::from_secs(1)),
         report_backoff: (Duration::from_millis(50), Duration::from_millis(200)),
@@ -155,7 +155,11 @@ impl Sandbox {
         let config = Config::load(Some(&self.home), &env, &self.base()).unwrap();
         let agent = agent_from(config);
         let stop = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(picogent::daemon::run(agent, fast_timing(), stop.clone()));
+        let task = tokio::spawn(picogent::tracker::daemon::run(
+            agent,
+            fast_timing(),
+            stop.clone(),
+        ));
         Daemon { stop, task }
     }
 }

@@ -516,7 +516,7 @@ async fn agent_mode_without_a_token_is_a_clear_start_up_error() {
     sb.write_config(&llm, Wire::Anthropic, json!({"tracker_url": tracker.url()}));
     let config = picogent::config::Config::load(Some(&sb.home), &sb.env(), &sb.base()).unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    let err = picogent::daemon::run(agent_from(config), fast_timing(), stop)
+    let err = picogent::tracker::daemon::run(agent_from(config), fast_timing(), stop)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("AGENT_TOKEN"), "{err}");

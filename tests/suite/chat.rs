@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use picogent::chat;
 use picogent::config::Config;
-use picogent::transport::chat;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;

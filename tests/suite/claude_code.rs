@@ -175,7 +175,7 @@ async fn agent_mode_on_claude_code_reports_resumes_and_cancels() {
     )
     .unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    let daemon = tokio::spawn(picogent::daemon::run(
+    let daemon = tokio::spawn(picogent::tracker::daemon::run(
         agent_from(config),
         fast_timing(),
         stop.clone(),
@@ -310,7 +310,7 @@ async fn a_chat_message_during_a_claude_code_run_is_answered_after_it() {
     )
     .unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    let daemon = tokio::spawn(picogent::daemon::run(
+    let daemon = tokio::spawn(picogent::tracker::daemon::run(
         agent_from(config),
         fast_timing(),
         stop.clone(),

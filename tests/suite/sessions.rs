@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
-use picogent::agent::session::{Body, Known, SessionStore};
 use picogent::message::Message;
+use picogent::session::{Body, Known, SessionStore};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 

@@ -11,13 +11,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::config::{Config, Transport};
-use crate::router::Router;
 use crate::tracker::journal::Journal;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::registration::{self, FatalError};
+use crate::tracker::router::Router;
 use crate::tracker::types::AgentDescription;
 use crate::tracker::TrackerClient;
-use crate::transport;
 
 /// Retry and backoff timings; tests shorten them.
 #[derive(Debug, Clone)]
@@ -110,14 +109,14 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
             run_http(&cfg, &token, &client, &router, &timing, &stop, &server_stop).await
         }
         Transport::Ws => {
-            let opts = transport::ws::WsOptions {
+            let opts = super::ws::WsOptions {
                 tracker_url,
                 token,
                 heartbeat: Duration::from_secs(cfg.heartbeat_interval_sec),
                 backoff: timing.ws_backoff,
             };
             let desc = AgentDescription::new(&cfg, None);
-            transport::ws::run(opts, desc, router.clone(), stop.clone())
+            super::ws::run(opts, desc, router.clone(), stop.clone())
                 .await
                 .map_err(DaemonError::from)
         }
@@ -184,7 +183,7 @@ async fn run_http(
         .unwrap_or(cfg.listen_port);
     let callback = cfg.callback_url_for(port);
     tracing::info!(listen = %std::net::SocketAddr::new(host, port), callback = %callback, "events server listening");
-    let app = transport::http::app(token.to_string(), router.clone());
+    let app = super::http::app(token.to_string(), router.clone());
     let graceful = server_stop.clone();
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)

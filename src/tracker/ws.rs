@@ -14,8 +14,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
-use crate::router::{AcceptError, Router};
 use crate::tracker::registration::FatalError;
+use crate::tracker::router::{AcceptError, Router};
 use crate::tracker::types::{AgentDescription, Envelope};
 use crate::tracker::TrackerError;
 

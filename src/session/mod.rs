@@ -3,8 +3,12 @@
 //! Line 1 is the header; every later line is an entry with an 8-hex `id` and the
 //! `parentId` of the entry it continues, so the file holds a tree and the leaf is the
 //! last entry. Each entry is written with one `write` call, so a crash loses at most the
-//! entry being written; a torn last line is cut off on open and skipped on load.
+//! entry being written; a torn last line is cut off when the writer opens the file
+//! and skipped by readers (`snapshot`), which never write. `branches` reads the tree
+//! back as branches, comparisons and exports.
 //! Entry types picogent does not use (labels, custom entries, ...) are kept as they are.
+
+pub mod branches;
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -13,6 +13,8 @@
 //! (always last for a request), plus `retry` (an extension: the model call is being
 //! retried, so text streamed since the last tool step is void).
 
+mod runs;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -207,7 +209,7 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
         .on_upgrade(move |socket| connection(st, socket))
 }
 
-use super::chat_runs::{attach, forward, RunLog, Runs};
+use runs::{attach, forward, RunLog, Runs};
 
 fn frame(id: Option<&str>, kind: &str, content: &str, session: Option<&str>) -> Value {
     json!({"id": id, "type": kind, "content": content, "sessionId": session})
@@ -322,7 +324,7 @@ fn handle_frame(
     };
     let session = match v.get("sessionId") {
         None | Some(Value::Null) => crate::util::new_session_id(),
-        Some(Value::String(s)) if crate::agent::session::valid_id(s) => s.clone(),
+        Some(Value::String(s)) if crate::session::valid_id(s) => s.clone(),
         Some(other) => {
             return end(
                 format!("invalid sessionId {other}: use letters, digits, '.', '_' and '-'"),
@@ -510,15 +512,15 @@ async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
         Ok(s) => s,
         Err(e) => return fail(format!("{kind}: {e}")),
     };
-    let all = crate::agent::branches::branches(&s);
+    let all = crate::session::branches::branches(&s);
     if kind == "branches" {
         let list: Vec<Value> = all
             .iter()
-            .map(|b| json!({"name": b.name, "steps": crate::agent::branches::steps(&s, &b.path).len()}))
+            .map(|b| json!({"name": b.name, "steps": crate::session::branches::steps(&s, &b.path).len()}))
             .collect();
         return reply(json!(list));
     }
-    let names: Vec<String> = crate::agent::branches::branches(&s)
+    let names: Vec<String> = crate::session::branches::branches(&s)
         .into_iter()
         .map(|b| b.name)
         .collect();
@@ -551,7 +553,7 @@ async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
         }
         return;
     }
-    let mut cmp = match crate::agent::branches::compare(&s, x, y) {
+    let mut cmp = match crate::session::branches::compare(&s, x, y) {
         Ok(c) => c,
         Err(e) => return fail(format!("compare: {e}")),
     };

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::session::{Body, Entry, Known, Session};
+use super::{Body, Entry, Known, Session};
 use crate::message::{blocks_text, Content, Message};
 
 pub struct Branch {

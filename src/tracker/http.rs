@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::Json;
 use serde_json::json;
 
-use crate::router::{AcceptError, Accepted, Router};
+use crate::tracker::router::{AcceptError, Accepted, Router};
 use crate::tracker::types::Envelope;
 
 /// Events larger than this are refused with 413.
