@@ -1,10 +1,14 @@
 //! The one event type every front door consumes (CLI, tracker router, chat server,
-//! logs). A run emits `Started` first and `Finished` last, always.
+//! logs), and how a run ends. A run emits `Started` first and `Finished` last, always.
+//! Inside a run, `Emitter` sends events and `RunError` says why the loop stopped.
 
 use serde::Serialize;
 use serde_json::Value;
 
+use tokio::sync::mpsc::UnboundedSender;
+
 use crate::message::Usage;
+use crate::session::SessionError;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -126,5 +130,24 @@ impl Outcome {
             | Outcome::Failed { steps, .. }
             | Outcome::Cancelled { steps, .. } => *steps,
         }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RunError {
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("{1}")]
+    Stop(FailureKind, String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+pub(super) struct Emitter(pub(super) UnboundedSender<AgentEvent>);
+
+impl Emitter {
+    pub(super) fn emit(&self, ev: AgentEvent) {
+        // A consumer that went away does not stop the run; cancellation does.
+        let _ = self.0.send(ev);
     }
 }

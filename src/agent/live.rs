@@ -5,8 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoints;
 use super::control::{Boundary, RunControl, RunState};
-use super::event::{AgentEvent, FailureKind};
-use super::runner::{Emitter, RunError};
+use super::event::{AgentEvent, Emitter, FailureKind, RunError};
 use crate::session::Session;
 
 /// The session's checkpoint repository and the next step number.

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::checkpoint::Checkpoints;
 use super::control::{Role, RunControl};
 use super::event::{AgentEvent, FailureKind, Outcome};
+use super::event::{Emitter, RunError};
 use super::guard::{self, RepeatGuard};
 use super::live::{boundary, Ckpt};
 use super::{compaction, prompt, Inner, RunRequest};
@@ -18,25 +19,6 @@ use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultM
 use crate::provider::{Delta, ModelRequest, ProviderError};
 use crate::session::{Known, Session, SessionError};
 use crate::tools::{self, ToolContext, ToolOutput};
-
-#[derive(Debug, thiserror::Error)]
-pub(super) enum RunError {
-    #[error(transparent)]
-    Session(#[from] SessionError),
-    #[error("{1}")]
-    Stop(FailureKind, String),
-    #[error("cancelled")]
-    Cancelled,
-}
-
-pub(super) struct Emitter(UnboundedSender<AgentEvent>);
-
-impl Emitter {
-    pub(super) fn emit(&self, ev: AgentEvent) {
-        // A consumer that went away does not stop the run; cancellation does.
-        let _ = self.0.send(ev);
-    }
-}
 
 struct Counters {
     steps: u32,

@@ -22,6 +22,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use super::namespaces::HelperArgs;
 use landlock::{
     path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
@@ -143,26 +144,6 @@ impl Confinement {
             );
         }
         c
-    }
-}
-
-/// What `picogent sandbox-exec` was asked to do.
-pub(crate) struct HelperArgs {
-    pub namespaces: bool,
-    pub writable: Option<Vec<PathBuf>>,
-    pub tmp: Option<PathBuf>,
-    pub read_only: Vec<PathBuf>,
-    pub hidden: Vec<PathBuf>,
-    pub deny_network: bool,
-    pub program: Vec<OsString>,
-}
-
-impl HelperArgs {
-    /// Whether the whole file system was allowed (`allowed_paths: ["/"]`).
-    pub fn writable_all(&self) -> bool {
-        self.writable
-            .as_ref()
-            .is_some_and(|w| w.iter().any(|p| p == Path::new("/")))
     }
 }
 
@@ -396,7 +377,7 @@ pub fn helper_main(args: impl Iterator<Item = OsString>) -> ExitCode {
     };
     if h.namespaces {
         // Returns only when the namespaces could not be made.
-        let Err(e) = super::namespaces::run(&h);
+        let Err(e) = super::namespaces::run(&h, &|h: &HelperArgs| become_command(h, true));
         eprintln!("picogent sandbox: {e}; the command was not run");
         return ExitCode::from(126);
     }

@@ -20,7 +20,6 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use super::confine::HelperArgs;
 use super::mounts::{
     blank_file, copy_of, errno, mount, move_mount, open_tree, set_attr, MOUNT_ATTR_NOSUID,
     MOUNT_ATTR_RDONLY,
@@ -29,9 +28,33 @@ use super::mounts::{
 /// Devices the minimal `/dev` offers (bound from the host's).
 const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
+/// What `picogent sandbox-exec` was asked to do.
+pub(crate) struct HelperArgs {
+    pub namespaces: bool,
+    pub writable: Option<Vec<PathBuf>>,
+    pub tmp: Option<PathBuf>,
+    pub read_only: Vec<PathBuf>,
+    pub hidden: Vec<PathBuf>,
+    pub deny_network: bool,
+    pub program: Vec<std::ffi::OsString>,
+}
+
+impl HelperArgs {
+    /// Whether the whole file system was allowed (`allowed_paths: ["/"]`).
+    pub fn writable_all(&self) -> bool {
+        self.writable
+            .as_ref()
+            .is_some_and(|w| w.iter().any(|p| p == Path::new("/")))
+    }
+}
+
+/// How the command itself starts once its view is built (the per-process layers and
+/// `exec`); returns an exit status only when that failed.
+pub(crate) type Become<'a> = &'a dyn Fn(&HelperArgs) -> i32;
+
 /// Runs the command in new namespaces. Returns only on failure before the command
 /// started; otherwise exits with the command's status.
-pub fn run(h: &HelperArgs) -> Result<std::convert::Infallible, String> {
+pub fn run(h: &HelperArgs, become_command: Become) -> Result<std::convert::Infallible, String> {
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the working folder: {e}"))?;
     // SAFETY: plain getters.
@@ -67,7 +90,7 @@ pub fn run(h: &HelperArgs) -> Result<std::convert::Infallible, String> {
     }
     if pid == 0 {
         drop(alive_w);
-        init(h, &cwd, alive_r)
+        init(h, &cwd, alive_r, become_command)
     }
     drop(alive_r);
     let code = wait_exit_code(pid);
@@ -96,7 +119,7 @@ fn wait_exit_code(pid: libc::pid_t) -> i32 {
 }
 
 /// PID 1 of the new namespace: mounts, starts the command, reaps, exits with it.
-fn init(h: &HelperArgs, cwd: &Path, alive: OwnedFd) -> ! {
+fn init(h: &HelperArgs, cwd: &Path, alive: OwnedFd, become_command: Become) -> ! {
     // SAFETY: plain prctl calls on this process.
     unsafe {
         libc::prctl(
@@ -130,7 +153,7 @@ fn init(h: &HelperArgs, cwd: &Path, alive: OwnedFd) -> ! {
         std::process::exit(126);
     }
     if child == 0 {
-        parent_of_command(h)
+        parent_of_command(h, become_command)
     }
     loop {
         let mut status = 0;
@@ -153,7 +176,7 @@ fn init(h: &HelperArgs, cwd: &Path, alive: OwnedFd) -> ! {
 
 /// PID 2: the command's parent. Programs that take a parent PID of 1 to mean that
 /// their parent died (Node CLIs do) would otherwise exit at once.
-fn parent_of_command(h: &HelperArgs) -> ! {
+fn parent_of_command(h: &HelperArgs, become_command: Become) -> ! {
     // SAFETY: single-threaded.
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -161,7 +184,7 @@ fn parent_of_command(h: &HelperArgs) -> ! {
         std::process::exit(126);
     }
     if child == 0 {
-        std::process::exit(super::confine::become_command(h, true));
+        std::process::exit(become_command(h));
     }
     std::process::exit(wait_exit_code(child))
 }
