@@ -383,7 +383,8 @@ async fn drive(
                 tail.push_str(&l);
                 tail.push('\n');
                 if tail.len() > 8000 {
-                    tail.drain(..tail.len() - 4000);
+                    // On a character boundary: the CLI's output is not ours to trust.
+                    tail = crate::util::tail_bytes(&tail, 4000).to_string();
                 }
             }
         }

@@ -173,11 +173,23 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
         return Html(CLIENT_HTML).into_response();
     }
     let (mut parts, _) = req.into_parts();
-    if let Some(origin) = parts
-        .headers
-        .get(header::ORIGIN)
-        .and_then(|v| v.to_str().ok())
-    {
+    // One readable Origin or none: two, or one that is not text, is refused rather
+    // than judged by the first or treated as absent.
+    let origins: Vec<_> = parts.headers.get_all(header::ORIGIN).iter().collect();
+    let origin = match origins.as_slice() {
+        [] => None,
+        [one] => match one.to_str() {
+            Ok(o) => Some(o),
+            Err(_) => {
+                return refuse(
+                    StatusCode::FORBIDDEN,
+                    "the Origin header is not readable text".into(),
+                )
+            }
+        },
+        _ => return refuse(StatusCode::FORBIDDEN, "more than one Origin header".into()),
+    };
+    if let Some(origin) = origin {
         let host = parts
             .headers
             .get(header::HOST)

@@ -107,7 +107,11 @@ pub struct Env(HashMap<String, String>);
 
 impl Env {
     pub fn from_process() -> Self {
-        Env(std::env::vars().collect())
+        // A variable that is not UTF-8 (name or value) cannot be a setting: skipped,
+        // never a panic.
+        Env(std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect())
     }
 
     pub fn from_pairs<I, K, V>(pairs: I) -> Self

@@ -42,15 +42,16 @@ impl RetryPolicy {
 /// `retry-after-ms` (milliseconds) takes precedence over `retry-after` (seconds).
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // A server's number, so never trusted to fit a Duration (`inf`, `1e30`, `NaN`).
+    let secs = |s: f64| Duration::try_from_secs_f64(s).ok();
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        if ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+        if let Some(d) = secs(ms / 1000.0) {
+            return Some(d);
         }
     }
     get("retry-after")
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| *s >= 0.0)
-        .map(Duration::from_secs_f64)
+        .and_then(secs)
 }
 
 /// `x-should-retry: true|false` overrides the status-code rule.
@@ -73,6 +74,18 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
         h.insert("retry-after-ms", "250".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn absurd_retry_headers_are_ignored_not_a_panic() {
+        for v in ["inf", "1e30", "NaN", "-1", "1e400"] {
+            let mut h = HeaderMap::new();
+            h.insert("retry-after", v.parse().unwrap());
+            assert_eq!(retry_after(&h), None, "{v}");
+            let mut h = HeaderMap::new();
+            h.insert("retry-after-ms", v.parse().unwrap());
+            assert_eq!(retry_after(&h), None, "{v}");
+        }
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
             .filter_map(Result::ok)
             .filter(|e| !sandbox.is_protected(&dir.join(e.file_name())))
             .map(|e| {
-                let mut n = e.file_name().to_string_lossy().into_owned();
+                let mut n = super::walk::escape_name(&e.file_name().to_string_lossy());
                 // file_type does not follow links; a link to a folder is listed as one.
                 if e.path().is_dir() {
                     n.push('/');

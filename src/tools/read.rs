@@ -58,8 +58,9 @@ fn read_lines(
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
+        // A line is kept only up to what can be shown: a file of one endless line
+        // never makes picogent allocate its size.
+        let (n, dropped) = read_line_capped(&mut reader, &mut buf, LINE_KEEP)
             .map_err(|e| ToolError::io(path, e))?;
         if n == 0 {
             break;
@@ -73,7 +74,10 @@ fn read_lines(
             continue;
         }
         let raw = String::from_utf8_lossy(&buf);
-        let line = cut_line(raw.trim_end_matches(['\n', '\r']));
+        let mut line = cut_line(raw.trim_end_matches(['\n', '\r']));
+        if dropped > 0 {
+            line.push_str(&format!(" [… and {dropped} more bytes]"));
+        }
         if count >= MAX_LINES || out.len() + line.len() + 1 > MAX_BYTES {
             stopped = Some(Stop::Cap);
             continue;
@@ -110,6 +114,43 @@ fn read_lines(
         "last_line": last_shown,
         "total_lines": total,
     })))
+}
+
+/// Bytes of one line kept for display: enough for `MAX_LINE_CHARS` characters of any
+/// UTF-8 text.
+const LINE_KEEP: usize = super::MAX_LINE_CHARS * 4 + 8;
+
+/// Reads one line (through its `\n`), keeping at most `keep` bytes of it in `buf`.
+/// Returns the bytes consumed (0 at the end of the file) and how many were dropped.
+fn read_line_capped(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    keep: usize,
+) -> std::io::Result<(usize, usize)> {
+    let (mut consumed, mut dropped) = (0usize, 0usize);
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok((consumed, dropped));
+        }
+        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = keep.saturating_sub(buf.len()).min(take);
+        buf.extend_from_slice(chunk.get(..room).unwrap_or_default());
+        // The newline itself is not counted as dropped text.
+        dropped += (take - room).saturating_sub(usize::from(done && room < take));
+        consumed += take;
+        reader.consume(take);
+        if done {
+            return Ok((consumed, dropped));
+        }
+    }
 }
 
 /// Why reading stopped before the end of the file.

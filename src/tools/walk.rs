@@ -26,12 +26,32 @@ pub fn files(root: &Path, sandbox: &Sandbox) -> impl Iterator<Item = PathBuf> {
         })
 }
 
-/// How a found path is shown: relative to the search root's folder when possible.
+/// How a found path is shown: relative to the search root's folder when possible,
+/// with control characters escaped (a name with a newline must not pass for two).
 pub fn display(path: &Path, base: &Path) -> String {
-    path.strip_prefix(base)
-        .ok()
-        .filter(|r| !r.as_os_str().is_empty())
-        .unwrap_or(path)
-        .display()
-        .to_string()
+    escape_name(
+        &path
+            .strip_prefix(base)
+            .ok()
+            .filter(|r| !r.as_os_str().is_empty())
+            .unwrap_or(path)
+            .display()
+            .to_string(),
+    )
+}
+
+/// A file name as one line: `\n`, `\r`, tabs and other control characters escaped.
+pub fn escape_name(name: &str) -> String {
+    if !name.chars().any(char::is_control) {
+        return name.to_string();
+    }
+    name.chars()
+        .map(|c| match c {
+            '\n' => "\\n".to_string(),
+            '\r' => "\\r".to_string(),
+            '\t' => "\\t".to_string(),
+            c if c.is_control() => format!("\\x{:02x}", u32::from(c)),
+            c => c.to_string(),
+        })
+        .collect()
 }

@@ -68,8 +68,8 @@ pub async fn heartbeats(
                 tracing::warn!("the tracker no longer knows this agent; registering again");
                 match register(client, desc, retry, stop).await? {
                     Some(r) => {
-                        if let Some(s) = r.heartbeat_interval_sec.filter(|s| *s > 0) {
-                            interval = Duration::from_secs(s);
+                        if let Some(d) = heartbeat_from_tracker(r.heartbeat_interval_sec) {
+                            interval = d;
                         }
                     }
                     None => return Ok(()),
@@ -78,5 +78,30 @@ pub async fn heartbeats(
             Err(e @ TrackerError::Unauthorized { .. }) => return Err(FatalError::Tracker(e)),
             Err(e) => tracing::warn!("heartbeat failed: {e}"),
         }
+    }
+}
+
+/// The heartbeat interval a tracker asks for, kept to 1 s – 1 h: the tracker's number
+/// must not make picogent spin or overflow its timers.
+pub fn heartbeat_from_tracker(secs: Option<u64>) -> Option<Duration> {
+    secs.filter(|s| *s > 0)
+        .map(|s| Duration::from_secs(s.min(3600)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tracker_heartbeat_interval_is_kept_within_bounds() {
+        assert_eq!(
+            heartbeat_from_tracker(Some(u64::MAX)),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(heartbeat_from_tracker(Some(0)), None);
+        assert_eq!(
+            heartbeat_from_tracker(Some(15)),
+            Some(Duration::from_secs(15))
+        );
     }
 }

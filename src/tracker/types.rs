@@ -136,18 +136,28 @@ impl Event {
                 format!("`data.{name}{at}`: {}", e.into_inner())
             })
         }
-        match env.kind.as_str() {
-            "task.assigned" => Ok(Some(Event::TaskAssigned(field(&env.data, "task")?))),
-            "chat.message" => Ok(Some(Event::ChatMessage {
+        let event = match env.kind.as_str() {
+            "task.assigned" => Event::TaskAssigned(field(&env.data, "task")?),
+            "chat.message" => Event::ChatMessage {
                 task_id: field(&env.data, "task_id")?,
                 message: field(&env.data, "message")?,
-            })),
-            "task.cancelled" => Ok(Some(Event::TaskCancelled {
+            },
+            "task.cancelled" => Event::TaskCancelled {
                 task_id: field(&env.data, "task_id")?,
                 reason: field(&env.data, "reason")?,
-            })),
-            _ => Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        // The id goes into report URLs (`/api/v1/tasks/{id}`): one path segment.
+        let id = event.task_id();
+        if id.is_empty() || id == "." || id == ".." || id.contains(['/', '?', '#']) {
+            let at = match &event {
+                Event::TaskAssigned(_) => "data.task.id",
+                _ => "data.task_id",
+            };
+            return Err(format!("`{at}` {id:?} is not a usable task id"));
         }
+        Ok(Some(event))
     }
 
     pub fn task_id(&self) -> &str {

@@ -168,8 +168,10 @@ async fn connect_once(
                         }
                     }
                     ("register", Some("registered")) => {
-                        if let Some(s) = v["heartbeat_interval_sec"].as_u64().filter(|s| *s > 0) {
-                            heartbeat = Duration::from_secs(s);
+                        if let Some(d) = super::registration::heartbeat_from_tracker(
+                            v["heartbeat_interval_sec"].as_u64(),
+                        ) {
+                            heartbeat = d;
                         }
                         tracing::info!(
                             agent_id = v["agent_id"].as_str().unwrap_or("-"),

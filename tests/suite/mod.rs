@@ -7,6 +7,7 @@ mod cli;
 mod config;
 mod confinement;
 mod daemon_process;
+mod hostile_input;
 mod live;
 mod providers;
 mod races;

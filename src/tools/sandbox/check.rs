@@ -129,7 +129,8 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
     let me = std::process::id();
     let outside = s.outside.join("escaped");
     // The secrets this picogent holds (the values must appear nowhere a command reads).
-    let secrets: Vec<String> = std::env::vars()
+    let secrets: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, v)| crate::config::secrets::is_secret(k) && v.len() >= 8)
         .map(|(_, v)| v)
         .collect();

@@ -1,0 +1,180 @@
+//! Hostile input from outside: a tracker, a browser, the file system, the environment
+//! and an engine's output that try to make picogent panic, misroute or allocate
+//! without bound. Each answer is a clear error, never a crash.
+
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::tracker::{deliver_raw, FakeTracker, TOKEN};
+use crate::common::*;
+
+fn ctx(sb: &Sandbox) -> ToolContext {
+    ToolContext {
+        work_dir: sb.work.clone(),
+        sandbox: Arc::new(PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])),
+        step_timeout: Duration::from_secs(20),
+        cancel: CancellationToken::new(),
+        output_dir: sb.base().join("outputs"),
+    }
+}
+
+#[tokio::test]
+async fn task_ids_that_are_not_one_path_segment_are_refused() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    for (n, id) in ["", ".", "..", "a/b", "x?y"].iter().enumerate() {
+        for body in [
+            json!({"id": format!("ea{n}"), "type": "task.assigned", "data": {"task": {"id": id, "title": "t"}}}),
+            json!({"id": format!("ec{n}"), "type": "task.cancelled", "data": {"task_id": id}}),
+            json!({"id": format!("em{n}"), "type": "chat.message", "data": {"task_id": id, "message": {"id": "m", "content": "hi"}}}),
+        ] {
+            let (status, b) = deliver_raw(&cb, Some(TOKEN), body.to_string().into_bytes()).await;
+            assert_eq!(status, 400, "{body}: {b}");
+            assert!(
+                b["error"]["message"].as_str().unwrap().contains("task"),
+                "{b}"
+            );
+        }
+    }
+    d.stop().await.unwrap();
+    assert!(
+        tracker
+            .calls()
+            .iter()
+            .all(|c| !c.path.contains("/tasks/") && !c.path.contains("/comments")),
+        "a report went out for a refused event"
+    );
+}
+
+#[tokio::test]
+async fn a_handshake_with_two_or_unreadable_origins_is_refused() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let listener = picogent::chat::bind("127.0.0.1", 0, None).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    tokio::spawn(picogent::chat::serve(agent, listener, stop.clone()));
+    let own = format!("http://{addr}");
+    for origins in [
+        vec![own.as_bytes().to_vec(), b"http://evil.example".to_vec()],
+        vec![b"http://evil.example".to_vec(), own.as_bytes().to_vec()],
+        vec![b"http://caf\xe9.example".to_vec()],
+    ] {
+        let mut req = format!(
+            "GET /ws HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        )
+        .into_bytes();
+        for o in &origins {
+            req.extend_from_slice(b"Origin: ");
+            req.extend_from_slice(o);
+            req.extend_from_slice(b"\r\n");
+        }
+        req.extend_from_slice(b"\r\n");
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut s, &req)
+            .await
+            .unwrap();
+        let mut head = vec![0u8; 64];
+        let n = tokio::io::AsyncReadExt::read(&mut s, &mut head)
+            .await
+            .unwrap();
+        let head = String::from_utf8_lossy(&head[..n]);
+        assert!(head.starts_with("HTTP/1.1 403"), "{origins:?}: {head}");
+    }
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn names_with_newlines_are_listed_as_one_line() {
+    let sb = Sandbox::new();
+    sb.write("evil\nsecret.txt", "needle\n");
+    let c = ctx(&sb);
+    let r = execute("ls", &json!({}), &c).await;
+    assert_eq!(r.text, "evil\\nsecret.txt", "{r:?}");
+    let r = execute("find", &json!({"pattern": "*"}), &c).await;
+    assert!(
+        r.text.contains("evil\\nsecret.txt") && r.text.lines().count() == 1,
+        "{r:?}"
+    );
+    let r = execute("grep", &json!({"pattern": "needle"}), &c).await;
+    assert!(r.text.starts_with("evil\\nsecret.txt:1:"), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_file_of_one_endless_line_is_read_within_the_caps() {
+    let sb = Sandbox::new();
+    // 32 MiB without a newline.
+    let long = sb.work.join("long.txt");
+    let mut f = std::fs::File::create(&long).unwrap();
+    let chunk = vec![b'a'; 1 << 20];
+    for _ in 0..32 {
+        std::io::Write::write_all(&mut f, &chunk).unwrap();
+    }
+    drop(f);
+    let r = execute("read", &json!({"path": "long.txt"}), &ctx(&sb)).await;
+    assert!(!r.is_error, "{}", &r.text[..200.min(r.text.len())]);
+    assert!(r.text.len() < 4096, "{} bytes returned", r.text.len());
+    assert!(r.text.contains("more bytes"), "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_variable_that_is_not_utf8_does_not_stop_picogent() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("fine")]).await;
+    sb.write_config(&llm, Wire::Anthropic, json!({}));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["run", "--agent"])
+        .arg(&sb.home)
+        .arg("hi")
+        .env("HOME", &sb.user_home)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env(
+            std::ffi::OsStr::from_bytes(b"ODD_VALUE"),
+            std::ffi::OsStr::from_bytes(b"\xff\xfe"),
+        )
+        .env(
+            std::ffi::OsStr::from_bytes(b"ODD_\xffNAME"),
+            std::ffi::OsStr::from_bytes(b"x"),
+        )
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fine"));
+}
+
+#[tokio::test]
+async fn an_engine_that_writes_broken_text_to_stderr_is_a_clear_failure() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let fake = sb.base().join("fake-claude");
+    // 20 KB of two-byte characters on stderr, cut anywhere, then a failure.
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ni=0\nwhile [ $i -lt 2000 ]; do printf 'ééééé' >&2; i=$((i+1)); done\necho >&2\nexit 3\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"provider": "claude-code", "claude_code_path": fake}),
+    );
+    let (_, outcome) = run(&agent, "hi", "cc-stderr").await;
+    assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Engine);
+    assert!(failure(&outcome).contains("é"), "{outcome:?}");
+}
