@@ -280,6 +280,7 @@ impl Provider {
                 should_retry: retry::should_retry(&headers),
             });
         }
+        stream::expect_stream(&resp, provider)?;
         let mut reader = stream::LineReader::new(resp, self.idle_timeout, cancel.clone(), provider);
         let mut first_token: Option<Duration> = None;
         let mut timed = |d: Delta| {

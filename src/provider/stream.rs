@@ -1,7 +1,10 @@
-//! Reading a streamed HTTP body line by line (NDJSON) or event by event (SSE), with an
-//! idle timeout and cancellation checked between chunks.
+//! Reading a streamed HTTP body line by line (NDJSON) or event by event (SSE), with
+//! cancellation checked between chunks and two clocks: the idle timeout counts time
+//! without content (keep-alive comments and `ping` events do not reset it), and the
+//! whole call has a deadline of `DEADLINE_FACTOR` idle timeouts. Lines are found in
+//! linear time and bounded by `MAX_LINE`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -11,10 +14,21 @@ use super::ProviderError;
 type ByteStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
+/// The longest line a stream may send (a whole tool call's arguments fit easily).
+pub const MAX_LINE: usize = 32 << 20;
+
+/// A call ends after this many idle timeouts in all, however the stream goes on.
+pub const DEADLINE_FACTOR: u32 = 20;
+
 pub struct LineReader {
     body: ByteStream,
     buf: Vec<u8>,
+    /// How far `buf` is known to hold no newline (so each byte is scanned once).
+    scanned: usize,
     idle: Duration,
+    /// When the stream last carried content (not a keep-alive).
+    last_content: Instant,
+    deadline: Instant,
     cancel: CancellationToken,
     provider: &'static str,
     done: bool,
@@ -27,6 +41,42 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// Refuses a successful answer that is not a stream (an HTML page from a proxy, an
+/// empty body), saying what it is, instead of reading it as a stream that ended early.
+pub fn expect_stream(
+    resp: &reqwest::Response,
+    provider: &'static str,
+) -> Result<(), ProviderError> {
+    let ct = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let streamy = [
+        "event-stream",
+        "ndjson",
+        "json",
+        "octet-stream",
+        "text/plain",
+    ];
+    if ct.is_empty() && resp.content_length() == Some(0) {
+        return Err(ProviderError::Protocol {
+            provider,
+            message: "the server answered 200 with an empty body instead of a stream".into(),
+        });
+    }
+    if !ct.is_empty() && !streamy.iter().any(|s| ct.contains(s)) {
+        return Err(ProviderError::Protocol {
+            provider,
+            message: format!(
+                "the server answered 200 with {ct} instead of a stream (is base_url pointing at the model API, not a web page or proxy login?)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl LineReader {
     pub fn new(
         resp: reqwest::Response,
@@ -34,20 +84,40 @@ impl LineReader {
         cancel: CancellationToken,
         provider: &'static str,
     ) -> Self {
+        let now = Instant::now();
         LineReader {
             body: Box::pin(resp.bytes_stream()),
             buf: Vec::new(),
+            scanned: 0,
             idle,
+            last_content: now,
+            deadline: now + idle.saturating_mul(DEADLINE_FACTOR),
             cancel,
             provider,
             done: false,
         }
     }
 
-    /// The next line without its terminator; `None` at the end of the body.
+    /// The next line (NDJSON): any non-empty line is content.
     pub async fn next_line(&mut self) -> Result<Option<String>, ProviderError> {
+        let line = self.read_line().await?;
+        if line.as_ref().is_some_and(|l| !l.trim().is_empty()) {
+            self.last_content = Instant::now();
+        }
+        Ok(line)
+    }
+
+    /// The next line without its terminator; `None` at the end of the body.
+    async fn read_line(&mut self) -> Result<Option<String>, ProviderError> {
         loop {
-            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+            let found = self
+                .buf
+                .get(self.scanned..)
+                .and_then(|rest| rest.iter().position(|b| *b == b'\n'))
+                .map(|p| p + self.scanned);
+            self.scanned = self.buf.len();
+            if let Some(pos) = found {
+                self.scanned = 0;
                 let mut line: Vec<u8> = self.buf.drain(..=pos).collect();
                 line.pop();
                 if line.last() == Some(&b'\r') {
@@ -62,8 +132,25 @@ impl LineReader {
                 let rest = std::mem::take(&mut self.buf);
                 return Ok(Some(String::from_utf8_lossy(&rest).into_owned()));
             }
+            if self.buf.len() > MAX_LINE {
+                return Err(self.broken(format!(
+                    "a line of the stream is longer than {} MiB",
+                    MAX_LINE >> 20
+                )));
+            }
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(ProviderError::Timeout(
+                    self.idle.saturating_mul(DEADLINE_FACTOR),
+                ));
+            }
+            // Time without content counts, whatever keep-alives arrive meanwhile.
+            let wait = self
+                .idle
+                .saturating_sub(now.duration_since(self.last_content))
+                .min(self.deadline - now);
             let chunk = tokio::select! {
-                c = tokio::time::timeout(self.idle, self.body.next()) => match c {
+                c = tokio::time::timeout(wait, self.body.next()) => match c {
                     Ok(c) => c,
                     Err(_) => return Err(ProviderError::Timeout(self.idle)),
                 },
@@ -88,11 +175,14 @@ impl LineReader {
         let mut ev = SseEvent::default();
         let mut has_data = false;
         loop {
-            let Some(line) = self.next_line().await? else {
+            let Some(line) = self.read_line().await? else {
                 return Ok(has_data.then_some(ev));
             };
             if line.is_empty() {
                 if has_data {
+                    if ev.event.as_deref() != Some("ping") {
+                        self.last_content = Instant::now();
+                    }
                     return Ok(Some(ev));
                 }
                 ev.event = None;

@@ -178,3 +178,115 @@ async fn an_engine_that_writes_broken_text_to_stderr_is_a_clear_failure() {
     assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Engine);
     assert!(failure(&outcome).contains("é"), "{outcome:?}");
 }
+
+/// A one-shot HTTP server on loopback that answers every request with `head` and then
+/// whatever `body` writes; counts the requests.
+async fn raw_server<F, Fut>(
+    head: &'static str,
+    body: F,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (c, body) = (count.clone(), Arc::new(body));
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = body.clone();
+            tokio::spawn(async move {
+                // Read the request head and body (small JSON), then answer.
+                let mut req = vec![0u8; 1 << 20];
+                let _ = tokio::time::timeout(Duration::from_millis(300), s.read(&mut req)).await;
+                let _ = s.write_all(head.as_bytes()).await;
+                body(s).await;
+            });
+        }
+    });
+    (format!("http://{addr}"), count)
+}
+
+fn agent_at(sb: &Sandbox, base_url: &str, step_timeout: u64) -> picogent::agent::Agent {
+    let llm_dir = sb.home.join("agent.json");
+    std::fs::write(
+        &llm_dir,
+        json!({"provider": "anthropic", "base_url": base_url, "model": "m", "step_timeout_sec": step_timeout, "work_dir": sb.work})
+            .to_string(),
+    )
+    .unwrap();
+    let config = picogent::config::Config::load(Some(&sb.home), &sb.env(), &sb.base()).unwrap();
+    agent_from(config)
+}
+
+#[tokio::test]
+async fn a_web_page_instead_of_a_stream_is_named_and_not_retried() {
+    let sb = Sandbox::new();
+    let (url, count) = raw_server(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 21\r\n\r\n<html>sign in</html>\n",
+        |_s| async {},
+    )
+    .await;
+    let (_, outcome) = run(&agent_at(&sb, &url, 10), "hi", "html").await;
+    assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Model);
+    assert!(failure(&outcome).contains("text/html"), "{outcome:?}");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_stream_of_nothing_but_pings_times_out() {
+    let sb = Sandbox::new();
+    let (url, _) = raw_server(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+        |mut s| async move {
+            use tokio::io::AsyncWriteExt;
+            for _ in 0..600 {
+                let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n: keep-alive\n\n";
+                if s.write_all(ping.as_bytes()).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let (_, outcome) = run(&agent_at(&sb, &url, 1), "hi", "pings").await;
+    assert!(
+        failure(&outcome).contains("1 s") || failure(&outcome).contains("sent nothing"),
+        "{outcome:?}"
+    );
+    // The pings alone would have lasted 30 s; the run gave up after its retries.
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_endless_stream_line_is_refused_at_its_bound() {
+    let sb = Sandbox::new();
+    let (url, _) = raw_server(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+        |mut s| async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = s.write_all(b"data: ").await;
+            let chunk = vec![b'x'; 1 << 20];
+            for _ in 0..40 {
+                if s.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        },
+    )
+    .await;
+    let (_, outcome) = run(&agent_at(&sb, &url, 10), "hi", "long").await;
+    assert!(
+        failure(&outcome).contains("longer than 32 MiB"),
+        "{outcome:?}"
+    );
+}
