@@ -146,6 +146,7 @@ async fn run_locked(
         work_dir: work_dir.clone(),
         sandbox: inner.sandbox.clone(),
         step_timeout: cfg.step_timeout,
+        command_timeout_max: cfg.command_timeout_max,
         cancel: cancel.clone(),
         output_dir: inner.output_dir.join(&req.session_id),
     };

@@ -56,6 +56,7 @@ struct FileConfig {
     allowed_paths: Option<Vec<PathBuf>>,
     max_steps: Option<u32>,
     step_timeout_sec: Option<u64>,
+    command_timeout_max_sec: Option<u64>,
     context_window: Option<u64>,
     max_tokens: Option<u32>,
     shutdown_grace_sec: Option<u64>,
@@ -91,6 +92,9 @@ pub struct Config {
     pub allowed_paths: Vec<PathBuf>,
     pub max_steps: u32,
     pub step_timeout: Duration,
+    /// The longest `timeout` a bash call may ask for (`command_timeout_max_sec`,
+    /// default `step_timeout_sec`): a model cannot hold a task slot for a day.
+    pub command_timeout_max: Duration,
     pub context_window: u64,
     pub max_tokens: u32,
     /// How long running tasks may finish after SIGTERM before they are cancelled.
@@ -376,6 +380,8 @@ impl Config {
         positive("max_steps", max_steps as u64)?;
         let step_timeout_sec = file.step_timeout_sec.unwrap_or(120);
         positive("step_timeout_sec", step_timeout_sec)?;
+        let command_timeout_max_sec = file.command_timeout_max_sec.unwrap_or(step_timeout_sec);
+        positive("command_timeout_max_sec", command_timeout_max_sec)?;
         let context_window = file.context_window.unwrap_or(match provider {
             ProviderKind::Anthropic | ProviderKind::ClaudeCode => 200_000,
             ProviderKind::Openai => 128_000,
@@ -426,6 +432,7 @@ impl Config {
             allowed_paths,
             max_steps,
             step_timeout: Duration::from_secs(step_timeout_sec),
+            command_timeout_max: Duration::from_secs(command_timeout_max_sec),
             context_window,
             max_tokens,
             shutdown_grace: Duration::from_secs(file.shutdown_grace_sec.unwrap_or(30)),

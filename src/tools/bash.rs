@@ -115,9 +115,12 @@ fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("bash", args)?;
     let cwd = ctx.sandbox.check_work_dir(&ctx.work_dir)?;
+    // The model's own timeout, within the configured maximum.
     let timeout = match a.timeout {
-        Some(t) if t > 0.0 && t.is_finite() => Duration::from_secs_f64(t.min(86_400.0)),
-        _ => ctx.step_timeout,
+        Some(t) if t > 0.0 && t.is_finite() => Duration::try_from_secs_f64(t)
+            .unwrap_or(ctx.command_timeout_max)
+            .min(ctx.command_timeout_max),
+        _ => ctx.step_timeout.min(ctx.command_timeout_max),
     };
 
     let (reader, writer) =

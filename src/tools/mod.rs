@@ -36,6 +36,8 @@ pub struct ToolContext {
     pub work_dir: PathBuf,
     pub sandbox: Arc<Sandbox>,
     pub step_timeout: Duration,
+    /// The most a bash call's own `timeout` may be.
+    pub command_timeout_max: Duration,
     pub cancel: CancellationToken,
     /// The run's private folder (mode 0700, in picogent's state): full bash outputs
     /// that were too long to return, and each command's temporary folder.
@@ -235,7 +237,7 @@ pub fn specs() -> Vec<ToolSpec> {
             description: "Run a bash command in the working folder. stdout and stderr are merged; output keeps the last 2000 lines or 50 KB, and the full output is saved to a file when cut.",
             parameters: json!({"type": "object", "properties": {
                 "command": {"type": "string", "description": "The command line"},
-                "timeout": {"type": "integer", "description": "Seconds before the command is killed"}
+                "timeout": {"type": "integer", "description": "Seconds before the command is killed (default and maximum: the configured limit, 120 s unless set otherwise)"}
             }, "required": ["command"]}),
         },
         ToolSpec {

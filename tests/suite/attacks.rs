@@ -37,6 +37,7 @@ fn confined(sb: &Sandbox, protected: &[PathBuf], deny_network: bool) -> ToolCont
                 .with_confinement(helper(), deny_network),
         ),
         step_timeout: Duration::from_secs(20),
+        command_timeout_max: Duration::from_secs(20),
         cancel: CancellationToken::new(),
         output_dir: sb.home.join("state/outputs/s1"),
     }

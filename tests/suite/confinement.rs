@@ -30,6 +30,7 @@ fn confined(sb: &Sandbox, allowed: Vec<PathBuf>, deny_network: bool) -> ToolCont
             PathSandbox::new(&allowed, &[], &[]).with_confinement(helper, deny_network),
         ),
         step_timeout: Duration::from_secs(10),
+        command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
     }

@@ -18,6 +18,7 @@ fn ctx(sb: &Sandbox) -> ToolContext {
         work_dir: sb.work.clone(),
         sandbox: Arc::new(PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])),
         step_timeout: Duration::from_secs(20),
+        command_timeout_max: Duration::from_secs(20),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
     }
@@ -289,4 +290,29 @@ async fn an_endless_stream_line_is_refused_at_its_bound() {
         failure(&outcome).contains("longer than 32 MiB"),
         "{outcome:?}"
     );
+}
+
+#[tokio::test]
+async fn a_bash_timeout_is_kept_within_the_configured_maximum() {
+    let sb = Sandbox::new();
+    let c = ToolContext {
+        command_timeout_max: Duration::from_secs(1),
+        ..ctx(&sb)
+    };
+    let r = execute(
+        "bash",
+        &json!({"command": "sleep 30", "timeout": 86400}),
+        &c,
+    )
+    .await;
+    assert!(
+        r.is_error && r.text.contains("timed out after 1 seconds"),
+        "{r:?}"
+    );
+    // The setting, from the configuration file; by default the step timeout.
+    let llm = ScriptedLlm::start(vec![]).await;
+    let cfg = sb.config(&llm, Wire::Anthropic, json!({"command_timeout_max_sec": 7}));
+    assert_eq!(cfg.command_timeout_max, Duration::from_secs(7));
+    let cfg = sb.config(&llm, Wire::Anthropic, json!({}));
+    assert_eq!(cfg.command_timeout_max, cfg.step_timeout);
 }

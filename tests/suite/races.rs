@@ -24,6 +24,7 @@ fn ctx(sb: &Sandbox, protected: &[PathBuf]) -> ToolContext {
             &[],
         )),
         step_timeout: Duration::from_secs(10),
+        command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
     }

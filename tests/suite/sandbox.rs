@@ -24,6 +24,7 @@ fn confined(
             readable,
         )),
         step_timeout: Duration::from_secs(10),
+        command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
     }

@@ -15,6 +15,7 @@ fn ctx(sb: &Sandbox) -> ToolContext {
         work_dir: sb.work.clone(),
         sandbox: Arc::new(PathSandbox::default()),
         step_timeout: Duration::from_secs(10),
+        command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
     }

@@ -121,6 +121,7 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
         work_dir: s.allowed.clone(),
         sandbox: Arc::new(sandbox),
         step_timeout: Duration::from_secs(10),
+        command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: s.base.join("outputs"),
     };
