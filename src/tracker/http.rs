@@ -1,11 +1,13 @@
-//! The HTTP transport's server: `POST /events` (bearer-checked, at most 1 MiB, answered
-//! only after the event is journaled) and `GET /healthz`.
+//! The HTTP transport's server: `POST /events` (bearer-checked from the headers before
+//! any of the body is read, at most 1 MiB, read within `BODY_TIMEOUT`, at most
+//! `MAX_IN_FLIGHT` at once, answered only after the event is journaled) and
+//! `GET /healthz`.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Json;
@@ -17,17 +19,64 @@ use crate::tracker::types::Envelope;
 /// Events larger than this are refused with 413.
 pub const MAX_EVENT_BYTES: usize = 1 << 20;
 
+/// How long an authenticated sender has to deliver an event's body.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Event requests handled at once; more get 503 (a tracker retries).
+pub const MAX_IN_FLIGHT: usize = 64;
+
 struct Ctx {
     token: String,
     router: Router,
+    in_flight: tokio::sync::Semaphore,
 }
 
 pub fn app(token: String, router: Router) -> axum::Router {
+    let ctx = Arc::new(Ctx {
+        token,
+        router,
+        in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+    });
     axum::Router::new()
-        .route("/events", post(events))
+        .route(
+            "/events",
+            post(events).layer(axum::middleware::from_fn_with_state(
+                ctx.clone(),
+                authorized,
+            )),
+        )
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(MAX_EVENT_BYTES))
-        .with_state(Arc::new(Ctx { token, router }))
+        .with_state(ctx)
+}
+
+/// The bearer token, checked from the headers: nobody without it makes picogent read
+/// (or hold memory for) a body.
+async fn authorized(
+    State(ctx): State<Arc<Ctx>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let given = crate::util::bearer(
+        req.headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok()),
+    );
+    if !given.is_some_and(|t| crate::util::constant_time_eq(t.as_bytes(), ctx.token.as_bytes())) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
+    }
+    let Ok(_permit) = ctx.in_flight.try_acquire() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many event requests at once; retry",
+        );
+    };
+    next.run(req).await
 }
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
@@ -38,15 +87,37 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
         .into_response()
 }
 
-async fn events(State(ctx): State<Arc<Ctx>>, headers: HeaderMap, body: Bytes) -> Response {
-    let given = crate::util::bearer(headers.get("authorization").and_then(|v| v.to_str().ok()));
-    if !given.is_some_and(|t| crate::util::constant_time_eq(t.as_bytes(), ctx.token.as_bytes())) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        );
-    }
+async fn events(State(ctx): State<Arc<Ctx>>, body: axum::body::Body) -> Response {
+    let body: Bytes =
+        match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_EVENT_BYTES)).await
+        {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
+                // axum's limit error says "length limit exceeded"; there is no typed kind.
+                let too_big = format!("{e:?}").contains("LengthLimit")
+                    || e.to_string().contains("length limit");
+                return if too_big {
+                    error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "too_large",
+                        "the event is larger than 1 MiB",
+                    )
+                } else {
+                    error(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_event",
+                        &format!("cannot read the body: {e}"),
+                    )
+                };
+            }
+            Err(_) => {
+                return error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "timeout",
+                    "the body did not arrive in time",
+                )
+            }
+        };
     let env = match Envelope::from_slice(&body) {
         Ok(e) => e,
         Err(msg) => return error(StatusCode::BAD_REQUEST, "invalid_event", &msg),

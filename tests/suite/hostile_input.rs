@@ -316,3 +316,37 @@ async fn a_bash_timeout_is_kept_within_the_configured_maximum() {
     let cfg = sb.config(&llm, Wire::Anthropic, json!({}));
     assert_eq!(cfg.command_timeout_max, cfg.step_timeout);
 }
+
+#[tokio::test]
+async fn events_without_the_token_are_refused_before_their_body_is_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    let url = reqwest::Url::parse(&cb).unwrap();
+    let addr = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    // A body of 1 MB is announced and never sent: the answer must not wait for it.
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(
+        format!(
+            "POST {} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n",
+            url.path()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut head))
+        .await
+        .expect("the server waited for the body of an unauthenticated request")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 401"),
+        "{}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    d.stop().await.unwrap();
+}
