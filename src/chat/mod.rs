@@ -257,7 +257,18 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
                     None,
                 ));
             }
-            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+            Some(Err(e)) => {
+                // Say why before the connection closes (a frame over the size the
+                // WebSocket layer accepts, a broken frame).
+                let _ = tx.send(frame(
+                    None,
+                    "error",
+                    &format!("the connection is closed: {e} (frames are limited to 1 MiB)"),
+                    None,
+                ));
+                break;
+            }
+            Some(Ok(Message::Close(_))) | None => break,
             Some(Ok(_)) => {}
         }
     }

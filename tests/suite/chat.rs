@@ -788,3 +788,16 @@ async fn control_frames_the_engine_cannot_honour_get_an_error_saying_why() {
     let frames = until_done(&mut ws, "cc").await;
     assert_eq!(frames.last().unwrap()["type"], "done");
 }
+
+#[tokio::test]
+async fn a_frame_too_large_for_the_connection_gets_an_error_first() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    let huge = "x".repeat(5 << 20);
+    let _ = ws.send(Message::Text(huge.into())).await;
+    let f = next(&mut ws).await;
+    assert_eq!(f["type"], "error", "{f}");
+    assert!(f["content"].as_str().unwrap().contains("1 MiB"), "{f}");
+}
