@@ -53,8 +53,11 @@ pub enum ChatError {
 
 struct ChatState {
     agent: Agent,
-    /// Every request of the server, running or recently finished, by id.
+    /// Every request of the server, running or recently finished, by its connection's
+    /// key (`c<conn>/<id>`) and, for `keepAlive` runs, also by `runId`.
     runs: Runs,
+    /// Numbers the connections.
+    next_conn: std::sync::atomic::AtomicU64,
     token: Option<String>,
     /// Origins that are this server itself.
     own_origins: Vec<String>,
@@ -113,6 +116,7 @@ pub fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Rou
     }
     let state = Arc::new(ChatState {
         runs: Runs::default(),
+        next_conn: std::sync::atomic::AtomicU64::new(0),
         token: cfg.chat_token.clone(),
         allowed: cfg.allowed_origins.clone(),
         public: !addr.ip().is_loopback(),
@@ -227,6 +231,32 @@ fn frame(id: Option<&str>, kind: &str, content: &str, session: Option<&str>) -> 
     json!({"id": id, "type": kind, "content": content, "sessionId": session})
 }
 
+/// One WebSocket connection: its token (cancelling it cancels its runs, but for
+/// `keepAlive` ones) and its number, which scopes the request ids its client chooses.
+#[derive(Clone)]
+struct Conn {
+    token: CancellationToken,
+    id: u64,
+}
+
+/// The key of a request in `runs`: its client's id, scoped to its connection.
+fn own_key(conn: &Conn, id: &str) -> String {
+    format!("c{}/{id}", conn.id)
+}
+
+/// The running (or recently finished) request a frame addresses: this connection's
+/// request `id`, or any connection's `keepAlive` run by its server-issued `runId`.
+fn find_run(st: &ChatState, conn: &Conn, id: Option<&str>, v: &Value) -> Option<Arc<RunLog>> {
+    let runs = st.runs.lock().ok()?;
+    if let Some(run) = v.get("runId").and_then(Value::as_str) {
+        return runs
+            .get(run)
+            .filter(|l| l.run_id.as_deref() == Some(run))
+            .cloned();
+    }
+    id.and_then(|i| runs.get(&own_key(conn, i)).cloned())
+}
+
 async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
@@ -241,11 +271,16 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             }
         }
     });
-    let conn = st.stop.child_token();
+    let conn = Conn {
+        token: st.stop.child_token(),
+        id: st
+            .next_conn
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    };
     loop {
         let msg = tokio::select! {
             m = stream.next() => m,
-            _ = conn.cancelled() => None,
+            _ = conn.token.cancelled() => None,
         };
         match msg {
             Some(Ok(Message::Text(t))) => handle_frame(&st, t.as_str(), &tx, &conn),
@@ -274,17 +309,12 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     }
     // The client is gone: its runs are cancelled (unless started with `keepAlive`),
     // leaving their sessions consistent.
-    conn.cancel();
+    conn.token.cancel();
     drop(tx);
     let _ = writer.await;
 }
 
-fn handle_frame(
-    st: &Arc<ChatState>,
-    text: &str,
-    tx: &UnboundedSender<Value>,
-    conn: &CancellationToken,
-) {
+fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &UnboundedSender<Value>, conn: &Conn) {
     let error = |id: Option<&str>, msg: String| {
         let _ = tx.send(frame(id, "error", &msg, None));
     };
@@ -312,15 +342,12 @@ fn handle_frame(
             return;
         }
         if kind.as_str() == Some("subscribe") {
-            let log = id
-                .as_ref()
-                .and_then(|i| st.runs.lock().ok().and_then(|r| r.get(i).cloned()));
-            return match log {
+            return match find_run(st, conn, id.as_deref(), &v) {
                 Some(log) => attach(
                     log,
                     v["after"].as_u64().unwrap_or(0),
                     tx.clone(),
-                    conn.clone(),
+                    conn.token.clone(),
                 ),
                 None => error(
                     id.as_deref(),
@@ -331,7 +358,7 @@ fn handle_frame(
                 ),
             };
         }
-        return control_frame(kind, id, &v, st, &error);
+        return control_frame(kind, id, &v, st, conn, &error);
     }
     let Some(id) = id else {
         return error(None, "a message frame needs a non-empty string `id`".into());
@@ -377,14 +404,16 @@ fn handle_frame(
         .map(str::to_string);
     // A run normally ends with its connection; `keepAlive` runs go on, and any client
     // can re-attach with `subscribe`.
-    let token = if v["keepAlive"].as_bool() == Some(true) {
+    let keep_alive = v["keepAlive"].as_bool() == Some(true);
+    let token = if keep_alive {
         st.stop.child_token()
     } else {
-        conn.child_token()
+        conn.token.child_token()
     };
     let log = {
         let Ok(mut r) = st.runs.lock() else { return };
-        if r.get(&id).is_some_and(|l| !l.is_done()) {
+        let key = own_key(conn, &id);
+        if r.get(&key).is_some_and(|l| !l.is_done()) {
             drop(r);
             return error(
                 Some(&id),
@@ -400,12 +429,26 @@ fn handle_frame(
             },
             token.clone(),
         );
-        let log = RunLog::new(token, handle.control.clone());
-        r.insert(id.clone(), log.clone());
-        tokio::spawn(forward(handle, id, session, log.clone(), st.runs.clone()));
+        // A keepAlive run outlives its connection, so it also gets an id any client
+        // can address it by (`runId` in its frames); other runs stay the connection's.
+        let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
+        let log = RunLog::new(token, handle.control.clone(), run_id.clone());
+        let mut keys = vec![key];
+        keys.extend(run_id);
+        for k in &keys {
+            r.insert(k.clone(), log.clone());
+        }
+        tokio::spawn(forward(
+            handle,
+            id,
+            session,
+            log.clone(),
+            st.runs.clone(),
+            keys,
+        ));
         log
     };
-    attach(log, 0, tx.clone(), conn.clone());
+    attach(log, 0, tx.clone(), conn.token.clone());
 }
 
 /// `cancel`, `pause`, `resume`, `stop`, `instruct` addressed to a running request.
@@ -414,9 +457,9 @@ fn control_frame(
     id: Option<String>,
     v: &Value,
     st: &ChatState,
+    conn: &Conn,
     error: &dyn Fn(Option<&str>, String),
 ) {
-    let runs = &st.runs;
     let Some(kind) = kind.as_str() else {
         return error(
             id.as_deref(),
@@ -438,13 +481,12 @@ fn control_frame(
             format!("a {kind} frame needs the `id` of a running request"),
         );
     };
-    let run = runs
-        .lock()
-        .ok()
-        .and_then(|r| r.get(&id).cloned())
-        .filter(|l| !l.is_done());
+    let run = find_run(st, conn, Some(&id), v).filter(|l| !l.is_done());
     let Some(log) = run else {
-        return error(Some(&id), format!("no request with id {id:?} is running"));
+        return error(
+            Some(&id),
+            format!("no request with id {id:?} is running on this connection (a keepAlive run started elsewhere is addressed by its runId)"),
+        );
     };
     if kind != "cancel" && !st.agent.live_control() {
         return error(

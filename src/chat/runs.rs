@@ -23,6 +23,9 @@ const KEEP_FINISHED: Duration = Duration::from_secs(600);
 pub type Runs = Arc<Mutex<HashMap<String, Arc<RunLog>>>>;
 
 pub struct RunLog {
+    /// The server-issued id of a `keepAlive` run, by which any connection may address
+    /// it; other runs belong to the connection that started them.
+    pub run_id: Option<String>,
     frames: Mutex<(u64, Vec<Value>)>,
     live: broadcast::Sender<Value>,
     done: AtomicBool,
@@ -35,8 +38,13 @@ fn seq_of(f: &Value) -> u64 {
 }
 
 impl RunLog {
-    pub fn new(token: CancellationToken, control: RunControl) -> Arc<RunLog> {
+    pub fn new(
+        token: CancellationToken,
+        control: RunControl,
+        run_id: Option<String>,
+    ) -> Arc<RunLog> {
         Arc::new(RunLog {
+            run_id,
             frames: Mutex::new((0, Vec::new())),
             live: broadcast::channel(1024).0,
             done: AtomicBool::new(false),
@@ -55,6 +63,9 @@ impl RunLog {
         };
         f.0 += 1;
         frame["seq"] = json!(f.0);
+        if let Some(run) = &self.run_id {
+            frame["runId"] = json!(run);
+        }
         if f.1.len() >= MAX_FRAMES {
             f.1.remove(0);
         }
@@ -116,13 +127,15 @@ pub fn attach(log: Arc<RunLog>, after: u64, tx: UnboundedSender<Value>, conn: Ca
     });
 }
 
-/// Turns one run's events into frames for its request id.
+/// Turns one run's events into frames for its request id; `keys` are the run's
+/// entries in `runs`, removed a while after it ends.
 pub async fn forward(
     mut handle: RunHandle,
     id: String,
     session: String,
     log: Arc<RunLog>,
     runs: Runs,
+    keys: Vec<String>,
 ) {
     let frame = |kind: &str, content: &str| json!({"id": id, "type": kind, "content": content, "sessionId": session});
     while let Some(ev) = handle.events.recv().await {
@@ -174,8 +187,10 @@ pub async fn forward(
     tokio::spawn(async move {
         tokio::time::sleep(KEEP_FINISHED).await;
         if let Ok(mut r) = runs.lock() {
-            if r.get(&id).is_some_and(|l| Arc::ptr_eq(l, &log)) {
-                r.remove(&id);
+            for key in &keys {
+                if r.get(key).is_some_and(|l| Arc::ptr_eq(l, &log)) {
+                    r.remove(key);
+                }
             }
         }
     });

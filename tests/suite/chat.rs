@@ -708,6 +708,9 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
         (first["type"].as_str(), first["seq"].as_u64()),
         (Some("tool_use"), Some(1))
     );
+    // A keepAlive run is addressed from other connections by the id the server gave it.
+    let run_id = first["runId"].as_str().unwrap().to_string();
+    assert!(run_id.starts_with("run-"), "{first}");
     drop(ws); // gone mid-run: a keepAlive run goes on
 
     // A second client attaches before the end and gets the rest, in order.
@@ -715,6 +718,18 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     send(
         &mut ws2,
         json!({"type": "subscribe", "id": "k1", "after": 1}),
+    )
+    .await;
+    assert!(
+        next(&mut ws2).await["content"]
+            .as_str()
+            .unwrap()
+            .contains("no request"),
+        "the client's own id means nothing on another connection"
+    );
+    send(
+        &mut ws2,
+        json!({"type": "subscribe", "runId": run_id, "after": 1}),
     )
     .await;
     let frames = until_done(&mut ws2, "k1").await;
@@ -735,7 +750,7 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     let mut ws3 = connect(&c).await;
     send(
         &mut ws3,
-        json!({"type": "subscribe", "id": "k1", "after": 0}),
+        json!({"type": "subscribe", "runId": run_id, "after": 0}),
     )
     .await;
     let all = until_done(&mut ws3, "k1").await;
@@ -800,4 +815,57 @@ async fn a_frame_too_large_for_the_connection_gets_an_error_first() {
     let f = next(&mut ws).await;
     assert_eq!(f["type"], "error", "{f}");
     assert!(f["content"].as_str().unwrap().contains("1 MiB"), "{f}");
+}
+
+#[tokio::test]
+async fn a_connection_cannot_reach_another_connections_requests() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "sleep 1"})),
+        text("mine, undisturbed"),
+        text("yours"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut a = connect(&c).await;
+    let mut b = connect(&c).await;
+    send(
+        &mut a,
+        json!({"id": "msg-1", "content": "long", "sessionId": "sa"}),
+    )
+    .await;
+    assert_eq!(next(&mut a).await["type"], "tool_use");
+    // The same client id on another connection is another request...
+    for kind in ["stop", "pause", "cancel", "instruct", "subscribe"] {
+        send(
+            &mut b,
+            json!({"type": kind, "id": "msg-1", "content": "hijack"}),
+        )
+        .await;
+        let f = next(&mut b).await;
+        assert_eq!(f["type"], "error", "{kind}: {f}");
+    }
+    // ...and a made-up runId in the server's key format reaches nothing either.
+    send(
+        &mut b,
+        json!({"type": "stop", "id": "msg-1", "runId": "c0/msg-1"}),
+    )
+    .await;
+    assert_eq!(next(&mut b).await["type"], "error");
+    // Meanwhile the first request finishes as if nothing happened.
+    let frames = until_done(&mut a, "msg-1").await;
+    let text: String = frames
+        .iter()
+        .filter(|f| f["type"] == "text")
+        .map(|f| f["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "mine, undisturbed");
+    // And b may use the same id for a request of its own.
+    send(
+        &mut b,
+        json!({"id": "msg-1", "content": "hi", "sessionId": "sb"}),
+    )
+    .await;
+    let frames = until_done(&mut b, "msg-1").await;
+    assert!(frames.iter().any(|f| f["content"] == "yours"), "{frames:?}");
 }
