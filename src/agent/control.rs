@@ -71,10 +71,13 @@ pub enum Role {
     System,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug)]
 pub struct Instruction {
     pub text: String,
     pub role: Role,
+    /// Told once the instruction is durably part of the session; dropped unsent when
+    /// the run ends without reading it.
+    pub receipt: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 struct Inner {
@@ -163,6 +166,28 @@ impl RunControl {
 
     /// Queues an instruction for the next model call.
     pub fn instruct(&self, text: impl Into<String>, role: Role) -> Result<(), InvalidTransition> {
+        self.queue_instruction(text.into(), role, None)
+    }
+
+    /// Queues an instruction and returns a receipt: it resolves once the instruction
+    /// is written (and synced) into the session, and fails when the run ends without
+    /// having read it — the caller must then deliver it some other way.
+    pub fn instruct_with_receipt(
+        &self,
+        text: impl Into<String>,
+        role: Role,
+    ) -> Result<tokio::sync::oneshot::Receiver<()>, InvalidTransition> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.queue_instruction(text.into(), role, Some(tx))?;
+        Ok(rx)
+    }
+
+    fn queue_instruction(
+        &self,
+        text: String,
+        role: Role,
+        receipt: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> Result<(), InvalidTransition> {
         if self.state().is_over() {
             return Err(InvalidTransition {
                 from: self.state(),
@@ -171,8 +196,9 @@ impl RunControl {
         }
         if let Ok(mut q) = self.inner.instructions.lock() {
             q.push_back(Instruction {
-                text: text.into(),
+                text,
                 role,
+                receipt,
             });
         }
         Ok(())
@@ -228,6 +254,9 @@ impl RunControl {
     /// Marks the run over (finished or failed); later requests are refused.
     pub(crate) fn end(&self, failed: bool) {
         let _ = self.transition(if failed { Action::Fail } else { Action::Finish });
+        // Instructions the run never read: their receipts fail now, not whenever the
+        // last handle is dropped.
+        self.take_instructions();
     }
 
     /// Waits while paused. `Stop` when the operator stopped the run or `cancel` fired.

@@ -155,7 +155,7 @@ async fn run_locked(
 
     loop {
         boundary(control, cancel, out, &mut session, ckpt.as_ref()).await?;
-        for ins in control.take_instructions() {
+        for mut ins in control.take_instructions() {
             let text = match ins.role {
                 Role::User => ins.text.clone(),
                 // No provider takes a system message mid-conversation; mark it instead.
@@ -168,6 +168,11 @@ async fn run_locked(
                 "intervention",
                 serde_json::json!({"kind": "instruct", "role": ins.role, "text": ins.text, "time": crate::util::now_iso()}),
             )?;
+            if let Some(receipt) = ins.receipt.take() {
+                // Durable before it is acknowledged to whoever sent it.
+                session.sync()?;
+                let _ = receipt.send(());
+            }
             out.emit(AgentEvent::Instruction {
                 text: ins.text,
                 role: ins.role,

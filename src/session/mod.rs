@@ -295,6 +295,14 @@ impl Session {
         })
     }
 
+    /// Makes what was appended so far survive a power loss.
+    pub fn sync(&self) -> Result<(), SessionError> {
+        self.file.sync_data().map_err(|source| SessionError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
     pub fn id(&self) -> &str {
         &self.id
     }

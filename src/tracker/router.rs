@@ -244,21 +244,44 @@ impl Router {
                 message.content
             ),
         };
-        if control
-            .instruct(text, crate::agent::control::Role::User)
-            .is_err()
-        {
+        let Ok(receipt) = control.instruct_with_receipt(text, crate::agent::control::Role::User)
+        else {
             return false;
-        }
+        };
         tracing::info!(task = task_id, message = %message.id, "chat message passed to the running task");
-        self.report(
-            task_id,
-            vec![Report::comment(
-                "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
-                Some(message.id.clone()),
-            )],
+        // The event is done only once the message is durably in the run's session; a
+        // run that ends without reading it leaves it to be answered after, as a chat
+        // job. A crash before either replays the event.
+        let (me, event_id, task_id, message) = (
+            self.clone(),
+            event_id.to_string(),
+            task_id.to_string(),
+            message.clone(),
         );
-        self.mark_done(event_id);
+        tokio::spawn(async move {
+            if receipt.await.is_ok() {
+                me.report(
+                    &task_id,
+                    vec![Report::comment(
+                        "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
+                        Some(message.id.clone()),
+                    )],
+                );
+                me.mark_done(&event_id);
+            } else {
+                tracing::info!(task = %task_id, message = %message.id, "the run ended before reading the chat message; it will be answered after");
+                lock(&me.shared.state).queue.push_back(Job {
+                    event_id,
+                    task_id,
+                    kind: JobKind::Chat {
+                        message_id: message.id,
+                        content: message.content,
+                        author: message.author.and_then(|a| a.name),
+                    },
+                });
+                me.schedule();
+            }
+        });
         true
     }
 

@@ -522,3 +522,44 @@ async fn agent_mode_without_a_token_is_a_clear_start_up_error() {
     assert!(err.to_string().contains("AGENT_TOKEN"), "{err}");
     assert!(tracker.calls().is_empty());
 }
+
+/// A chat message that arrives while the run's last model call is under way is never
+/// read by that run: it is answered after it, never "noted" and dropped.
+#[tokio::test]
+async fn a_chat_message_the_run_never_reads_is_answered_after_it() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        Turn::Stall(Duration::from_millis(800), "Task done.".into()),
+        text("About your message: done too."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    tracker
+        .deliver(&cb, &assigned("evt_1", "t_late", "Task"))
+        .await;
+    llm.wait_requests(1).await;
+    assert_eq!(
+        tracker
+            .deliver(&cb, &chat("evt_2", "t_late", "m_late", "And the docs?"))
+            .await
+            .0,
+        202
+    );
+    tracker
+        .wait_for(20, "the reply to the message", |t| {
+            t.comments("t_late").len() == 2
+        })
+        .await;
+    let comments = tracker.comments("t_late");
+    assert_eq!(comments[0], json!({"content": "Task done."}));
+    assert_eq!(
+        comments[1],
+        json!({"content": "About your message: done too.", "reply_to": "m_late"})
+    );
+    // The follow-up ran in the same session and carried the message.
+    let last = last_text(&llm.requests()[1].body);
+    assert!(last.contains("And the docs?"), "{last}");
+    d.stop().await.unwrap();
+}
