@@ -145,6 +145,12 @@ async fn events(State(ctx): State<Arc<Ctx>>, body: axum::body::Body) -> Response
 
 async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
     let load = ctx.router.load();
-    Json(json!({"status": "ok", "busy": load.status == "busy", "running": load.active_tasks.len(), "queued": load.queued}))
-        .into_response()
+    let mut body = json!({"status": "ok", "busy": load.status == "busy", "running": load.active_tasks.len(), "queued": load.queued});
+    if let Some(reason) = ctx.router.degraded() {
+        // Still answering, but not keeping every promise: a supervisor should look.
+        body["status"] = json!("degraded");
+        body["reason"] = json!(reason);
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
+    Json(body).into_response()
 }

@@ -82,6 +82,8 @@ struct State {
 
 struct Shared {
     agent: Agent,
+    /// Set while results cannot be queued (say, the disk is full).
+    degraded: Mutex<Option<String>>,
     journal: Arc<Mutex<Journal>>,
     outbox: Outbox,
     max: usize,
@@ -130,6 +132,7 @@ impl Router {
         let max = agent.config().max_concurrent_tasks;
         Router {
             shared: Arc::new(Shared {
+                degraded: Mutex::new(None),
                 agent,
                 journal,
                 outbox,
@@ -439,18 +442,21 @@ impl Router {
             .running
             .get_mut(&task)
             .and_then(|r| r.why.take());
-        let done = self.report_outcome(&job, &session_id, outcome, why);
+        let done = match self.report_outcome(&job, &session_id, outcome, why) {
+            Some(reports) => self.queue_or_retry(&job, reports),
+            None => false,
+        };
         self.finish(&job, done);
     }
 
-    /// Queues the reports for an outcome; false when the event must stay pending.
+    /// The reports for an outcome; `None` when the event must stay pending.
     fn report_outcome(
         &self,
         job: &Job,
         session_id: &str,
         outcome: Outcome,
         why: Option<StopReason>,
-    ) -> bool {
+    ) -> Option<Vec<Report>> {
         let task = &job.task_id;
         let reply_to = match &job.kind {
             JobKind::Chat { message_id, .. } => Some(message_id.clone()),
@@ -458,10 +464,10 @@ impl Router {
         };
         let is_task = reply_to.is_none();
         let what = if is_task { "task" } else { "message" };
-        match (outcome, why) {
+        let reports = match (outcome, why) {
             (Outcome::Cancelled { .. }, Some(StopReason::Shutdown)) => {
                 tracing::info!(task = %task, "run interrupted by shutdown; it resumes at the next start");
-                return false;
+                return None;
             }
             (Outcome::Completed { text, .. }, None | Some(StopReason::Shutdown)) => {
                 let content = if text.trim().is_empty() {
@@ -469,7 +475,7 @@ impl Router {
                 } else {
                     text
                 };
-                self.answer(task, content, reply_to, "review");
+                answer(content, reply_to, "review")
             }
             (Outcome::Completed { text, .. }, Some(StopReason::Cancelled(_))) => {
                 // The answer arrived as the cancellation did: keep the answer, but the
@@ -477,7 +483,7 @@ impl Router {
                 let content = format!(
                     "{text}\n\n_(This finished just as the {what} was cancelled; the status was left as the tracker set it.)_"
                 );
-                self.report(task, vec![Report::comment(content, reply_to)]);
+                vec![Report::comment(content, reply_to)]
             }
             (
                 Outcome::Failed { steps, .. } | Outcome::Cancelled { steps, .. },
@@ -487,35 +493,48 @@ impl Router {
                 let content = format!(
                     "Work on this {what} was cancelled{reason} after {steps} model turn(s). Changes already made in the working folder were kept as they are; the conversation is saved in session `{session_id}`."
                 );
-                self.report(task, vec![Report::comment(content, reply_to)]);
+                vec![Report::comment(content, reply_to)]
             }
             (Outcome::Failed { error, .. }, None | Some(StopReason::Shutdown)) => {
-                self.fail(task, reply_to, session_id, &error)
+                failure(reply_to, session_id, &error)
             }
             (Outcome::Cancelled { .. }, None) => {
-                self.fail(task, reply_to, session_id, "the run was cancelled")
+                failure(reply_to, session_id, "the run was cancelled")
             }
-        }
-        true
-    }
-
-    /// A comment, then (for a task, not a chat reply) the status it leads to.
-    fn answer(&self, task: &str, content: String, reply_to: Option<String>, status: &str) {
-        let is_task = reply_to.is_none();
-        let mut reports = vec![Report::comment(content, reply_to)];
-        if is_task {
-            reports.push(Report::status(status));
-        }
-        self.report(task, reports);
-    }
-
-    fn fail(&self, task: &str, reply_to: Option<String>, session_id: &str, error: &str) {
-        let content = if reply_to.is_none() {
-            format!("**picogent could not finish this task.**\n\n{error}\n\nThe conversation so far is saved in session `{session_id}`.")
-        } else {
-            format!("**picogent could not answer this message.**\n\n{error}")
         };
-        self.answer(task, content, reply_to, "blocked");
+        Some(reports)
+    }
+
+    /// Queues an outcome's reports. When the outbox cannot take them (a full disk),
+    /// the event stays pending, `/healthz` says the daemon is degraded, and they are
+    /// queued again every few seconds until it can; only then is the event done.
+    fn queue_or_retry(&self, job: &Job, reports: Vec<Report>) -> bool {
+        let Err(e) = self.shared.outbox.push(&job.task_id, reports.clone()) else {
+            return true;
+        };
+        tracing::error!(task = %job.task_id, "cannot queue the result, will retry: {e}");
+        *lock(&self.shared.degraded) = Some(format!("cannot queue reports: {e}"));
+        let (me, task, event) = (self.clone(), job.task_id.clone(), job.event_id.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REPORT_RETRY).await;
+                match me.shared.outbox.push(&task, reports.clone()) {
+                    Ok(()) => {
+                        *lock(&me.shared.degraded) = None;
+                        tracing::info!(task = %task, "the result is queued after all");
+                        me.mark_done(&event);
+                        return;
+                    }
+                    Err(e) => tracing::warn!(task = %task, "still cannot queue the result: {e}"),
+                }
+            }
+        });
+        false
+    }
+
+    /// Why the daemon cannot currently keep its promises, if it cannot.
+    pub fn degraded(&self) -> Option<String> {
+        lock(&self.shared.degraded).clone()
     }
 
     fn finish(&self, job: &Job, done: bool) {
@@ -577,4 +596,26 @@ impl Router {
             }
         }
     }
+}
+
+/// How long between attempts to queue a result the outbox refused.
+const REPORT_RETRY: Duration = Duration::from_secs(2);
+
+/// A comment, then (for a task, not a chat reply) the status it leads to.
+fn answer(content: String, reply_to: Option<String>, status: &str) -> Vec<Report> {
+    let is_task = reply_to.is_none();
+    let mut reports = vec![Report::comment(content, reply_to)];
+    if is_task {
+        reports.push(Report::status(status));
+    }
+    reports
+}
+
+fn failure(reply_to: Option<String>, session_id: &str, error: &str) -> Vec<Report> {
+    let content = if reply_to.is_none() {
+        format!("**picogent could not finish this task.**\n\n{error}\n\nThe conversation so far is saved in session `{session_id}`.")
+    } else {
+        format!("**picogent could not answer this message.**\n\n{error}")
+    };
+    answer(content, reply_to, "blocked")
 }

@@ -563,3 +563,90 @@ async fn a_chat_message_the_run_never_reads_is_answered_after_it() {
     assert!(last.contains("And the docs?"), "{last}");
     d.stop().await.unwrap();
 }
+
+/// Unmounts a test's small file system however the test ends.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// With the state folder full, a finished task's result cannot be queued: the event
+/// stays pending, `/healthz` says the daemon is degraded, and once there is room again
+/// the result is queued and delivered — nothing is dropped.
+#[tokio::test]
+async fn a_full_disk_delays_reports_but_loses_none() {
+    let sb = Sandbox::new();
+    let state = sb.home.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"])
+        .arg(&state)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIPPED: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    let _unmount = Unmount(state.clone());
+    // An answer larger than a page, so queueing it needs room the full disk lacks.
+    let answer = format!("Done despite the disk. {}", "All good. ".repeat(1000));
+    let llm = ScriptedLlm::start(vec![Turn::Stall(
+        Duration::from_millis(600),
+        answer.clone(),
+    )])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    assert_eq!(
+        tracker
+            .deliver(&cb, &assigned("evt_full", "t_full", "Task"))
+            .await
+            .0,
+        202
+    );
+    tracker.wait_status("t_full", "in_progress", 20).await;
+    // Fill the state folder to the last byte while the model is still answering.
+    let filler = state.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0u8; 4096];
+    while std::io::Write::write_all(&mut f, &block).is_ok() {}
+    while std::io::Write::write_all(&mut f, &[0u8]).is_ok() {}
+    drop(f);
+    let health = cb.replace("/events", "/healthz");
+    let client = reqwest::Client::new();
+    let mut degraded = serde_json::Value::Null;
+    for _ in 0..200 {
+        let r = client.get(&health).send().await.unwrap();
+        let body: serde_json::Value = r.json().await.unwrap();
+        if body["status"] == "degraded" {
+            degraded = body;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        degraded["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("reports"),
+        "healthz never said degraded: {degraded}"
+    );
+    assert!(tracker.comments("t_full").is_empty(), "a comment went out");
+    // Room again: the result goes out, after all.
+    std::fs::remove_file(&filler).unwrap();
+    tracker.wait_status("t_full", "review", 20).await;
+    assert_eq!(
+        tracker.comments("t_full"),
+        vec![json!({ "content": answer })]
+    );
+    let r = client.get(&health).send().await.unwrap();
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "ok");
+    d.stop().await.unwrap();
+}
