@@ -17,16 +17,23 @@ use crate::agent::{AgentEvent, Outcome, RunHandle};
 
 /// Frames kept per request; older ones are dropped from the replay log.
 const MAX_FRAMES: usize = 20_000;
+/// Bytes of frames kept per request, whatever their number.
+const MAX_LOG_BYTES: usize = 8 << 20;
 /// How long a finished request stays available for replay.
 const KEEP_FINISHED: Duration = Duration::from_secs(600);
 
 pub type Runs = Arc<Mutex<HashMap<String, Arc<RunLog>>>>;
 
+/// A request's replay log: the last `seq`, the frames kept (oldest first, each with
+/// its size) and their total size.
+type Kept = (u64, std::collections::VecDeque<(Value, usize)>, usize);
+
 pub struct RunLog {
     /// The server-issued id of a `keepAlive` run, by which any connection may address
     /// it; other runs belong to the connection that started them.
     pub run_id: Option<String>,
-    frames: Mutex<(u64, Vec<Value>)>,
+    /// The last `seq`, the frames kept (oldest first) and their size in bytes.
+    frames: Mutex<Kept>,
     live: broadcast::Sender<Value>,
     done: AtomicBool,
     pub token: CancellationToken,
@@ -45,7 +52,7 @@ impl RunLog {
     ) -> Arc<RunLog> {
         Arc::new(RunLog {
             run_id,
-            frames: Mutex::new((0, Vec::new())),
+            frames: Mutex::new((0, std::collections::VecDeque::new(), 0)),
             live: broadcast::channel(1024).0,
             done: AtomicBool::new(false),
             token,
@@ -66,17 +73,27 @@ impl RunLog {
         if let Some(run) = &self.run_id {
             frame["runId"] = json!(run);
         }
-        if f.1.len() >= MAX_FRAMES {
-            f.1.remove(0);
+        let size = frame.to_string().len();
+        while f.1.len() >= MAX_FRAMES || (f.2 + size > MAX_LOG_BYTES && !f.1.is_empty()) {
+            if let Some((_, s)) = f.1.pop_front() {
+                f.2 -= s;
+            }
         }
-        f.1.push(frame.clone());
+        f.1.push_back((frame.clone(), size));
+        f.2 += size;
         // Sent under the lock, so live frames arrive in `seq` order.
         let _ = self.live.send(frame);
     }
 
     fn since(&self, after: u64) -> Vec<Value> {
         match self.frames.lock() {
-            Ok(f) => f.1.iter().filter(|v| seq_of(v) > after).cloned().collect(),
+            Ok(f) => {
+                f.1.iter()
+                    .map(|(v, _)| v)
+                    .filter(|v| seq_of(v) > after)
+                    .cloned()
+                    .collect()
+            }
             Err(_) => Vec::new(),
         }
     }
@@ -182,6 +199,16 @@ pub async fn forward(
             _ => continue,
         };
         log.push(f);
+    }
+    if !log.is_done() {
+        // The run's task ended without its `Finished` (it panicked): the client still
+        // gets an error and `done`, never a request that hangs forever.
+        log.push(frame(
+            "error",
+            "the run ended unexpectedly (an internal error); its session is kept",
+        ));
+        log.done.store(true, Ordering::Release);
+        log.push(frame("done", ""));
     }
     log.done.store(true, Ordering::Release);
     tokio::spawn(async move {

@@ -223,3 +223,131 @@ impl LineReader {
         }
     }
 }
+
+#[cfg(test)]
+impl LineReader {
+    /// A reader over these chunks, as if they had arrived one by one.
+    pub(crate) fn from_chunks(chunks: Vec<Vec<u8>>) -> LineReader {
+        let stream = futures_util::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, reqwest::Error>(bytes::Bytes::from(c))),
+        );
+        let now = Instant::now();
+        LineReader {
+            body: Box::pin(stream),
+            buf: Vec::new(),
+            scanned: 0,
+            idle: Duration::from_secs(5),
+            last_content: now,
+            deadline: now + Duration::from_secs(100),
+            cancel: CancellationToken::new(),
+            provider: "test",
+            done: false,
+        }
+    }
+}
+
+/// The stream parsers give the same message however the body is cut into chunks: at
+/// every byte boundary (inside a multi-byte character, a `\r\n`, a JSON string).
+#[cfg(test)]
+mod split_tests {
+    use super::LineReader;
+    use crate::message::AssistantMessage;
+    use crate::provider::{anthropic, ollama, openai, Delta};
+
+    type Parse = for<'a> fn(
+        &'a mut LineReader,
+        &'a mut (dyn FnMut(Delta) + Send),
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<AssistantMessage, crate::provider::ProviderError>,
+                > + Send
+                + 'a,
+        >,
+    >;
+
+    async fn parse(body: &[u8], cut: Option<usize>, f: Parse) -> (AssistantMessage, String) {
+        let chunks = match cut {
+            Some(c) => vec![body[..c].to_vec(), body[c..].to_vec()],
+            None => vec![body.to_vec()],
+        };
+        let mut reader = LineReader::from_chunks(chunks);
+        let mut text = String::new();
+        let mut on = |d: Delta| {
+            if let Delta::Text(t) = d {
+                text.push_str(&t);
+            }
+        };
+        let msg = f(&mut reader, &mut on).await.expect("the stream parses");
+        (msg, text)
+    }
+
+    /// The message with generated tool-call ids (Ollama sends none) blanked.
+    fn comparable(m: &(AssistantMessage, String)) -> (serde_json::Value, String) {
+        let mut v = serde_json::to_value(&m.0).unwrap_or_default();
+        if let Some(items) = v["content"].as_array_mut() {
+            for item in items {
+                if item
+                    .get("id")
+                    .and_then(|i| i.as_str())
+                    .is_some_and(|i| i.starts_with("call_"))
+                {
+                    item["id"] = serde_json::Value::Null;
+                }
+            }
+        }
+        (v, m.1.clone())
+    }
+
+    async fn same_at_every_cut(body: &str, f: Parse) {
+        let body = body.as_bytes();
+        let whole = parse(body, None, f).await;
+        for cut in 0..=body.len() {
+            let split = parse(body, Some(cut), f).await;
+            assert_eq!(comparable(&split), comparable(&whole), "cut at byte {cut}");
+        }
+    }
+
+    #[tokio::test]
+    async fn anthropic_sse() {
+        let body = concat!(
+            "event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"model\":\"x\",\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\r\n\r\n",
+            ": keep-alive\n\n",
+            "event: ping\ndata: {\"type\":\"ping\"}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Grüße 🌍 \\\"ok\\\"\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"read\",\"input\":{}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"path\\\": \\\"ü.txt\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\\\"}\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":9}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        same_at_every_cut(body, |r, d| Box::pin(anthropic::read_stream(r, d))).await;
+    }
+
+    #[tokio::test]
+    async fn openai_sse() {
+        let body = concat!(
+            "data: {\"id\":\"c1\",\"model\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Grüße 🌍\"}}]}\n\n",
+            "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"read\",\"arguments\":\"{\\\"path\\\":\"}}]}}]}\r\n\r\n",
+            "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"ü.txt\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":9}}\n\n",
+            "data: [DONE]\n\n",
+        );
+        same_at_every_cut(body, |r, d| Box::pin(openai::read_stream(r, d))).await;
+    }
+
+    #[tokio::test]
+    async fn ollama_ndjson() {
+        let body = concat!(
+            "{\"model\":\"x\",\"message\":{\"role\":\"assistant\",\"content\":\"Grüße 🌍\"},\"done\":false}\n",
+            "{\"model\":\"x\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"read\",\"arguments\":{\"path\":\"ü.txt\"}}}]},\"done\":false}\r\n",
+            "{\"model\":\"x\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true,\"done_reason\":\"stop\",\"prompt_eval_count\":5,\"eval_count\":9}\n",
+        );
+        same_at_every_cut(body, |r, d| Box::pin(ollama::read_stream(r, d))).await;
+    }
+}
