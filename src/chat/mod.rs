@@ -27,7 +27,6 @@ use axum::routing::get;
 use axum::Json;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::control::Role;
@@ -225,7 +224,7 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
         .on_upgrade(move |socket| connection(st, socket))
 }
 
-use runs::{attach, forward, RunLog, Runs};
+use runs::{attach, forward, Outbound, RunLog, Runs};
 
 fn frame(id: Option<&str>, kind: &str, content: &str, session: Option<&str>) -> Value {
     json!({"id": id, "type": kind, "content": content, "sessionId": session})
@@ -259,7 +258,7 @@ fn find_run(st: &ChatState, conn: &Conn, id: Option<&str>, v: &Value) -> Option<
 
 async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let (sender, mut rx) = tokio::sync::mpsc::channel::<Value>(runs::OUTBOUND_FRAMES);
     let writer = tokio::spawn(async move {
         while let Some(v) = rx.recv().await {
             if sink
@@ -277,6 +276,7 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             .next_conn
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     };
+    let tx = Outbound::new(sender, conn.token.clone());
     loop {
         let msg = tokio::select! {
             m = stream.next() => m,
@@ -285,7 +285,7 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
         match msg {
             Some(Ok(Message::Text(t))) => handle_frame(&st, t.as_str(), &tx, &conn),
             Some(Ok(Message::Binary(_))) => {
-                let _ = tx.send(frame(
+                tx.send(frame(
                     None,
                     "error",
                     "binary frames are not supported; send JSON text",
@@ -295,7 +295,7 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             Some(Err(e)) => {
                 // Say why before the connection closes (a frame over the size the
                 // WebSocket layer accepts, a broken frame).
-                let _ = tx.send(frame(
+                tx.send(frame(
                     None,
                     "error",
                     &format!("the connection is closed: {e} (frames are limited to 1 MiB)"),
@@ -311,12 +311,23 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     // leaving their sessions consistent.
     conn.token.cancel();
     drop(tx);
-    let _ = writer.await;
+    // A client that stopped reading would hold the writer forever: it gets a moment
+    // to take what is queued, then the connection is dropped.
+    let mut writer = writer;
+    if tokio::time::timeout(WRITER_GRACE, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
 }
 
-fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &UnboundedSender<Value>, conn: &Conn) {
+/// How long a closing connection's writer may still deliver queued frames.
+const WRITER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Conn) {
     let error = |id: Option<&str>, msg: String| {
-        let _ = tx.send(frame(id, "error", &msg, None));
+        tx.send(frame(id, "error", &msg, None));
     };
     if text.len() > MAX_FRAME_BYTES {
         return error(
@@ -364,8 +375,8 @@ fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &UnboundedSender<Value>, co
         return error(None, "a message frame needs a non-empty string `id`".into());
     };
     let end = |msg: String, session: Option<&str>| {
-        let _ = tx.send(frame(Some(&id), "error", &msg, session));
-        let _ = tx.send(frame(Some(&id), "done", "", session));
+        tx.send(frame(Some(&id), "error", &msg, session));
+        tx.send(frame(Some(&id), "done", "", session));
     };
     let content = match v.get("content") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
@@ -560,18 +571,14 @@ fn control_frame(
 
 /// `branches` (list them), `compare` (two side by side) and `prefer` (record which was
 /// better), addressed to a session rather than a running request.
-async fn session_frame(agent: Agent, v: Value, tx: UnboundedSender<Value>) {
+async fn session_frame(agent: Agent, v: Value, tx: Outbound) {
     let kind = v["type"].as_str().unwrap_or_default().to_string();
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
     let reply = |content: Value| {
-        let _ = tx.send(
-            json!({"id": v.get("id"), "type": kind, "content": content, "sessionId": session}),
-        );
+        tx.send(json!({"id": v.get("id"), "type": kind, "content": content, "sessionId": session}));
     };
     let fail = |msg: String| {
-        let _ = tx.send(
-            json!({"id": v.get("id"), "type": "error", "content": msg, "sessionId": session}),
-        );
+        tx.send(json!({"id": v.get("id"), "type": "error", "content": msg, "sessionId": session}));
     };
     let s = match agent.sessions().snapshot(&session) {
         Ok(s) => s,

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
-use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::control::RunControl;
@@ -23,6 +22,40 @@ const MAX_LOG_BYTES: usize = 8 << 20;
 const KEEP_FINISHED: Duration = Duration::from_secs(600);
 
 pub type Runs = Arc<Mutex<HashMap<String, Arc<RunLog>>>>;
+
+/// Frames waiting for one connection's writer; a client that lets more pile up is too
+/// slow to follow and is disconnected (its runs then follow the `keepAlive` rules).
+pub const OUTBOUND_FRAMES: usize = 4096;
+
+/// The way to one connection: a bounded queue toward its writer.
+#[derive(Clone)]
+pub struct Outbound {
+    tx: tokio::sync::mpsc::Sender<Value>,
+    /// Cancelled when the client falls too far behind.
+    conn: CancellationToken,
+}
+
+impl Outbound {
+    pub fn new(tx: tokio::sync::mpsc::Sender<Value>, conn: CancellationToken) -> Outbound {
+        Outbound { tx, conn }
+    }
+
+    /// Queues a frame; false when the connection is gone or was just dropped for
+    /// being too slow.
+    pub fn send(&self, frame: Value) -> bool {
+        match self.tx.try_send(frame) {
+            Ok(()) => true,
+            Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    "a chat client is {OUTBOUND_FRAMES} frames behind; closing its connection"
+                );
+                self.conn.cancel();
+                false
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
 
 /// A request's replay log: the last `seq`, the frames kept (oldest first, each with
 /// its size) and their total size.
@@ -101,7 +134,7 @@ impl RunLog {
 
 /// Sends a request's frames after `after` to a connection: the backlog, then the live
 /// stream, until its `done` frame or the connection ends.
-pub fn attach(log: Arc<RunLog>, after: u64, tx: UnboundedSender<Value>, conn: CancellationToken) {
+pub fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToken) {
     let mut rx = log.live.subscribe();
     tokio::spawn(async move {
         let mut last = after;
@@ -112,7 +145,7 @@ pub fn attach(log: Arc<RunLog>, after: u64, tx: UnboundedSender<Value>, conn: Ca
             }
             *last = s;
             let done = f["type"] == "done";
-            tx.send(f).is_ok() && !done
+            tx.send(f) && !done
         };
         for f in log.since(last) {
             if !send(f, &mut last) {

@@ -869,3 +869,29 @@ async fn a_connection_cannot_reach_another_connections_requests() {
     let frames = until_done(&mut b, "msg-1").await;
     assert!(frames.iter().any(|f| f["content"] == "yours"), "{frames:?}");
 }
+
+/// A client that stops reading while its run streams megabytes is disconnected once
+/// its queue is full, instead of making the server hold everything for it.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_dropped_not_buffered_for() {
+    let sb = Sandbox::new();
+    let long = "word ".repeat(400_000); // 2 MB of text, sent in 7-character pieces
+    let llm = ScriptedLlm::start(vec![text(&long)]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"id": "flood", "content": "talk a lot"})).await;
+    // The client never reads. Once the server has given up on it, the connection is
+    // closed and even sending fails.
+    let mut closed = false;
+    for _ in 0..600 {
+        if ws.send(Message::Pong(Vec::new().into())).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        closed,
+        "the server kept a connection whose client never read"
+    );
+}
