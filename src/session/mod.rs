@@ -136,6 +136,11 @@ impl SessionStore {
 
     /// Opens a session that must already exist.
     pub fn open_existing(&self, id: &str) -> Result<Session, SessionError> {
+        Session::load(id, self.existing(id)?, true)
+    }
+
+    /// The file of a session that must already exist.
+    fn existing(&self, id: &str) -> Result<PathBuf, SessionError> {
         let path = self.path(id)?;
         if !path.exists() {
             return Err(SessionError::Corrupt {
@@ -143,7 +148,7 @@ impl SessionStore {
                 message: "no such session".into(),
             });
         }
-        Session::load(id, path, true)
+        Ok(path)
     }
 
     /// A read-only view of an existing session for readers (exports, branch lists,
@@ -151,14 +156,7 @@ impl SessionStore {
     /// memory, and the file is never written (only the writer, under the session
     /// lock, repairs it). Appending to a snapshot fails.
     pub fn snapshot(&self, id: &str) -> Result<Session, SessionError> {
-        let path = self.path(id)?;
-        if !path.exists() {
-            return Err(SessionError::Corrupt {
-                path,
-                message: "no such session".into(),
-            });
-        }
-        Session::load(id, path, false)
+        Session::load(id, self.existing(id)?, false)
     }
 
     /// Opens the session, creating it (with `cwd` in its header) when new.

@@ -147,23 +147,24 @@ async fn picogent_run_drives_claude_code_through_a_tool_call() {
 
 /// With `allowed_paths`, the whole Claude Code child runs under Landlock (which also
 /// lets it skip permission prompts as root).
-#[tokio::test]
-async fn agent_mode_on_claude_code_reports_resumes_and_cancels() {
-    let Some(bin) = claude() else { return };
-    let sb = Sandbox::new();
-    let llm = ScriptedLlm::start(vec![
-        text("Task done by Claude Code."),
-        text("Chat answered in the same session."),
-    ])
-    .await;
-    let tracker = FakeTracker::start().await;
+/// Agent mode on the Claude Code engine against `tracker`: the stop token and the
+/// daemon's task.
+fn claude_daemon(
+    sb: &Sandbox,
+    llm: &ScriptedLlm,
+    tracker: &FakeTracker,
+    bin: &Path,
+) -> (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<Result<(), picogent::tracker::daemon::DaemonError>>,
+) {
     sb.write_config(
-        &llm,
+        llm,
         Wire::Anthropic,
         json!({"tracker_url": tracker.url(), "listen_port": 0, "provider": "claude-code",
         "claude_code_path": bin, "model": "sonnet", "allowed_paths": [sb.work]}),
     );
-    let mut pairs: Vec<(String, String)> = env_for(&sb, &llm, &bin)
+    let mut pairs: Vec<(String, String)> = env_for(sb, llm, bin)
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
@@ -180,6 +181,20 @@ async fn agent_mode_on_claude_code_reports_resumes_and_cancels() {
         fast_timing(),
         stop.clone(),
     ));
+    (stop, daemon)
+}
+
+#[tokio::test]
+async fn agent_mode_on_claude_code_reports_resumes_and_cancels() {
+    let Some(bin) = claude() else { return };
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        text("Task done by Claude Code."),
+        text("Chat answered in the same session."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let (stop, daemon) = claude_daemon(&sb, &llm, &tracker, &bin);
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &json!({"id": "e1", "type": "task.assigned", "data": {"task": {"id": "t1", "title": "Do it"}}})).await;
     tracker.wait_status("t1", "review", 60).await;
@@ -292,29 +307,7 @@ async fn a_chat_message_during_a_claude_code_run_is_answered_after_it() {
     ])
     .await;
     let tracker = FakeTracker::start().await;
-    sb.write_config(
-        &llm,
-        Wire::Anthropic,
-        json!({"tracker_url": tracker.url(), "listen_port": 0, "provider": "claude-code",
-        "claude_code_path": bin, "model": "sonnet", "allowed_paths": [sb.work]}),
-    );
-    let mut pairs: Vec<(String, String)> = env_for(&sb, &llm, &bin)
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    pairs.push(("AGENT_TOKEN".into(), TOKEN.into()));
-    let config = picogent::config::Config::load(
-        Some(&sb.home),
-        &picogent::config::Env::from_pairs(pairs),
-        &sb.base(),
-    )
-    .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let daemon = tokio::spawn(picogent::tracker::daemon::run(
-        agent_from(config),
-        fast_timing(),
-        stop.clone(),
-    ));
+    let (stop, daemon) = claude_daemon(&sb, &llm, &tracker, &bin);
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &json!({"id": "e1", "type": "task.assigned", "data": {"task": {"id": "t1", "title": "Do it"}}})).await;
     tracker.wait_status("t1", "in_progress", 30).await;

@@ -325,14 +325,7 @@ fn protect(h: &HelperArgs, restricted: bool, blank: &OwnedFd) -> Result<(), Stri
     }
     for p in &h.read_only {
         if std::fs::symlink_metadata(p).is_ok() {
-            let fd = open_tree(p, true)?;
-            set_attr(
-                Some(&fd),
-                Path::new(""),
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
-                true,
-            )?;
-            move_mount(fd, p)?;
+            remount_read_only(p)?;
         }
     }
     for p in &h.hidden {
@@ -369,6 +362,18 @@ fn hide_daemon_sockets(blank: &OwnedFd) {
     }
 }
 
+/// Covers `p` (and everything mounted below it) with a read-only copy of itself.
+fn remount_read_only(p: &Path) -> Result<(), String> {
+    let fd = open_tree(p, true)?;
+    set_attr(
+        Some(&fd),
+        Path::new(""),
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+        true,
+    )?;
+    move_mount(fd, p)
+}
+
 /// A `/proc` of the new PID namespace, with the kernel's knobs in it read-only.
 fn fresh_proc() -> Result<(), String> {
     mount(
@@ -381,14 +386,7 @@ fn fresh_proc() -> Result<(), String> {
     for knob in ["sys", "sysrq-trigger", "irq", "bus"] {
         let p = Path::new("/proc").join(knob);
         if p.exists() {
-            let fd = open_tree(&p, true)?;
-            set_attr(
-                Some(&fd),
-                Path::new(""),
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
-                true,
-            )?;
-            move_mount(fd, &p)?;
+            remount_read_only(&p)?;
         }
     }
     Ok(())
