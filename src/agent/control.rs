@@ -188,19 +188,26 @@ impl RunControl {
         role: Role,
         receipt: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> Result<(), InvalidTransition> {
+        // Checked under the queue's lock: `end` changes the state first and then
+        // drains the queue under it, so an instruction is either refused here or
+        // drained (its receipt failing) there, never left behind unread.
+        let Ok(mut q) = self.inner.instructions.lock() else {
+            return Err(InvalidTransition {
+                from: self.state(),
+                action: Action::Resume,
+            });
+        };
         if self.state().is_over() {
             return Err(InvalidTransition {
                 from: self.state(),
                 action: Action::Resume,
             });
         }
-        if let Ok(mut q) = self.inner.instructions.lock() {
-            q.push_back(Instruction {
-                text,
-                role,
-                receipt,
-            });
-        }
+        q.push_back(Instruction {
+            text,
+            role,
+            receipt,
+        });
         Ok(())
     }
 

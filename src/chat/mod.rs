@@ -486,10 +486,13 @@ fn control_frame(
             format!("unknown control frame type {kind:?}"),
         );
     }
-    let Some(id) = id else {
+    // The request's id on this connection, or a keepAlive run's `runId`.
+    let Some(id) = id.or_else(|| v.get("runId").and_then(Value::as_str).map(str::to_string)) else {
         return error(
             None,
-            format!("a {kind} frame needs the `id` of a running request"),
+            format!(
+                "a {kind} frame needs the `id` of a running request (or a keepAlive run's `runId`)"
+            ),
         );
     };
     let run = find_run(st, conn, Some(&id), v).filter(|l| !l.is_done());

@@ -55,7 +55,23 @@ impl Outbound {
             Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
         }
     }
+
+    /// Queues a frame of a replayed backlog, waiting for room (a backlog may be
+    /// longer than the queue); a client that takes nothing for `BACKLOG_WAIT` is
+    /// disconnected.
+    pub async fn send_backlog(&self, frame: Value) -> bool {
+        match tokio::time::timeout(BACKLOG_WAIT, self.tx.send(frame)).await {
+            Ok(r) => r.is_ok(),
+            Err(_) => {
+                self.conn.cancel();
+                false
+            }
+        }
+    }
 }
+
+/// How long a replaying client may leave its queue full.
+const BACKLOG_WAIT: Duration = Duration::from_secs(30);
 
 /// A request's replay log: the last `seq`, the frames kept (oldest first, each with
 /// its size) and their total size.
@@ -138,37 +154,49 @@ pub fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToke
     let mut rx = log.live.subscribe();
     tokio::spawn(async move {
         let mut last = after;
-        let send = |f: Value, last: &mut u64| -> bool {
-            let s = seq_of(&f);
-            if s <= *last {
-                return true;
+        // Frames after `last`, from the log, waiting for room; false when the client
+        // is gone or the request's `done` was sent.
+        async fn backlog(log: &RunLog, tx: &Outbound, last: &mut u64) -> bool {
+            for f in log.since(*last) {
+                *last = seq_of(&f);
+                let done = f["type"] == "done";
+                if !tx.send_backlog(f).await || done {
+                    return false;
+                }
             }
-            *last = s;
-            let done = f["type"] == "done";
-            tx.send(f) && !done
-        };
-        for f in log.since(last) {
-            if !send(f, &mut last) {
-                return;
-            }
+            true
+        }
+        if !backlog(&log, &tx, &mut last).await {
+            return;
         }
         loop {
+            // A finished request has nothing more to follow (its `done` was in the log
+            // before it was marked done, so the catch-up above had it, or the client
+            // had already seen it).
+            if log.is_done() {
+                let _ = backlog(&log, &tx, &mut last).await;
+                return;
+            }
             let f = tokio::select! {
                 f = rx.recv() => f,
                 _ = conn.cancelled() => return,
             };
             match f {
                 Ok(f) => {
-                    if !send(f, &mut last) {
+                    let s = seq_of(&f);
+                    if s <= last {
+                        continue;
+                    }
+                    last = s;
+                    let done = f["type"] == "done";
+                    if !tx.send(f) || done {
                         return;
                     }
                 }
                 // Fell behind the live stream: catch up from the log.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    for f in log.since(last) {
-                        if !send(f, &mut last) {
-                            return;
-                        }
+                    if !backlog(&log, &tx, &mut last).await {
+                        return;
                     }
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -226,8 +254,10 @@ pub async fn forward(
                     Outcome::Cancelled { .. } => log.push(frame("error", "cancelled")),
                     Outcome::Completed { .. } => {}
                 }
+                // The `done` frame is in the log before the log says it is done.
+                log.push(frame("done", ""));
                 log.done.store(true, Ordering::Release);
-                frame("done", "")
+                continue;
             }
             _ => continue,
         };
@@ -240,8 +270,8 @@ pub async fn forward(
             "error",
             "the run ended unexpectedly (an internal error); its session is kept",
         ));
-        log.done.store(true, Ordering::Release);
         log.push(frame("done", ""));
+        log.done.store(true, Ordering::Release);
     }
     log.done.store(true, Ordering::Release);
     tokio::spawn(async move {

@@ -91,7 +91,10 @@ impl LineReader {
             scanned: 0,
             idle,
             last_content: now,
-            deadline: now + idle.saturating_mul(DEADLINE_FACTOR),
+            // A configured timeout may be absurd: never past what an Instant can hold.
+            deadline: now
+                .checked_add(idle.saturating_mul(DEADLINE_FACTOR))
+                .unwrap_or(now + Duration::from_secs(365 * 24 * 3600)),
             cancel,
             provider,
             done: false,
@@ -145,10 +148,11 @@ impl LineReader {
                 ));
             }
             // Time without content counts, whatever keep-alives arrive meanwhile.
-            let wait = self
-                .idle
-                .saturating_sub(now.duration_since(self.last_content))
-                .min(self.deadline - now);
+            let quiet = now.duration_since(self.last_content);
+            if quiet >= self.idle {
+                return Err(ProviderError::Timeout(self.idle));
+            }
+            let wait = (self.idle - quiet).min(self.deadline - now);
             let chunk = tokio::select! {
                 c = tokio::time::timeout(wait, self.body.next()) => match c {
                     Ok(c) => c,
@@ -198,6 +202,12 @@ impl LineReader {
             match field {
                 "event" => ev.event = Some(value.to_string()),
                 "data" => {
+                    if ev.data.len() + value.len() > MAX_LINE {
+                        return Err(self.broken(format!(
+                            "an event of the stream is longer than {} MiB",
+                            MAX_LINE >> 20
+                        )));
+                    }
                     if has_data {
                         ev.data.push('\n');
                     }

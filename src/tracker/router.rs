@@ -78,12 +78,16 @@ struct State {
     queue: VecDeque<Job>,
     running: HashMap<String, Running>,
     draining: bool,
+    /// Tasks cancelled since they were last assigned: a chat message their run never
+    /// read is not worked on after all.
+    cancelled: std::collections::HashSet<String>,
 }
 
 struct Shared {
     agent: Agent,
-    /// Set while results cannot be queued (say, the disk is full).
-    degraded: Mutex<Option<String>>,
+    /// While results cannot be queued (say, the disk is full): how many wait, and why
+    /// the last one could not be queued.
+    degraded: Mutex<(usize, String)>,
     journal: Arc<Mutex<Journal>>,
     outbox: Outbox,
     max: usize,
@@ -132,7 +136,7 @@ impl Router {
         let max = agent.config().max_concurrent_tasks;
         Router {
             shared: Arc::new(Shared {
-                degraded: Mutex::new(None),
+                degraded: Mutex::new((0, String::new())),
                 agent,
                 journal,
                 outbox,
@@ -187,14 +191,17 @@ impl Router {
 
     fn submit(&self, event_id: &str, event: Event) {
         let job = match event {
-            Event::TaskAssigned(t) => Job {
-                event_id: event_id.into(),
-                task_id: t.id,
-                kind: JobKind::Task {
-                    title: t.title,
-                    description: t.description.unwrap_or_default(),
-                },
-            },
+            Event::TaskAssigned(t) => {
+                lock(&self.shared.state).cancelled.remove(&t.id);
+                Job {
+                    event_id: event_id.into(),
+                    task_id: t.id,
+                    kind: JobKind::Task {
+                        title: t.title,
+                        description: t.description.unwrap_or_default(),
+                    },
+                }
+            }
             Event::ChatMessage { task_id, message } => {
                 if self.inject(event_id, &task_id, &message) {
                     return;
@@ -272,8 +279,16 @@ impl Router {
                 );
                 me.mark_done(&event_id);
             } else {
+                let mut st = lock(&me.shared.state);
+                if st.cancelled.contains(&task_id) {
+                    drop(st);
+                    tracing::info!(task = %task_id, message = %message.id, "the task was cancelled before its run read the chat message");
+                    me.mark_done(&event_id);
+                    return;
+                }
                 tracing::info!(task = %task_id, message = %message.id, "the run ended before reading the chat message; it will be answered after");
-                lock(&me.shared.state).queue.push_back(Job {
+                // Next for its task, before anything that came later.
+                st.queue.push_front(Job {
                     event_id,
                     task_id,
                     kind: JobKind::Chat {
@@ -282,6 +297,7 @@ impl Router {
                         author: message.author.and_then(|a| a.name),
                     },
                 });
+                drop(st);
                 me.schedule();
             }
         });
@@ -291,6 +307,7 @@ impl Router {
     fn cancel(&self, event_id: &str, task_id: &str, reason: Option<String>) {
         let (dropped, running) = {
             let mut st = lock(&self.shared.state);
+            st.cancelled.insert(task_id.to_string());
             let mut dropped = Vec::new();
             st.queue.retain(|j| {
                 let keep = j.task_id != task_id;
@@ -513,19 +530,26 @@ impl Router {
             return true;
         };
         tracing::error!(task = %job.task_id, "cannot queue the result, will retry: {e}");
-        *lock(&self.shared.degraded) = Some(format!("cannot queue reports: {e}"));
+        {
+            let mut d = lock(&self.shared.degraded);
+            d.0 += 1;
+            d.1 = format!("cannot queue reports: {e}");
+        }
         let (me, task, event) = (self.clone(), job.task_id.clone(), job.event_id.clone());
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(REPORT_RETRY).await;
                 match me.shared.outbox.push(&task, reports.clone()) {
                     Ok(()) => {
-                        *lock(&me.shared.degraded) = None;
+                        lock(&me.shared.degraded).0 -= 1;
                         tracing::info!(task = %task, "the result is queued after all");
                         me.mark_done(&event);
                         return;
                     }
-                    Err(e) => tracing::warn!(task = %task, "still cannot queue the result: {e}"),
+                    Err(e) => {
+                        tracing::warn!(task = %task, "still cannot queue the result: {e}");
+                        lock(&me.shared.degraded).1 = format!("cannot queue reports: {e}");
+                    }
                 }
             }
         });
@@ -534,7 +558,8 @@ impl Router {
 
     /// Why the daemon cannot currently keep its promises, if it cannot.
     pub fn degraded(&self) -> Option<String> {
-        lock(&self.shared.degraded).clone()
+        let d = lock(&self.shared.degraded);
+        (d.0 > 0).then(|| format!("{} ({} result(s) waiting)", d.1, d.0))
     }
 
     fn finish(&self, job: &Job, done: bool) {

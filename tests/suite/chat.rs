@@ -895,3 +895,47 @@ async fn a_client_that_stops_reading_is_dropped_not_buffered_for() {
         "the server kept a connection whose client never read"
     );
 }
+
+/// Replaying a long request (more frames than a connection's queue holds) waits for
+/// the client instead of dropping it, and a control frame may name only the `runId`.
+#[tokio::test]
+async fn a_long_history_replays_in_full_and_run_ids_address_control_frames() {
+    let sb = Sandbox::new();
+    let long = "word ".repeat(12_000); // about 8,600 text frames
+    let llm = ScriptedLlm::start(vec![text(&long)]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut a = connect(&c).await;
+    send(
+        &mut a,
+        json!({"id": "hist", "content": "talk", "keepAlive": true}),
+    )
+    .await;
+    let first = until_done(&mut a, "hist").await;
+    assert!(first.len() > 5000, "{}", first.len());
+    let run_id = first[0]["runId"].as_str().unwrap().to_string();
+    let mut b = connect(&c).await;
+    send(
+        &mut b,
+        json!({"type": "subscribe", "runId": run_id, "after": 0}),
+    )
+    .await;
+    let replay = until_done(&mut b, "hist").await;
+    assert_eq!(replay.len(), first.len());
+    // A control frame with only the runId reaches the (finished) run and says so.
+    send(&mut b, json!({"type": "stop", "runId": run_id})).await;
+    let f = next(&mut b).await;
+    assert!(
+        f["type"] == "error" && f["content"].as_str().unwrap().contains("no request"),
+        "{f}"
+    );
+    // Subscribing after the end gets nothing more and leaves nothing waiting.
+    let last = replay.last().unwrap()["seq"].as_u64().unwrap();
+    send(
+        &mut b,
+        json!({"type": "subscribe", "runId": run_id, "after": last}),
+    )
+    .await;
+    send(&mut b, json!({"type": "branches"})).await;
+    let f = next(&mut b).await;
+    assert_eq!(f["type"], "error", "only the answer to the next frame: {f}");
+}

@@ -115,12 +115,13 @@ pub(crate) fn open_beneath(
     let parts = names(rel)?;
     if parts.is_empty() {
         return openat2(dir, Path::new("."), flags, mode).or_else(|e| match e.raw_os_error() {
-            Some(libc::ENOSYS) => openat_nofollow(dir, Path::new("."), flags, mode),
+            Some(libc::ENOSYS | libc::EPERM) => openat_nofollow(dir, Path::new("."), flags, mode),
             _ => Err(e),
         });
     }
     match openat2(dir, rel, flags, mode) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        // Missing, or refused by a container's seccomp profile: walk instead.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {}
         other => return other,
     }
     // One component at a time, each refusing links.
