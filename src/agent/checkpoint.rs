@@ -8,7 +8,8 @@
 //! git runs hardened and confined (`tools::sandbox::git`), and the repository's config
 //! is restored to picogent's own before each use, so nothing the agent plants in the
 //! folder (a `.gitattributes` filter) or in the repository runs.
-//! Rollback restores the tree of a checkpoint exactly, deleting files created after it;
+//! Rollback restores what the session's own steps changed since a checkpoint (deleting
+//! files they created; another session's files in the same folder are left alone);
 //! the tip it left is kept under `refs/picogent/abandoned/` so no path is ever lost.
 
 use std::path::{Path, PathBuf};
@@ -113,18 +114,48 @@ impl Checkpoints {
         self.git(&["rev-parse", "HEAD"])
     }
 
-    /// Restores the folder to `commit` exactly, keeping the current tip reachable.
+    /// Restores what this session's steps changed since `commit`, keeping the current
+    /// tip reachable. Files the session never snapshotted as changed (another session
+    /// or a person working in the same folder since) are left alone.
     pub fn restore(&self, commit: &str) -> Result<(), CheckpointError> {
         self.git(&["cat-file", "-e", &format!("{commit}^{{commit}}")])
             .map_err(|_| CheckpointError::Unknown(commit.into()))?;
+        // The session's own last checkpoint: what its steps changed ends there.
+        let own_tip = self.git(&["rev-parse", "HEAD"])?;
         // Whatever is in the folder now (even unsnapshotted changes) is kept first.
         let tip = self.snapshot("Before rollback")?;
         if tip != commit {
             let name = format!("refs/picogent/abandoned/{}", crate::util::now_millis());
             self.git(&["update-ref", &name, &tip])?;
         }
-        self.git(&["read-tree", "-u", "--reset", commit])?;
-        self.git(&["clean", "-d", "--force", "--quiet"])?;
+        let changed = self.git(&[
+            "diff",
+            "--name-status",
+            "-z",
+            "--no-renames",
+            commit,
+            &own_tip,
+        ])?;
+        let mut fields = changed.split('\0').filter(|f| !f.is_empty());
+        let (mut added, mut back) = (Vec::new(), Vec::new());
+        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+            if status == "A" {
+                added.push(path);
+            } else {
+                back.push(path);
+            }
+        }
+        for chunk in added.chunks(200) {
+            let mut args = vec!["rm", "-q", "-r", "--ignore-unmatch", "--"];
+            args.extend(chunk.iter().copied());
+            self.git(&args)?;
+        }
+        for chunk in back.chunks(200) {
+            let mut args = vec!["checkout", commit, "--"];
+            args.extend(chunk.iter().copied());
+            self.git(&args)?;
+        }
+        self.git(&["read-tree", commit])?;
         self.git(&["update-ref", "HEAD", commit])?;
         Ok(())
     }

@@ -56,17 +56,18 @@ impl Ckpt {
 
     /// Restores checkpoint `step`: the files exactly, and the conversation's leaf to the
     /// entry recorded for it (by id), persisted by a `rollback` entry as its child.
+    /// `Ok(false)` when there is no such checkpoint (nothing changed).
     async fn rollback(
         &self,
         session: &mut Session,
         step: u64,
         out: &Emitter,
-    ) -> Result<(), RunError> {
+    ) -> Result<bool, RunError> {
         let Some((entry_id, data)) = session.checkpoint(step) else {
             out.emit(AgentEvent::Notice {
                 message: format!("rollback refused: no checkpoint {step} in this session"),
             });
-            return Ok(());
+            return Ok(false);
         };
         let entry_id = entry_id.to_string();
         let commit = data["commit"].as_str().unwrap_or_default().to_string();
@@ -87,7 +88,7 @@ impl Ckpt {
             serde_json::json!({"step": step, "commit": commit, "from": from}),
         )?;
         out.emit(AgentEvent::RolledBack { step, entry_id });
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -118,7 +119,11 @@ pub(super) async fn boundary(
             Boundary::Continue => break,
             Boundary::Rollback(step, branch) => match ckpt {
                 Some(c) => {
-                    c.rollback(session, step, out).await?;
+                    // A refused rollback changes nothing: what the run was about to do
+                    // (a held tool call) still happens.
+                    if !c.rollback(session, step, out).await? {
+                        continue;
+                    }
                     if let Some(name) = branch {
                         session.append_custom(
                             "branch",

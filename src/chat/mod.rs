@@ -443,7 +443,12 @@ fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Conn) {
         // A keepAlive run outlives its connection, so it also gets an id any client
         // can address it by (`runId` in its frames); other runs stay the connection's.
         let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
-        let log = RunLog::new(token, handle.control.clone(), run_id.clone());
+        let log = RunLog::new(
+            token,
+            handle.control.clone(),
+            run_id.clone(),
+            session.clone(),
+        );
         let mut keys = vec![key];
         keys.extend(run_id);
         for k in &keys {
@@ -524,6 +529,20 @@ fn control_frame(
                     format!("a {kind} frame needs the checkpoint `step` (a number)"),
                 );
             };
+            let known = st
+                .agent
+                .sessions()
+                .snapshot(&log.session)
+                .is_ok_and(|s| s.checkpoint(step).is_some());
+            if !known {
+                return error(
+                    Some(&id),
+                    format!(
+                        "no checkpoint {step} in session {}; nothing was rolled back",
+                        log.session
+                    ),
+                );
+            }
             if kind == "rollback" {
                 control.rollback(step)
             } else {

@@ -81,6 +81,8 @@ pub struct RunLog {
     /// The server-issued id of a `keepAlive` run, by which any connection may address
     /// it; other runs belong to the connection that started them.
     pub run_id: Option<String>,
+    /// The session the request runs in.
+    pub session: String,
     /// The last `seq`, the frames kept (oldest first) and their size in bytes.
     frames: Mutex<Kept>,
     live: broadcast::Sender<Value>,
@@ -98,9 +100,11 @@ impl RunLog {
         token: CancellationToken,
         control: RunControl,
         run_id: Option<String>,
+        session: String,
     ) -> Arc<RunLog> {
         Arc::new(RunLog {
             run_id,
+            session,
             frames: Mutex::new((0, std::collections::VecDeque::new(), 0)),
             live: broadcast::channel(1024).0,
             done: AtomicBool::new(false),

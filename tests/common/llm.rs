@@ -55,6 +55,8 @@ pub enum Turn {
     Drop,
     /// The stream starts, then stalls for this long before finishing the answer.
     Stall(Duration, String),
+    /// Tool calls whose stream stalls this long after its first chunk.
+    StallTools(Duration, Vec<(String, Value)>),
     /// Anthropic only: an `error` event (overloaded) mid-stream.
     ErrorEvent,
 }
@@ -332,6 +334,10 @@ fn respond(wire: Wire, turn: Option<Turn>, seq: usize, tokens: usize) -> Respons
         }
         Turn::Stall(d, t) => {
             let full = encode(wire, &t, &[], seq, tokens);
+            (full, Tail::StallAfterFirst(d))
+        }
+        Turn::StallTools(d, calls) => {
+            let full = encode(wire, "", &calls, seq, tokens);
             (full, Tail::StallAfterFirst(d))
         }
         Turn::ErrorEvent => {

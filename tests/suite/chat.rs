@@ -939,3 +939,41 @@ async fn a_long_history_replays_in_full_and_run_ids_address_control_frames() {
     let f = next(&mut b).await;
     assert_eq!(f["type"], "error", "only the answer to the next frame: {f}");
 }
+
+/// Asking a paused run to roll back to a checkpoint it does not have is refused with
+/// an error frame, and the tool call it was holding still runs after resume.
+#[tokio::test]
+async fn a_refused_rollback_keeps_the_held_call() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        // The model asks for a tool while the run is paused: the call is held.
+        Turn::StallTools(
+            Duration::from_millis(600),
+            vec![(
+                "write".into(),
+                json!({"path": "kept.txt", "content": "ran"}),
+            )],
+        ),
+        text("done"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({"checkpoints": true}))).await;
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"id": "r", "content": "go"})).await;
+    llm.wait_requests(1).await;
+    send(&mut ws, json!({"type": "pause", "id": "r"})).await;
+    send(&mut ws, json!({"type": "rollback", "id": "r", "step": 99})).await;
+    let f = loop {
+        let f = next(&mut ws).await;
+        if f["type"] == "error" {
+            break f;
+        }
+    };
+    assert!(
+        f["content"].as_str().unwrap().contains("no checkpoint 99"),
+        "{f}"
+    );
+    send(&mut ws, json!({"type": "resume", "id": "r"})).await;
+    until_done(&mut ws, "r").await;
+    assert_eq!(sb.read("kept.txt"), "ran");
+}

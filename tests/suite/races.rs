@@ -318,3 +318,26 @@ async fn checkpoints_never_hold_picogent_own_files() {
         );
     }
 }
+
+/// A rollback restores what its own session changed, and leaves alone what another
+/// session (or a person) made in the same folder since.
+#[tokio::test]
+async fn a_rollback_leaves_other_sessions_files_alone() {
+    let sb = Sandbox::new();
+    let state = sb.home.join("state");
+    let none = PathSandbox::default();
+    let mine = Checkpoints::open(&state, "mine", &sb.work, &none).unwrap();
+    sb.write("shared.txt", "before\n");
+    let start = mine.snapshot("start").unwrap();
+    sb.write("mine.txt", "made by this session\n");
+    sb.write("shared.txt", "changed by this session\n");
+    mine.snapshot("step 1").unwrap();
+    // Meanwhile another session works in the same folder.
+    sb.write("theirs.txt", "made by another session\n");
+    sb.write(":(exclude)odd name*", "a name that looks like a pattern\n");
+    mine.restore(&start).unwrap();
+    assert!(!sb.work.join("mine.txt").exists());
+    assert_eq!(sb.read("shared.txt"), "before\n");
+    assert_eq!(sb.read("theirs.txt"), "made by another session\n");
+    assert!(sb.work.join(":(exclude)odd name*").exists());
+}

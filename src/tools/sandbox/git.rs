@@ -74,6 +74,8 @@ pub fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) 
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_ATTR_NOSYSTEM", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
+        // File names are names: `:(exclude)x` or `*` in a folder are not patterns.
+        .env("GIT_LITERAL_PATHSPECS", "1")
         .env("GIT_AUTHOR_NAME", "picogent")
         .env("GIT_AUTHOR_EMAIL", "picogent@localhost")
         .env("GIT_COMMITTER_NAME", "picogent")
