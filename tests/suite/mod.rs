@@ -9,6 +9,7 @@ mod confinement;
 mod daemon_process;
 mod hostile_input;
 mod live;
+mod properties;
 mod providers;
 mod races;
 mod sandbox;
