@@ -133,3 +133,44 @@ async fn sigterm_lets_the_running_task_finish_then_exits_0() {
         "{log}"
     );
 }
+
+/// A chat message passed to a running task is not done until the run has it in its
+/// session: a crash before that replays it after the restart, and it is answered.
+#[tokio::test]
+async fn a_chat_message_survives_a_crash_before_the_run_reads_it() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
+    let tracker = FakeTracker::start().await;
+    config(&sb, &llm, &tracker);
+    let mut child = spawn_daemon(&sb);
+    let cb = tracker.callback_url().await;
+    assert_eq!(tracker.deliver(&cb, &task("evt_t", "t_m")).await.0, 202);
+    tracker.wait_status("t_m", "in_progress", 20).await;
+    llm.wait_requests(1).await;
+    let chat = json!({"id": "evt_m", "type": "chat.message", "data": {"task_id": "t_m",
+        "message": {"id": "m_crash", "content": "Please also update the changelog"}}});
+    assert_eq!(tracker.deliver(&cb, &chat).await.0, 202);
+    child.kill().await.unwrap(); // before the run reaches a step boundary
+
+    llm.push(text("Resumed and finished."));
+    llm.push(text("The changelog is updated too."));
+    let _child = spawn_daemon(&sb);
+    tracker
+        .wait_for(40, "the reply to the message", |t| {
+            t.comments("t_m").iter().any(|c| c["reply_to"] == "m_crash")
+        })
+        .await;
+    let asked = llm.requests().iter().any(|r| {
+        r.body
+            .to_string()
+            .contains("Please also update the changelog")
+    });
+    assert!(asked, "the message never reached the model");
+    assert!(
+        !tracker
+            .comments("t_m")
+            .iter()
+            .any(|c| c["content"].as_str().unwrap_or("").starts_with("Noted")),
+        "it was acknowledged before it was safe"
+    );
+}
