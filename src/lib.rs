@@ -5,6 +5,7 @@ pub mod agent;
 pub mod chat;
 pub mod config;
 pub mod message;
+pub mod net;
 pub mod provider;
 pub mod session;
 pub mod tools;

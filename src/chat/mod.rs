@@ -97,7 +97,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     let app = app(agent, addr, stop.clone());
-    axum::serve(listener, app)
+    axum::serve(crate::net::GuardedListener::new(listener), app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
 }

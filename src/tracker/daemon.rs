@@ -186,7 +186,7 @@ async fn run_http(
     let app = super::http::app(token.to_string(), router.clone());
     let graceful = server_stop.clone();
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
+        if let Err(e) = axum::serve(crate::net::GuardedListener::new(listener), app)
             .with_graceful_shutdown(async move { graceful.cancelled().await })
             .await
         {

@@ -350,3 +350,72 @@ async fn events_without_the_token_are_refused_before_their_body_is_read() {
     );
     d.stop().await.unwrap();
 }
+
+/// A connection that sends no request head (silent, or a byte at a time) is closed
+/// after the head deadline on both servers; a WebSocket that is merely idle after its
+/// handshake is not.
+#[tokio::test]
+async fn slow_or_silent_connections_are_closed_idle_websockets_are_not() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    let url = reqwest::Url::parse(&cb).unwrap();
+    let events = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    let listener = picogent::chat::bind("127.0.0.1", 0, None).await.unwrap();
+    let chat = listener.local_addr().unwrap().to_string();
+    let stop = CancellationToken::new();
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    tokio::spawn(picogent::chat::serve(agent, listener, stop.clone()));
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{chat}/ws"))
+        .await
+        .unwrap();
+
+    let mut waits = Vec::new();
+    for addr in [events.clone(), chat.clone()] {
+        for drip in [false, true] {
+            let addr = addr.clone();
+            waits.push(tokio::spawn(async move {
+                let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                let started = std::time::Instant::now();
+                let mut buf = [0u8; 64];
+                loop {
+                    if drip {
+                        // One byte of a request head every second, never finishing it.
+                        if s.write_all(b"G").await.is_err() {
+                            break;
+                        }
+                    }
+                    match tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await {
+                        Ok(Ok(0)) | Ok(Err(_)) => break,
+                        _ => {}
+                    }
+                    assert!(
+                        started.elapsed() < Duration::from_secs(40),
+                        "{addr}: a connection without a request head was kept"
+                    );
+                }
+            }));
+        }
+    }
+    for w in waits {
+        w.await.unwrap();
+    }
+    // The WebSocket, idle all this time, still works.
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        r#"{"type":"nonsense","id":"still-here"}"#.into(),
+    ))
+    .await
+    .unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(m.to_string().contains("still-here"), "{m}");
+    stop.cancel();
+    d.stop().await.unwrap();
+}
