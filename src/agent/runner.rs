@@ -169,8 +169,9 @@ async fn run_locked(
                 serde_json::json!({"kind": "instruct", "role": ins.role, "text": ins.text, "time": crate::util::now_iso()}),
             )?;
             if let Some(receipt) = ins.receipt.take() {
-                // Durable before it is acknowledged to whoever sent it.
-                session.sync()?;
+                // Durable before it is acknowledged to whoever sent it (the sync runs
+                // off the runtime's threads).
+                session.sync().await?;
                 let _ = receipt.send(());
             }
             out.emit(AgentEvent::Instruction {

@@ -293,12 +293,18 @@ impl Session {
         })
     }
 
-    /// Makes what was appended so far survive a power loss.
-    pub fn sync(&self) -> Result<(), SessionError> {
-        self.file.sync_data().map_err(|source| SessionError::Io {
+    /// Makes what was appended so far survive a power loss; the sync itself runs on a
+    /// blocking thread, never the async runtime's.
+    pub async fn sync(&self) -> Result<(), SessionError> {
+        let io = |source| SessionError::Io {
             path: self.path.clone(),
             source,
-        })
+        };
+        let file = self.file.try_clone().map_err(io)?;
+        tokio::task::spawn_blocking(move || file.sync_data())
+            .await
+            .map_err(|e| io(std::io::Error::other(e)))?
+            .map_err(io)
     }
 
     pub fn id(&self) -> &str {

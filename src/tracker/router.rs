@@ -276,7 +276,8 @@ impl Router {
                         "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
                         Some(message.id.clone()),
                     )],
-                );
+                )
+                .await;
                 me.mark_done(&event_id);
             } else {
                 let mut st = lock(&me.shared.state);
@@ -345,14 +346,27 @@ impl Router {
                     dropped.len()
                 )
             };
-            self.report(task_id, vec![Report::comment(content, None)]);
+            let (me, task, event) = (self.clone(), task_id.to_string(), event_id.to_string());
+            tokio::spawn(async move {
+                me.report(&task, vec![Report::comment(content, None)]).await;
+                me.mark_done(&event);
+            });
+        } else {
+            self.mark_done(event_id);
         }
-        self.mark_done(event_id);
         self.shared.changed.notify_waiters();
     }
 
-    fn report(&self, task_id: &str, reports: Vec<Report>) {
-        if let Err(e) = self.shared.outbox.push(task_id, reports) {
+    /// Queues reports off the runtime's threads: the outbox syncs to disk.
+    async fn push(&self, task_id: &str, reports: Vec<Report>) -> std::io::Result<()> {
+        let (outbox, task) = (self.shared.outbox.clone(), task_id.to_string());
+        tokio::task::spawn_blocking(move || outbox.push(&task, reports))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
+    async fn report(&self, task_id: &str, reports: Vec<Report>) {
+        if let Err(e) = self.push(task_id, reports).await {
             tracing::error!(task = task_id, "cannot queue a report: {e}");
         }
     }
@@ -392,7 +406,12 @@ impl Router {
     }
 
     async fn run_job(self, job: Job, cancel: CancellationToken) {
-        let attempt = match lock(&self.shared.journal).started(&job.event_id) {
+        // The journal syncs: off the runtime's threads.
+        let (journal, event) = (self.shared.journal.clone(), job.event_id.clone());
+        let started = tokio::task::spawn_blocking(move || lock(&journal).started(&event))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        let attempt = match started {
             Ok(n) => n,
             Err(e) => {
                 tracing::error!("cannot record a started event: {e}");
@@ -411,11 +430,13 @@ impl Router {
                     self.report(
                         &task,
                         vec![Report::comment(content, None), Report::status("blocked")],
-                    );
+                    )
+                    .await;
                     self.finish(&job, true);
                     return;
                 }
-                self.report(&task, vec![Report::status("in_progress")]);
+                self.report(&task, vec![Report::status("in_progress")])
+                    .await;
                 let mut p = String::new();
                 if attempt > 1 {
                     p.push_str("picogent was restarted while you were working on this task, so your last step may not have finished. Check the current state of the working folder, then continue.\n\n");
@@ -460,7 +481,7 @@ impl Router {
             .get_mut(&task)
             .and_then(|r| r.why.take());
         let done = match self.report_outcome(&job, &session_id, outcome, why) {
-            Some(reports) => self.queue_or_retry(&job, reports),
+            Some(reports) => self.queue_or_retry(&job, reports).await,
             None => false,
         };
         self.finish(&job, done);
@@ -525,8 +546,8 @@ impl Router {
     /// Queues an outcome's reports. When the outbox cannot take them (a full disk),
     /// the event stays pending, `/healthz` says the daemon is degraded, and they are
     /// queued again every few seconds until it can; only then is the event done.
-    fn queue_or_retry(&self, job: &Job, reports: Vec<Report>) -> bool {
-        let Err(e) = self.shared.outbox.push(&job.task_id, reports.clone()) else {
+    async fn queue_or_retry(&self, job: &Job, reports: Vec<Report>) -> bool {
+        let Err(e) = self.push(&job.task_id, reports.clone()).await else {
             return true;
         };
         tracing::error!(task = %job.task_id, "cannot queue the result, will retry: {e}");
@@ -539,7 +560,7 @@ impl Router {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(REPORT_RETRY).await;
-                match me.shared.outbox.push(&task, reports.clone()) {
+                match me.push(&task, reports.clone()).await {
                     Ok(()) => {
                         lock(&me.shared.degraded).0 -= 1;
                         tracing::info!(task = %task, "the result is queued after all");
