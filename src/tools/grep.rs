@@ -24,6 +24,9 @@ struct Args {
     limit: Option<usize>,
 }
 
+/// How much of one file grep searches.
+const MAX_FILE_BYTES: u64 = 32 << 20;
+
 pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("grep", args)?;
     let root = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
@@ -82,8 +85,14 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
             let Some(mut f) = sandbox.open_found(&file) else {
                 continue;
             };
+            // Searched within a bound: a huge file never makes picogent allocate its size.
             let mut bytes = Vec::new();
-            if std::io::Read::read_to_end(&mut f, &mut bytes).is_err() {
+            if std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut f, MAX_FILE_BYTES),
+                &mut bytes,
+            )
+            .is_err()
+            {
                 continue;
             }
             if bytes.iter().take(8192).any(|b| *b == 0) {

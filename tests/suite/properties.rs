@@ -14,6 +14,13 @@ use crate::common::*;
 
 /// Field names the parsers look for, so generated documents reach past the first check.
 const KEYS: &[&str] = &[
+    "customType",
+    "parentId",
+    "commit",
+    "chosen",
+    "rejected",
+    "role",
+    "toolCallId",
     "id",
     "type",
     "data",
@@ -58,6 +65,11 @@ fn json() -> impl Strategy<Value = Value> {
             "pause",
             "rollback",
             "subscribe",
+            "custom",
+            "checkpoint",
+            "preference",
+            "branch",
+            "intervention",
             "..",
             "",
         ])
