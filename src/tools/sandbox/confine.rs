@@ -119,6 +119,11 @@ impl Confinement {
         if self.deny_network {
             cmd.arg("--deny-net");
         }
+        // A program installed under /tmp (a checkout there, a package cache) stays
+        // runnable inside the private /tmp: its top folder there is shown read-only.
+        if let Some(top) = tmp_top_folder(program) {
+            cmd.arg("--show").arg(top);
+        }
         cmd.arg("--").arg(program).args(args);
         // Under namespaces the private folder is mounted at /tmp.
         let tmp_env = if self.namespaces {
@@ -147,7 +152,15 @@ impl Confinement {
     }
 }
 
-const USAGE: &str = "usage: picogent sandbox-exec [--ns] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--deny-net] -- PROGRAM [ARGS]...";
+/// The folder directly under `/tmp` that holds `program` (resolved), if it is there.
+fn tmp_top_folder(program: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(program).ok()?;
+    let rest = real.strip_prefix("/tmp").ok()?;
+    let first = rest.components().next()?;
+    Some(Path::new("/tmp").join(first))
+}
+
+const USAGE: &str = "usage: picogent sandbox-exec [--ns] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] -- PROGRAM [ARGS]...";
 
 fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
     let mut h = HelperArgs {
@@ -156,6 +169,7 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
         tmp: None,
         read_only: Vec::new(),
         hidden: Vec::new(),
+        shown: Vec::new(),
         deny_network: false,
         program: Vec::new(),
     };
@@ -175,6 +189,7 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
             Some("--tmp") => h.tmp = Some(value("--tmp")?),
             Some("--ro") => h.read_only.push(value("--ro")?),
             Some("--hide") => h.hidden.push(value("--hide")?),
+            Some("--show") => h.shown.push(value("--show")?),
             Some("--deny-net") => h.deny_network = true,
             Some("--") => {
                 h.program = args.collect();

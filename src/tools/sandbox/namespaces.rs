@@ -35,6 +35,9 @@ pub(crate) struct HelperArgs {
     pub tmp: Option<PathBuf>,
     pub read_only: Vec<PathBuf>,
     pub hidden: Vec<PathBuf>,
+    /// Folders under `/tmp` that stay visible, read-only, in the private `/tmp` (the
+    /// one holding the program being run).
+    pub shown: Vec<PathBuf>,
     pub deny_network: bool,
     pub program: Vec<std::ffi::OsString>,
 }
@@ -194,6 +197,8 @@ fn parent_of_command(h: &HelperArgs, become_command: Become) -> ! {
 struct Sources {
     /// The allowed paths (path, is a folder, copy), when writes are restricted.
     writable: Vec<(PathBuf, bool, OwnedFd)>,
+    /// Read-only copies of the folders under `/tmp` that stay visible.
+    shown: Vec<(PathBuf, bool, OwnedFd)>,
     /// The per-command temporary folder.
     tmp: Option<OwnedFd>,
     /// Device nodes for the minimal `/dev`.
@@ -214,6 +219,21 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
             }
             if let Ok(meta) = std::fs::metadata(d) {
                 writable.push((d.clone(), meta.is_dir(), open_tree(d, true)?));
+            }
+        }
+    }
+    let mut shown = Vec::new();
+    if restricted {
+        for d in &h.shown {
+            if std::fs::canonicalize(d).ok().as_deref() == Some(d.as_path()) && d.is_dir() {
+                let fd = open_tree(d, true)?;
+                set_attr(
+                    Some(&fd),
+                    Path::new(""),
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                    true,
+                )?;
+                shown.push((d.clone(), true, fd));
             }
         }
     }
@@ -238,6 +258,7 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
     let blank = blank_file()?;
     Ok(Sources {
         writable,
+        shown,
         tmp,
         dev,
         blank,
@@ -255,6 +276,7 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
     let restricted = h.writable.is_some() && !h.writable_all();
     let Sources {
         mut writable,
+        shown,
         tmp,
         dev,
         blank,
@@ -278,6 +300,8 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
     if let Some(fd) = tmp {
         move_mount(fd, Path::new("/tmp"))?;
     }
+    // Shown folders first: allowed paths inside them go on top, writable.
+    let mut writable: Vec<_> = shown.into_iter().chain(writable.drain(..)).collect();
     writable.sort_by_key(|(p, _, _)| p.components().count());
     for (p, is_dir, fd) in writable {
         if std::fs::symlink_metadata(&p).is_err() {
