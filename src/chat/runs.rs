@@ -279,7 +279,13 @@ pub async fn forward(
     }
     log.done.store(true, Ordering::Release);
     tokio::spawn(async move {
-        tokio::time::sleep(KEEP_FINISHED).await;
+        // Only its own connection can reach a request that was not `keepAlive`: its
+        // log goes when that connection does, or after the usual while.
+        let own_only = log.run_id.is_none();
+        tokio::select! {
+            _ = tokio::time::sleep(KEEP_FINISHED) => {}
+            _ = log.token.cancelled(), if own_only => {}
+        }
         if let Ok(mut r) = runs.lock() {
             for key in &keys {
                 if r.get(key).is_some_and(|l| Arc::ptr_eq(l, &log)) {
