@@ -323,10 +323,8 @@ async fn events_without_the_token_are_refused_before_their_body_is_read() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![]).await;
     let tracker = FakeTracker::start().await;
-    let d = sb.daemon(&llm, &tracker, json!({}));
-    let cb = tracker.callback_url().await;
+    let (d, cb, addr) = events_server(&sb, &llm, &tracker).await;
     let url = reqwest::Url::parse(&cb).unwrap();
-    let addr = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
     // A body of 1 MB is announced and never sent: the answer must not wait for it.
     let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
     s.write_all(
@@ -361,10 +359,7 @@ async fn slow_or_silent_connections_are_closed_idle_websockets_are_not() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![]).await;
     let tracker = FakeTracker::start().await;
-    let d = sb.daemon(&llm, &tracker, json!({}));
-    let cb = tracker.callback_url().await;
-    let url = reqwest::Url::parse(&cb).unwrap();
-    let events = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    let (d, _, events) = events_server(&sb, &llm, &tracker).await;
     let listener = picogent::chat::bind("127.0.0.1", 0, None).await.unwrap();
     let chat = listener.local_addr().unwrap().to_string();
     let stop = CancellationToken::new();
@@ -418,4 +413,17 @@ async fn slow_or_silent_connections_are_closed_idle_websockets_are_not() {
     assert!(m.to_string().contains("still-here"), "{m}");
     stop.cancel();
     d.stop().await.unwrap();
+}
+
+/// An agent-mode daemon: it, its events URL, and the `host:port` it listens on.
+async fn events_server(
+    sb: &Sandbox,
+    llm: &ScriptedLlm,
+    tracker: &FakeTracker,
+) -> (Daemon, String, String) {
+    let d = sb.daemon(llm, tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    let url = reqwest::Url::parse(&cb).unwrap();
+    let addr = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    (d, cb, addr)
 }

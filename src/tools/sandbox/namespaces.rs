@@ -226,14 +226,7 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
     if restricted {
         for d in &h.shown {
             if std::fs::canonicalize(d).ok().as_deref() == Some(d.as_path()) && d.is_dir() {
-                let fd = open_tree(d, true)?;
-                set_attr(
-                    Some(&fd),
-                    Path::new(""),
-                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
-                    true,
-                )?;
-                shown.push((d.clone(), true, fd));
+                shown.push((d.clone(), true, read_only_copy(d)?));
             }
         }
     }
@@ -386,8 +379,8 @@ fn hide_daemon_sockets(blank: &OwnedFd) {
     }
 }
 
-/// Covers `p` (and everything mounted below it) with a read-only copy of itself.
-fn remount_read_only(p: &Path) -> Result<(), String> {
+/// A detached, read-only copy of the mount tree at `p`.
+fn read_only_copy(p: &Path) -> Result<OwnedFd, String> {
     let fd = open_tree(p, true)?;
     set_attr(
         Some(&fd),
@@ -395,7 +388,12 @@ fn remount_read_only(p: &Path) -> Result<(), String> {
         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
         true,
     )?;
-    move_mount(fd, p)
+    Ok(fd)
+}
+
+/// Covers `p` (and everything mounted below it) with a read-only copy of itself.
+fn remount_read_only(p: &Path) -> Result<(), String> {
+    move_mount(read_only_copy(p)?, p)
 }
 
 /// A `/proc` of the new PID namespace, with the kernel's knobs in it read-only.
