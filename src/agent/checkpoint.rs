@@ -54,14 +54,15 @@ impl Checkpoints {
             git_dir,
             work_tree: work_tree.to_path_buf(),
             confine: sandbox.confinement().cloned(),
-            excludes: sandbox
-                .own_paths()
-                .filter_map(|p| {
-                    let real = std::fs::canonicalize(work_tree).ok()?;
-                    let rel = p.strip_prefix(&real).ok()?;
-                    (!rel.as_os_str().is_empty()).then(|| rel.display().to_string())
-                })
-                .collect(),
+            excludes: match std::fs::canonicalize(work_tree) {
+                Ok(real) => sandbox
+                    .own_paths()
+                    .filter_map(|p| p.strip_prefix(&real).ok())
+                    .filter(|rel| !rel.as_os_str().is_empty())
+                    .map(|rel| rel.display().to_string())
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
         };
         if !c.git_dir.join("HEAD").exists() {
             std::fs::create_dir_all(&c.git_dir).map_err(|e| CheckpointError::Git {

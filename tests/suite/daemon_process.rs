@@ -45,17 +45,33 @@ fn task(event: &str, id: &str) -> serde_json::Value {
     json!({"id": event, "type": "task.assigned", "data": {"task": {"id": id, "title": "Survive a crash"}}})
 }
 
-#[tokio::test]
-async fn a_killed_daemon_resumes_its_task_after_restart() {
+/// A daemon process working on task `id` (its model asked for `sleep 30`): the agent
+/// folder, the model, the tracker, the process and the events URL.
+async fn running_task(
+    event: &str,
+    id: &str,
+) -> (
+    Sandbox,
+    ScriptedLlm,
+    FakeTracker,
+    tokio::process::Child,
+    String,
+) {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
     let tracker = FakeTracker::start().await;
     config(&sb, &llm, &tracker);
-    let mut child = spawn_daemon(&sb);
+    let child = spawn_daemon(&sb);
     let cb = tracker.callback_url().await;
-    assert_eq!(tracker.deliver(&cb, &task("evt_k", "t_k")).await.0, 202);
-    tracker.wait_status("t_k", "in_progress", 20).await;
+    assert_eq!(tracker.deliver(&cb, &task(event, id)).await.0, 202);
+    tracker.wait_status(id, "in_progress", 20).await;
     llm.wait_requests(1).await;
+    (sb, llm, tracker, child, cb)
+}
+
+#[tokio::test]
+async fn a_killed_daemon_resumes_its_task_after_restart() {
+    let (sb, llm, tracker, mut child, _) = running_task("evt_k", "t_k").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
 
@@ -138,15 +154,7 @@ async fn sigterm_lets_the_running_task_finish_then_exits_0() {
 /// session: a crash before that replays it after the restart, and it is answered.
 #[tokio::test]
 async fn a_chat_message_survives_a_crash_before_the_run_reads_it() {
-    let sb = Sandbox::new();
-    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
-    let tracker = FakeTracker::start().await;
-    config(&sb, &llm, &tracker);
-    let mut child = spawn_daemon(&sb);
-    let cb = tracker.callback_url().await;
-    assert_eq!(tracker.deliver(&cb, &task("evt_t", "t_m")).await.0, 202);
-    tracker.wait_status("t_m", "in_progress", 20).await;
-    llm.wait_requests(1).await;
+    let (sb, llm, tracker, mut child, cb) = running_task("evt_t", "t_m").await;
     let chat = json!({"id": "evt_m", "type": "chat.message", "data": {"task_id": "t_m",
         "message": {"id": "m_crash", "content": "Please also update the changelog"}}});
     assert_eq!(tracker.deliver(&cb, &chat).await.0, 202);

@@ -197,6 +197,13 @@ impl Sandbox {
         self.allowed.is_empty() || self.allowed.iter().any(|a| real.starts_with(a))
     }
 
+    /// Whether the tools may read a resolved path: inside the allowed paths or a skill
+    /// folder, and not protected.
+    fn readable_here(&self, real: &Path) -> bool {
+        !self.is_protected(real)
+            && (self.inside_allowed(real) || self.readable.iter().any(|r| real.starts_with(r)))
+    }
+
     /// Whether a resolved path is one of the protected files or inside a protected folder.
     pub fn is_protected(&self, real: &Path) -> bool {
         self.protected.iter().any(|p| real.starts_with(p))
@@ -251,7 +258,7 @@ impl Sandbox {
         if self.is_protected(&real) {
             return Err(Self::protected_error(raw));
         }
-        if self.inside_allowed(&real) || self.readable.iter().any(|r| real.starts_with(r)) {
+        if self.readable_here(&real) {
             Ok(real)
         } else {
             Err(self.outside(raw, &real))
@@ -409,9 +416,7 @@ impl Sandbox {
     fn verify_opened(&self, file: &File) -> Option<PathBuf> {
         use std::os::fd::AsRawFd;
         let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
-        let readable =
-            self.inside_allowed(&real) || self.readable.iter().any(|r| real.starts_with(r));
-        (readable && !self.is_protected(&real)).then_some(real)
+        self.readable_here(&real).then_some(real)
     }
 
     /// Opens a file a walk found (grep), for reading: a regular file, not through a
