@@ -218,6 +218,7 @@ async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow
     let allowed = cfg.allowed_paths_display();
     tracing::info!(
         work_dir = %cfg.work_dir.display(),
+        engine = cfg.engine.as_str(),
         provider = cfg.provider.as_str(),
         model = %cfg.model,
         allowed_paths = %allowed,

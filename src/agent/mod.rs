@@ -3,14 +3,13 @@
 //! cancellation handle. Every front door drives the agent through this one entry point.
 
 pub mod checkpoint;
-pub mod claude_code;
 pub mod compaction;
 pub mod control;
+pub mod engine;
 pub mod event;
 pub mod guard;
 mod live;
 pub mod prompt;
-mod runner;
 pub mod skills;
 
 use std::collections::HashMap;
@@ -283,11 +282,14 @@ impl Agent {
         &self.inner.skills
     }
 
-    /// Whether runs can be paused, resumed, stopped at a step, instructed mid-run and
-    /// rolled back. The Claude Code engine runs its own loop, so it cannot: front doors
-    /// ask this instead of assuming it.
+    /// What this agent's engine can do; front doors ask this instead of assuming it.
+    pub fn capabilities(&self) -> engine::Capabilities {
+        self.inner.config.engine.capabilities()
+    }
+
+    /// Whether runs can be paused, resumed, stopped at a step and instructed mid-run.
     pub fn live_control(&self) -> bool {
-        self.inner.config.provider != crate::config::ProviderKind::ClaudeCode
+        self.capabilities().live_control
     }
 
     pub fn sandbox(&self) -> &Sandbox {
@@ -326,11 +328,7 @@ impl Agent {
         let session_id = req.session_id.clone();
         let control = control::RunControl::default();
         let (inner, c) = (self.inner.clone(), cancel.clone());
-        let task = if inner.config.provider == crate::config::ProviderKind::ClaudeCode {
-            tokio::spawn(claude_code::run(inner, req, tx, c, control.clone()))
-        } else {
-            tokio::spawn(runner::run(inner, req, tx, c, control.clone()))
-        };
+        let task = tokio::spawn(engine::run(inner, req, tx, c, control.clone()));
         RunHandle {
             session_id,
             events: rx,

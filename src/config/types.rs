@@ -12,15 +12,31 @@ pub enum Transport {
     Ws,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
     Anthropic,
     Openai,
     Ollama,
+}
+
+/// Which loop does a run's work (`engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Engine {
+    /// picogent's own loop: model calls through the provider, picogent's tools.
+    #[serde(rename = "native")]
+    Native,
     /// Claude Code's own agent, run as a child process (`claude -p`).
     #[serde(rename = "claude-code")]
     ClaudeCode,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Native => "native",
+            Engine::ClaudeCode => "claude-code",
+        }
+    }
 }
 
 impl ProviderKind {
@@ -29,23 +45,24 @@ impl ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Openai => "openai",
             ProviderKind::Ollama => "ollama",
-            ProviderKind::ClaudeCode => "claude-code",
         }
     }
 
-    pub(super) fn parse(s: &str) -> Option<Self> {
+    /// A `provider` setting: a provider, or the `claude-code` alias, which means the
+    /// Claude Code engine speaking to Anthropic's API.
+    pub(super) fn parse(s: &str) -> Option<(Self, Option<Engine>)> {
         match s {
-            "anthropic" => Some(Self::Anthropic),
-            "openai" => Some(Self::Openai),
-            "ollama" => Some(Self::Ollama),
-            "claude-code" => Some(Self::ClaudeCode),
+            "anthropic" => Some((Self::Anthropic, None)),
+            "openai" => Some((Self::Openai, None)),
+            "ollama" => Some((Self::Ollama, None)),
+            "claude-code" => Some((Self::Anthropic, Some(Engine::ClaudeCode))),
             _ => None,
         }
     }
 
     pub(super) fn default_base_url(self) -> &'static str {
         match self {
-            ProviderKind::Anthropic | ProviderKind::ClaudeCode => "https://api.anthropic.com",
+            ProviderKind::Anthropic => "https://api.anthropic.com",
             ProviderKind::Openai => "https://api.openai.com/v1",
             ProviderKind::Ollama => "http://localhost:11434",
         }
@@ -54,7 +71,7 @@ impl ProviderKind {
     /// The variable the provider's own SDK reads for its endpoint.
     pub(super) fn base_url_var(self) -> &'static str {
         match self {
-            ProviderKind::Anthropic | ProviderKind::ClaudeCode => "ANTHROPIC_BASE_URL",
+            ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
             ProviderKind::Openai => "OPENAI_BASE_URL",
             ProviderKind::Ollama => "OLLAMA_HOST",
         }
@@ -62,7 +79,7 @@ impl ProviderKind {
 
     pub(super) fn api_key_var(self) -> Option<&'static str> {
         match self {
-            ProviderKind::Anthropic | ProviderKind::ClaudeCode => Some("ANTHROPIC_API_KEY"),
+            ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY"),
             ProviderKind::Openai => Some("OPENAI_API_KEY"),
             ProviderKind::Ollama => None,
         }

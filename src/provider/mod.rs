@@ -128,7 +128,11 @@ pub struct Provider {
 
 impl Provider {
     pub fn from_config(config: &Config) -> Result<Self, ProviderError> {
-        if config.provider == ProviderKind::Anthropic && config.api_key.is_none() {
+        // The Claude Code engine may use the CLI's own login instead of a key.
+        if config.provider == ProviderKind::Anthropic
+            && config.engine == crate::config::Engine::Native
+            && config.api_key.is_none()
+        {
             return Err(ProviderError::Config(
                 "no API key for anthropic: set ANTHROPIC_API_KEY (or PICOGENT_API_KEY, or `api_key` in agent.json)".into(),
             ));
@@ -210,11 +214,6 @@ impl Provider {
     ) -> Result<AssistantMessage, ProviderError> {
         let started = Instant::now();
         let (url, body) = match self.kind {
-            ProviderKind::ClaudeCode => {
-                return Err(ProviderError::Config(
-                    "provider claude-code runs through the claude CLI, not an HTTP API".into(),
-                ))
-            }
             ProviderKind::Anthropic => (
                 format!("{}/v1/messages", self.base_url),
                 anthropic::request_body(&self.model, self.max_tokens, req),
@@ -293,7 +292,6 @@ impl Provider {
             ProviderKind::Anthropic => anthropic::read_stream(&mut reader, &mut timed).await?,
             ProviderKind::Openai => openai::read_stream(&mut reader, &mut timed).await?,
             ProviderKind::Ollama => ollama::read_stream(&mut reader, &mut timed).await?,
-            ProviderKind::ClaudeCode => return Err(ProviderError::Cancelled),
         };
         msg.provider = provider.to_string();
         if msg.model.is_empty() {

@@ -65,6 +65,7 @@ fn log_start(cfg: &Config, agent: &Agent) {
         transport = ?cfg.transport,
         tracker = cfg.tracker_url.as_deref().unwrap_or("-"),
         work_dir = %cfg.work_dir.display(),
+        engine = cfg.engine.as_str(),
         provider = cfg.provider.as_str(),
         model = %cfg.model,
         allowed_paths = %allowed,

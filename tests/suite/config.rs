@@ -192,3 +192,68 @@ fn the_shipped_example_configurations_load() {
     assert_eq!(skills.len(), 1);
     assert_eq!(skills[0].name, "review");
 }
+
+#[test]
+fn the_engine_is_a_setting_and_provider_claude_code_is_its_alias() {
+    use picogent::config::Engine;
+    let sb = Sandbox::new();
+    let load = |body: &str, env: &[(&str, &str)]| {
+        write(&sb.home, "agent.json", body);
+        Config::load(
+            Some(&sb.home),
+            &Env::from_pairs(env.iter().copied()),
+            &sb.base(),
+        )
+    };
+    let c = load("{}", &[]).unwrap();
+    assert_eq!(
+        (c.engine, c.provider),
+        (Engine::Native, ProviderKind::Anthropic)
+    );
+    let c = load(r#"{"engine": "claude-code"}"#, &[]).unwrap();
+    assert_eq!(
+        (c.engine, c.provider),
+        (Engine::ClaudeCode, ProviderKind::Anthropic)
+    );
+    // The documented alias, in the file and in the environment.
+    let c = load(r#"{"provider": "claude-code"}"#, &[]).unwrap();
+    assert_eq!(
+        (c.engine, c.provider, c.base_url.as_str()),
+        (
+            Engine::ClaudeCode,
+            ProviderKind::Anthropic,
+            "https://api.anthropic.com"
+        )
+    );
+    let c = load("{}", &[("PICOGENT_PROVIDER", "claude-code")]).unwrap();
+    assert_eq!(c.engine, Engine::ClaudeCode);
+    // An explicit engine wins over the alias.
+    let c = load(r#"{"provider": "claude-code", "engine": "native"}"#, &[]).unwrap();
+    assert_eq!(c.engine, Engine::Native);
+    let c = load(
+        r#"{"engine": "claude-code"}"#,
+        &[("PICOGENT_ENGINE", "native")],
+    )
+    .unwrap();
+    assert_eq!(c.engine, Engine::Native);
+    // Claude Code speaks only to Anthropic's API.
+    let e = load(r#"{"engine": "claude-code", "provider": "openai"}"#, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("engine") && e.contains("openai"), "{e}");
+    let e = load(r#"{"engine": "claude"}"#, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("engine") && e.contains("agent.json"), "{e}");
+    let e = load(r#"{"provider": "gemini"}"#, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`provider`") && e.contains("gemini"), "{e}");
+    let e = load("{}", &[("PICOGENT_ENGINE", "codex")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("PICOGENT_ENGINE") && e.contains(r#""native" or "claude-code""#),
+        "{e}"
+    );
+}

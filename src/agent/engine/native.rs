@@ -1,85 +1,21 @@
-//! The agent loop: call the model, run the tools it asks for, feed the results back,
-//! until it answers without tool calls. Bounded by `max_steps`, `step_timeout_sec`,
-//! cancellation, the repeat guard and the context window.
+//! The native engine: call the model, run the tools it asks for, feed the results
+//! back, until it answers without tool calls. Bounded by `max_steps`,
+//! `step_timeout_sec`, cancellation, the repeat guard and the context window; paused,
+//! instructed, stopped and rolled back at step boundaries (`live`).
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use super::checkpoint::Checkpoints;
-use super::control::{Role, RunControl};
-use super::event::{AgentEvent, FailureKind, Outcome};
-use super::event::{Emitter, RunError};
-use super::guard::{self, RepeatGuard};
-use super::live::{boundary, Ckpt};
-use super::{compaction, prompt, Inner, RunRequest};
+use super::super::checkpoint::Checkpoints;
+use super::super::control::{Role, RunControl};
+use super::super::event::{AgentEvent, Emitter, FailureKind, RunError};
+use super::super::guard::{self, RepeatGuard};
+use super::super::live::{boundary, Ckpt};
+use super::super::{compaction, prompt};
+use super::Run;
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
-use crate::provider::{Delta, ModelRequest, ProviderError};
+use crate::provider::{Delta, ModelRequest, Provider, ProviderError, ToolSpec};
 use crate::session::{Known, Session, SessionError};
 use crate::tools::{self, ToolContext, ToolOutput};
-
-struct Counters {
-    steps: u32,
-    usage: Usage,
-}
-
-pub(super) async fn run(
-    inner: Arc<Inner>,
-    req: RunRequest,
-    tx: UnboundedSender<AgentEvent>,
-    cancel: CancellationToken,
-    control: RunControl,
-) -> Outcome {
-    let out = Emitter(tx);
-    let mut counters = Counters {
-        steps: 0,
-        usage: Usage::default(),
-    };
-    let lock = inner.session_lock(&req.session_id);
-    let result = tokio::select! {
-        guard = lock.lock() => {
-            let r = run_locked(&inner, &req, &out, &cancel, &control, &mut counters).await;
-            drop(guard);
-            r
-        }
-        _ = cancel.cancelled() => Err(RunError::Cancelled),
-    };
-    let Counters { steps, usage } = counters;
-    control.end(matches!(
-        result,
-        Err(RunError::Stop(..) | RunError::Session(_))
-    ));
-    if control.stop_requested() && matches!(result, Err(RunError::Cancelled)) {
-        out.emit(AgentEvent::Notice {
-            message: "stopped by the operator".into(),
-        });
-    }
-    let outcome = match result {
-        Ok(text) => Outcome::Completed { text, steps, usage },
-        Err(RunError::Cancelled) => Outcome::Cancelled { steps, usage },
-        Err(e) => Outcome::Failed {
-            kind: match &e {
-                RunError::Stop(kind, _) => *kind,
-                _ => FailureKind::Infrastructure,
-            },
-            error: e.to_string(),
-            steps,
-            usage,
-        },
-    };
-    match &outcome {
-        Outcome::Failed { error, .. } => {
-            tracing::warn!(session = %req.session_id, steps, "run failed: {error}")
-        }
-        _ => tracing::info!(session = %req.session_id, steps, "run ended"),
-    }
-    out.emit(AgentEvent::Finished {
-        outcome: outcome.clone(),
-    });
-    outcome
-}
 
 /// What ended a turn's tool calls.
 enum CallsEnd {
@@ -90,96 +26,32 @@ enum CallsEnd {
     RolledBack,
 }
 
-async fn run_locked(
-    inner: &Inner,
-    req: &RunRequest,
-    out: &Emitter,
-    cancel: &CancellationToken,
-    control: &RunControl,
-    counters: &mut Counters,
+/// What stays fixed through a native run, and the loop's own state.
+struct Loop<'a> {
+    provider: &'a Provider,
+    tool_specs: &'a [ToolSpec],
+    system: String,
+    /// Token estimate of the system prompt and tool definitions.
+    fixed_tokens: u64,
+    tool_ctx: ToolContext,
+    ckpt: Option<Ckpt>,
+    repeats: RepeatGuard,
+    /// The model was already asked once to use a real tool call instead of text.
+    nudged: bool,
+}
+
+pub(super) async fn drive(
+    run: &mut Run<'_>,
+    provider: &Provider,
+    tool_specs: &[ToolSpec],
 ) -> Result<String, RunError> {
-    let cfg = &inner.config;
-    let requested = req.work_dir.clone().unwrap_or_else(|| cfg.work_dir.clone());
-    let work_dir: PathBuf = inner.sandbox.check_work_dir(&requested).map_err(|e| {
-        RunError::Stop(FailureKind::WorkDir, format!("working folder refused: {e}"))
-    })?;
-    let mut session = inner.sessions.open(&req.session_id, &work_dir)?;
-    out.emit(AgentEvent::Started {
-        session_id: req.session_id.clone(),
-        provider: inner.provider.kind().as_str().into(),
-        model: inner.provider.model().into(),
-    });
-    session.append_message(Message::user(req.prompt.clone()))?;
-    let mut ckpt = match cfg.checkpoints {
-        Some(true) => {
-            let repo =
-                Checkpoints::open(&cfg.state_dir(), &req.session_id, &work_dir, &inner.sandbox)
-                    .map_err(|e| RunError::Stop(FailureKind::Infrastructure, e.to_string()))?;
-            let next_step = (0..)
-                .find(|n| session.checkpoint(*n).is_none())
-                .unwrap_or(0);
-            let mut c = Ckpt { repo, next_step };
-            let first = crate::util::one_line(&req.prompt, 60);
-            c.take(&mut session, &format!("start: {first}"), out)
-                .await?;
-            Some(c)
-        }
-        _ => None,
-    };
-
-    let role = req.system_prompt.as_deref().or(cfg.prompt.as_deref());
-    let system = prompt::build(
-        role,
-        &work_dir,
-        inner.sandbox.allowed_paths(),
-        &inner.skills,
-    );
-    let names: Vec<&str> = inner.tool_specs.iter().map(|t| t.name).collect();
-    let fixed_tokens = (system.len()
-        + inner
-            .tool_specs
-            .iter()
-            .map(|t| t.description.len() + t.parameters.to_string().len())
-            .sum::<usize>()) as u64
-        / 4;
-    let tool_ctx = ToolContext {
-        work_dir: work_dir.clone(),
-        sandbox: inner.sandbox.clone(),
-        step_timeout: cfg.step_timeout,
-        command_timeout_max: cfg.command_timeout_max,
-        cancel: cancel.clone(),
-        output_dir: inner.output_dir.join(&req.session_id),
-    };
-    let mut repeats = RepeatGuard::default();
-    let mut nudged = false;
-
+    let mut lp = Loop::new(run, provider, tool_specs).await?;
+    let cfg = run.config;
     loop {
-        boundary(control, cancel, out, &mut session, ckpt.as_ref()).await?;
-        for mut ins in control.take_instructions() {
-            let text = match ins.role {
-                Role::User => ins.text.clone(),
-                // No provider takes a system message mid-conversation; mark it instead.
-                Role::System => {
-                    format!("<system-instruction>\n{}\n</system-instruction>", ins.text)
-                }
-            };
-            session.append_message(Message::user(text))?;
-            session.append_custom(
-                "intervention",
-                serde_json::json!({"kind": "instruct", "role": ins.role, "text": ins.text, "time": crate::util::now_iso()}),
-            )?;
-            if let Some(receipt) = ins.receipt.take() {
-                // Durable before it is acknowledged to whoever sent it (the sync runs
-                // off the runtime's threads).
-                session.sync().await?;
-                let _ = receipt.send(());
-            }
-            out.emit(AgentEvent::Instruction {
-                text: ins.text,
-                role: ins.role,
-            });
-        }
-        if counters.steps >= cfg.max_steps {
+        let ckpt = lp.ckpt.as_ref();
+        boundary(run.control, run.cancel, run.out, &mut run.session, ckpt).await?;
+        take_instructions(run).await?;
+        if run.steps >= cfg.max_steps {
             return Err(RunError::Stop(
                 FailureKind::MaxSteps,
                 format!(
@@ -188,27 +60,172 @@ async fn run_locked(
                 ),
             ));
         }
+        lp.compact_if_needed(run).await?;
+        let msg = lp.model_turn(run).await?;
+        let calls: Vec<(String, String, serde_json::Value)> = msg
+            .tool_calls()
+            .map(|(id, name, args)| (id.to_string(), name.to_string(), args.clone()))
+            .collect();
+        if calls.is_empty() {
+            match lp.answer(run, &msg)? {
+                Some(text) => return Ok(text),
+                None => continue,
+            }
+        }
+        let steer = Steer {
+            out: run.out,
+            control: run.control,
+            cfg,
+        };
+        let end = run_calls(
+            &calls,
+            &lp.tool_ctx,
+            &mut lp.repeats,
+            &mut run.session,
+            lp.ckpt.as_mut(),
+            steer,
+        )
+        .await?;
+        if let Some(n) = cfg.auto_pause_after_steps {
+            if run.steps.is_multiple_of(n) && run.control.pause().is_ok() {
+                run.out.emit(AgentEvent::Notice {
+                    message: format!(
+                        "paused after {} model turns (auto_pause_after_steps)",
+                        run.steps
+                    ),
+                });
+            }
+        }
+        if run.cancel.is_cancelled() {
+            return Err(RunError::Cancelled);
+        }
+        if let CallsEnd::Repeated(why) = end {
+            return Err(RunError::Stop(FailureKind::RepeatLoop, why));
+        }
+    }
+}
+
+/// Writes the instructions sent since the last step into the conversation.
+async fn take_instructions(run: &mut Run<'_>) -> Result<(), RunError> {
+    for mut ins in run.control.take_instructions() {
+        let text = match ins.role {
+            Role::User => ins.text.clone(),
+            // No provider takes a system message mid-conversation; mark it instead.
+            Role::System => {
+                format!("<system-instruction>\n{}\n</system-instruction>", ins.text)
+            }
+        };
+        run.session.append_message(Message::user(text))?;
+        run.session.append_custom(
+            "intervention",
+            serde_json::json!({"kind": "instruct", "role": ins.role, "text": ins.text, "time": crate::util::now_iso()}),
+        )?;
+        if let Some(receipt) = ins.receipt.take() {
+            // Durable before it is acknowledged to whoever sent it (the sync runs off
+            // the runtime's threads).
+            run.session.sync().await?;
+            let _ = receipt.send(());
+        }
+        run.out.emit(AgentEvent::Instruction {
+            text: ins.text,
+            role: ins.role,
+        });
+    }
+    Ok(())
+}
+
+impl<'a> Loop<'a> {
+    /// The system prompt, the tools' context and (when on) the first checkpoint.
+    async fn new(
+        run: &mut Run<'_>,
+        provider: &'a Provider,
+        tool_specs: &'a [ToolSpec],
+    ) -> Result<Loop<'a>, RunError> {
+        let (cfg, req) = (run.config, run.req);
+        let ckpt = match cfg.checkpoints {
+            Some(true) => {
+                let repo = Checkpoints::open(
+                    &cfg.state_dir(),
+                    &req.session_id,
+                    &run.work_dir,
+                    run.sandbox,
+                )
+                .map_err(|e| RunError::Stop(FailureKind::Infrastructure, e.to_string()))?;
+                let next_step = (0..)
+                    .find(|n| run.session.checkpoint(*n).is_none())
+                    .unwrap_or(0);
+                let mut c = Ckpt { repo, next_step };
+                let first = crate::util::one_line(&req.prompt, 60);
+                c.take(&mut run.session, &format!("start: {first}"), run.out)
+                    .await?;
+                Some(c)
+            }
+            _ => None,
+        };
+        let role = req.system_prompt.as_deref().or(cfg.prompt.as_deref());
+        let system = prompt::build(role, &run.work_dir, run.sandbox.allowed_paths(), run.skills);
+        let tool_chars: usize = tool_specs
+            .iter()
+            .map(|t| t.description.len() + t.parameters.to_string().len())
+            .sum();
+        Ok(Loop {
+            provider,
+            tool_specs,
+            fixed_tokens: (system.len() + tool_chars) as u64 / 4,
+            system,
+            tool_ctx: ToolContext {
+                work_dir: run.work_dir.clone(),
+                sandbox: run.sandbox.clone(),
+                step_timeout: cfg.step_timeout,
+                command_timeout_max: cfg.command_timeout_max,
+                cancel: run.cancel.clone(),
+                output_dir: run.output_dir.clone(),
+            },
+            ckpt,
+            repeats: RepeatGuard::default(),
+            nudged: false,
+        })
+    }
+
+    async fn compact_if_needed(&self, run: &mut Run<'_>) -> Result<(), RunError> {
+        let cfg = run.config;
         let plan = {
-            let ctx = session.context();
-            let needed = compaction::estimate(&ctx, fixed_tokens) + u64::from(cfg.max_tokens);
+            let ctx = run.session.context();
+            let needed = compaction::estimate(&ctx, self.fixed_tokens) + u64::from(cfg.max_tokens);
             (needed > cfg.context_window).then(|| (plan_compaction(cfg, &ctx), needed))
         };
-        if let Some((plan, needed)) = plan {
-            compact(inner, &mut session, plan, cancel, out, needed).await?;
+        match plan {
+            Some((plan, needed)) => {
+                compact(
+                    self.provider,
+                    &mut run.session,
+                    plan,
+                    run.cancel,
+                    run.out,
+                    needed,
+                )
+                .await
+            }
+            None => Ok(()),
         }
-        let ctx = session.context();
+    }
+
+    /// One model call, streamed as events, recorded in the session.
+    async fn model_turn(&self, run: &mut Run<'_>) -> Result<AssistantMessage, RunError> {
+        let out = run.out;
+        let ctx = run.session.context();
         let messages: Vec<&Message> = ctx.messages.iter().map(|(_, m)| m.as_ref()).collect();
         let request = ModelRequest {
-            system: &system,
+            system: &self.system,
             messages: &messages,
-            tools: &inner.tool_specs,
+            tools: self.tool_specs,
         };
-        counters.steps += 1;
-        let step = counters.steps;
+        run.steps += 1;
+        let step = run.steps;
         let mut partial = String::new();
-        let result = inner
+        let result = self
             .provider
-            .complete(&request, cancel, &mut |d| match d {
+            .complete(&request, run.cancel, &mut |d| match d {
                 Delta::Text(text) => {
                     partial.push_str(&text);
                     out.emit(AgentEvent::TextDelta { text })
@@ -234,7 +251,7 @@ async fn run_locked(
             Ok(m) => m,
             Err(e) => {
                 let cancelled = matches!(e, ProviderError::Cancelled);
-                record_failed_turn(&mut session, inner, partial, &e, cancelled)?;
+                record_failed_turn(&mut run.session, self.provider, partial, &e, cancelled)?;
                 return Err(if cancelled {
                     RunError::Cancelled
                 } else {
@@ -242,65 +259,42 @@ async fn run_locked(
                 });
             }
         };
-        counters.usage.add(&msg.usage);
+        run.usage.add(&msg.usage);
         out.emit(AgentEvent::Usage {
             step,
             usage: msg.usage.clone(),
         });
-        session.append_message(Message::Assistant(msg.clone()))?;
+        run.session
+            .append_message(Message::Assistant(msg.clone()))?;
+        Ok(msg)
+    }
 
-        let calls: Vec<(String, String, serde_json::Value)> = msg
-            .tool_calls()
-            .map(|(id, name, args)| (id.to_string(), name.to_string(), args.clone()))
-            .collect();
-        if calls.is_empty() {
-            let text = msg.text();
-            if !nudged && guard::looks_like_text_tool_call(&text, &names) {
-                nudged = true;
-                out.emit(AgentEvent::Notice {
-                    message:
-                        "the model wrote a tool call as text; asking it to use a real tool call"
-                            .into(),
-                });
-                session.append_message(Message::user(guard::TEXT_CALL_NUDGE))?;
-                continue;
-            }
-            if msg.stop_reason == StopReason::Length && text.trim().is_empty() {
-                return Err(RunError::Stop(
-                    FailureKind::OutputLimit,
-                    "the model hit its output limit (max_tokens) without answering".into(),
-                ));
-            }
-            return Ok(text);
+    /// A turn without tool calls: the final answer, or `None` when the model wrote a
+    /// tool call as text and was asked once to use a real one.
+    fn answer(
+        &mut self,
+        run: &mut Run<'_>,
+        msg: &AssistantMessage,
+    ) -> Result<Option<String>, RunError> {
+        let text = msg.text();
+        let names: Vec<&str> = self.tool_specs.iter().map(|t| t.name).collect();
+        if !self.nudged && guard::looks_like_text_tool_call(&text, &names) {
+            self.nudged = true;
+            run.out.emit(AgentEvent::Notice {
+                message: "the model wrote a tool call as text; asking it to use a real tool call"
+                    .into(),
+            });
+            run.session
+                .append_message(Message::user(guard::TEXT_CALL_NUDGE))?;
+            return Ok(None);
         }
-
-        let steer = Steer { out, control, cfg };
-        let end = run_calls(
-            &calls,
-            &tool_ctx,
-            &mut repeats,
-            &mut session,
-            ckpt.as_mut(),
-            steer,
-        )
-        .await?;
-        if let Some(n) = cfg.auto_pause_after_steps {
-            if counters.steps.is_multiple_of(n) && control.pause().is_ok() {
-                out.emit(AgentEvent::Notice {
-                    message: format!(
-                        "paused after {} model turns (auto_pause_after_steps)",
-                        counters.steps
-                    ),
-                });
-            }
+        if msg.stop_reason == StopReason::Length && text.trim().is_empty() {
+            return Err(RunError::Stop(
+                FailureKind::OutputLimit,
+                "the model hit its output limit (max_tokens) without answering".into(),
+            ));
         }
-        if cancel.is_cancelled() {
-            return Err(RunError::Cancelled);
-        }
-        match end {
-            CallsEnd::Done | CallsEnd::RolledBack => {}
-            CallsEnd::Repeated(why) => return Err(RunError::Stop(FailureKind::RepeatLoop, why)),
-        }
+        Ok(Some(text))
     }
 }
 
@@ -438,7 +432,7 @@ fn args_of<'a>(
 /// (when cancelled) or the error, so the session shows what happened.
 fn record_failed_turn(
     session: &mut Session,
-    inner: &Inner,
+    provider: &Provider,
     partial: String,
     err: &ProviderError,
     cancelled: bool,
@@ -452,8 +446,8 @@ fn record_failed_turn(
         .append_message(Message::Assistant(AssistantMessage {
             content,
             api: String::new(),
-            provider: inner.provider.kind().as_str().into(),
-            model: inner.provider.model().into(),
+            provider: provider.kind().as_str().into(),
+            model: provider.model().into(),
             usage: Usage::default(),
             stop_reason: if cancelled {
                 StopReason::Aborted
@@ -481,7 +475,7 @@ fn plan_compaction(
 /// Summarises older history into a compaction entry. When nothing can be cut or the
 /// summary fails, the run goes on uncompacted and the provider has the last word.
 async fn compact(
-    inner: &Inner,
+    provider: &Provider,
     session: &mut Session,
     plan: Option<compaction::Plan>,
     cancel: &CancellationToken,
@@ -495,7 +489,7 @@ async fn compact(
         );
         return Ok(());
     };
-    match compaction::summarize(&inner.provider, &plan, cancel).await {
+    match compaction::summarize(provider, &plan, cancel).await {
         Ok(summary) => {
             session.append(Known::Compaction {
                 summary,

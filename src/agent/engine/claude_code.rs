@@ -1,4 +1,4 @@
-//! `provider: "claude-code"`: the run is done by Claude Code's own agent, the `claude`
+//! `engine: "claude-code"` (or its alias `provider: "claude-code"`): the run is done by Claude Code's own agent, the `claude`
 //! CLI in headless streaming mode, and mapped onto picogent's events and sessions so
 //! every front door works unchanged.
 //!
@@ -10,17 +10,16 @@
 //! it (`--resume`). Claude Code runs its own tools: picogent's path checks do not apply
 //! inside it, but with `allowed_paths` set the whole child is confined by Landlock.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc::UnboundedSender;
-use tokio_util::sync::CancellationToken;
 
-use super::event::{AgentEvent, FailureKind, Outcome};
-use super::{Inner, RunRequest};
+use super::super::event::{AgentEvent, FailureKind, RunError};
+use super::super::skills;
+use super::Run;
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
 use crate::session::{Body, Known, Session};
 
@@ -184,125 +183,58 @@ fn find_claude(configured: Option<&PathBuf>) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-pub(super) async fn run(
-    inner: Arc<Inner>,
-    req: RunRequest,
-    tx: UnboundedSender<AgentEvent>,
-    cancel: CancellationToken,
-    control: super::control::RunControl,
-) -> Outcome {
-    let emit = |ev: AgentEvent| {
-        let _ = tx.send(ev);
-    };
-    let mut usage = Usage::default();
-    let mut steps = 0u32;
-    let lock = inner.session_lock(&req.session_id);
-    let _guard = tokio::select! {
-        g = lock.lock() => g,
-        _ = cancel.cancelled() => {
-            let o = Outcome::Cancelled { steps, usage };
-            emit(AgentEvent::Finished { outcome: o.clone() });
-            return o;
-        }
-    };
-    let result = drive(&inner, &req, &emit, &cancel, &mut usage, &mut steps).await;
-    let outcome = match result {
-        Ok(text) => Outcome::Completed { text, steps, usage },
-        Err(None) => Outcome::Cancelled { steps, usage },
-        Err(Some(error)) => Outcome::Failed {
-            kind: FailureKind::Engine,
-            error,
-            steps,
-            usage,
-        },
-    };
-    control.end(matches!(outcome, Outcome::Failed { .. }));
-    emit(AgentEvent::Finished {
-        outcome: outcome.clone(),
-    });
-    outcome
-}
-
-/// `Err(None)` means cancelled.
-async fn drive(
-    inner: &Inner,
-    req: &RunRequest,
-    emit: &(dyn Fn(AgentEvent) + Sync),
-    cancel: &CancellationToken,
-    usage: &mut Usage,
-    steps: &mut u32,
-) -> Result<String, Option<String>> {
-    let cfg = &inner.config;
-    let fail = |m: String| Some(m);
-    let requested = req.work_dir.clone().unwrap_or_else(|| cfg.work_dir.clone());
-    let work_dir = inner
-        .sandbox
-        .check_work_dir(&requested)
-        .map_err(|e| fail(format!("working folder refused: {e}")))?;
-    let mut session = inner
-        .sessions
-        .open(&req.session_id, &work_dir)
-        .map_err(|e| fail(e.to_string()))?;
-    emit(AgentEvent::Started {
-        session_id: req.session_id.clone(),
-        provider: "claude-code".into(),
-        model: cfg.model.clone(),
-    });
-    session
-        .append_message(Message::user(req.prompt.clone()))
-        .map_err(|e| fail(e.to_string()))?;
-    let Some(claude) = find_claude(cfg.claude_code_path.as_ref()) else {
-        return Err(fail("the Claude Code CLI (`claude`) was not found on PATH or at claude_code_path; install it with `npm install -g @anthropic-ai/claude-code`".into()));
-    };
-
-    let role = req
+/// The CLI's arguments: headless stream-json, the model, picogent's role and skills,
+/// the allowed folders, and the Claude Code session to resume.
+fn cli_args(run: &Run<'_>) -> Vec<String> {
+    let cfg = run.config;
+    let role = run
+        .req
         .system_prompt
         .as_deref()
         .or(cfg.prompt.as_deref())
         .unwrap_or("");
-    let skills = super::skills::prompt_block(&inner.skills);
+    let skills = skills::prompt_block(run.skills);
     let append = [role, skills.as_str()]
         .iter()
         .filter(|s| !s.is_empty())
         .copied()
         .collect::<Vec<_>>()
         .join("\n\n");
-    let mut args: Vec<String> = vec![
-        "-p".into(),
-        "--output-format".into(),
-        "stream-json".into(),
-        "--input-format".into(),
-        "stream-json".into(),
-        "--verbose".into(),
-        "--model".into(),
-        cfg.model.clone(),
-        "--permission-mode".into(),
-        "bypassPermissions".into(),
-    ];
+    let mut args: Vec<String> = [
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--input-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        &cfg.model,
+        "--permission-mode",
+        "bypassPermissions",
+    ]
+    .map(String::from)
+    .to_vec();
     if !append.is_empty() {
         args.extend(["--append-system-prompt".into(), append]);
     }
-    for p in inner.sandbox.allowed_paths() {
+    for p in run.sandbox.allowed_paths() {
         args.extend(["--add-dir".into(), p.display().to_string()]);
     }
     if cfg.network == crate::config::NetworkPolicy::Deny {
-        args.extend([
-            "--disallowedTools".into(),
-            "WebFetch".into(),
-            "WebSearch".into(),
-        ]);
+        args.extend(["--disallowedTools", "WebFetch", "WebSearch"].map(String::from));
     }
-    if let Some(prev) = previous_claude_session(&session) {
+    if let Some(prev) = previous_claude_session(&run.session) {
         args.extend(["--resume".into(), prev]);
     }
-    let tmp = inner
-        .output_dir
-        .join(&req.session_id)
-        .join(format!("claude-tmp-{}", crate::util::random_hex(10)));
-    std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("{}: {e}", tmp.display())))?;
-    let mut cmd = match inner.sandbox.confinement() {
-        // Confined like bash, plus Claude Code's own state folder in $HOME; never its
-        // network, since it must reach the model API.
+    args
+}
+
+/// The CLI as a supervised child: confined like bash (plus Claude Code's own state in
+/// `$HOME`, and never without network, since it must reach the model API), given only
+/// the credentials it needs.
+fn command(run: &Run<'_>, claude: &Path, args: &[String], tmp: &Path) -> tokio::process::Command {
+    let cfg = run.config;
+    let mut cmd = match run.sandbox.confinement() {
         Some(c) => {
             let mut state = Vec::new();
             if let Some(home) = cfg.home_dir.clone() {
@@ -319,23 +251,23 @@ async fn drive(
                 tracing::warn!("network: deny cannot apply to claude-code, which must reach its API; only its web tools are disabled");
                 c.deny_network = false;
             }
-            c.command(&claude, &args, &tmp)
+            c.command(claude, args, tmp)
         }
         None => {
-            let mut cmd = tokio::process::Command::new(&claude);
-            cmd.args(&args).env("TMPDIR", &tmp);
+            let mut cmd = tokio::process::Command::new(claude);
+            cmd.args(args).env("TMPDIR", tmp);
             cmd
         }
     };
     if let Some(home) = &cfg.home_dir {
         cmd.env("HOME", home);
     }
-    if inner.sandbox.confinement().is_some() {
+    if run.sandbox.confinement().is_some() {
         // Claude Code refuses to skip permission prompts as root unless told it runs
-        // in a sandbox; under Landlock it does.
+        // in a sandbox; confined, it does.
         cmd.env("IS_SANDBOX", "1");
     }
-    cmd.current_dir(&work_dir)
+    cmd.current_dir(&run.work_dir)
         .env("ANTHROPIC_BASE_URL", &cfg.base_url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -348,34 +280,28 @@ async fn drive(
     if let Ok(token) = std::env::var("ANTHROPIC_AUTH_TOKEN") {
         cmd.env("ANTHROPIC_AUTH_TOKEN", token);
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| fail(format!("cannot start {}: {e}", claude.display())))?;
-    let pgid = child.id().map(|p| p as i32);
-    // Claude Code runs its Bash commands in process groups of their own, so the whole
-    // tree is killed, not just the CLI's group.
-    let kill = || {
-        if let Some(g) = pgid {
-            for p in crate::util::descendants(g) {
-                // SAFETY: plain syscalls on processes this run started.
-                unsafe {
-                    libc::kill(p, libc::SIGKILL);
-                }
-            }
-            // SAFETY: as above, for the CLI's own group.
-            unsafe {
-                libc::killpg(g, libc::SIGKILL);
-            }
+    cmd
+}
+
+/// Kills the CLI's process group and every process below it: Claude Code runs its Bash
+/// commands in process groups of their own.
+fn kill_tree(pgid: Option<i32>) {
+    let Some(g) = pgid else { return };
+    for p in crate::util::descendants(g) {
+        // SAFETY: plain syscalls on processes this run started.
+        unsafe {
+            libc::kill(p, libc::SIGKILL);
         }
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        let msg = json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": req.prompt}]}});
-        let _ = stdin.write_all(format!("{msg}\n").as_bytes()).await;
-        // Closing stdin tells the CLI there is nothing more to ask after this answer.
-        drop(stdin);
     }
-    let stderr = child.stderr.take();
-    let err_tail = tokio::spawn(async move {
+    // SAFETY: as above, for the CLI's own group.
+    unsafe {
+        libc::killpg(g, libc::SIGKILL);
+    }
+}
+
+/// The last few KB of the CLI's stderr, for error messages.
+fn stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> tokio::task::JoinHandle<String> {
+    tokio::spawn(async move {
         let mut tail = String::new();
         if let Some(e) = stderr {
             let mut lines = BufReader::new(e).lines();
@@ -389,92 +315,89 @@ async fn drive(
             }
         }
         tail
-    });
-    let Some(stdout) = child.stdout.take() else {
-        return Err(fail("no output from claude".into()));
+    })
+}
+
+fn engine_error(message: String) -> RunError {
+    RunError::Stop(FailureKind::Engine, message)
+}
+
+/// Runs the request through the `claude` CLI and maps its stream onto the run.
+pub(super) async fn drive(run: &mut Run<'_>) -> Result<String, RunError> {
+    let cfg = run.config;
+    let Some(claude) = find_claude(cfg.claude_code_path.as_ref()) else {
+        return Err(engine_error("the Claude Code CLI (`claude`) was not found on PATH or at claude_code_path; install it with `npm install -g @anthropic-ai/claude-code`".into()));
     };
+    let tmp = run
+        .output_dir
+        .join(format!("claude-tmp-{}", crate::util::random_hex(10)));
+    std::fs::create_dir_all(&tmp).map_err(|e| engine_error(format!("{}: {e}", tmp.display())))?;
+    let args = cli_args(run);
+    let mut child = command(run, &claude, &args, &tmp)
+        .spawn()
+        .map_err(|e| engine_error(format!("cannot start {}: {e}", claude.display())))?;
+    let pgid = child.id().map(|p| p as i32);
+    if let Some(mut stdin) = child.stdin.take() {
+        let msg = json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": run.req.prompt}]}});
+        let _ = stdin.write_all(format!("{msg}\n").as_bytes()).await;
+        // Closing stdin tells the CLI there is nothing more to ask after this answer.
+        drop(stdin);
+    }
+    let err_tail = stderr_tail(child.stderr.take());
+    let result = match child.stdout.take() {
+        Some(stdout) => follow(run, stdout).await,
+        None => Err(engine_error("no output from claude".into())),
+    };
+    kill_tree(pgid); // on cancel and timeout, and anything it left running in its group
+    let status = child.wait().await;
+    let _ = std::fs::remove_dir_all(&tmp);
+    let tail = err_tail.await.unwrap_or_default();
+    match result? {
+        Some((true, text)) => Ok(text),
+        Some((false, text)) => Err(engine_error(explain(&text, &tail))),
+        None => {
+            let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+            Err(engine_error(explain(
+                &format!("claude exited with {status} without a result"),
+                &tail,
+            )))
+        }
+    }
+}
+
+/// Reads the CLI's stream-json output to its end: the final result (ok, text) if it
+/// sent one.
+async fn follow(
+    run: &mut Run<'_>,
+    stdout: tokio::process::ChildStdout,
+) -> Result<Option<(bool, String)>, RunError> {
+    let timeout = run.config.step_timeout;
     let mut lines = BufReader::new(stdout).lines();
-    let mut names: std::collections::HashMap<String, String> = Default::default();
-    let mut final_result: Option<(bool, String)> = None;
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut final_result = None;
     loop {
         let next = tokio::select! {
-            l = tokio::time::timeout(cfg.step_timeout, lines.next_line()) => l,
-            _ = cancel.cancelled() => { kill(); let _ = child.wait().await; let _ = std::fs::remove_dir_all(&tmp); return Err(None) }
+            l = tokio::time::timeout(timeout, lines.next_line()) => l,
+            _ = run.cancel.cancelled() => return Err(RunError::Cancelled),
         };
         let line = match next {
             Err(_) => {
-                kill();
-                let _ = std::fs::remove_dir_all(&tmp);
-                return Err(fail(format!(
+                return Err(engine_error(format!(
                     "Claude Code sent nothing for {} s (step_timeout_sec)",
-                    cfg.step_timeout.as_secs()
-                )));
+                    timeout.as_secs()
+                )))
             }
             Ok(Ok(Some(l))) => l,
-            Ok(_) => break,
+            Ok(_) => return Ok(final_result),
         };
         match parse_line(&line) {
             Line::Init { session_id } => {
-                let _ = session.append_custom("claude_code_session", json!({"id": session_id}));
+                let _ = run
+                    .session
+                    .append_custom("claude_code_session", json!({"id": session_id}));
             }
-            Line::Assistant { content, usage: u } => {
-                *steps += 1;
-                usage.add(&u);
-                for c in &content {
-                    match c {
-                        Content::Text { text } => {
-                            emit(AgentEvent::TextDelta { text: text.clone() })
-                        }
-                        Content::Thinking { thinking, .. } => emit(AgentEvent::ThinkingDelta {
-                            text: thinking.clone(),
-                        }),
-                        Content::ToolCall {
-                            id,
-                            name,
-                            arguments,
-                        } => {
-                            names.insert(id.clone(), name.clone());
-                            emit(AgentEvent::ToolCall {
-                                id: id.clone(),
-                                name: name.clone(),
-                                arguments: arguments.clone(),
-                                summary: describe(name, arguments),
-                            });
-                        }
-                        Content::Image { .. } => {}
-                    }
-                }
-                let has_calls = content
-                    .iter()
-                    .any(|c| matches!(c, Content::ToolCall { .. }));
-                let _ = session.append_message(Message::Assistant(AssistantMessage {
-                    content,
-                    api: "claude-code".into(),
-                    provider: "claude-code".into(),
-                    model: cfg.model.clone(),
-                    usage: u,
-                    stop_reason: if has_calls {
-                        StopReason::ToolUse
-                    } else {
-                        StopReason::Stop
-                    },
-                    error_message: None,
-                    timestamp: crate::util::now_millis(),
-                }));
-            }
-            Line::ToolResults(results) => {
-                for mut r in results {
-                    r.tool_name = names.get(&r.tool_call_id).cloned().unwrap_or_default();
-                    emit(AgentEvent::ToolResult {
-                        id: r.tool_call_id.clone(),
-                        name: r.tool_name.clone(),
-                        is_error: r.is_error,
-                        output: crate::message::blocks_text(&r.content),
-                        details: None,
-                    });
-                    let _ = session.append_message(Message::ToolResult(r));
-                }
-            }
+            Line::Assistant { content, usage } => on_assistant(run, &mut names, content, usage),
+            Line::ToolResults(results) => on_tool_results(run, &names, results),
             Line::Result {
                 ok,
                 text,
@@ -482,24 +405,82 @@ async fn drive(
                 cost,
             } => {
                 if let Some(c) = cost {
-                    tracing::info!(session = %req.session_id, cost_usd = c, input_tokens = u.input, output_tokens = u.output, "claude-code run");
+                    tracing::info!(session = %run.req.session_id, cost_usd = c, input_tokens = u.input, output_tokens = u.output, "claude-code run");
                 }
                 final_result = Some((ok, text));
             }
             Line::Other => {}
         }
     }
-    let status = child.wait().await.map_err(|e| fail(e.to_string()))?;
-    kill(); // anything it left running in its group
-    let _ = std::fs::remove_dir_all(&tmp);
-    let tail = err_tail.await.unwrap_or_default();
-    match final_result {
-        Some((true, text)) => Ok(text),
-        Some((false, text)) => Err(fail(explain(&text, &tail))),
-        None => Err(fail(explain(
-            &format!("claude exited with {status} without a result"),
-            &tail,
-        ))),
+}
+
+/// An assistant turn: streamed as events, recorded in the session.
+fn on_assistant(
+    run: &mut Run<'_>,
+    names: &mut HashMap<String, String>,
+    content: Vec<Content>,
+    usage: Usage,
+) {
+    run.steps += 1;
+    run.usage.add(&usage);
+    for c in &content {
+        match c {
+            Content::Text { text } => run.out.emit(AgentEvent::TextDelta { text: text.clone() }),
+            Content::Thinking { thinking, .. } => run.out.emit(AgentEvent::ThinkingDelta {
+                text: thinking.clone(),
+            }),
+            Content::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                names.insert(id.clone(), name.clone());
+                run.out.emit(AgentEvent::ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    summary: describe(name, arguments),
+                });
+            }
+            Content::Image { .. } => {}
+        }
+    }
+    let has_calls = content
+        .iter()
+        .any(|c| matches!(c, Content::ToolCall { .. }));
+    let _ = run
+        .session
+        .append_message(Message::Assistant(AssistantMessage {
+            content,
+            api: "claude-code".into(),
+            provider: "claude-code".into(),
+            model: run.config.model.clone(),
+            usage,
+            stop_reason: if has_calls {
+                StopReason::ToolUse
+            } else {
+                StopReason::Stop
+            },
+            error_message: None,
+            timestamp: crate::util::now_millis(),
+        }));
+}
+
+fn on_tool_results(
+    run: &mut Run<'_>,
+    names: &HashMap<String, String>,
+    results: Vec<ToolResultMessage>,
+) {
+    for mut r in results {
+        r.tool_name = names.get(&r.tool_call_id).cloned().unwrap_or_default();
+        run.out.emit(AgentEvent::ToolResult {
+            id: r.tool_call_id.clone(),
+            name: r.tool_name.clone(),
+            is_error: r.is_error,
+            output: crate::message::blocks_text(&r.content),
+            details: None,
+        });
+        let _ = run.session.append_message(Message::ToolResult(r));
     }
 }
 

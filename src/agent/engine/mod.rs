@@ -1,0 +1,192 @@
+//! The engine seam. An engine does the work of one run: picogent's own loop
+//! (`native`: model calls and tools) or Claude Code's (`claude_code`: the `claude` CLI).
+//! This module owns what every run shares whatever its engine: the session lock, the
+//! working-folder check, the session opened with the user's message, `Started` first and
+//! `Finished` last, the outcome and the run's end state. Each engine declares what it
+//! can do (`Capabilities`), and front doors ask that instead of assuming it.
+
+pub(crate) mod claude_code;
+mod native;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use super::control::RunControl;
+use super::event::{AgentEvent, Emitter, FailureKind, Outcome, RunError};
+use super::skills::Skill;
+use super::{Inner, RunRequest};
+use crate::config::Config;
+pub use crate::config::Engine;
+use crate::message::{Message, Usage};
+use crate::session::Session;
+use crate::tools::Sandbox;
+
+/// What an engine can do beyond running a prompt to its end (and being cancelled,
+/// which every engine honours).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    /// Pause, resume, stop at a step boundary, and instructions written into a run
+    /// while it works.
+    pub live_control: bool,
+    /// Checkpoints of the working folder, rollback and branches.
+    pub rollback: bool,
+    /// `max_steps`, `auto_pause_*` and the repeat guard are enforced by picogent.
+    pub step_limits: bool,
+}
+
+impl Engine {
+    pub fn capabilities(self) -> Capabilities {
+        match self {
+            Engine::Native => Capabilities {
+                live_control: true,
+                rollback: true,
+                step_limits: true,
+            },
+            // Claude Code runs its own loop in a child process: picogent sees its steps
+            // only after they happen.
+            Engine::ClaudeCode => Capabilities {
+                live_control: false,
+                rollback: false,
+                step_limits: false,
+            },
+        }
+    }
+}
+
+/// One run as an engine sees it: the session is open with the user's message in it,
+/// `Started` has been sent, and the working folder passed the sandbox.
+pub(super) struct Run<'a> {
+    pub config: &'a Config,
+    pub sandbox: &'a Arc<Sandbox>,
+    pub skills: &'a [Skill],
+    pub req: &'a RunRequest,
+    pub out: &'a Emitter,
+    pub cancel: &'a CancellationToken,
+    pub control: &'a RunControl,
+    pub work_dir: PathBuf,
+    /// Where this run's private files go (full outputs, temporary folders).
+    pub output_dir: PathBuf,
+    pub session: Session,
+    pub steps: u32,
+    pub usage: Usage,
+}
+
+/// Runs one request on the configured engine, from the session lock to `Finished`.
+pub(super) async fn run(
+    inner: Arc<Inner>,
+    req: RunRequest,
+    tx: UnboundedSender<AgentEvent>,
+    cancel: CancellationToken,
+    control: RunControl,
+) -> Outcome {
+    let out = Emitter(tx);
+    let lock = inner.session_lock(&req.session_id);
+    let mut counted = (0, Usage::default());
+    let result = tokio::select! {
+        guard = lock.lock() => {
+            let r = locked(&inner, &req, &out, &cancel, &control, &mut counted).await;
+            drop(guard);
+            r
+        }
+        _ = cancel.cancelled() => Err(RunError::Cancelled),
+    };
+    finish(&req, &out, &control, result, counted)
+}
+
+/// The run under its session lock: the shared start, then the engine.
+async fn locked(
+    inner: &Inner,
+    req: &RunRequest,
+    out: &Emitter,
+    cancel: &CancellationToken,
+    control: &RunControl,
+    counted: &mut (u32, Usage),
+) -> Result<String, RunError> {
+    let config = &inner.config;
+    let requested = req
+        .work_dir
+        .clone()
+        .unwrap_or_else(|| config.work_dir.clone());
+    let work_dir = inner.sandbox.check_work_dir(&requested).map_err(|e| {
+        RunError::Stop(FailureKind::WorkDir, format!("working folder refused: {e}"))
+    })?;
+    let mut session = inner.sessions.open(&req.session_id, &work_dir)?;
+    let (provider, model) = match config.engine {
+        Engine::Native => (inner.provider.kind().as_str(), inner.provider.model()),
+        Engine::ClaudeCode => ("claude-code", config.model.as_str()),
+    };
+    out.emit(AgentEvent::Started {
+        session_id: req.session_id.clone(),
+        provider: provider.into(),
+        model: model.into(),
+    });
+    session.append_message(Message::user(req.prompt.clone()))?;
+    let mut run = Run {
+        config,
+        sandbox: &inner.sandbox,
+        skills: &inner.skills,
+        req,
+        out,
+        cancel,
+        control,
+        work_dir,
+        output_dir: inner.output_dir.join(&req.session_id),
+        session,
+        steps: 0,
+        usage: Usage::default(),
+    };
+    let result = match config.engine {
+        Engine::Native => native::drive(&mut run, &inner.provider, &inner.tool_specs).await,
+        Engine::ClaudeCode => claude_code::drive(&mut run).await,
+    };
+    *counted = (run.steps, run.usage);
+    result
+}
+
+/// The shared end: the run's final state, the outcome, a log line, `Finished` last.
+fn finish(
+    req: &RunRequest,
+    out: &Emitter,
+    control: &RunControl,
+    result: Result<String, RunError>,
+    (steps, usage): (u32, Usage),
+) -> Outcome {
+    control.end(matches!(
+        result,
+        Err(RunError::Stop(..) | RunError::Session(_))
+    ));
+    if control.stop_requested() && matches!(result, Err(RunError::Cancelled)) {
+        out.emit(AgentEvent::Notice {
+            message: "stopped by the operator".into(),
+        });
+    }
+    let outcome = match result {
+        Ok(text) => Outcome::Completed { text, steps, usage },
+        Err(RunError::Cancelled) => Outcome::Cancelled { steps, usage },
+        Err(e) => Outcome::Failed {
+            kind: match &e {
+                RunError::Stop(kind, _) => *kind,
+                RunError::Session(_) => FailureKind::Infrastructure,
+                RunError::Cancelled => FailureKind::Internal,
+            },
+            error: e.to_string(),
+            steps,
+            usage,
+        },
+    };
+    match &outcome {
+        Outcome::Failed { error, .. } => {
+            tracing::warn!(session = %req.session_id, steps, "run failed: {error}")
+        }
+        _ => tracing::info!(session = %req.session_id, steps, "run ended"),
+    }
+    out.emit(AgentEvent::Finished {
+        outcome: outcome.clone(),
+    });
+    outcome
+}

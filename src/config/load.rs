@@ -1,0 +1,516 @@
+//! Loading the configuration: which file (CLI argument, `PICOGENT_CONFIG`,
+//! `./agent.json`, or none), the file's fields, the environment over them, defaults and
+//! validation. Every error names the file and field, or the variable, at fault.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::types::{Engine, Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport};
+use super::{absolute, resolve_model, Config, ConfigError};
+
+/// agent.json as written by a person. Every field optional; unknown fields refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    name: Option<String>,
+    slug: Option<String>,
+    prompt: Option<String>,
+    tracker_url: Option<String>,
+    token: Option<String>,
+    transport: Option<Transport>,
+    listen_port: Option<u16>,
+    callback_url: Option<String>,
+    work_dir: Option<PathBuf>,
+    model: Option<String>,
+    provider: Option<String>,
+    engine: Option<Engine>,
+    base_url: Option<String>,
+    api_key: Option<String>,
+    capabilities: Option<Vec<String>>,
+    max_concurrent_tasks: Option<usize>,
+    heartbeat_interval_sec: Option<u64>,
+    allowed_paths: Option<Vec<PathBuf>>,
+    max_steps: Option<u32>,
+    step_timeout_sec: Option<u64>,
+    command_timeout_max_sec: Option<u64>,
+    context_window: Option<u64>,
+    max_tokens: Option<u32>,
+    shutdown_grace_sec: Option<u64>,
+    network: Option<NetworkPolicy>,
+    sandbox: Option<SandboxMode>,
+    checkpoints: Option<bool>,
+    auto_pause_on_error: Option<bool>,
+    claude_code_path: Option<PathBuf>,
+    auto_pause_after_steps: Option<u32>,
+    loop_action: Option<LoopAction>,
+}
+
+/// Which JSON file (if any) the priority rules pick, and the agent home it implies.
+fn locate(
+    cli: Option<&Path>,
+    env: &Env,
+    cwd: &Path,
+) -> Result<Option<(PathBuf, PathBuf)>, ConfigError> {
+    let given = cli
+        .map(Path::to_path_buf)
+        .or_else(|| env.get("PICOGENT_CONFIG").map(PathBuf::from));
+    if let Some(p) = given {
+        let p = absolute(cwd, &p);
+        if p.is_dir() {
+            let file = p.join("agent.json");
+            if !file.is_file() {
+                return Err(ConfigError::File {
+                    path: p,
+                    message: "this agent directory has no agent.json".into(),
+                });
+            }
+            return Ok(Some((file, p)));
+        }
+        if !p.exists() {
+            return Err(ConfigError::File {
+                path: p,
+                message: "no such file or directory".into(),
+            });
+        }
+        let home = p.parent().map(Path::to_path_buf).unwrap_or(cwd.into());
+        return Ok(Some((p, home)));
+    }
+    let local = cwd.join("agent.json");
+    if local.is_file() {
+        return Ok(Some((local, cwd.to_path_buf())));
+    }
+    Ok(None)
+}
+
+fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.into(),
+        source,
+    })?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    match serde_path_to_error::deserialize::<_, FileConfig>(&mut de) {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            let field = e.path().to_string();
+            let inner = e.into_inner();
+            if inner.is_syntax() || inner.is_eof() || field == "." {
+                Err(ConfigError::File {
+                    path: path.into(),
+                    message: format!("invalid configuration: {inner}"),
+                })
+            } else {
+                Err(ConfigError::Field {
+                    path: path.display().to_string(),
+                    field,
+                    message: inner.to_string(),
+                })
+            }
+        }
+    }
+}
+
+fn parse_env<T: std::str::FromStr>(
+    env: &Env,
+    var: &str,
+    what: &str,
+) -> Result<Option<T>, ConfigError> {
+    match env.get(var) {
+        None => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| ConfigError::Env {
+            var: var.into(),
+            message: format!("expected {what}, got {v:?}"),
+        }),
+    }
+}
+
+fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
+    match (p.strip_prefix("~"), home) {
+        (Ok(rest), Some(h)) => h.join(rest),
+        _ => p.to_path_buf(),
+    }
+}
+
+fn check_url(value: &str, field: &str, origin: &str) -> Result<String, ConfigError> {
+    let trimmed = value.trim_end_matches('/');
+    match reqwest::Url::parse(trimmed) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+            Ok(trimmed.to_string())
+        }
+        _ => Err(ConfigError::Field {
+            path: origin.into(),
+            field: field.into(),
+            message: format!("expected an http:// or https:// URL, got {value:?}"),
+        }),
+    }
+}
+
+/// Picks one of `options` by name: the variable, else the file's value, else `default`.
+fn choice<T: Copy>(
+    env: &Env,
+    var: &str,
+    options: &[(&str, T)],
+    file: Option<T>,
+    default: T,
+) -> Result<T, ConfigError> {
+    let Some(v) = env.get(var) else {
+        return Ok(file.unwrap_or(default));
+    };
+    options
+        .iter()
+        .find(|(name, _)| *name == v)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| ConfigError::Env {
+            var: var.into(),
+            message: format!("expected {}, got {v:?}", one_of(options)),
+        })
+}
+
+/// `"a", "b" or "c"`.
+fn one_of<T>(options: &[(&str, T)]) -> String {
+    let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
+}
+
+/// Where each setting comes from in one load.
+struct Sources<'a> {
+    file: FileConfig,
+    env: &'a Env,
+    cwd: &'a Path,
+    /// Relative paths in the file are relative to this folder.
+    file_dir: PathBuf,
+    /// The file's path (or "environment"), for errors.
+    origin: String,
+    home_dir: Option<PathBuf>,
+}
+
+/// The model settings: which provider and engine, which model, where, with which key.
+struct ModelSettings {
+    provider: ProviderKind,
+    engine: Engine,
+    model: String,
+    base_url: String,
+    api_key: Option<String>,
+}
+
+/// The limits of a run and of the daemon.
+struct Limits {
+    max_concurrent_tasks: usize,
+    heartbeat_interval_sec: u64,
+    max_steps: u32,
+    step_timeout_sec: u64,
+    command_timeout_max_sec: u64,
+    context_window: u64,
+    max_tokens: u32,
+}
+
+impl Sources<'_> {
+    fn pick(&self, var: &str, from_file: &Option<String>) -> Option<String> {
+        self.env
+            .get(var)
+            .map(str::to_string)
+            .or_else(|| from_file.clone())
+    }
+
+    fn field_error(&self, field: &str, message: String) -> ConfigError {
+        ConfigError::Field {
+            path: self.origin.clone(),
+            field: field.into(),
+            message,
+        }
+    }
+
+    /// A path from the file: `~` expanded, relative to the file's folder.
+    fn file_path(&self, p: &Path) -> PathBuf {
+        absolute(&self.file_dir, &expand_home(p, self.home_dir.as_deref()))
+    }
+
+    fn url(
+        &self,
+        var: &str,
+        field: &str,
+        from_file: &Option<String>,
+    ) -> Result<Option<String>, ConfigError> {
+        self.pick(var, from_file)
+            .map(|u| check_url(&u, field, &self.origin))
+            .transpose()
+    }
+
+    fn slug(&self) -> Result<String, ConfigError> {
+        let slug = self
+            .pick("AGENT_SLUG", &self.file.slug)
+            .unwrap_or_else(|| "agent".into());
+        let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+        if slug.is_empty() || !slug.chars().all(valid) {
+            return Err(self.field_error("slug", format!("expected [a-z0-9-]+, got {slug:?}")));
+        }
+        Ok(slug)
+    }
+
+    fn work_dir(&self, agent_home: Option<&PathBuf>) -> PathBuf {
+        match (self.env.get("PICOGENT_WORK_DIR"), &self.file.work_dir) {
+            (Some(v), _) => absolute(
+                self.cwd,
+                &expand_home(Path::new(v), self.home_dir.as_deref()),
+            ),
+            (None, Some(p)) => self.file_path(p),
+            (None, None) => agent_home
+                .cloned()
+                .unwrap_or_else(|| self.cwd.to_path_buf()),
+        }
+    }
+
+    /// `provider` (with its `claude-code` alias) and `engine`.
+    fn provider_and_engine(&self) -> Result<(ProviderKind, Engine), ConfigError> {
+        let expected = r#"expected "anthropic", "openai", "ollama" or "claude-code""#;
+        let (provider, alias) = match (self.env.get("PICOGENT_PROVIDER"), &self.file.provider) {
+            (Some(v), _) => ProviderKind::parse(v).ok_or_else(|| ConfigError::Env {
+                var: "PICOGENT_PROVIDER".into(),
+                message: format!("{expected}, got {v:?}"),
+            })?,
+            (None, Some(v)) => ProviderKind::parse(v)
+                .ok_or_else(|| self.field_error("provider", format!("{expected}, got {v:?}")))?,
+            (None, None) => (ProviderKind::Anthropic, None),
+        };
+        let engines = [
+            ("native", Engine::Native),
+            ("claude-code", Engine::ClaudeCode),
+        ];
+        let engine = choice(
+            self.env,
+            "PICOGENT_ENGINE",
+            &engines,
+            self.file.engine.or(alias),
+            Engine::Native,
+        )?;
+        if engine == Engine::ClaudeCode && provider != ProviderKind::Anthropic {
+            return Err(self.field_error(
+                "engine",
+                format!(
+                    "the claude-code engine speaks to Anthropic's API; provider {:?} cannot be used with it",
+                    provider.as_str()
+                ),
+            ));
+        }
+        Ok((provider, engine))
+    }
+
+    fn model_settings(&self) -> Result<ModelSettings, ConfigError> {
+        let (provider, engine) = self.provider_and_engine()?;
+        let env = self.env;
+        let model = resolve_model(
+            &self
+                .pick("PICOGENT_MODEL", &self.file.model)
+                .unwrap_or_else(|| "sonnet".into()),
+        );
+        let base_url = env
+            .get("PICOGENT_BASE_URL")
+            .or_else(|| env.get(provider.base_url_var()))
+            .map(str::to_string)
+            .or_else(|| self.file.base_url.clone())
+            .unwrap_or_else(|| provider.default_base_url().into());
+        // OLLAMA_HOST is often written without a scheme ("127.0.0.1:11434").
+        let base_url = if provider == ProviderKind::Ollama && !base_url.contains("://") {
+            format!("http://{base_url}")
+        } else {
+            base_url
+        };
+        let base_url = check_url(&base_url, "base_url", &self.origin)?;
+        let api_key = env
+            .get("PICOGENT_API_KEY")
+            .or_else(|| provider.api_key_var().and_then(|v| env.get(v)))
+            .map(str::to_string)
+            .or_else(|| self.file.api_key.clone());
+        Ok(ModelSettings {
+            provider,
+            engine,
+            model,
+            base_url,
+            api_key,
+        })
+    }
+
+    fn limits(&self, provider: ProviderKind) -> Result<Limits, ConfigError> {
+        let f = &self.file;
+        let positive = |field: &str, v: u64| -> Result<u64, ConfigError> {
+            if v == 0 {
+                Err(self.field_error(field, "must be greater than 0".into()))
+            } else {
+                Ok(v)
+            }
+        };
+        let step_timeout_sec = positive("step_timeout_sec", f.step_timeout_sec.unwrap_or(120))?;
+        let default_window = match provider {
+            ProviderKind::Anthropic => 200_000,
+            ProviderKind::Openai => 128_000,
+            ProviderKind::Ollama => 32_768,
+        };
+        let limits = Limits {
+            max_concurrent_tasks: positive(
+                "max_concurrent_tasks",
+                f.max_concurrent_tasks.unwrap_or(2) as u64,
+            )? as usize,
+            heartbeat_interval_sec: positive(
+                "heartbeat_interval_sec",
+                f.heartbeat_interval_sec.unwrap_or(30),
+            )?,
+            max_steps: positive("max_steps", u64::from(f.max_steps.unwrap_or(50)))? as u32,
+            step_timeout_sec,
+            command_timeout_max_sec: positive(
+                "command_timeout_max_sec",
+                f.command_timeout_max_sec.unwrap_or(step_timeout_sec),
+            )?,
+            context_window: positive("context_window", f.context_window.unwrap_or(default_window))?,
+            max_tokens: positive("max_tokens", u64::from(f.max_tokens.unwrap_or(8192)))? as u32,
+        };
+        if u64::from(limits.max_tokens) * 2 > limits.context_window {
+            return Err(self.field_error(
+                "max_tokens",
+                format!(
+                    "{} leaves too little of context_window {} for the conversation",
+                    limits.max_tokens, limits.context_window
+                ),
+            ));
+        }
+        Ok(limits)
+    }
+
+    fn policies(&self) -> Result<(NetworkPolicy, SandboxMode, Option<bool>), ConfigError> {
+        let network = choice(
+            self.env,
+            "PICOGENT_NETWORK",
+            &[
+                ("allow", NetworkPolicy::Allow),
+                ("deny", NetworkPolicy::Deny),
+            ],
+            self.file.network,
+            NetworkPolicy::Allow,
+        )?;
+        let sandbox = choice(
+            self.env,
+            "PICOGENT_SANDBOX",
+            &[
+                ("on", SandboxMode::On),
+                ("landlock", SandboxMode::Landlock),
+                ("off", SandboxMode::Off),
+            ],
+            self.file.sandbox,
+            SandboxMode::On,
+        )?;
+        let checkpoints = choice(
+            self.env,
+            "PICOGENT_CHECKPOINTS",
+            &[("on", Some(true)), ("off", Some(false))],
+            Some(self.file.checkpoints),
+            None,
+        )?;
+        Ok((network, sandbox, checkpoints))
+    }
+
+    fn allowed_origins(&self) -> Vec<String> {
+        self.env
+            .get("PICOGENT_ALLOWED_ORIGINS")
+            .map(|v| {
+                v.split(',')
+                    .map(|o| o.trim().trim_end_matches('/').to_string())
+                    .filter(|o| !o.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Config {
+    /// Loads the configuration by the priority rules of spec §1.
+    pub fn load(cli: Option<&Path>, env: &Env, cwd: &Path) -> Result<Config, ConfigError> {
+        let (file, config_file, agent_home) = match locate(cli, env, cwd)? {
+            Some((f, home)) => (read_file_config(&f)?, Some(f), Some(home)),
+            None => (FileConfig::default(), None, None),
+        };
+        let s = Sources {
+            origin: config_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "environment".into()),
+            home_dir: env.get("HOME").map(PathBuf::from),
+            file_dir: agent_home.clone().unwrap_or_else(|| cwd.to_path_buf()),
+            file,
+            env,
+            cwd,
+        };
+        let f = &s.file;
+        let transports = [("http", Transport::Http), ("ws", Transport::Ws)];
+        let m = s.model_settings()?;
+        let l = s.limits(m.provider)?;
+        let (network, sandbox, checkpoints) = s.policies()?;
+        Ok(Config {
+            name: s
+                .pick("AGENT_NAME", &f.name)
+                .unwrap_or_else(|| "Agent".into()),
+            slug: s.slug()?,
+            prompt: s.pick("AGENT_PROMPT", &f.prompt),
+            tracker_url: s.url("TRACKER_URL", "tracker_url", &f.tracker_url)?,
+            token: s.pick("AGENT_TOKEN", &f.token),
+            transport: choice(
+                env,
+                "AGENT_TRANSPORT",
+                &transports,
+                f.transport,
+                Transport::Http,
+            )?,
+            listen_port: parse_env(env, "AGENT_PORT", "a port number")?
+                .or(f.listen_port)
+                .unwrap_or(3200),
+            callback_url: s.url("AGENT_CALLBACK_URL", "callback_url", &f.callback_url)?,
+            work_dir: s.work_dir(agent_home.as_ref()),
+            model: m.model,
+            provider: m.provider,
+            engine: m.engine,
+            base_url: m.base_url,
+            api_key: m.api_key,
+            capabilities: f
+                .capabilities
+                .clone()
+                .unwrap_or_else(|| vec!["coding".into()]),
+            max_concurrent_tasks: l.max_concurrent_tasks,
+            heartbeat_interval_sec: l.heartbeat_interval_sec,
+            allowed_paths: (f.allowed_paths.iter().flatten())
+                .map(|p| s.file_path(p))
+                .collect(),
+            max_steps: l.max_steps,
+            step_timeout: Duration::from_secs(l.step_timeout_sec),
+            command_timeout_max: Duration::from_secs(l.command_timeout_max_sec),
+            context_window: l.context_window,
+            max_tokens: l.max_tokens,
+            shutdown_grace: Duration::from_secs(f.shutdown_grace_sec.unwrap_or(30)),
+            network,
+            sandbox,
+            sandbox_helper: None,
+            checkpoints,
+            auto_pause_on_error: f.auto_pause_on_error.unwrap_or(false),
+            claude_code_path: env
+                .get("PICOGENT_CLAUDE_CODE_PATH")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    f.claude_code_path
+                        .as_ref()
+                        .map(|p| absolute(&s.file_dir, p))
+                }),
+            auto_pause_after_steps: f.auto_pause_after_steps.filter(|n| *n > 0),
+            loop_action: f.loop_action.unwrap_or(LoopAction::Stop),
+            chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
+            chat_port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
+            chat_token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),
+            allowed_origins: s.allowed_origins(),
+            env_file: Some(cwd.join(".env")).filter(|p| p.is_file()),
+            secrets_in_file: f.token.is_some() || f.api_key.is_some(),
+            home_dir: s.home_dir.clone(),
+            config_file,
+            agent_home,
+        })
+    }
+}
