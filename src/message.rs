@@ -220,3 +220,11 @@ fn string_or_blocks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Content>, D::
         Either::Blocks(b) => b,
     })
 }
+
+/// Who an instruction written into a running conversation speaks as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    System,
+}

@@ -63,13 +63,7 @@ impl RunState {
     }
 }
 
-/// Who an instruction speaks as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    User,
-    System,
-}
+pub use crate::message::Role;
 
 #[derive(Debug)]
 pub struct Instruction {

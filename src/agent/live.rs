@@ -6,7 +6,8 @@ use tokio_util::sync::CancellationToken;
 use super::checkpoint::Checkpoints;
 use super::control::{Boundary, RunControl, RunState};
 use super::event::{AgentEvent, Emitter, FailureKind, RunError};
-use crate::session::Session;
+use crate::session::records::{self, Intervention};
+use crate::session::{Record, Session};
 
 /// The session's checkpoint repository and the next step number.
 pub(super) struct Ckpt {
@@ -40,10 +41,11 @@ impl Ckpt {
                     format!("checkpoint failed: {e}"),
                 )
             })?;
-        let entry_id = session.append_custom(
-            "checkpoint",
-            serde_json::json!({"step": step, "commit": commit, "message": message}),
-        )?;
+        let entry_id = session.append_record(&Record::Checkpoint(records::Checkpoint {
+            step,
+            commit: commit.clone(),
+            message: message.clone(),
+        }))?;
         self.next_step += 1;
         out.emit(AgentEvent::Checkpoint {
             step,
@@ -69,8 +71,7 @@ impl Ckpt {
             });
             return Ok(false);
         };
-        let entry_id = entry_id.to_string();
-        let commit = data["commit"].as_str().unwrap_or_default().to_string();
+        let (entry_id, commit) = (entry_id.to_string(), data.commit);
         let repo = self.repo.clone();
         let c = commit.clone();
         tokio::task::spawn_blocking(move || repo.restore(&c))
@@ -83,10 +84,7 @@ impl Ckpt {
             })?;
         let from = session.leaf().map(str::to_string);
         session.branch_from(Some(&entry_id))?;
-        session.append_custom(
-            "rollback",
-            serde_json::json!({"step": step, "commit": commit, "from": from}),
-        )?;
+        session.append_record(&Record::Rollback(records::Rollback { step, commit, from }))?;
         out.emit(AgentEvent::RolledBack { step, entry_id });
         Ok(true)
     }
@@ -104,10 +102,9 @@ pub(super) async fn boundary(
 ) -> Result<bool, RunError> {
     let paused = control.state() == RunState::Paused;
     if paused {
-        session.append_custom(
-            "intervention",
-            serde_json::json!({"kind": "pause", "time": crate::util::now_iso()}),
-        )?;
+        session.append_record(&Record::Intervention(Intervention::Pause {
+            time: crate::util::now_iso(),
+        }))?;
         out.emit(AgentEvent::State {
             state: RunState::Paused,
         });
@@ -125,10 +122,11 @@ pub(super) async fn boundary(
                         continue;
                     }
                     if let Some(name) = branch {
-                        session.append_custom(
-                            "branch",
-                            serde_json::json!({"name": name, "step": step, "time": crate::util::now_iso()}),
-                        )?;
+                        session.append_record(&Record::Branch(records::BranchStart {
+                            name,
+                            step,
+                            time: crate::util::now_iso(),
+                        }))?;
                     }
                     rolled_back = true;
                 }
@@ -139,10 +137,9 @@ pub(super) async fn boundary(
         }
     }
     if paused {
-        session.append_custom(
-            "intervention",
-            serde_json::json!({"kind": "resume", "time": crate::util::now_iso()}),
-        )?;
+        session.append_record(&Record::Intervention(Intervention::Resume {
+            time: crate::util::now_iso(),
+        }))?;
         out.emit(AgentEvent::State {
             state: RunState::Running,
         });

@@ -300,18 +300,17 @@ impl Agent {
         &self.inner.sessions
     }
 
-    /// Appends a record (a preference, a note) to a session, waiting for any run in it
-    /// to end first so entries never interleave.
+    /// Appends a record (a preference) to a session, waiting for any run in it to end
+    /// first so entries never interleave.
     pub async fn annotate(
         &self,
         session_id: &str,
-        custom_type: &str,
-        data: serde_json::Value,
+        record: &session::Record,
     ) -> Result<String, session::SessionError> {
         let lock = self.inner.session_lock(session_id);
         let _guard = lock.lock().await;
         let mut s = self.inner.sessions.open_existing(session_id)?;
-        s.append_custom(custom_type, data)
+        s.append_record(record)
     }
 
     /// Starts a run. Events stream on the handle; dropping the receiver does not stop

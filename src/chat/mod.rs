@@ -639,9 +639,13 @@ async fn session_frame(agent: Agent, v: Value, tx: Outbound) {
             }
         }
         drop(s);
-        let data =
-            json!({"chosen": x, "rejected": y, "note": v["note"], "time": crate::util::now_iso()});
-        match agent.annotate(&session, "preference", data).await {
+        let record = crate::session::Record::Preference(crate::session::records::Preference {
+            chosen: x.to_string(),
+            rejected: y.to_string(),
+            note: v["note"].as_str().map(str::to_string),
+            time: crate::util::now_iso(),
+        });
+        match agent.annotate(&session, &record).await {
             Ok(_) => reply(json!("recorded")),
             Err(e) => fail(format!("prefer: {e}")),
         }

@@ -8,9 +8,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{Body, Entry, Known, Session};
+use super::records::Preference;
+use super::{Body, Known, Record, Session};
 use crate::message::{blocks_text, Content, Message};
 
 pub struct Branch {
@@ -19,11 +21,22 @@ pub struct Branch {
     pub path: Vec<usize>,
 }
 
-fn custom<'a>(e: &'a Entry, kind: &str) -> Option<&'a Value> {
-    match &e.body {
-        Body::Known(Known::Custom { custom_type, data }) if custom_type == kind => Some(data),
-        _ => None,
-    }
+/// One step of a branch, as compare frames and exports show it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Step {
+    /// A tool call with its result (absent when the call never finished).
+    Tool {
+        entry_id: String,
+        tool: String,
+        args_summary: String,
+        result_summary: Option<String>,
+        is_error: Option<bool>,
+        exit_code: Value,
+        diff: Value,
+    },
+    /// Text the model wrote.
+    Text { entry_id: String, text: String },
 }
 
 /// The branches of a session, in the order their tips appear in the file.
@@ -54,11 +67,13 @@ pub fn branches(session: &Session) -> Vec<Branch> {
             cur = entries[*p].parent_id.as_deref();
         }
         path.reverse();
-        let named = path.iter().rev().find_map(|&j| {
-            custom(&entries[j], "branch")
-                .and_then(|d| d["name"].as_str())
-                .map(str::to_string)
-        });
+        let named = path
+            .iter()
+            .rev()
+            .find_map(|&j| match Record::of(&entries[j]) {
+                Some(Record::Branch(b)) => Some(b.name),
+                _ => None,
+            });
         let name = match named {
             Some(n) => n,
             None if out.is_empty() => "main".to_string(),
@@ -73,7 +88,7 @@ pub fn branches(session: &Session) -> Vec<Branch> {
 }
 
 /// One step of a branch: a tool call with its result, or the final text.
-pub fn steps(session: &Session, path: &[usize]) -> Vec<Value> {
+pub fn steps(session: &Session, path: &[usize]) -> Vec<Step> {
     let entries = session.entries();
     let mut results: HashMap<&str, &crate::message::ToolResultMessage> = HashMap::new();
     for &i in path {
@@ -100,21 +115,28 @@ pub fn steps(session: &Session, path: &[usize]) -> Vec<Value> {
                     arguments,
                 } => {
                     let r = results.get(id.as_str());
-                    let details = r.and_then(|r| r.details.clone()).unwrap_or(Value::Null);
-                    out.push(json!({
-                        "entry_id": entries[i].id,
-                        "type": "tool",
-                        "tool": name,
-                        "args_summary": crate::tools::describe_call(name, arguments),
-                        "result_summary": r.map(|r| crate::util::one_line(&blocks_text(&r.content), 300)),
-                        "is_error": r.map(|r| r.is_error),
-                        "exit_code": details.get("exit_code").cloned().unwrap_or(Value::Null),
-                        "diff": details.get("diff").cloned().unwrap_or(Value::Null),
-                    }));
+                    let details = r.and_then(|r| r.details.as_ref());
+                    let detail = |k: &str| {
+                        details
+                            .and_then(|d| d.get(k))
+                            .cloned()
+                            .unwrap_or(Value::Null)
+                    };
+                    out.push(Step::Tool {
+                        entry_id: entries[i].id.clone(),
+                        tool: name.clone(),
+                        args_summary: crate::tools::describe_call(name, arguments),
+                        result_summary: r
+                            .map(|r| crate::util::one_line(&blocks_text(&r.content), 300)),
+                        is_error: r.map(|r| r.is_error),
+                        exit_code: detail("exit_code"),
+                        diff: detail("diff"),
+                    });
                 }
-                Content::Text { text } if !text.trim().is_empty() => {
-                    out.push(json!({"entry_id": entries[i].id, "type": "text", "text": text}));
-                }
+                Content::Text { text } if !text.trim().is_empty() => out.push(Step::Text {
+                    entry_id: entries[i].id.clone(),
+                    text: text.clone(),
+                }),
                 _ => {}
             }
         }
@@ -140,17 +162,22 @@ pub fn interventions(session: &Session, path: &[usize]) -> Vec<Value> {
                 .filter(|c| matches!(c, Content::ToolCall { .. }))
                 .count();
         }
-        for kind in ["intervention", "rollback", "branch"] {
-            if let Some(d) = custom(e, kind) {
-                let mut v = d.clone();
-                if kind != "intervention" {
-                    v["kind"] = json!(kind);
-                }
-                v["after_steps"] = json!(steps);
-                v["time"] = v.get("time").cloned().unwrap_or(json!(e.timestamp));
-                out.push(v);
-            }
+        // Rollbacks and branch starts are named by their record type.
+        let (kind, row) = match Record::of(e) {
+            Some(Record::Intervention(i)) => (None, serde_json::to_value(i)),
+            Some(Record::Rollback(r)) => (Some("rollback"), serde_json::to_value(r)),
+            Some(Record::Branch(b)) => (Some("branch"), serde_json::to_value(b)),
+            _ => continue,
+        };
+        let Ok(Value::Object(mut v)) = row else {
+            continue;
+        };
+        if let Some(kind) = kind {
+            v.insert("kind".into(), json!(kind));
         }
+        v.insert("after_steps".into(), json!(steps));
+        v.entry("time").or_insert_with(|| json!(e.timestamp));
+        out.push(Value::Object(v));
     }
     out
 }
@@ -193,11 +220,12 @@ fn shared(a: &[usize], b: &[usize]) -> usize {
 
 /// The last checkpoint commit on a path.
 pub fn final_commit(session: &Session, path: &[usize]) -> Option<String> {
-    path.iter().rev().find_map(|&i| {
-        custom(&session.entries()[i], "checkpoint")
-            .and_then(|d| d["commit"].as_str())
-            .map(str::to_string)
-    })
+    path.iter()
+        .rev()
+        .find_map(|&i| match Record::of(&session.entries()[i]) {
+            Some(Record::Checkpoint(c)) => Some(c.commit),
+            _ => None,
+        })
 }
 
 /// Two branches side by side from their common point.
@@ -228,117 +256,141 @@ pub fn compare(session: &Session, a: &str, b: &str) -> Result<Value, String> {
     }))
 }
 
-fn preferences(session: &Session) -> Vec<Value> {
+fn preferences(session: &Session) -> Vec<Preference> {
     session
-        .entries()
-        .iter()
-        .filter_map(|e| custom(e, "preference").cloned())
+        .records()
+        .filter_map(|(_, r)| match r {
+            Record::Preference(p) => Some(p),
+            _ => None,
+        })
         .collect()
 }
 
 /// The export lines for one format.
 pub fn export(session: &Session, format: &str) -> Result<Vec<Value>, String> {
     let all = branches(session);
-    let id = session.id();
     match format {
-        "trajectory" => Ok(all
-            .iter()
-            .map(|b| {
-                json!({
-                    "session": id, "branch": b.name, "task": task(session),
-                    "steps": steps(session, &b.path),
-                    "interventions": interventions(session, &b.path),
-                    "outcome": outcome(session, &b.path),
-                })
-            })
-            .collect()),
-        "tree" => {
-            let entries = session.entries();
-            let nodes: Vec<Value> = entries
-                .iter()
-                .map(|e| {
-                    let (kind, summary) = match &e.body {
-                        Body::Known(Known::Message { message }) => match message {
-                            Message::User(u) => ("user", crate::util::one_line(&blocks_text(&u.content), 200)),
-                            Message::Assistant(a) => ("assistant", crate::util::one_line(&a.text(), 200)),
-                            Message::ToolResult(r) => ("tool_result", format!("{}: {}", r.tool_name, crate::util::one_line(&blocks_text(&r.content), 200))),
-                        },
-                        Body::Known(Known::Custom { custom_type, data }) => (custom_type.as_str(), data.to_string()),
-                        Body::Known(Known::Compaction { summary, .. }) => ("compaction", crate::util::one_line(summary, 200)),
-                        Body::Known(_) => ("other", String::new()),
-                        Body::Other(t) => (t.as_str(), String::new()),
-                    };
-                    json!({"id": e.id, "parentId": e.parent_id, "kind": kind, "summary": summary, "timestamp": e.timestamp})
-                })
-                .collect();
-            let mut kids: HashMap<&str, Vec<&str>> = HashMap::new();
-            for e in entries {
-                if let Some(p) = &e.parent_id {
-                    kids.entry(p.as_str()).or_default().push(&e.id);
-                }
-            }
-            let points: Vec<Value> = kids
-                .iter()
-                .filter(|(_, c)| c.len() > 1)
-                .map(|(p, c)| json!({"entry_id": p, "children": c}))
-                .collect();
-            let branches: Vec<Value> = all
-                .iter()
-                .map(|b| json!({"name": b.name, "tip": entries[*b.path.last().unwrap_or(&0)].id}))
-                .collect();
-            Ok(vec![
-                json!({"session": id, "task": task(session), "nodes": nodes, "branch_points": points, "branches": branches}),
-            ])
-        }
-        "dpo" => {
-            let mut out = Vec::new();
-            for p in preferences(session) {
-                let (Some(c), Some(r)) = (p["chosen"].as_str(), p["rejected"].as_str()) else {
-                    continue;
-                };
-                let (Some(bc), Some(br)) = (
-                    all.iter().find(|b| b.name == c),
-                    all.iter().find(|b| b.name == r),
-                ) else {
-                    continue;
-                };
-                let common = shared(&bc.path, &br.path);
-                out.push(json!({
-                    "session": id,
-                    "prompt": {"task": task(session), "shared_steps": steps(session, &bc.path[..common])},
-                    "chosen": {"branch": c, "steps": steps(session, &bc.path[common..])},
-                    "rejected": {"branch": r, "steps": steps(session, &br.path[common..])},
-                    "note": p["note"],
-                }));
-            }
-            Ok(out)
-        }
-        "prm" => {
-            // The accepted branch: the chosen one of the last preference, else the newest.
-            let accepted = preferences(session)
-                .last()
-                .and_then(|p| p["chosen"].as_str().map(str::to_string))
-                .or_else(|| all.last().map(|b| b.name.clone()));
-            let Some(acc) = accepted.and_then(|n| all.iter().find(|b| b.name == n)) else {
-                return Ok(Vec::new());
-            };
-            let mut out = Vec::new();
-            for (n, s) in steps(session, &acc.path).into_iter().enumerate() {
-                out.push(json!({"session": id, "branch": acc.name, "step": n, "label": "correct", "content": s}));
-            }
-            for b in all.iter().filter(|b| b.name != acc.name) {
-                let common = shared(&acc.path, &b.path);
-                let before = steps(session, &b.path[..common]).len();
-                // The first step after the branch point is where it went wrong; later
-                // steps build on an error and are not labelled.
-                if let Some(first) = steps(session, &b.path[common..]).into_iter().next() {
-                    out.push(json!({"session": id, "branch": b.name, "step": before, "label": "error", "content": first}));
-                }
-            }
-            Ok(out)
-        }
+        "trajectory" => Ok(trajectory(session, &all)),
+        "tree" => Ok(vec![tree(session, &all)]),
+        "dpo" => Ok(dpo(session, &all)),
+        "prm" => Ok(prm(session, &all)),
         other => Err(format!(
             "unknown export format {other:?}; use trajectory, tree, dpo or prm"
         )),
     }
+}
+
+/// One line per branch: its steps, interventions and outcome.
+fn trajectory(session: &Session, all: &[Branch]) -> Vec<Value> {
+    all.iter()
+        .map(|b| {
+            json!({
+                "session": session.id(), "branch": b.name, "task": task(session),
+                "steps": steps(session, &b.path),
+                "interventions": interventions(session, &b.path),
+                "outcome": outcome(session, &b.path),
+            })
+        })
+        .collect()
+}
+
+/// What an entry is, in a word and a line, for the tree export.
+fn node_summary(body: &Body) -> (&str, String) {
+    let line = |s: &str| crate::util::one_line(s, 200);
+    match body {
+        Body::Known(Known::Message { message }) => match message {
+            Message::User(u) => ("user", line(&blocks_text(&u.content))),
+            Message::Assistant(a) => ("assistant", line(&a.text())),
+            Message::ToolResult(r) => (
+                "tool_result",
+                format!("{}: {}", r.tool_name, line(&blocks_text(&r.content))),
+            ),
+        },
+        Body::Known(Known::Custom { custom_type, data }) => {
+            (custom_type.as_str(), data.to_string())
+        }
+        Body::Known(Known::Compaction { summary, .. }) => ("compaction", line(summary)),
+        Body::Known(_) => ("other", String::new()),
+        Body::Other(t) => (t.as_str(), String::new()),
+    }
+}
+
+/// The whole tree: every entry, the branch points and the branch tips.
+fn tree(session: &Session, all: &[Branch]) -> Value {
+    let entries = session.entries();
+    let nodes: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let (kind, summary) = node_summary(&e.body);
+            json!({"id": e.id, "parentId": e.parent_id, "kind": kind, "summary": summary, "timestamp": e.timestamp})
+        })
+        .collect();
+    let mut kids: HashMap<&str, Vec<&str>> = HashMap::new();
+    for e in entries {
+        if let Some(p) = &e.parent_id {
+            kids.entry(p.as_str()).or_default().push(&e.id);
+        }
+    }
+    let points: Vec<Value> = kids
+        .iter()
+        .filter(|(_, c)| c.len() > 1)
+        .map(|(p, c)| json!({"entry_id": p, "children": c}))
+        .collect();
+    let tips: Vec<Value> = all
+        .iter()
+        .filter_map(|b| {
+            let tip = entries.get(*b.path.last()?)?;
+            Some(json!({"name": b.name, "tip": tip.id}))
+        })
+        .collect();
+    json!({"session": session.id(), "task": task(session), "nodes": nodes, "branch_points": points, "branches": tips})
+}
+
+/// One line per recorded preference between two existing branches.
+fn dpo(session: &Session, all: &[Branch]) -> Vec<Value> {
+    let find = |n: &str| all.iter().find(|b| b.name == n);
+    let mut out = Vec::new();
+    for p in preferences(session) {
+        let (Some(bc), Some(br)) = (find(&p.chosen), find(&p.rejected)) else {
+            continue;
+        };
+        let common = shared(&bc.path, &br.path);
+        out.push(json!({
+            "session": session.id(),
+            "prompt": {"task": task(session), "shared_steps": steps(session, &bc.path[..common])},
+            "chosen": {"branch": p.chosen, "steps": steps(session, &bc.path[common..])},
+            "rejected": {"branch": p.rejected, "steps": steps(session, &br.path[common..])},
+            "note": p.note,
+        }));
+    }
+    out
+}
+
+/// Step labels: every step of the accepted branch is correct; the first step of any
+/// other branch after it leaves the accepted one is an error.
+fn prm(session: &Session, all: &[Branch]) -> Vec<Value> {
+    let id = session.id();
+    // The accepted branch: the chosen one of the last preference, else the newest.
+    let accepted = preferences(session)
+        .pop()
+        .map(|p| p.chosen)
+        .or_else(|| all.last().map(|b| b.name.clone()));
+    let Some(acc) = accepted.and_then(|n| all.iter().find(|b| b.name == n)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (n, s) in steps(session, &acc.path).into_iter().enumerate() {
+        out.push(
+            json!({"session": id, "branch": acc.name, "step": n, "label": "correct", "content": s}),
+        );
+    }
+    for b in all.iter().filter(|b| b.name != acc.name) {
+        let common = shared(&acc.path, &b.path);
+        let before = steps(session, &b.path[..common]).len();
+        // Later steps build on an error and are not labelled.
+        if let Some(first) = steps(session, &b.path[common..]).into_iter().next() {
+            out.push(json!({"session": id, "branch": b.name, "step": before, "label": "error", "content": first}));
+        }
+    }
+    out
 }

@@ -9,6 +9,7 @@
 //! Entry types picogent does not use (labels, custom entries, ...) are kept as they are.
 
 pub mod branches;
+pub mod records;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::message::{Content, Message, ToolResultMessage};
+pub use records::Record;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -378,25 +380,22 @@ impl Session {
         Ok(id)
     }
 
-    pub fn append_custom(
-        &mut self,
-        custom_type: &str,
-        data: Value,
-    ) -> Result<String, SessionError> {
-        self.append(Known::Custom {
-            custom_type: custom_type.into(),
-            data,
-        })
+    /// Appends one of picogent's own records (a checkpoint, an intervention...).
+    pub fn append_record(&mut self, record: &Record) -> Result<String, SessionError> {
+        self.append(record.to_custom())
     }
 
-    /// The newest `checkpoint` entry recorded for `step`: its entry id and data.
-    pub fn checkpoint(&self, step: u64) -> Option<(&str, &Value)> {
-        self.entries.iter().rev().find_map(|e| match &e.body {
-            Body::Known(Known::Custom { custom_type, data })
-                if custom_type == "checkpoint" && data["step"].as_u64() == Some(step) =>
-            {
-                Some((e.id.as_str(), data))
-            }
+    /// picogent's records in file order, with the entries that hold them.
+    pub fn records(&self) -> impl DoubleEndedIterator<Item = (&Entry, Record)> {
+        self.entries
+            .iter()
+            .filter_map(|e| Record::of(e).map(|r| (e, r)))
+    }
+
+    /// The newest checkpoint recorded for `step`, with its entry's id.
+    pub fn checkpoint(&self, step: u64) -> Option<(&str, records::Checkpoint)> {
+        self.records().rev().find_map(|(e, r)| match r {
+            Record::Checkpoint(c) if c.step == step => Some((e.id.as_str(), c)),
             _ => None,
         })
     }

@@ -226,3 +226,76 @@ fn a_read_during_a_write_leaves_the_file_intact() {
     let s = store.open("live", &sb.work).unwrap();
     assert_eq!(s.entries().len(), 1 + 1);
 }
+
+#[test]
+fn custom_entries_of_another_shape_or_tool_are_skipped_not_fatal() {
+    use picogent::session::records::Checkpoint;
+    use picogent::session::Record;
+    let sb = Sandbox::new();
+    let store = SessionStore::new(sb.home.join("sessions"));
+    let mut s = store.open("odd", &sb.work).unwrap();
+    s.append_message(Message::user("task")).unwrap();
+    let good = Record::Checkpoint(Checkpoint {
+        step: 0,
+        commit: "c0".into(),
+        message: "start".into(),
+    });
+    let good_id = s.append_record(&good).unwrap();
+    let leaf = s.leaf().unwrap().to_string();
+    drop(s);
+    // A hand-edited checkpoint, another tool's custom entry, a preference whose branch
+    // names are numbers, and a record with no data at all.
+    let path = store.path("odd").unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    let mut parent = leaf;
+    for (i, (kind, data)) in [
+        ("checkpoint", json!({"step": "one", "commit": 7})),
+        ("pi-bookmark", json!({"label": "look here"})),
+        ("preference", json!({"chosen": 1, "rejected": 2})),
+        ("intervention", serde_json::Value::Null),
+        ("branch", json!(["not", "an", "object"])),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("0000000{i}");
+        let line = json!({"type": "custom", "customType": kind, "data": data, "id": id,
+            "parentId": parent, "timestamp": "2026-01-01T00:00:00.000Z"});
+        writeln!(f, "{line}").unwrap();
+        parent = id;
+    }
+    drop(f);
+
+    let s = store.snapshot("odd").unwrap();
+    assert_eq!(s.entries().len(), 7, "every entry is kept in the tree");
+    let records: Vec<Record> = s.records().map(|(_, r)| r).collect();
+    assert_eq!(records, vec![good]);
+    assert_eq!(
+        s.checkpoint(0).map(|(id, c)| (id.to_string(), c.commit)),
+        Some((good_id, "c0".into()))
+    );
+    assert!(s.checkpoint(1).is_none());
+    let names: Vec<String> = picogent::session::branches::branches(&s)
+        .into_iter()
+        .map(|b| b.name)
+        .collect();
+    assert_eq!(names, vec!["main".to_string()]);
+    for format in ["trajectory", "tree", "dpo", "prm"] {
+        let rows = picogent::session::branches::export(&s, format).unwrap();
+        if format == "tree" {
+            let kinds: Vec<&str> = rows[0]["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|n| n["kind"].as_str())
+                .collect();
+            assert!(kinds.contains(&"pi-bookmark"), "{kinds:?}");
+        }
+        if format == "dpo" {
+            assert!(rows.is_empty(), "a malformed preference is not exported");
+        }
+    }
+}

@@ -21,7 +21,8 @@ use super::super::event::{AgentEvent, FailureKind, RunError};
 use super::super::skills;
 use super::Run;
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
-use crate::session::{Body, Known, Session};
+use crate::session::records::ClaudeCodeSession;
+use crate::session::{Record, Session};
 
 /// What one stream-json line means for picogent.
 #[derive(Debug, PartialEq)]
@@ -163,12 +164,8 @@ pub fn describe(name: &str, input: &Value) -> String {
 
 /// The Claude Code session to resume, if this session ran it before.
 fn previous_claude_session(session: &Session) -> Option<String> {
-    session.entries().iter().rev().find_map(|e| match &e.body {
-        Body::Known(Known::Custom { custom_type, data })
-            if custom_type == "claude_code_session" =>
-        {
-            data["id"].as_str().map(str::to_string)
-        }
+    session.records().rev().find_map(|(_, r)| match r {
+        Record::ClaudeCodeSession(s) => Some(s.id),
         _ => None,
     })
 }
@@ -392,9 +389,8 @@ async fn follow(
         };
         match parse_line(&line) {
             Line::Init { session_id } => {
-                let _ = run
-                    .session
-                    .append_custom("claude_code_session", json!({"id": session_id}));
+                let record = Record::ClaudeCodeSession(ClaudeCodeSession { id: session_id });
+                let _ = run.session.append_record(&record);
             }
             Line::Assistant { content, usage } => on_assistant(run, &mut names, content, usage),
             Line::ToolResults(results) => on_tool_results(run, &names, results),

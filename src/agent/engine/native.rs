@@ -14,7 +14,8 @@ use super::super::{compaction, prompt};
 use super::Run;
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
 use crate::provider::{Delta, ModelRequest, Provider, ProviderError, ToolSpec};
-use crate::session::{Known, Session, SessionError};
+use crate::session::records::Intervention;
+use crate::session::{Known, Record, Session, SessionError};
 use crate::tools::{self, ToolContext, ToolOutput};
 
 /// What ended a turn's tool calls.
@@ -116,10 +117,12 @@ async fn take_instructions(run: &mut Run<'_>) -> Result<(), RunError> {
             }
         };
         run.session.append_message(Message::user(text))?;
-        run.session.append_custom(
-            "intervention",
-            serde_json::json!({"kind": "instruct", "role": ins.role, "text": ins.text, "time": crate::util::now_iso()}),
-        )?;
+        run.session
+            .append_record(&Record::Intervention(Intervention::Instruct {
+                role: ins.role,
+                text: ins.text.clone(),
+                time: crate::util::now_iso(),
+            }))?;
         if let Some(receipt) = ins.receipt.take() {
             // Durable before it is acknowledged to whoever sent it (the sync runs off
             // the runtime's threads).

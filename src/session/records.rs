@@ -1,0 +1,203 @@
+//! picogent's own records in a session: checkpoints, rollbacks, branches, interventions,
+//! preferences and the Claude Code session id, each one typed variant of `Record`. They
+//! are stored as pi's `custom` entries (`customType` + `data`), so pi and other tools
+//! keep and ignore them. This is the one place they are turned into entries and read
+//! back: a custom entry of another tool is not a record, and one of ours with an
+//! unexpected shape (a hand-edited file) is skipped with a warning.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Body, Entry, Known};
+use crate::message::Role;
+
+/// A snapshot of the working folder after step `step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub step: u64,
+    pub commit: String,
+    pub message: String,
+}
+
+/// Files and conversation went back to checkpoint `step`; `from` is the leaf before.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rollback {
+    pub step: u64,
+    pub commit: String,
+    pub from: Option<String>,
+}
+
+/// A named branch starts here (a rollback to `step` plus an instruction).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BranchStart {
+    pub name: String,
+    pub step: u64,
+    pub time: String,
+}
+
+/// A person stepped in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Intervention {
+    Pause {
+        time: String,
+    },
+    Resume {
+        time: String,
+    },
+    Instruct {
+        role: Role,
+        text: String,
+        time: String,
+    },
+}
+
+/// Which of two branches was better, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preference {
+    pub chosen: String,
+    pub rejected: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub time: String,
+}
+
+/// The Claude Code session this session continues (`--resume`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaudeCodeSession {
+    pub id: String,
+}
+
+/// One of picogent's records; the variant name is the entry's `customType`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "customType", content = "data", rename_all = "snake_case")]
+pub enum Record {
+    Checkpoint(Checkpoint),
+    Rollback(Rollback),
+    Branch(BranchStart),
+    Intervention(Intervention),
+    Preference(Preference),
+    ClaudeCodeSession(ClaudeCodeSession),
+}
+
+/// The `customType`s that are ours.
+const OURS: [&str; 6] = [
+    "checkpoint",
+    "rollback",
+    "branch",
+    "intervention",
+    "preference",
+    "claude_code_session",
+];
+
+impl Record {
+    /// The custom entry that stores this record.
+    pub(crate) fn to_custom(&self) -> Known {
+        let (custom_type, data) = match serde_json::to_value(self) {
+            Ok(Value::Object(mut o)) => (
+                o.remove("customType")
+                    .and_then(|t| t.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                o.remove("data").unwrap_or(Value::Null),
+            ),
+            // Plain structs of strings and numbers always serialise to an object.
+            _ => (String::new(), Value::Null),
+        };
+        Known::Custom { custom_type, data }
+    }
+
+    /// The record a custom entry holds: `None` for another tool's entry and for one of
+    /// ours that does not parse (with a warning naming the entry).
+    pub(crate) fn from_custom(entry_id: &str, custom_type: &str, data: &Value) -> Option<Record> {
+        if !OURS.contains(&custom_type) {
+            return None;
+        }
+        let tagged = serde_json::json!({"customType": custom_type, "data": data});
+        match serde_json::from_value(tagged) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(entry = entry_id, custom_type, "session entry skipped: {e}");
+                None
+            }
+        }
+    }
+
+    /// The record an entry holds, if it is one of ours.
+    pub fn of(entry: &Entry) -> Option<Record> {
+        match &entry.body {
+            Body::Known(Known::Custom { custom_type, data }) => {
+                Record::from_custom(&entry.id, custom_type, data)
+            }
+            _ => None,
+        }
+    }
+
+    /// The entry's `customType` for this record.
+    pub fn custom_type(&self) -> &'static str {
+        match self {
+            Record::Checkpoint(_) => "checkpoint",
+            Record::Rollback(_) => "rollback",
+            Record::Branch(_) => "branch",
+            Record::Intervention(_) => "intervention",
+            Record::Preference(_) => "preference",
+            Record::ClaudeCodeSession(_) => "claude_code_session",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_custom_entries() {
+        let all = [
+            Record::Checkpoint(Checkpoint {
+                step: 2,
+                commit: "abc".into(),
+                message: "edit a.txt".into(),
+            }),
+            Record::Rollback(Rollback {
+                step: 1,
+                commit: "abc".into(),
+                from: None,
+            }),
+            Record::Branch(BranchStart {
+                name: "try-b".into(),
+                step: 1,
+                time: "t".into(),
+            }),
+            Record::Intervention(Intervention::Instruct {
+                role: Role::System,
+                text: "be brief".into(),
+                time: "t".into(),
+            }),
+            Record::Intervention(Intervention::Pause { time: "t".into() }),
+            Record::Preference(Preference {
+                chosen: "main".into(),
+                rejected: "b".into(),
+                note: None,
+                time: "t".into(),
+            }),
+            Record::ClaudeCodeSession(ClaudeCodeSession { id: "x".into() }),
+        ];
+        for r in all {
+            let Known::Custom { custom_type, data } = r.to_custom() else {
+                panic!("not a custom entry");
+            };
+            assert_eq!(custom_type, r.custom_type());
+            assert_eq!(Record::from_custom("e", &custom_type, &data), Some(r));
+        }
+    }
+
+    #[test]
+    fn foreign_and_malformed_entries_are_not_records() {
+        let v = serde_json::json!({"step": "two"});
+        assert_eq!(Record::from_custom("e", "checkpoint", &v), None);
+        assert_eq!(Record::from_custom("e", "checkpoint", &Value::Null), None);
+        let v = serde_json::json!({"anything": 1});
+        assert_eq!(Record::from_custom("e", "other-tool", &v), None);
+        let v = serde_json::json!({"kind": "dance"});
+        assert_eq!(Record::from_custom("e", "intervention", &v), None);
+    }
+}
