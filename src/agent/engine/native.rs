@@ -63,7 +63,7 @@ pub(super) async fn drive(
         }
         lp.compact_if_needed(run).await?;
         let msg = lp.model_turn(run).await?;
-        let calls: Vec<(String, String, serde_json::Value)> = msg
+        let calls: Vec<Call> = msg
             .tool_calls()
             .map(|(id, name, args)| (id.to_string(), name.to_string(), args.clone()))
             .collect();
@@ -301,9 +301,6 @@ impl<'a> Loop<'a> {
     }
 }
 
-/// Runs one turn's tool calls in order: consecutive read-only calls side by side,
-/// others alone. Every call gets a result in the session, whatever happens. Returns a
-/// reason to stop the run, if the repeat guard tripped.
 /// What a turn's tool calls report to and are steered by.
 struct Steer<'a> {
     out: &'a Emitter,
@@ -311,25 +308,33 @@ struct Steer<'a> {
     cfg: &'a crate::config::Config,
 }
 
+type Call = (String, String, serde_json::Value);
+
+/// Runs one turn's tool calls in order: consecutive read-only calls side by side,
+/// others alone. Every call gets a result in the session, whatever happens. Returns a
+/// reason to stop the run, if the repeat guard tripped.
 async fn run_calls(
-    calls: &[(String, String, serde_json::Value)],
+    calls: &[Call],
     ctx: &ToolContext,
     repeats: &mut RepeatGuard,
     session: &mut Session,
     mut ckpt: Option<&mut Ckpt>,
     steer: Steer<'_>,
 ) -> Result<CallsEnd, RunError> {
-    let Steer {
-        out,
-        control,
-        cfg: live,
-    } = steer;
     let mut stop: Option<String> = None;
     let mut i = 0;
     while i < calls.len() {
         // A pause holds the next tool call; a stop turns the rest into "not run"; after
         // a rollback, the calls of this (now abandoned) turn are not run at all.
-        let halted = match boundary(control, &ctx.cancel, out, session, ckpt.as_deref()).await {
+        let at = boundary(
+            steer.control,
+            &ctx.cancel,
+            steer.out,
+            session,
+            ckpt.as_deref(),
+        )
+        .await;
+        let halted = match at {
             Ok(true) => return Ok(CallsEnd::RolledBack),
             Ok(false) => false,
             Err(_) => true,
@@ -340,30 +345,8 @@ async fn run_calls(
             j += 1;
         }
         let batch = &calls[i..j];
-        let mut plans = Vec::with_capacity(batch.len());
-        for (id, name, args) in batch {
-            out.emit(AgentEvent::ToolCall {
-                id: id.clone(),
-                name: name.clone(),
-                arguments: args.clone(),
-                summary: tools::describe_call(name, args),
-            });
-            let count = repeats.observe(name, args);
-            if count >= guard::STOP_AT && live.loop_action == crate::config::LoopAction::Pause {
-                // A person decides instead: the call still runs, the run pauses after.
-                *repeats = RepeatGuard::default();
-                let _ = control.pause();
-                out.emit(AgentEvent::Notice {
-                    message: format!("paused: the model called {name} with the same arguments {count} times in a row"),
-                });
-            } else if stop.is_none() && count >= guard::STOP_AT {
-                stop = Some(format!(
-                    "stopped: the model called {name} with the same arguments {count} times in a row"
-                ));
-            }
-            plans.push((stop.is_some(), count));
-        }
-        let results = futures_util::future::join_all(batch.iter().zip(&plans).map(
+        let counts = announce(batch, repeats, &steer, &mut stop);
+        let results = futures_util::future::join_all(batch.iter().zip(&counts).map(
             |((_, name, args), (skip, _))| async move {
                 if halted {
                     ToolOutput::error("not run: the run was stopped")
@@ -377,39 +360,19 @@ async fn run_calls(
             },
         ))
         .await;
-        for (((id, name, _), (_, count)), mut result) in batch.iter().zip(&plans).zip(results) {
-            if *count >= guard::WARN_AT && *count < guard::STOP_AT {
-                result.text.push_str(&guard::repeat_warning(name, *count));
-            }
-            out.emit(AgentEvent::ToolResult {
-                id: id.clone(),
-                name: name.clone(),
-                is_error: result.is_error,
-                output: result.text.clone(),
-                details: result.details.clone(),
-            });
-            let changed_files = !tools::is_read_only(name) && !halted;
-            if live.auto_pause_on_error
-                && name == "bash"
-                && result.is_error
-                && !halted
-                && control.pause().is_ok()
-            {
-                out.emit(AgentEvent::Notice {
-                    message: "paused: a bash command failed (auto_pause_on_error)".into(),
-                });
-            }
-            session.append_message(Message::ToolResult(ToolResultMessage {
-                tool_call_id: id.clone(),
-                tool_name: name.clone(),
-                content: vec![Content::text(result.text)],
-                details: result.details,
-                is_error: result.is_error,
-                timestamp: crate::util::now_millis(),
-            }))?;
-            if let (true, Some(c)) = (changed_files, ckpt.as_deref_mut()) {
-                let what = tools::describe_call(name, args_of(calls, id));
-                c.take(session, &what, out).await?;
+        for ((call, (_, count)), result) in batch.iter().zip(&counts).zip(results) {
+            let done = Done {
+                call,
+                count: *count,
+                halted,
+            };
+            record(done, result, session, &steer).await?;
+            if let (true, Some(c)) = (
+                !tools::is_read_only(&call.1) && !halted,
+                ckpt.as_deref_mut(),
+            ) {
+                let what = tools::describe_call(&call.1, &call.2);
+                c.take(session, &what, steer.out).await?;
             }
         }
         i = j;
@@ -420,15 +383,86 @@ async fn run_calls(
     })
 }
 
-fn args_of<'a>(
-    calls: &'a [(String, String, serde_json::Value)],
-    id: &str,
-) -> &'a serde_json::Value {
-    calls
-        .iter()
-        .find(|(i, _, _)| i == id)
-        .map(|(_, _, a)| a)
-        .unwrap_or(&serde_json::Value::Null)
+/// Announces a batch of calls and counts their repeats: per call, whether it is
+/// skipped (the run is stopping for a repeat) and how often it was repeated.
+fn announce(
+    batch: &[Call],
+    repeats: &mut RepeatGuard,
+    steer: &Steer<'_>,
+    stop: &mut Option<String>,
+) -> Vec<(bool, u32)> {
+    let mut counts = Vec::with_capacity(batch.len());
+    for (id, name, args) in batch {
+        steer.out.emit(AgentEvent::ToolCall {
+            id: id.clone(),
+            name: name.clone(),
+            arguments: args.clone(),
+            summary: tools::describe_call(name, args),
+        });
+        let count = repeats.observe(name, args);
+        if count >= guard::STOP_AT && steer.cfg.loop_action == crate::config::LoopAction::Pause {
+            // A person decides instead: the call still runs, the run pauses after.
+            *repeats = RepeatGuard::default();
+            let _ = steer.control.pause();
+            steer.out.emit(AgentEvent::Notice {
+                message: format!("paused: the model called {name} with the same arguments {count} times in a row"),
+            });
+        } else if stop.is_none() && count >= guard::STOP_AT {
+            *stop = Some(format!(
+                "stopped: the model called {name} with the same arguments {count} times in a row"
+            ));
+        }
+        counts.push((stop.is_some(), count));
+    }
+    counts
+}
+
+/// A finished call: which, how often repeated, and whether the run was halted.
+struct Done<'a> {
+    call: &'a Call,
+    count: u32,
+    halted: bool,
+}
+
+/// Reports a call's result and records it in the session.
+async fn record(
+    done: Done<'_>,
+    mut result: ToolOutput,
+    session: &mut Session,
+    steer: &Steer<'_>,
+) -> Result<(), RunError> {
+    let (id, name, _) = done.call;
+    if done.count >= guard::WARN_AT && done.count < guard::STOP_AT {
+        result
+            .text
+            .push_str(&guard::repeat_warning(name, done.count));
+    }
+    steer.out.emit(AgentEvent::ToolResult {
+        id: id.clone(),
+        name: name.clone(),
+        is_error: result.is_error,
+        output: result.text.clone(),
+        details: result.details.clone(),
+    });
+    if steer.cfg.auto_pause_on_error
+        && name == "bash"
+        && result.is_error
+        && !done.halted
+        && steer.control.pause().is_ok()
+    {
+        steer.out.emit(AgentEvent::Notice {
+            message: "paused: a bash command failed (auto_pause_on_error)".into(),
+        });
+    }
+    session.append_message(Message::ToolResult(ToolResultMessage {
+        tool_call_id: id.clone(),
+        tool_name: name.clone(),
+        content: vec![Content::text(result.text)],
+        details: result.details,
+        is_error: result.is_error,
+        timestamp: crate::util::now_millis(),
+    }))?;
+    Ok(())
 }
 
 /// Keeps a record of a model call that did not complete: the text streamed so far
