@@ -206,6 +206,7 @@ impl Provider {
         }
     }
 
+    /// One call: the request, the answer's status, then its stream.
     async fn attempt(
         &self,
         req: &ModelRequest<'_>,
@@ -213,6 +214,52 @@ impl Provider {
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<AssistantMessage, ProviderError> {
         let started = Instant::now();
+        let (url, builder) = self.request(req)?;
+        let resp = self.send(url, builder, cancel).await?;
+        let request_id = ["request-id", "x-request-id"]
+            .iter()
+            .find_map(|h| resp.headers().get(*h))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string();
+        let provider = self.kind.as_str();
+        stream::expect_stream(&resp, provider)?;
+        let mut reader = stream::LineReader::new(resp, self.idle_timeout, cancel.clone(), provider);
+        let mut first_token: Option<Duration> = None;
+        let mut timed = |d: Delta| {
+            if first_token.is_none() {
+                first_token = Some(started.elapsed());
+            }
+            on_delta(d)
+        };
+        let mut msg = match self.kind {
+            ProviderKind::Anthropic => anthropic::read_stream(&mut reader, &mut timed).await?,
+            ProviderKind::Openai => openai::read_stream(&mut reader, &mut timed).await?,
+            ProviderKind::Ollama => ollama::read_stream(&mut reader, &mut timed).await?,
+        };
+        msg.provider = provider.to_string();
+        if msg.model.is_empty() {
+            msg.model = self.model.clone();
+        }
+        msg.timestamp = crate::util::now_millis();
+        tracing::info!(
+            provider,
+            model = %self.model,
+            request_id = %request_id,
+            ttft_ms = first_token.map(|d| d.as_millis() as u64),
+            total_ms = started.elapsed().as_millis() as u64,
+            input_tokens = msg.usage.input,
+            output_tokens = msg.usage.output,
+            "model call"
+        );
+        Ok(msg)
+    }
+
+    /// The endpoint and the ready request for this provider's API.
+    fn request(
+        &self,
+        req: &ModelRequest<'_>,
+    ) -> Result<(String, reqwest::RequestBuilder), ProviderError> {
         let (url, body) = match self.kind {
             ProviderKind::Anthropic => (
                 format!("{}/v1/messages", self.base_url),
@@ -246,7 +293,17 @@ impl Provider {
             (ProviderKind::Openai, Some(key)) => builder = builder.bearer_auth(key),
             _ => {}
         }
-        let provider = self.kind.as_str();
+        Ok((url, builder))
+    }
+
+    /// Sends the request, waiting at most the idle timeout for the answer's head; an
+    /// answer that is not a success becomes its error.
+    async fn send(
+        &self,
+        url: String,
+        builder: reqwest::RequestBuilder,
+        cancel: &CancellationToken,
+    ) -> Result<reqwest::Response, ProviderError> {
         let send = async {
             builder.send().await.map_err(|e| ProviderError::Connect {
                 url: url.clone(),
@@ -260,18 +317,12 @@ impl Provider {
             },
             _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
         };
-        let request_id = ["request-id", "x-request-id"]
-            .iter()
-            .find_map(|h| resp.headers().get(*h))
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_string();
         let status = resp.status();
         if !status.is_success() {
             let headers = resp.headers().clone();
             let body = resp.text().await.unwrap_or_default();
             return Err(ProviderError::Http {
-                provider,
+                provider: self.kind.as_str(),
                 url,
                 status: status.as_u16(),
                 message: error_message(&body),
@@ -279,36 +330,7 @@ impl Provider {
                 should_retry: retry::should_retry(&headers),
             });
         }
-        stream::expect_stream(&resp, provider)?;
-        let mut reader = stream::LineReader::new(resp, self.idle_timeout, cancel.clone(), provider);
-        let mut first_token: Option<Duration> = None;
-        let mut timed = |d: Delta| {
-            if first_token.is_none() {
-                first_token = Some(started.elapsed());
-            }
-            on_delta(d)
-        };
-        let mut msg = match self.kind {
-            ProviderKind::Anthropic => anthropic::read_stream(&mut reader, &mut timed).await?,
-            ProviderKind::Openai => openai::read_stream(&mut reader, &mut timed).await?,
-            ProviderKind::Ollama => ollama::read_stream(&mut reader, &mut timed).await?,
-        };
-        msg.provider = provider.to_string();
-        if msg.model.is_empty() {
-            msg.model = self.model.clone();
-        }
-        msg.timestamp = crate::util::now_millis();
-        tracing::info!(
-            provider,
-            model = %self.model,
-            request_id = %request_id,
-            ttft_ms = first_token.map(|d| d.as_millis() as u64),
-            total_ms = started.elapsed().as_millis() as u64,
-            input_tokens = msg.usage.input,
-            output_tokens = msg.usage.output,
-            "model call"
-        );
-        Ok(msg)
+        Ok(resp)
     }
 }
 

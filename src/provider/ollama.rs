@@ -107,13 +107,7 @@ pub async fn read_stream(
     reader: &mut LineReader,
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<AssistantMessage, ProviderError> {
-    let mut text = String::new();
-    let mut thinking = String::new();
-    let mut calls: Vec<Content> = Vec::new();
-    let mut usage = Usage::default();
-    let mut model = String::new();
-    let mut done_reason: Option<String> = None;
-    let mut done = false;
+    let mut msg = Assembly::default();
     while let Some(line) = reader.next_line().await? {
         if line.trim().is_empty() {
             continue;
@@ -127,74 +121,96 @@ pub async fn read_stream(
                 retryable: false,
             });
         }
+        msg.line(&v, on_delta);
+        if v["done"].as_bool() == Some(true) {
+            return Ok(msg.finish(&v));
+        }
+    }
+    Err(reader.broken("the stream ended before a line with \"done\": true"))
+}
+
+/// A message being assembled from NDJSON lines.
+#[derive(Default)]
+struct Assembly {
+    text: String,
+    thinking: String,
+    calls: Vec<Content>,
+    model: String,
+}
+
+impl Assembly {
+    /// One line's model, text, thinking and tool calls.
+    fn line(&mut self, v: &Value, on_delta: &mut (dyn FnMut(Delta) + Send)) {
         if let Some(m) = v["model"].as_str() {
-            model = m.to_string();
+            self.model = m.to_string();
         }
         let msg = &v["message"];
         if let Some(s) = msg["content"].as_str().filter(|s| !s.is_empty()) {
-            text.push_str(s);
+            self.text.push_str(s);
             on_delta(Delta::Text(s.to_string()));
         }
         if let Some(s) = msg["thinking"].as_str().filter(|s| !s.is_empty()) {
-            thinking.push_str(s);
+            self.thinking.push_str(s);
             on_delta(Delta::Thinking(s.to_string()));
         }
-        if let Some(tcs) = msg["tool_calls"].as_array() {
-            for tc in tcs {
-                let f = &tc["function"];
-                let arguments = match &f["arguments"] {
-                    // Some builds send a JSON string like OpenAI does.
-                    Value::String(s) => super::parse_arguments(s),
-                    Value::Null => json!({}),
-                    other => other.clone(),
-                };
-                calls.push(Content::ToolCall {
-                    id: tc["id"]
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| format!("call_{}", crate::util::random_hex(8))),
-                    name: f["name"].as_str().unwrap_or_default().to_string(),
-                    arguments,
-                });
-            }
-        }
-        if v["done"].as_bool() == Some(true) {
-            done = true;
-            done_reason = v["done_reason"].as_str().map(str::to_string);
-            usage.input = v["prompt_eval_count"].as_u64().unwrap_or(0);
-            usage.output = v["eval_count"].as_u64().unwrap_or(0);
-            break;
+        for tc in msg["tool_calls"].as_array().into_iter().flatten() {
+            self.calls.push(tool_call(tc));
         }
     }
-    if !done {
-        return Err(reader.broken("the stream ended before a line with \"done\": true"));
+
+    /// The message, given the final line (`"done": true`) with the stop reason and usage.
+    fn finish(self, last: &Value) -> AssistantMessage {
+        let mut content = Vec::new();
+        if !self.thinking.is_empty() {
+            content.push(Content::Thinking {
+                thinking: self.thinking,
+                signature: None,
+            });
+        }
+        if !self.text.is_empty() {
+            content.push(Content::Text { text: self.text });
+        }
+        let has_calls = !self.calls.is_empty();
+        content.extend(self.calls);
+        let stop_reason = match last["done_reason"].as_str() {
+            _ if has_calls => StopReason::ToolUse,
+            Some("length") => StopReason::Length,
+            _ => StopReason::Stop,
+        };
+        let mut usage = Usage {
+            input: last["prompt_eval_count"].as_u64().unwrap_or(0),
+            output: last["eval_count"].as_u64().unwrap_or(0),
+            ..Usage::default()
+        };
+        usage.total_tokens = usage.input + usage.output;
+        AssistantMessage {
+            content,
+            api: "ollama-chat".into(),
+            provider: String::new(),
+            model: self.model,
+            usage,
+            stop_reason,
+            error_message: None,
+            timestamp: 0,
+        }
     }
-    let mut content = Vec::new();
-    if !thinking.is_empty() {
-        content.push(Content::Thinking {
-            thinking,
-            signature: None,
-        });
-    }
-    if !text.is_empty() {
-        content.push(Content::Text { text });
-    }
-    let has_calls = !calls.is_empty();
-    content.extend(calls);
-    let stop_reason = match done_reason.as_deref() {
-        _ if has_calls => StopReason::ToolUse,
-        Some("length") => StopReason::Length,
-        _ => StopReason::Stop,
+}
+
+/// A whole tool call; Ollama sends no id, so one is made.
+fn tool_call(tc: &Value) -> Content {
+    let f = &tc["function"];
+    let arguments = match &f["arguments"] {
+        // Some builds send a JSON string like OpenAI does.
+        Value::String(s) => super::parse_arguments(s),
+        Value::Null => json!({}),
+        other => other.clone(),
     };
-    usage.total_tokens = usage.input + usage.output;
-    Ok(AssistantMessage {
-        content,
-        api: "ollama-chat".into(),
-        provider: String::new(),
-        model,
-        usage,
-        stop_reason,
-        error_message: None,
-        timestamp: 0,
-    })
+    Content::ToolCall {
+        id: tc["id"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("call_{}", crate::util::random_hex(8))),
+        name: f["name"].as_str().unwrap_or_default().to_string(),
+        arguments,
+    }
 }

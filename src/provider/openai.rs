@@ -128,12 +128,7 @@ pub async fn read_stream(
     reader: &mut LineReader,
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<AssistantMessage, ProviderError> {
-    let mut text = String::new();
-    let mut thinking = String::new();
-    let mut calls: Vec<(u64, PartialCall)> = Vec::new();
-    let mut usage = Usage::default();
-    let mut model = String::new();
-    let mut finish: Option<String> = None;
+    let mut msg = Assembly::default();
     let mut done = false;
     while let Some(ev) = reader.next_event().await? {
         if ev.data.trim() == "[DONE]" {
@@ -143,111 +138,144 @@ pub async fn read_stream(
         let v: Value = serde_json::from_str(&ev.data)
             .map_err(|e| reader.protocol(format!("bad chunk {:?}: {e}", ev.data)))?;
         if let Some(err) = v.get("error") {
-            let message = err["message"]
-                .as_str()
-                .or(err.as_str())
-                .unwrap_or("unknown error")
-                .to_string();
-            return Err(ProviderError::Api {
-                provider: "openai",
-                message,
-                retryable: true,
-            });
+            return Err(stream_error(err));
         }
+        msg.chunk(&v, on_delta);
+    }
+    // Some compatible servers close without [DONE] after a finish_reason; that is a
+    // complete answer. Without either, the stream was cut.
+    if !done && msg.finish.is_none() {
+        return Err(reader.broken("the stream ended without finish_reason or [DONE]"));
+    }
+    Ok(msg.finish())
+}
+
+/// An error object in place of a chunk.
+fn stream_error(err: &Value) -> ProviderError {
+    let message = err["message"]
+        .as_str()
+        .or(err.as_str())
+        .unwrap_or("unknown error")
+        .to_string();
+    ProviderError::Api {
+        provider: "openai",
+        message,
+        retryable: true,
+    }
+}
+
+/// A message being assembled from stream chunks.
+#[derive(Default)]
+struct Assembly {
+    text: String,
+    thinking: String,
+    /// Tool calls by their `index`.
+    calls: Vec<(u64, PartialCall)>,
+    usage: Usage,
+    model: String,
+    finish: Option<String>,
+}
+
+impl Assembly {
+    /// One chunk: model, usage, and the first choice's delta and finish reason.
+    fn chunk(&mut self, v: &Value, on_delta: &mut (dyn FnMut(Delta) + Send)) {
         if let Some(m) = v["model"].as_str() {
-            model = m.to_string();
+            self.model = m.to_string();
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            usage.input = u["prompt_tokens"].as_u64().unwrap_or(0);
-            usage.output = u["completion_tokens"].as_u64().unwrap_or(0);
-            usage.cache_read = u["prompt_tokens_details"]["cached_tokens"]
+            self.usage.input = u["prompt_tokens"].as_u64().unwrap_or(0);
+            self.usage.output = u["completion_tokens"].as_u64().unwrap_or(0);
+            self.usage.cache_read = u["prompt_tokens_details"]["cached_tokens"]
                 .as_u64()
                 .unwrap_or(0);
-            usage.input = usage.input.saturating_sub(usage.cache_read);
+            self.usage.input = self.usage.input.saturating_sub(self.usage.cache_read);
         }
         let Some(choice) = v["choices"].get(0) else {
-            continue;
+            return;
         };
         let d = &choice["delta"];
         if let Some(s) = d["content"].as_str().filter(|s| !s.is_empty()) {
-            text.push_str(s);
+            self.text.push_str(s);
             on_delta(Delta::Text(s.to_string()));
         }
         // Reasoning servers (vLLM, DeepSeek, LM Studio) use one of these two names.
         for key in ["reasoning_content", "reasoning"] {
             if let Some(s) = d[key].as_str().filter(|s| !s.is_empty()) {
-                thinking.push_str(s);
+                self.thinking.push_str(s);
                 on_delta(Delta::Thinking(s.to_string()));
             }
         }
-        if let Some(tcs) = d["tool_calls"].as_array() {
-            for tc in tcs {
-                let index = tc["index"].as_u64().unwrap_or(calls.len() as u64);
-                let pos = match calls.iter().position(|(i, _)| *i == index) {
-                    Some(p) => p,
-                    None => {
-                        calls.push((index, PartialCall::default()));
-                        calls.len() - 1
-                    }
-                };
-                let call = &mut calls[pos].1;
-                if let Some(id) = tc["id"].as_str().filter(|s| !s.is_empty()) {
-                    call.id = id.to_string();
-                }
-                if let Some(n) = tc["function"]["name"].as_str() {
-                    call.name.push_str(n);
-                }
-                if let Some(a) = tc["function"]["arguments"].as_str() {
-                    call.args.push_str(a);
-                }
-            }
+        for tc in d["tool_calls"].as_array().into_iter().flatten() {
+            self.tool_call(tc);
         }
         if let Some(f) = choice["finish_reason"].as_str() {
-            finish = Some(f.to_string());
+            self.finish = Some(f.to_string());
         }
     }
-    // Some compatible servers close without [DONE] after a finish_reason; that is a
-    // complete answer. Without either, the stream was cut.
-    if !done && finish.is_none() {
-        return Err(reader.broken("the stream ended without finish_reason or [DONE]"));
+
+    /// A fragment of a tool call, added to the call with its `index`.
+    fn tool_call(&mut self, tc: &Value) {
+        let index = tc["index"].as_u64().unwrap_or(self.calls.len() as u64);
+        let pos = match self.calls.iter().position(|(i, _)| *i == index) {
+            Some(p) => p,
+            None => {
+                self.calls.push((index, PartialCall::default()));
+                self.calls.len() - 1
+            }
+        };
+        let call = &mut self.calls[pos].1;
+        if let Some(id) = tc["id"].as_str().filter(|s| !s.is_empty()) {
+            call.id = id.to_string();
+        }
+        if let Some(n) = tc["function"]["name"].as_str() {
+            call.name.push_str(n);
+        }
+        if let Some(a) = tc["function"]["arguments"].as_str() {
+            call.args.push_str(a);
+        }
     }
-    let mut content = Vec::new();
-    if !thinking.is_empty() {
-        content.push(Content::Thinking {
-            thinking,
-            signature: None,
-        });
+
+    /// The message: thinking, text, then tool calls in index order.
+    fn finish(mut self) -> AssistantMessage {
+        let mut content = Vec::new();
+        if !self.thinking.is_empty() {
+            content.push(Content::Thinking {
+                thinking: self.thinking,
+                signature: None,
+            });
+        }
+        if !self.text.is_empty() {
+            content.push(Content::Text { text: self.text });
+        }
+        self.calls.sort_by_key(|(i, _)| *i);
+        let has_calls = !self.calls.is_empty();
+        for (n, (_, c)) in self.calls.into_iter().enumerate() {
+            content.push(Content::ToolCall {
+                id: if c.id.is_empty() {
+                    format!("call_{n}")
+                } else {
+                    c.id
+                },
+                name: c.name,
+                arguments: parse_arguments(&c.args),
+            });
+        }
+        let stop_reason = match self.finish.as_deref() {
+            _ if has_calls => StopReason::ToolUse,
+            Some("length") => StopReason::Length,
+            _ => StopReason::Stop,
+        };
+        let mut usage = self.usage;
+        usage.total_tokens = usage.input + usage.output + usage.cache_read;
+        AssistantMessage {
+            content,
+            api: "openai-completions".into(),
+            provider: String::new(),
+            model: self.model,
+            usage,
+            stop_reason,
+            error_message: None,
+            timestamp: 0,
+        }
     }
-    if !text.is_empty() {
-        content.push(Content::Text { text });
-    }
-    calls.sort_by_key(|(i, _)| *i);
-    let has_calls = !calls.is_empty();
-    for (n, (_, c)) in calls.into_iter().enumerate() {
-        content.push(Content::ToolCall {
-            id: if c.id.is_empty() {
-                format!("call_{n}")
-            } else {
-                c.id
-            },
-            name: c.name,
-            arguments: parse_arguments(&c.args),
-        });
-    }
-    let stop_reason = match finish.as_deref() {
-        _ if has_calls => StopReason::ToolUse,
-        Some("length") => StopReason::Length,
-        _ => StopReason::Stop,
-    };
-    usage.total_tokens = usage.input + usage.output + usage.cache_read;
-    Ok(AssistantMessage {
-        content,
-        api: "openai-completions".into(),
-        provider: String::new(),
-        model,
-        usage,
-        stop_reason,
-        error_message: None,
-        timestamp: 0,
-    })
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe::Receiver;
 
 use super::truncate::tail;
 use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_LINES};
@@ -115,19 +116,7 @@ fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("bash", args)?;
     let cwd = ctx.sandbox.check_work_dir(&ctx.work_dir)?;
-    // The model's own timeout, within the configured maximum.
-    let timeout = match a.timeout {
-        Some(t) if t > 0.0 && t.is_finite() => Duration::try_from_secs_f64(t)
-            .unwrap_or(ctx.command_timeout_max)
-            .min(ctx.command_timeout_max),
-        _ => ctx.step_timeout.min(ctx.command_timeout_max),
-    };
-
-    let (reader, writer) =
-        std::io::pipe().map_err(|e| ToolError::Failed(format!("cannot create a pipe: {e}")))?;
-    let writer2 = writer
-        .try_clone()
-        .map_err(|e| ToolError::Failed(format!("cannot duplicate a pipe: {e}")))?;
+    let timeout = command_timeout(a.timeout, ctx);
     // A private temporary folder per command (its /tmp under namespaces), removed
     // afterwards.
     let tmp = ctx
@@ -135,20 +124,8 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
         .join(format!("picogent-tmp-{}", crate::util::random_hex(12)));
     private_dir(&tmp).map_err(|e| ToolError::io(&tmp, e))?;
     let _cleanup = RemoveOnDrop(tmp.clone());
-    let mut cmd = ctx.sandbox.bash_command(&a.command, &tmp)?;
-    cmd.current_dir(&cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer2));
-    super::sandbox::supervise(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ToolError::Failed(format!("cannot start /bin/bash: {e}")))?;
-    // The parent's copies of the write end must close, or EOF never comes.
-    drop(cmd);
+    let (mut child, mut rx) = spawn(&a.command, &cwd, &tmp, ctx)?;
     let pgid = child.id().map(|p| p as i32);
-    let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
-        .map_err(|e| ToolError::Failed(format!("cannot read the command's output: {e}")))?;
 
     let mut cap = Capture {
         tail: Vec::new(),
@@ -158,6 +135,75 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
         file: None,
         dir: ctx.output_dir.clone(),
     };
+    let (end, exited) = watch(&mut child, &mut rx, &mut cap, timeout, ctx).await?;
+    if let Some(pgid) = pgid {
+        // SAFETY: plain syscall; the group id is the child's pid (its own session).
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+    if !exited {
+        let _ = child.wait().await;
+    }
+    let full_path = match cap.file.take() {
+        Some((p, mut f)) => {
+            let _ = f.flush().await;
+            Some(p)
+        }
+        None => None,
+    };
+    Ok(report(&cap, full_path, &end, timeout))
+}
+
+/// The model's own timeout, within the configured maximum.
+fn command_timeout(asked: Option<f64>, ctx: &ToolContext) -> Duration {
+    match asked {
+        Some(t) if t > 0.0 && t.is_finite() => Duration::try_from_secs_f64(t)
+            .unwrap_or(ctx.command_timeout_max)
+            .min(ctx.command_timeout_max),
+        _ => ctx.step_timeout.min(ctx.command_timeout_max),
+    }
+}
+
+/// Starts the command in its own group with one pipe for stdout and stderr; returns
+/// the child and the pipe's read end.
+fn spawn(
+    command: &str,
+    cwd: &std::path::Path,
+    tmp: &std::path::Path,
+    ctx: &ToolContext,
+) -> Result<(tokio::process::Child, Receiver), ToolError> {
+    let (reader, writer) =
+        std::io::pipe().map_err(|e| ToolError::Failed(format!("cannot create a pipe: {e}")))?;
+    let writer2 = writer
+        .try_clone()
+        .map_err(|e| ToolError::Failed(format!("cannot duplicate a pipe: {e}")))?;
+    let mut cmd = ctx.sandbox.bash_command(command, tmp)?;
+    cmd.current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2));
+    super::sandbox::supervise(&mut cmd);
+    let child = cmd
+        .spawn()
+        .map_err(|e| ToolError::Failed(format!("cannot start /bin/bash: {e}")))?;
+    // The parent's copies of the write end must close, or EOF never comes.
+    drop(cmd);
+    let rx = Receiver::from_owned_fd(OwnedFd::from(reader))
+        .map_err(|e| ToolError::Failed(format!("cannot read the command's output: {e}")))?;
+    Ok((child, rx))
+}
+
+/// Captures output until the command has exited and its output ended (or `DRAIN`
+/// after it exited), the timeout passed, or the run was cancelled. Returns how it
+/// ended and whether the child was already reaped.
+async fn watch(
+    child: &mut tokio::process::Child,
+    rx: &mut Receiver,
+    cap: &mut Capture,
+    timeout: Duration,
+    ctx: &ToolContext,
+) -> Result<(End, bool), ToolError> {
     let mut buf = vec![0u8; 16 * 1024];
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
@@ -189,23 +235,11 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
             _ = ctx.cancel.cancelled() => break End::Cancelled,
         }
     };
-    if let Some(pgid) = pgid {
-        // SAFETY: plain syscall; the group id is the child's pid (its own session).
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
-    }
-    if exited.is_none() {
-        let _ = child.wait().await;
-    }
-    let full_path = match cap.file.take() {
-        Some((p, mut f)) => {
-            let _ = f.flush().await;
-            Some(p)
-        }
-        None => None,
-    };
+    Ok((end, exited.is_some()))
+}
 
+/// The result: the output's tail, where the full output went, and how it ended.
+fn report(cap: &Capture, full_path: Option<PathBuf>, end: &End, timeout: Duration) -> ToolOutput {
     let text = String::from_utf8_lossy(&cap.tail);
     let (kept, n, _) = tail(&text);
     let total = cap.total_lines();
@@ -221,43 +255,48 @@ pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErro
             None => out.push(']'),
         }
     }
-    let (is_error, exit_code) = match end {
-        End::Exited(st) => match st.code() {
-            Some(0) => (false, Some(0)),
-            Some(c) => {
-                out.push_str(&format!("\n\nCommand exited with code {c}"));
-                (true, Some(c))
-            }
-            None => {
-                use std::os::unix::process::ExitStatusExt;
-                out.push_str(&format!(
-                    "\n\nCommand was killed by signal {}",
-                    st.signal().unwrap_or(0)
-                ));
-                (true, None)
-            }
-        },
-        End::TimedOut => {
-            out.push_str(&format!(
-                "\n\nCommand timed out after {} seconds; its process group was killed",
-                timeout.as_secs_f64()
-            ));
-            (true, None)
+    let (note, exit_code) = end_note(end, timeout);
+    let mut output = match note {
+        Some(note) => {
+            out.push_str(&note);
+            ToolOutput::error(out)
         }
-        End::Cancelled => {
-            out.push_str("\n\nCommand aborted: the run was cancelled");
-            (true, None)
-        }
-    };
-    let mut output = if is_error {
-        ToolOutput::error(out)
-    } else {
-        ToolOutput::ok(out)
+        None => ToolOutput::ok(out),
     };
     output.details = Some(json!({
         "exit_code": exit_code,
         "full_output_path": full_path,
         "timed_out": matches!(end, End::TimedOut),
     }));
-    Ok(output)
+    output
+}
+
+/// What to append when the command did not succeed (its absence means success), and
+/// its exit code if it exited.
+fn end_note(end: &End, timeout: Duration) -> (Option<String>, Option<i32>) {
+    match end {
+        End::Exited(st) => match st.code() {
+            Some(0) => (None, Some(0)),
+            Some(c) => (Some(format!("\n\nCommand exited with code {c}")), Some(c)),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                let signal = st.signal().unwrap_or(0);
+                (
+                    Some(format!("\n\nCommand was killed by signal {signal}")),
+                    None,
+                )
+            }
+        },
+        End::TimedOut => (
+            Some(format!(
+                "\n\nCommand timed out after {} seconds; its process group was killed",
+                timeout.as_secs_f64()
+            )),
+            None,
+        ),
+        End::Cancelled => (
+            Some("\n\nCommand aborted: the run was cancelled".to_string()),
+            None,
+        ),
+    }
 }

@@ -36,25 +36,18 @@ fn read_lines(
     offset: usize,
     limit: Option<usize>,
 ) -> Result<ToolOutput, ToolError> {
-    let meta = file.metadata().map_err(|e| ToolError::io(path, e))?;
     let mut reader = BufReader::new(file);
-    let mut sniff = Vec::new();
-    (&mut reader)
-        .take(8192)
-        .read_to_end(&mut sniff)
-        .map_err(|e| ToolError::io(path, e))?;
-    if sniff.contains(&0) {
-        return Err(ToolError::Failed(format!(
-            "{shown} is a binary file ({} bytes); read shows text only",
-            meta.len()
-        )));
-    }
+    let sniff = sniff_text(&mut reader, path, shown)?;
     let mut reader = sniff.chain(reader);
-    let mut out = String::new();
-    let mut total = 0usize;
-    let mut count = 0usize;
-    let mut last_shown = 0usize;
-    let mut stopped: Option<Stop> = None;
+    let mut page = Page {
+        offset,
+        limit,
+        out: String::new(),
+        total: 0,
+        count: 0,
+        last_shown: 0,
+        stopped: None,
+    };
     let mut buf = Vec::new();
     loop {
         buf.clear();
@@ -65,55 +58,114 @@ fn read_lines(
         if n == 0 {
             break;
         }
-        total += 1;
-        if total < offset || stopped.is_some() {
-            continue;
+        page.add(&buf, dropped);
+    }
+    page.finish(path, shown)
+}
+
+/// The file's first 8 KB, refused when they show a binary file.
+fn sniff_text(
+    reader: &mut BufReader<std::fs::File>,
+    path: &std::path::Path,
+    shown: &str,
+) -> Result<Vec<u8>, ToolError> {
+    let meta = reader
+        .get_ref()
+        .metadata()
+        .map_err(|e| ToolError::io(path, e))?;
+    let mut sniff = Vec::new();
+    reader
+        .take(8192)
+        .read_to_end(&mut sniff)
+        .map_err(|e| ToolError::io(path, e))?;
+    if sniff.contains(&0) {
+        return Err(ToolError::Failed(format!(
+            "{shown} is a binary file ({} bytes); read shows text only",
+            meta.len()
+        )));
+    }
+    Ok(sniff)
+}
+
+/// The lines shown, from `offset` on, within `limit` and the caps.
+struct Page {
+    offset: usize,
+    limit: Option<usize>,
+    out: String,
+    /// Lines read so far, shown or not.
+    total: usize,
+    /// Lines shown.
+    count: usize,
+    /// The number of the last line shown.
+    last_shown: usize,
+    stopped: Option<Stop>,
+}
+
+impl Page {
+    /// One line of the file (`dropped` bytes of it were not kept); lines past a stop
+    /// are only counted.
+    fn add(&mut self, buf: &[u8], dropped: usize) {
+        self.total += 1;
+        if self.total < self.offset || self.stopped.is_some() {
+            return;
         }
-        if limit.is_some_and(|l| count >= l) {
-            stopped = Some(Stop::Limit);
-            continue;
+        if self.limit.is_some_and(|l| self.count >= l) {
+            self.stopped = Some(Stop::Limit);
+            return;
         }
-        let raw = String::from_utf8_lossy(&buf);
+        let raw = String::from_utf8_lossy(buf);
         let mut line = cut_line(raw.trim_end_matches(['\n', '\r']));
         if dropped > 0 {
             line.push_str(&format!(" [… and {dropped} more bytes]"));
         }
-        if count >= MAX_LINES || out.len() + line.len() + 1 > MAX_BYTES {
-            stopped = Some(Stop::Cap);
-            continue;
+        if self.count >= MAX_LINES || self.out.len() + line.len() + 1 > MAX_BYTES {
+            self.stopped = Some(Stop::Cap);
+            return;
         }
-        out.push_str(&line);
-        out.push('\n');
-        count += 1;
-        last_shown = total;
+        self.out.push_str(&line);
+        self.out.push('\n');
+        self.count += 1;
+        self.last_shown = self.total;
     }
-    if total == 0 {
-        return Ok(ToolOutput::ok(format!("[{shown} is empty]")));
+
+    /// The result once the whole file was read: the lines and how to go on.
+    fn finish(self, path: &std::path::Path, shown: &str) -> Result<ToolOutput, ToolError> {
+        let Page {
+            offset,
+            mut out,
+            total,
+            last_shown,
+            stopped,
+            ..
+        } = self;
+        if total == 0 {
+            return Ok(ToolOutput::ok(format!("[{shown} is empty]")));
+        }
+        if offset > total {
+            return Err(ToolError::Failed(format!(
+                "offset {offset} is past the end of {shown} ({total} lines)"
+            )));
+        }
+        match stopped {
+            Some(Stop::Cap) => out.push_str(&format!(
+                "\n[Showing lines {offset}-{last_shown} of {total}. Use offset={} to continue.]",
+                last_shown + 1
+            )),
+            Some(Stop::Limit) => out.push_str(&format!(
+                "\n[{} more lines in the file. Use offset={} to continue.]",
+                total - last_shown,
+                last_shown + 1
+            )),
+            None => {}
+        }
+        // The range shown, for front doors that display what the model looked at.
+        Ok(ToolOutput::ok(out).with_details(serde_json::json!({
+            "path": path,
+            "first_line": offset,
+            "last_line": last_shown,
+            "total_lines": total,
+        })))
     }
-    if offset > total {
-        return Err(ToolError::Failed(format!(
-            "offset {offset} is past the end of {shown} ({total} lines)"
-        )));
-    }
-    match stopped {
-        Some(Stop::Cap) => out.push_str(&format!(
-            "\n[Showing lines {offset}-{last_shown} of {total}. Use offset={} to continue.]",
-            last_shown + 1
-        )),
-        Some(Stop::Limit) => out.push_str(&format!(
-            "\n[{} more lines in the file. Use offset={} to continue.]",
-            total - last_shown,
-            last_shown + 1
-        )),
-        None => {}
-    }
-    // The range shown, for front doors that display what the model looked at.
-    Ok(ToolOutput::ok(out).with_details(serde_json::json!({
-        "path": path,
-        "first_line": offset,
-        "last_line": last_shown,
-        "total_lines": total,
-    })))
 }
 
 /// Bytes of one line kept for display: enough for `MAX_LINE_CHARS` characters of any

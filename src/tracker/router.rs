@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, AgentEvent, Outcome, RunRequest};
+use crate::tracker::delivery::{self, Delivery};
 use crate::tracker::journal::Journal;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::types::{Envelope, Event, Load, Report};
@@ -60,7 +61,18 @@ struct Job {
     kind: JobKind,
 }
 
-enum StopReason {
+impl Job {
+    /// The chat message a chat job answers; `None` for work on the task itself.
+    fn reply_to(&self) -> Option<String> {
+        match &self.kind {
+            JobKind::Chat { message_id, .. } => Some(message_id.clone()),
+            JobKind::Task { .. } => None,
+        }
+    }
+}
+
+/// Why a run was stopped before it finished by itself.
+pub(super) enum StopReason {
     Cancelled(Option<String>),
     Shutdown,
 }
@@ -85,11 +97,8 @@ struct State {
 
 struct Shared {
     agent: Agent,
-    /// While results cannot be queued (say, the disk is full): how many wait, and why
-    /// the last one could not be queued.
-    degraded: Mutex<(usize, String)>,
     journal: Arc<Mutex<Journal>>,
-    outbox: Outbox,
+    delivery: Arc<Delivery>,
     max: usize,
     state: Mutex<State>,
     changed: Notify,
@@ -124,7 +133,7 @@ pub fn session_for(task_id: &str) -> String {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -136,10 +145,9 @@ impl Router {
         let max = agent.config().max_concurrent_tasks;
         Router {
             shared: Arc::new(Shared {
-                degraded: Mutex::new((0, String::new())),
                 agent,
                 journal,
-                outbox,
+                delivery: Arc::new(Delivery::new(outbox)),
                 max,
                 state: Mutex::new(State::default()),
                 changed: Notify::new(),
@@ -270,7 +278,7 @@ impl Router {
         );
         tokio::spawn(async move {
             if receipt.await.is_ok() {
-                me.report(
+                me.shared.delivery.report(
                     &task_id,
                     vec![Report::comment(
                         "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
@@ -348,27 +356,16 @@ impl Router {
             };
             let (me, task, event) = (self.clone(), task_id.to_string(), event_id.to_string());
             tokio::spawn(async move {
-                me.report(&task, vec![Report::comment(content, None)]).await;
+                me.shared
+                    .delivery
+                    .report(&task, vec![Report::comment(content, None)])
+                    .await;
                 me.mark_done(&event);
             });
         } else {
             self.mark_done(event_id);
         }
         self.shared.changed.notify_waiters();
-    }
-
-    /// Queues reports off the runtime's threads: the outbox syncs to disk.
-    async fn push(&self, task_id: &str, reports: Vec<Report>) -> std::io::Result<()> {
-        let (outbox, task) = (self.shared.outbox.clone(), task_id.to_string());
-        tokio::task::spawn_blocking(move || outbox.push(&task, reports))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-    }
-
-    async fn report(&self, task_id: &str, reports: Vec<Report>) {
-        if let Err(e) = self.push(task_id, reports).await {
-            tracing::error!(task = task_id, "cannot queue a report: {e}");
-        }
     }
 
     fn mark_done(&self, event_id: &str) {
@@ -406,46 +403,22 @@ impl Router {
     }
 
     async fn run_job(self, job: Job, cancel: CancellationToken) {
-        // The journal syncs: off the runtime's threads.
-        let (journal, event) = (self.shared.journal.clone(), job.event_id.clone());
-        let started = tokio::task::spawn_blocking(move || lock(&journal).started(&event))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        let attempt = match started {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!("cannot record a started event: {e}");
-                1
-            }
-        };
+        let attempt = self.record_start(&job.event_id).await;
         let task = job.task_id.clone();
         let session_id = session_for(&task);
+        let delivery = self.shared.delivery.clone();
         let prompt = match &job.kind {
             JobKind::Task { title, description } => {
                 if attempt > MAX_ATTEMPTS {
-                    let content = format!(
-                        "**picogent stopped retrying this task.** Work on it was interrupted {} times (the daemon stopped or crashed while it ran), so it is not started again automatically. The conversation so far is saved in session `{session_id}`.",
-                        attempt - 1
-                    );
-                    self.report(
-                        &task,
-                        vec![Report::comment(content, None), Report::status("blocked")],
-                    )
-                    .await;
+                    let reports = delivery::stopped_retrying(attempt - 1, &session_id);
+                    delivery.report(&task, reports).await;
                     self.finish(&job, true);
                     return;
                 }
-                self.report(&task, vec![Report::status("in_progress")])
+                delivery
+                    .report(&task, vec![Report::status("in_progress")])
                     .await;
-                let mut p = String::new();
-                if attempt > 1 {
-                    p.push_str("picogent was restarted while you were working on this task, so your last step may not have finished. Check the current state of the working folder, then continue.\n\n");
-                }
-                p.push_str(&format!("Task: {title}"));
-                if !description.trim().is_empty() {
-                    p.push_str(&format!("\n\n{description}"));
-                }
-                p
+                task_prompt(title, description, attempt)
             }
             JobKind::Chat {
                 content, author, ..
@@ -455,12 +428,56 @@ impl Router {
             },
         };
         tracing::info!(task = %task, event = %job.event_id, attempt, "run started");
+        let outcome = self.drive(&job, prompt, &session_id, cancel).await;
+        let why = lock(&self.shared.state)
+            .running
+            .get_mut(&task)
+            .and_then(|r| r.why.take());
+        let reports = delivery::outcome_reports(&task, job.reply_to(), &session_id, outcome, why);
+        let done = match reports {
+            Some(reports) => {
+                let (me, event) = (self.clone(), job.event_id.clone());
+                delivery
+                    .queue_or_retry(&task, reports, move || me.mark_done(&event))
+                    .await
+            }
+            None => false,
+        };
+        self.finish(&job, done);
+    }
+
+    /// Records in the journal that the event's work starts; returns which attempt this
+    /// is (1 when it cannot be recorded).
+    async fn record_start(&self, event_id: &str) -> u32 {
+        // The journal syncs: off the runtime's threads.
+        let (journal, event) = (self.shared.journal.clone(), event_id.to_string());
+        let started = tokio::task::spawn_blocking(move || lock(&journal).started(&event))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        match started {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("cannot record a started event: {e}");
+                1
+            }
+        }
+    }
+
+    /// Runs the agent on the job's prompt until it ends, logging its tool calls.
+    async fn drive(
+        &self,
+        job: &Job,
+        prompt: String,
+        session_id: &str,
+        cancel: CancellationToken,
+    ) -> Outcome {
+        let task = &job.task_id;
         let mut handle = self
             .shared
             .agent
-            .start_with_cancel(RunRequest::new(prompt, session_id.clone()), cancel);
+            .start_with_cancel(RunRequest::new(prompt, session_id.to_string()), cancel);
         if matches!(job.kind, JobKind::Task { .. }) {
-            if let Some(r) = lock(&self.shared.state).running.get_mut(&task) {
+            if let Some(r) = lock(&self.shared.state).running.get_mut(task) {
                 r.control = Some(handle.control.clone());
             }
         }
@@ -472,115 +489,15 @@ impl Router {
                 _ => {}
             }
         }
-        let outcome = match outcome {
+        match outcome {
             Some(o) => o,
             None => handle.finish().await,
-        };
-        let why = lock(&self.shared.state)
-            .running
-            .get_mut(&task)
-            .and_then(|r| r.why.take());
-        let done = match self.report_outcome(&job, &session_id, outcome, why) {
-            Some(reports) => self.queue_or_retry(&job, reports).await,
-            None => false,
-        };
-        self.finish(&job, done);
-    }
-
-    /// The reports for an outcome; `None` when the event must stay pending.
-    fn report_outcome(
-        &self,
-        job: &Job,
-        session_id: &str,
-        outcome: Outcome,
-        why: Option<StopReason>,
-    ) -> Option<Vec<Report>> {
-        let task = &job.task_id;
-        let reply_to = match &job.kind {
-            JobKind::Chat { message_id, .. } => Some(message_id.clone()),
-            JobKind::Task { .. } => None,
-        };
-        let is_task = reply_to.is_none();
-        let what = if is_task { "task" } else { "message" };
-        let reports = match (outcome, why) {
-            (Outcome::Cancelled { .. }, Some(StopReason::Shutdown)) => {
-                tracing::info!(task = %task, "run interrupted by shutdown; it resumes at the next start");
-                return None;
-            }
-            (Outcome::Completed { text, .. }, None | Some(StopReason::Shutdown)) => {
-                let content = if text.trim().is_empty() {
-                    "(The agent finished without a written answer.)".to_string()
-                } else {
-                    text
-                };
-                answer(content, reply_to, "review")
-            }
-            (Outcome::Completed { text, .. }, Some(StopReason::Cancelled(_))) => {
-                // The answer arrived as the cancellation did: keep the answer, but the
-                // tracker owns the status now.
-                let content = format!(
-                    "{text}\n\n_(This finished just as the {what} was cancelled; the status was left as the tracker set it.)_"
-                );
-                vec![Report::comment(content, reply_to)]
-            }
-            (
-                Outcome::Failed { steps, .. } | Outcome::Cancelled { steps, .. },
-                Some(StopReason::Cancelled(reason)),
-            ) => {
-                let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-                let content = format!(
-                    "Work on this {what} was cancelled{reason} after {steps} model turn(s). Changes already made in the working folder were kept as they are; the conversation is saved in session `{session_id}`."
-                );
-                vec![Report::comment(content, reply_to)]
-            }
-            (Outcome::Failed { error, .. }, None | Some(StopReason::Shutdown)) => {
-                failure(reply_to, session_id, &error)
-            }
-            (Outcome::Cancelled { .. }, None) => {
-                failure(reply_to, session_id, "the run was cancelled")
-            }
-        };
-        Some(reports)
-    }
-
-    /// Queues an outcome's reports. When the outbox cannot take them (a full disk),
-    /// the event stays pending, `/healthz` says the daemon is degraded, and they are
-    /// queued again every few seconds until it can; only then is the event done.
-    async fn queue_or_retry(&self, job: &Job, reports: Vec<Report>) -> bool {
-        let Err(e) = self.push(&job.task_id, reports.clone()).await else {
-            return true;
-        };
-        tracing::error!(task = %job.task_id, "cannot queue the result, will retry: {e}");
-        {
-            let mut d = lock(&self.shared.degraded);
-            d.0 += 1;
-            d.1 = format!("cannot queue reports: {e}");
         }
-        let (me, task, event) = (self.clone(), job.task_id.clone(), job.event_id.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(REPORT_RETRY).await;
-                match me.push(&task, reports.clone()).await {
-                    Ok(()) => {
-                        lock(&me.shared.degraded).0 -= 1;
-                        tracing::info!(task = %task, "the result is queued after all");
-                        me.mark_done(&event);
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::warn!(task = %task, "still cannot queue the result: {e}");
-                        lock(&me.shared.degraded).1 = format!("cannot queue reports: {e}");
-                    }
-                }
-            }
-        });
-        false
     }
 
     /// Why the daemon cannot currently keep its promises, if it cannot.
     pub fn degraded(&self) -> Option<String> {
-        let d = lock(&self.shared.degraded);
-        (d.0 > 0).then(|| format!("{} ({} result(s) waiting)", d.1, d.0))
+        self.shared.delivery.degraded()
     }
 
     fn finish(&self, job: &Job, done: bool) {
@@ -644,24 +561,16 @@ impl Router {
     }
 }
 
-/// How long between attempts to queue a result the outbox refused.
-const REPORT_RETRY: Duration = Duration::from_secs(2);
-
-/// A comment, then (for a task, not a chat reply) the status it leads to.
-fn answer(content: String, reply_to: Option<String>, status: &str) -> Vec<Report> {
-    let is_task = reply_to.is_none();
-    let mut reports = vec![Report::comment(content, reply_to)];
-    if is_task {
-        reports.push(Report::status(status));
+/// The prompt for work on a task; after a restart it says the last step may not have
+/// finished.
+fn task_prompt(title: &str, description: &str, attempt: u32) -> String {
+    let mut p = String::new();
+    if attempt > 1 {
+        p.push_str("picogent was restarted while you were working on this task, so your last step may not have finished. Check the current state of the working folder, then continue.\n\n");
     }
-    reports
-}
-
-fn failure(reply_to: Option<String>, session_id: &str, error: &str) -> Vec<Report> {
-    let content = if reply_to.is_none() {
-        format!("**picogent could not finish this task.**\n\n{error}\n\nThe conversation so far is saved in session `{session_id}`.")
-    } else {
-        format!("**picogent could not answer this message.**\n\n{error}")
-    };
-    answer(content, reply_to, "blocked")
+    p.push_str(&format!("Task: {title}"));
+    if !description.trim().is_empty() {
+        p.push_str(&format!("\n\n{description}"));
+    }
+    p
 }

@@ -7,10 +7,12 @@
 
 use std::time::{Duration, Instant};
 
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +38,20 @@ enum End {
     },
     Stopped,
 }
+
+/// Why a connection went no further: it ended, or the tracker refused the token (which
+/// stops the transport instead of reconnecting).
+enum Halt {
+    End(End),
+    Refused(FatalError),
+}
+
+fn lost(why: String, registered: bool) -> Halt {
+    Halt::End(End::Lost { why, registered })
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 fn ws_url(tracker_url: &str) -> String {
     let base = tracker_url.trim_end_matches('/');
@@ -88,6 +104,7 @@ pub async fn run(
     }
 }
 
+/// One connection, from dialling to its end.
 async fn connect_once(
     opts: &WsOptions,
     desc: &AgentDescription,
@@ -95,11 +112,33 @@ async fn connect_once(
     stop: &CancellationToken,
 ) -> Result<End, FatalError> {
     let url = ws_url(&opts.tracker_url);
-    let lost = |why: String, registered: bool| Ok(End::Lost { why, registered });
-    let mut req = match url.as_str().into_client_request() {
-        Ok(r) => r,
-        Err(e) => return lost(format!("bad URL {url}: {e}"), false),
+    let halt = match dial(opts, &url, stop).await {
+        Ok(socket) => {
+            let (tx, rx) = socket.split();
+            let mut conn = Conn {
+                tx,
+                rx,
+                url: &url,
+                stop,
+            };
+            match conn.handshake(opts, desc).await {
+                Ok(heartbeat) => conn.serve(heartbeat, router).await,
+                Err(halt) => halt,
+            }
+        }
+        Err(halt) => halt,
     };
+    match halt {
+        Halt::End(end) => Ok(end),
+        Halt::Refused(e) => Err(e),
+    }
+}
+
+/// Opens the socket with the bearer token, giving up after 10 s.
+async fn dial(opts: &WsOptions, url: &str, stop: &CancellationToken) -> Result<Socket, Halt> {
+    let mut req = url
+        .into_client_request()
+        .map_err(|e| lost(format!("bad URL {url}: {e}"), false))?;
     if let Ok(v) = format!("Bearer {}", opts.token).parse() {
         req.headers_mut().insert("authorization", v);
     }
@@ -109,164 +148,248 @@ async fn connect_once(
     );
     let ws = tokio::select! {
         r = connect => r,
-        _ = stop.cancelled() => return Ok(End::Stopped),
+        _ = stop.cancelled() => return Err(Halt::End(End::Stopped)),
     };
-    let (ws, _) = match ws {
-        Err(_) => return lost(format!("connecting to {url} timed out"), false),
+    match ws {
+        Err(_) => Err(lost(format!("connecting to {url} timed out"), false)),
         Ok(Err(tokio_tungstenite::tungstenite::Error::Http(resp)))
             if matches!(resp.status().as_u16(), 401 | 403) =>
         {
-            return Err(refused(
-                &url,
+            Err(Halt::Refused(refused(
+                url,
                 resp.status().as_u16(),
                 "the WebSocket handshake was refused".into(),
-            ))
+            )))
         }
-        Ok(Err(e)) => return lost(format!("cannot connect to {url}: {e}"), false),
-        Ok(Ok(ws)) => ws,
-    };
-    let (mut tx, mut rx) = ws.split();
-    let send = |v: Value| Message::Text(v.to_string().into());
-
-    // Handshake: auth, then register.
-    if tx
-        .send(send(json!({"type": "auth", "token": opts.token})))
-        .await
-        .is_err()
-    {
-        return lost("the connection closed during auth".into(), false);
+        Ok(Err(e)) => Err(lost(format!("cannot connect to {url}: {e}"), false)),
+        Ok(Ok((ws, _))) => Ok(ws),
     }
-    let mut heartbeat = opts.heartbeat;
-    let mut stage = "auth";
-    loop {
+}
+
+/// The refusal a close frame amounts to (4001/4003), if it is one.
+fn close_refusal(url: &str, frame: Option<&CloseFrame>) -> Option<Halt> {
+    let f = frame.filter(|f| matches!(u16::from(f.code), 4001 | 4003))?;
+    Some(Halt::Refused(refused(
+        url,
+        u16::from(f.code),
+        f.reason.to_string(),
+    )))
+}
+
+/// An `error` frame's message, or the refusal it amounts to.
+fn error_frame(url: &str, v: &Value) -> Result<String, Halt> {
+    let message = v["message"].as_str().unwrap_or("error").to_string();
+    if matches!(v["code"].as_str(), Some("unauthorized" | "forbidden")) {
+        return Err(Halt::Refused(refused(url, 4001, message)));
+    }
+    Ok(message)
+}
+
+/// An open connection, split so frames can be read and written independently.
+struct Conn<'a> {
+    tx: SplitSink<Socket, Message>,
+    rx: SplitStream<Socket>,
+    url: &'a str,
+    stop: &'a CancellationToken,
+}
+
+impl Conn<'_> {
+    async fn send(&mut self, v: Value) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+        self.tx.send(Message::Text(v.to_string().into())).await
+    }
+
+    /// Auth, then register; returns the heartbeat interval to keep.
+    async fn handshake(
+        &mut self,
+        opts: &WsOptions,
+        desc: &AgentDescription,
+    ) -> Result<Duration, Halt> {
+        if self
+            .send(json!({"type": "auth", "token": opts.token}))
+            .await
+            .is_err()
+        {
+            return Err(lost("the connection closed during auth".into(), false));
+        }
+        let mut stage = "auth";
+        loop {
+            let Some(v) = self.handshake_frame(stage).await? else {
+                continue;
+            };
+            match (stage, v["type"].as_str()) {
+                ("auth", Some("auth_ok")) => {
+                    stage = "register";
+                    self.register(desc).await?;
+                }
+                ("register", Some("registered")) => {
+                    tracing::info!(
+                        agent_id = v["agent_id"].as_str().unwrap_or("-"),
+                        "registered with the tracker over WebSocket"
+                    );
+                    return Ok(super::registration::heartbeat_from_tracker(
+                        v["heartbeat_interval_sec"].as_u64(),
+                    )
+                    .unwrap_or(opts.heartbeat));
+                }
+                (_, Some("error")) => {
+                    let message = error_frame(self.url, &v)?;
+                    return Err(lost(
+                        format!("the tracker answered {stage} with an error: {message}"),
+                        false,
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The next frame of the handshake as JSON (`None` for frames that carry none),
+    /// within 15 s.
+    async fn handshake_frame(&mut self, stage: &str) -> Result<Option<Value>, Halt> {
         let frame = tokio::select! {
-            f = tokio::time::timeout(Duration::from_secs(15), rx.next()) => f,
-            _ = stop.cancelled() => return Ok(End::Stopped),
+            f = tokio::time::timeout(Duration::from_secs(15), self.rx.next()) => f,
+            _ = self.stop.cancelled() => return Err(Halt::End(End::Stopped)),
         };
         let msg = match frame {
-            Err(_) => return lost(format!("no answer to {stage} within 15 s"), false),
-            Ok(None) => return lost(format!("the connection closed during {stage}"), false),
-            Ok(Some(Err(e))) => return lost(e.to_string(), false),
+            Err(_) => return Err(lost(format!("no answer to {stage} within 15 s"), false)),
+            Ok(None) => return Err(lost(format!("the connection closed during {stage}"), false)),
+            Ok(Some(Err(e))) => return Err(lost(e.to_string(), false)),
             Ok(Some(Ok(m))) => m,
         };
         match msg {
-            Message::Text(t) => {
-                let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
-                match (stage, v["type"].as_str()) {
-                    ("auth", Some("auth_ok")) => {
-                        stage = "register";
-                        let mut agent = serde_json::to_value(desc).unwrap_or(Value::Null);
-                        if let Some(o) = agent.as_object_mut() {
-                            o.remove("callback_url");
-                        }
-                        if tx
-                            .send(send(json!({"type": "register", "agent": agent})))
-                            .await
-                            .is_err()
-                        {
-                            return lost("the connection closed during register".into(), false);
-                        }
-                    }
-                    ("register", Some("registered")) => {
-                        if let Some(d) = super::registration::heartbeat_from_tracker(
-                            v["heartbeat_interval_sec"].as_u64(),
-                        ) {
-                            heartbeat = d;
-                        }
-                        tracing::info!(
-                            agent_id = v["agent_id"].as_str().unwrap_or("-"),
-                            "registered with the tracker over WebSocket"
-                        );
-                        break;
-                    }
-                    (_, Some("error")) => {
-                        let message = v["message"].as_str().unwrap_or("error").to_string();
-                        if matches!(v["code"].as_str(), Some("unauthorized" | "forbidden")) {
-                            return Err(refused(&url, 4001, message));
-                        }
-                        return lost(
-                            format!("the tracker answered {stage} with an error: {message}"),
-                            false,
-                        );
-                    }
-                    _ => {}
-                }
-            }
-            Message::Close(Some(f)) if matches!(u16::from(f.code), 4001 | 4003) => {
-                return Err(refused(&url, u16::from(f.code), f.reason.to_string()))
-            }
-            Message::Close(_) => {
-                return lost(
+            Message::Text(t) => Ok(Some(serde_json::from_str(&t).unwrap_or(Value::Null))),
+            Message::Close(f) => Err(close_refusal(self.url, f.as_ref()).unwrap_or_else(|| {
+                lost(
                     format!("the tracker closed the connection during {stage}"),
                     false,
                 )
-            }
-            _ => {}
+            })),
+            _ => Ok(None),
         }
     }
 
-    // Registered: events, heartbeats, liveness.
-    let mut last_seen = Instant::now();
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
-    loop {
-        tokio::select! {
-            frame = rx.next() => {
-                let msg = match frame {
-                    None => return lost("the connection closed".into(), true),
-                    Some(Err(e)) => return lost(e.to_string(), true),
-                    Some(Ok(m)) => m,
-                };
-                last_seen = Instant::now();
-                match msg {
-                    Message::Text(t) => {
-                        let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
-                        match v["type"].as_str() {
-                            Some("event") => {
-                                if let Some(ack) = handle_event(router, v["event"].clone()).await {
-                                    if tx.send(send(json!({"type": "ack", "event_id": ack}))).await.is_err() {
-                                        return lost("the connection closed while acking".into(), true);
-                                    }
-                                }
-                            }
-                            Some("error") => {
-                                let message = v["message"].as_str().unwrap_or("error").to_string();
-                                if matches!(v["code"].as_str(), Some("unauthorized" | "forbidden")) {
-                                    return Err(refused(&url, 4001, message));
-                                }
-                                tracing::warn!("the tracker reported an error: {message}");
-                            }
-                            _ => {}
-                        }
+    /// Registers the agent; the callback URL means nothing over WebSocket.
+    async fn register(&mut self, desc: &AgentDescription) -> Result<(), Halt> {
+        let mut agent = serde_json::to_value(desc).unwrap_or(Value::Null);
+        if let Some(o) = agent.as_object_mut() {
+            o.remove("callback_url");
+        }
+        self.send(json!({"type": "register", "agent": agent}))
+            .await
+            .map_err(|_| lost("the connection closed during register".into(), false))
+    }
+
+    /// Registered: events, heartbeats and liveness until the connection ends.
+    async fn serve(&mut self, heartbeat: Duration, router: &Router) -> Halt {
+        let stop = self.stop;
+        let mut last_seen = Instant::now();
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+        loop {
+            let step = tokio::select! {
+                frame = self.rx.next() => match frame {
+                    None => Err(lost("the connection closed".into(), true)),
+                    Some(Err(e)) => Err(lost(e.to_string(), true)),
+                    Some(Ok(msg)) => {
+                        last_seen = Instant::now();
+                        self.on_message(msg, router).await
                     }
-                    Message::Close(Some(f)) if matches!(u16::from(f.code), 4001 | 4003) => {
-                        return Err(refused(&url, u16::from(f.code), f.reason.to_string()))
-                    }
-                    Message::Close(f) => {
-                        let why = f.map(|f| format!("closed by the tracker ({}: {})", u16::from(f.code), f.reason)).unwrap_or_else(|| "closed by the tracker".into());
-                        return lost(why, true);
-                    }
-                    // Pings are answered by tungstenite itself on the next read or write.
-                    _ => {}
+                },
+                _ = ticker.tick() => self.beat(last_seen, heartbeat, router).await,
+                _ = stop.cancelled() => {
+                    self.close_away().await;
+                    Err(Halt::End(End::Stopped))
                 }
-            }
-            _ = ticker.tick() => {
-                if last_seen.elapsed() > heartbeat * 3 {
-                    return lost(format!("nothing received for {} s", last_seen.elapsed().as_secs()), true);
-                }
-                let load = router.load();
-                let beat = json!({"type": "heartbeat", "status": load.status, "active_tasks": load.active_tasks, "queued": load.queued});
-                if tx.send(send(beat)).await.is_err() || tx.send(Message::Ping(Vec::new().into())).await.is_err() {
-                    return lost("the connection closed while sending a heartbeat".into(), true);
-                }
-            }
-            _ = stop.cancelled() => {
-                let _ = tx.send(Message::Close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
-                    code: CloseCode::Away,
-                    reason: "agent shutting down".into(),
-                }))).await;
-                return Ok(End::Stopped);
+            };
+            if let Err(halt) = step {
+                return halt;
             }
         }
+    }
+
+    /// One frame after registration: events are journaled and acked.
+    async fn on_message(&mut self, msg: Message, router: &Router) -> Result<(), Halt> {
+        match msg {
+            Message::Text(t) => {
+                let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
+                match v["type"].as_str() {
+                    Some("event") => {
+                        if let Some(ack) = handle_event(router, v["event"].clone()).await {
+                            if self
+                                .send(json!({"type": "ack", "event_id": ack}))
+                                .await
+                                .is_err()
+                            {
+                                return Err(lost(
+                                    "the connection closed while acking".into(),
+                                    true,
+                                ));
+                            }
+                        }
+                    }
+                    Some("error") => {
+                        let message = error_frame(self.url, &v)?;
+                        tracing::warn!("the tracker reported an error: {message}");
+                    }
+                    _ => {}
+                }
+                Ok(())
+            }
+            Message::Close(f) => Err(close_refusal(self.url, f.as_ref()).unwrap_or_else(|| {
+                let why = f
+                    .map(|f| {
+                        format!(
+                            "closed by the tracker ({}: {})",
+                            u16::from(f.code),
+                            f.reason
+                        )
+                    })
+                    .unwrap_or_else(|| "closed by the tracker".into());
+                lost(why, true)
+            })),
+            // Pings are answered by tungstenite itself on the next read or write.
+            _ => Ok(()),
+        }
+    }
+
+    /// A heartbeat and a ping, unless the tracker has gone quiet for three intervals.
+    async fn beat(
+        &mut self,
+        last_seen: Instant,
+        heartbeat: Duration,
+        router: &Router,
+    ) -> Result<(), Halt> {
+        if last_seen.elapsed() > heartbeat * 3 {
+            return Err(lost(
+                format!("nothing received for {} s", last_seen.elapsed().as_secs()),
+                true,
+            ));
+        }
+        let load = router.load();
+        let beat = json!({"type": "heartbeat", "status": load.status, "active_tasks": load.active_tasks, "queued": load.queued});
+        if self.send(beat).await.is_err()
+            || self
+                .tx
+                .send(Message::Ping(Vec::new().into()))
+                .await
+                .is_err()
+        {
+            return Err(lost(
+                "the connection closed while sending a heartbeat".into(),
+                true,
+            ));
+        }
+        Ok(())
+    }
+
+    async fn close_away(&mut self) {
+        let _ = self
+            .tx
+            .send(Message::Close(Some(CloseFrame {
+                code: CloseCode::Away,
+                reason: "agent shutting down".into(),
+            })))
+            .await;
     }
 }
 

@@ -127,15 +127,43 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-    let me = std::process::id();
     let outside = s.outside.join("escaped");
-    // The secrets this picogent holds (the values must appear nowhere a command reads).
-    let secrets: Vec<String> = std::env::vars_os()
+    let secrets = held_secrets();
+    let attacks = attacks(&s, &outside, &secrets, port);
+    println!("\nSelf-test (network: deny, one allowed folder holding a config file and state/):");
+    let all = run_attacks(&attacks, &ctx).await;
+    drop(listener);
+    let _ = std::fs::remove_dir_all(&s.base);
+    println!(
+        "\n{}",
+        if all {
+            "Every attack was stopped."
+        } else {
+            "Some attacks got through: see the README's Security section."
+        }
+    );
+    Ok(all)
+}
+
+/// The secrets this picogent holds (the values must appear nowhere a command reads).
+fn held_secrets() -> Vec<String> {
+    std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, v)| crate::config::secrets::is_secret(k) && v.len() >= 8)
         .map(|(_, v)| v)
-        .collect();
-    let attacks = vec![
+        .collect()
+}
+
+/// The attacks on the setup `s`: `outside` is a path outside the allowed ones, and
+/// `port` one a listener holds on 127.0.0.1.
+fn attacks<'a>(
+    s: &'a Setup,
+    outside: &'a Path,
+    secrets: &'a [String],
+    port: u16,
+) -> Vec<Attack<'a>> {
+    let me = std::process::id();
+    vec![
         attack(
             "write outside the allowed paths",
             format!("echo x > {}", outside.display()),
@@ -171,16 +199,20 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
             "echo ok > inside.txt && cat inside.txt".to_string(),
             |out| out.starts_with("ok"),
         ),
-    ];
-    println!("\nSelf-test (network: deny, one allowed folder holding a config file and state/):");
+    ]
+}
+
+/// Runs each attack through the bash tool and prints whether it held; true when all
+/// did.
+async fn run_attacks(attacks: &[Attack<'_>], ctx: &ToolContext) -> bool {
     let mut all = true;
     for Attack {
         what,
         command,
         held,
-    } in &attacks
+    } in attacks
     {
-        let r = execute("bash", &json!({ "command": command }), &ctx).await;
+        let r = execute("bash", &json!({ "command": command }), ctx).await;
         let ok = held(&r.text);
         all &= ok;
         let first = r.text.lines().next().unwrap_or("").to_string();
@@ -190,15 +222,5 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
             crate::util::one_line(&first, 100)
         );
     }
-    drop(listener);
-    let _ = std::fs::remove_dir_all(&s.base);
-    println!(
-        "\n{}",
-        if all {
-            "Every attack was stopped."
-        } else {
-            "Some attacks got through: see the README's Security section."
-        }
-    );
-    Ok(all)
+    all
 }

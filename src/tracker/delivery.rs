@@ -1,0 +1,173 @@
+//! Result delivery: what the tracker is told about a run (the comment or reply an
+//! outcome becomes, and the status it leads to), and queuing those reports in the
+//! durable outbox. When the outbox cannot take them (a full disk), they are queued
+//! again every few seconds until it can, and the daemon says it is degraded meanwhile.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::agent::Outcome;
+use crate::tracker::outbox::Outbox;
+use crate::tracker::router::{lock, StopReason};
+use crate::tracker::types::Report;
+
+/// How long between attempts to queue a result the outbox refused.
+const REPORT_RETRY: Duration = Duration::from_secs(2);
+
+pub(super) struct Delivery {
+    outbox: Outbox,
+    /// While results cannot be queued (say, the disk is full): how many wait, and why
+    /// the last one could not be queued.
+    degraded: Mutex<(usize, String)>,
+}
+
+impl Delivery {
+    pub(super) fn new(outbox: Outbox) -> Delivery {
+        Delivery {
+            outbox,
+            degraded: Mutex::new((0, String::new())),
+        }
+    }
+
+    /// Queues reports off the runtime's threads: the outbox syncs to disk.
+    async fn push(&self, task_id: &str, reports: Vec<Report>) -> std::io::Result<()> {
+        let (outbox, task) = (self.outbox.clone(), task_id.to_string());
+        tokio::task::spawn_blocking(move || outbox.push(&task, reports))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
+    /// Queues reports; one that cannot be queued is logged and dropped.
+    pub(super) async fn report(&self, task_id: &str, reports: Vec<Report>) {
+        if let Err(e) = self.push(task_id, reports).await {
+            tracing::error!(task = task_id, "cannot queue a report: {e}");
+        }
+    }
+
+    /// Queues an outcome's reports; true when they are queued. When the outbox cannot
+    /// take them, the daemon is degraded and they are queued again every few seconds
+    /// until it can; only then is `on_queued` called (it marks the event done).
+    pub(super) async fn queue_or_retry(
+        self: &Arc<Self>,
+        task_id: &str,
+        reports: Vec<Report>,
+        on_queued: impl FnOnce() + Send + 'static,
+    ) -> bool {
+        let Err(e) = self.push(task_id, reports.clone()).await else {
+            return true;
+        };
+        tracing::error!(task = %task_id, "cannot queue the result, will retry: {e}");
+        {
+            let mut d = lock(&self.degraded);
+            d.0 += 1;
+            d.1 = format!("cannot queue reports: {e}");
+        }
+        let (me, task) = (self.clone(), task_id.to_string());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REPORT_RETRY).await;
+                match me.push(&task, reports.clone()).await {
+                    Ok(()) => {
+                        lock(&me.degraded).0 -= 1;
+                        tracing::info!(task = %task, "the result is queued after all");
+                        on_queued();
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(task = %task, "still cannot queue the result: {e}");
+                        lock(&me.degraded).1 = format!("cannot queue reports: {e}");
+                    }
+                }
+            }
+        });
+        false
+    }
+
+    /// Why results cannot currently be queued, if they cannot.
+    pub(super) fn degraded(&self) -> Option<String> {
+        let d = lock(&self.degraded);
+        (d.0 > 0).then(|| format!("{} ({} result(s) waiting)", d.1, d.0))
+    }
+}
+
+/// The reports for a run's outcome: `reply_to` is the chat message it answers (`None`
+/// for work on the task itself), `why` what stopped it. `None` when the event must
+/// stay pending.
+pub(super) fn outcome_reports(
+    task: &str,
+    reply_to: Option<String>,
+    session_id: &str,
+    outcome: Outcome,
+    why: Option<StopReason>,
+) -> Option<Vec<Report>> {
+    let what = if reply_to.is_none() {
+        "task"
+    } else {
+        "message"
+    };
+    let reports = match (outcome, why) {
+        (Outcome::Cancelled { .. }, Some(StopReason::Shutdown)) => {
+            tracing::info!(task = %task, "run interrupted by shutdown; it resumes at the next start");
+            return None;
+        }
+        (Outcome::Completed { text, .. }, None | Some(StopReason::Shutdown)) => {
+            let content = if text.trim().is_empty() {
+                "(The agent finished without a written answer.)".to_string()
+            } else {
+                text
+            };
+            answer(content, reply_to, "review")
+        }
+        (Outcome::Completed { text, .. }, Some(StopReason::Cancelled(_))) => {
+            // The answer arrived as the cancellation did: keep the answer, but the
+            // tracker owns the status now.
+            let content = format!(
+                "{text}\n\n_(This finished just as the {what} was cancelled; the status was left as the tracker set it.)_"
+            );
+            vec![Report::comment(content, reply_to)]
+        }
+        (
+            Outcome::Failed { steps, .. } | Outcome::Cancelled { steps, .. },
+            Some(StopReason::Cancelled(reason)),
+        ) => {
+            let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+            let content = format!(
+                "Work on this {what} was cancelled{reason} after {steps} model turn(s). Changes already made in the working folder were kept as they are; the conversation is saved in session `{session_id}`."
+            );
+            vec![Report::comment(content, reply_to)]
+        }
+        (Outcome::Failed { error, .. }, None | Some(StopReason::Shutdown)) => {
+            failure(reply_to, session_id, &error)
+        }
+        (Outcome::Cancelled { .. }, None) => failure(reply_to, session_id, "the run was cancelled"),
+    };
+    Some(reports)
+}
+
+/// The reports for a task whose work was interrupted `interrupted` times: it is blocked
+/// rather than started again.
+pub(super) fn stopped_retrying(interrupted: u32, session_id: &str) -> Vec<Report> {
+    let content = format!(
+        "**picogent stopped retrying this task.** Work on it was interrupted {interrupted} times (the daemon stopped or crashed while it ran), so it is not started again automatically. The conversation so far is saved in session `{session_id}`."
+    );
+    vec![Report::comment(content, None), Report::status("blocked")]
+}
+
+/// A comment, then (for a task, not a chat reply) the status it leads to.
+fn answer(content: String, reply_to: Option<String>, status: &str) -> Vec<Report> {
+    let is_task = reply_to.is_none();
+    let mut reports = vec![Report::comment(content, reply_to)];
+    if is_task {
+        reports.push(Report::status(status));
+    }
+    reports
+}
+
+fn failure(reply_to: Option<String>, session_id: &str, error: &str) -> Vec<Report> {
+    let content = if reply_to.is_none() {
+        format!("**picogent could not finish this task.**\n\n{error}\n\nThe conversation so far is saved in session `{session_id}`.")
+    } else {
+        format!("**picogent could not answer this message.**\n\n{error}")
+    };
+    answer(content, reply_to, "blocked")
+}
