@@ -1,16 +1,19 @@
-//! Chat requests as logs: every frame of a request gets a `seq` and is kept (bounded),
-//! so a client that connects late or reconnects can ask for the frames after the last
-//! `seq` it saw and then follow the live stream, without loss or repeats.
+//! Chat requests as logs: a run's events become its request's frames (`forward`), and
+//! every frame gets a `seq` and is kept (bounded, written out once), so a client that
+//! connects late or reconnects can ask for the frames after the last `seq` it saw and
+//! then follow the live stream, without loss or repeats (`attach`). Also each
+//! connection's bounded queue of outgoing frames (`Outbound`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use axum::extract::ws::Utf8Bytes;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use super::protocol::{Outgoing, ServerFrame};
 use crate::agent::control::RunControl;
 use crate::agent::{AgentEvent, Outcome, RunHandle};
 
@@ -27,23 +30,28 @@ pub type Runs = Arc<Mutex<HashMap<String, Arc<RunLog>>>>;
 /// slow to follow and is disconnected (its runs then follow the `keepAlive` rules).
 pub const OUTBOUND_FRAMES: usize = 4096;
 
-/// The way to one connection: a bounded queue toward its writer.
+/// The way to one connection: a bounded queue of frame texts toward its writer.
 #[derive(Clone)]
 pub struct Outbound {
-    tx: tokio::sync::mpsc::Sender<Value>,
+    tx: tokio::sync::mpsc::Sender<Utf8Bytes>,
     /// Cancelled when the client falls too far behind.
     conn: CancellationToken,
 }
 
 impl Outbound {
-    pub fn new(tx: tokio::sync::mpsc::Sender<Value>, conn: CancellationToken) -> Outbound {
+    pub fn new(tx: tokio::sync::mpsc::Sender<Utf8Bytes>, conn: CancellationToken) -> Outbound {
         Outbound { tx, conn }
     }
 
     /// Queues a frame; false when the connection is gone or was just dropped for
     /// being too slow.
-    pub fn send(&self, frame: Value) -> bool {
-        match self.tx.try_send(frame) {
+    pub fn send(&self, frame: &Outgoing) -> bool {
+        self.send_text(frame.encode().into())
+    }
+
+    /// Queues a frame already written out (one of a request's log).
+    fn send_text(&self, text: Utf8Bytes) -> bool {
+        match self.tx.try_send(text) {
             Ok(()) => true,
             Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
                 tracing::warn!(
@@ -59,8 +67,8 @@ impl Outbound {
     /// Queues a frame of a replayed backlog, waiting for room (a backlog may be
     /// longer than the queue); a client that takes nothing for `BACKLOG_WAIT` is
     /// disconnected.
-    pub async fn send_backlog(&self, frame: Value) -> bool {
-        match tokio::time::timeout(BACKLOG_WAIT, self.tx.send(frame)).await {
+    async fn send_backlog(&self, text: Utf8Bytes) -> bool {
+        match tokio::time::timeout(BACKLOG_WAIT, self.tx.send(text)).await {
             Ok(r) => r.is_ok(),
             Err(_) => {
                 self.conn.cancel();
@@ -73,39 +81,53 @@ impl Outbound {
 /// How long a replaying client may leave its queue full.
 const BACKLOG_WAIT: Duration = Duration::from_secs(30);
 
-/// A request's replay log: the last `seq`, the frames kept (oldest first, each with
-/// its size) and their total size.
-type Kept = (u64, std::collections::VecDeque<(Value, usize)>, usize);
+/// One frame of a request's log, written out once and shared by every connection that
+/// follows the request.
+#[derive(Clone)]
+struct Logged {
+    seq: u64,
+    /// The request's `done`, its last frame.
+    last: bool,
+    text: Utf8Bytes,
+}
+
+/// A request's replay log: the last `seq`, the frames kept (oldest first) and their
+/// total size in bytes.
+#[derive(Default)]
+struct Kept {
+    seq: u64,
+    frames: VecDeque<Logged>,
+    bytes: usize,
+}
 
 pub struct RunLog {
+    /// The client's id of the request, on every frame.
+    id: String,
+    /// The session the request runs in.
+    pub session: String,
     /// The server-issued id of a `keepAlive` run, by which any connection may address
     /// it; other runs belong to the connection that started them.
     pub run_id: Option<String>,
-    /// The session the request runs in.
-    pub session: String,
-    /// The last `seq`, the frames kept (oldest first) and their size in bytes.
     frames: Mutex<Kept>,
-    live: broadcast::Sender<Value>,
+    live: broadcast::Sender<Logged>,
     done: AtomicBool,
     pub token: CancellationToken,
     pub control: RunControl,
 }
 
-fn seq_of(f: &Value) -> u64 {
-    f["seq"].as_u64().unwrap_or(0)
-}
-
 impl RunLog {
     pub fn new(
+        id: String,
+        session: String,
+        run_id: Option<String>,
         token: CancellationToken,
         control: RunControl,
-        run_id: Option<String>,
-        session: String,
     ) -> Arc<RunLog> {
         Arc::new(RunLog {
-            run_id,
+            id,
             session,
-            frames: Mutex::new((0, std::collections::VecDeque::new(), 0)),
+            run_id,
+            frames: Mutex::new(Kept::default()),
             live: broadcast::channel(1024).0,
             done: AtomicBool::new(false),
             token,
@@ -117,36 +139,61 @@ impl RunLog {
         self.done.load(Ordering::Acquire)
     }
 
-    fn push(&self, mut frame: Value) {
-        let Ok(mut f) = self.frames.lock() else {
+    /// Adds a frame of this request, with its `seq` (and `runId`), and sends it to the
+    /// connections following the request.
+    fn push(&self, frame: ServerFrame) {
+        let Ok(mut k) = self.frames.lock() else {
             return;
         };
-        f.0 += 1;
-        frame["seq"] = json!(f.0);
-        if let Some(run) = &self.run_id {
-            frame["runId"] = json!(run);
-        }
-        let size = frame.to_string().len();
-        while f.1.len() >= MAX_FRAMES || (f.2 + size > MAX_LOG_BYTES && !f.1.is_empty()) {
-            if let Some((_, s)) = f.1.pop_front() {
-                f.2 -= s;
+        k.seq += 1;
+        let last = frame.is_done();
+        let out = Outgoing {
+            seq: Some(k.seq),
+            run_id: self.run_id.clone(),
+            ..Outgoing::new(Some(self.id.clone()), Some(self.session.clone()), frame)
+        };
+        let text = Utf8Bytes::from(out.encode());
+        let size = text.len();
+        while k.frames.len() >= MAX_FRAMES
+            || (k.bytes + size > MAX_LOG_BYTES && !k.frames.is_empty())
+        {
+            if let Some(old) = k.frames.pop_front() {
+                k.bytes -= old.text.len();
             }
         }
-        f.1.push_back((frame.clone(), size));
-        f.2 += size;
+        let logged = Logged {
+            seq: k.seq,
+            last,
+            text,
+        };
+        k.frames.push_back(logged.clone());
+        k.bytes += size;
         // Sent under the lock, so live frames arrive in `seq` order.
-        let _ = self.live.send(frame);
+        let _ = self.live.send(logged);
     }
 
-    fn since(&self, after: u64) -> Vec<Value> {
-        match self.frames.lock() {
-            Ok(f) => {
-                f.1.iter()
-                    .map(|(v, _)| v)
-                    .filter(|v| seq_of(v) > after)
-                    .cloned()
-                    .collect()
+    /// Ends the request: `error` for a failed or cancelled run (or one whose task
+    /// ended without saying how), then `done`, which is in the log before the log
+    /// says it is done.
+    fn finish(&self, outcome: Option<Outcome>) {
+        let error = match outcome {
+            Some(Outcome::Failed { error, .. }) => Some(error),
+            Some(Outcome::Cancelled { .. }) => Some("cancelled".into()),
+            Some(Outcome::Completed { .. }) => None,
+            None => {
+                Some("the run ended unexpectedly (an internal error); its session is kept".into())
             }
+        };
+        if let Some(e) = error {
+            self.push(ServerFrame::error(e));
+        }
+        self.push(ServerFrame::done());
+        self.done.store(true, Ordering::Release);
+    }
+
+    fn since(&self, after: u64) -> Vec<Logged> {
+        match self.frames.lock() {
+            Ok(k) => k.frames.iter().filter(|f| f.seq > after).cloned().collect(),
             Err(_) => Vec::new(),
         }
     }
@@ -162,9 +209,8 @@ pub fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToke
         // is gone or the request's `done` was sent.
         async fn backlog(log: &RunLog, tx: &Outbound, last: &mut u64) -> bool {
             for f in log.since(*last) {
-                *last = seq_of(&f);
-                let done = f["type"] == "done";
-                if !tx.send_backlog(f).await || done {
+                *last = f.seq;
+                if !tx.send_backlog(f.text).await || f.last {
                     return false;
                 }
             }
@@ -186,14 +232,10 @@ pub fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToke
                 _ = conn.cancelled() => return,
             };
             match f {
+                Ok(f) if f.seq <= last => {}
                 Ok(f) => {
-                    let s = seq_of(&f);
-                    if s <= last {
-                        continue;
-                    }
-                    last = s;
-                    let done = f["type"] == "done";
-                    if !tx.send(f) || done {
+                    last = f.seq;
+                    if !tx.send_text(f.text) || f.last {
                         return;
                     }
                 }
@@ -209,89 +251,74 @@ pub fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToke
     });
 }
 
-/// Turns one run's events into frames for its request id; `keys` are the run's
-/// entries in `runs`, removed a while after it ends.
-pub async fn forward(
-    mut handle: RunHandle,
-    id: String,
-    session: String,
-    log: Arc<RunLog>,
-    runs: Runs,
-    keys: Vec<String>,
-) {
-    let frame = |kind: &str, content: &str| json!({"id": id, "type": kind, "content": content, "sessionId": session});
+/// The frame a run's event becomes, if any (`Finished` is [`RunLog::finish`]'s).
+fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
+    Some(match ev {
+        AgentEvent::TextDelta { text } => ServerFrame::Text { content: text },
+        AgentEvent::ToolCall { summary, .. } => ServerFrame::ToolUse { content: summary },
+        AgentEvent::ToolResult {
+            is_error: true,
+            name,
+            output,
+            ..
+        } => ServerFrame::ToolResult {
+            content: format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
+        },
+        AgentEvent::Retry { reason, .. } => ServerFrame::Retry { content: reason },
+        AgentEvent::State { state } => ServerFrame::State {
+            content: serde_json::to_value(state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+        },
+        AgentEvent::Instruction { text, .. } => ServerFrame::Instruction { content: text },
+        AgentEvent::Checkpoint { step, message, .. } => ServerFrame::Checkpoint {
+            content: message,
+            step,
+        },
+        AgentEvent::RolledBack { step, .. } => ServerFrame::Rollback {
+            content: format!("rolled back to step {step}"),
+            step,
+        },
+        _ => return None,
+    })
+}
+
+/// Turns one run's events into its request's frames; `keys` are the run's entries in
+/// `runs`, removed a while after it ends.
+pub async fn forward(mut handle: RunHandle, log: Arc<RunLog>, runs: Runs, keys: Vec<String>) {
     while let Some(ev) = handle.events.recv().await {
-        let f = match ev {
-            AgentEvent::TextDelta { text } => frame("text", &text),
-            AgentEvent::ToolCall { summary, .. } => frame("tool_use", &summary),
-            AgentEvent::ToolResult {
-                is_error: true,
-                name,
-                output,
-                ..
-            } => frame(
-                "tool_result",
-                &format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
-            ),
-            AgentEvent::Retry { reason, .. } => frame("retry", &reason),
-            AgentEvent::State { state } => {
-                let s = serde_json::to_value(state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default();
-                frame("state", &s)
-            }
-            AgentEvent::Instruction { text, .. } => frame("instruction", &text),
-            AgentEvent::Checkpoint { step, message, .. } => {
-                let mut f = frame("checkpoint", &message);
-                f["step"] = json!(step);
-                f
-            }
-            AgentEvent::RolledBack { step, .. } => {
-                let mut f = frame("rollback", &format!("rolled back to step {step}"));
-                f["step"] = json!(step);
-                f
-            }
-            AgentEvent::Finished { outcome } => {
-                match outcome {
-                    Outcome::Failed { error, .. } => log.push(frame("error", &error)),
-                    Outcome::Cancelled { .. } => log.push(frame("error", "cancelled")),
-                    Outcome::Completed { .. } => {}
+        match ev {
+            AgentEvent::Finished { outcome } => log.finish(Some(outcome)),
+            ev => {
+                if let Some(f) = frame_of(ev) {
+                    log.push(f);
                 }
-                // The `done` frame is in the log before the log says it is done.
-                log.push(frame("done", ""));
-                log.done.store(true, Ordering::Release);
-                continue;
             }
-            _ => continue,
-        };
-        log.push(f);
+        }
     }
     if !log.is_done() {
         // The run's task ended without its `Finished` (it panicked): the client still
         // gets an error and `done`, never a request that hangs forever.
-        log.push(frame(
-            "error",
-            "the run ended unexpectedly (an internal error); its session is kept",
-        ));
-        log.push(frame("done", ""));
-        log.done.store(true, Ordering::Release);
+        log.finish(None);
     }
-    log.done.store(true, Ordering::Release);
-    tokio::spawn(async move {
-        // Only its own connection can reach a request that was not `keepAlive`: its
-        // log goes when that connection does, or after the usual while.
-        let own_only = log.run_id.is_none();
-        tokio::select! {
-            _ = tokio::time::sleep(KEEP_FINISHED) => {}
-            _ = log.token.cancelled(), if own_only => {}
-        }
-        if let Ok(mut r) = runs.lock() {
-            for key in &keys {
-                if r.get(key).is_some_and(|l| Arc::ptr_eq(l, &log)) {
-                    r.remove(key);
-                }
+    tokio::spawn(forget_later(log, runs, keys));
+}
+
+/// Removes a finished request from `runs` after `KEEP_FINISHED`. Only its own
+/// connection can reach a request that was not `keepAlive`: its log goes when that
+/// connection does.
+async fn forget_later(log: Arc<RunLog>, runs: Runs, keys: Vec<String>) {
+    let own_only = log.run_id.is_none();
+    tokio::select! {
+        _ = tokio::time::sleep(KEEP_FINISHED) => {}
+        _ = log.token.cancelled(), if own_only => {}
+    }
+    if let Ok(mut r) = runs.lock() {
+        for key in &keys {
+            if r.get(key).is_some_and(|l| Arc::ptr_eq(l, &log)) {
+                r.remove(key);
             }
         }
-    });
+    }
 }

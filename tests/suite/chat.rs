@@ -201,6 +201,18 @@ async fn invalid_frames_get_errors_and_the_connection_stays_usable() {
         .as_str()
         .unwrap()
         .contains("unknown control frame"));
+    // A known frame type with a missing field: the error names both.
+    send(&mut ws, json!({"type": "rollback", "id": "r"})).await;
+    let f = next(&mut ws).await;
+    assert_eq!(
+        (f["id"].as_str(), f["type"].as_str(), f["content"].as_str()),
+        (
+            Some("r"),
+            Some("error"),
+            Some("frame type \"rollback\": missing field `step`")
+        ),
+        "{f}"
+    );
     send(&mut ws, json!({"id": "ok", "content": "hello"})).await;
     let kinds = of(&until_done(&mut ws, "ok").await, "ok");
     assert_eq!(

@@ -1,0 +1,107 @@
+//! Frames about a session's branches rather than a running request: `branches` (list
+//! them), `compare` (two side by side, with the diff of their files) and `prefer`
+//! (record which was better). Each gets one answer, of its own `type` or `error`.
+
+use serde_json::Value;
+
+use super::protocol::{
+    BranchSummary, Compare, Outgoing, Prefer, Query, ServerFrame, SessionFrame, SessionRef,
+};
+use super::runs::Outbound;
+use crate::agent::Agent;
+use crate::session::branches;
+use crate::session::records::Preference;
+use crate::session::{Record, Session};
+
+/// Answers a question about a session.
+pub(super) async fn answer(agent: Agent, f: SessionFrame, tx: Outbound) {
+    let SessionFrame {
+        about: SessionRef { id, session_id },
+        query,
+    } = f;
+    let frame = reply(&agent, &session_id, query)
+        .await
+        .unwrap_or_else(ServerFrame::error);
+    tx.send(&Outgoing::new(id, Some(session_id), frame));
+}
+
+async fn reply(agent: &Agent, session: &str, query: Query) -> Result<ServerFrame, String> {
+    let kind = query.kind();
+    let s = agent
+        .sessions()
+        .snapshot(session)
+        .map_err(|e| format!("{kind}: {e}"))?;
+    match query {
+        Query::Branches => Ok(ServerFrame::Branches { content: list(&s) }),
+        Query::Compare(c) => {
+            compare(agent, &s, session, &c).map(|content| ServerFrame::Compare { content })
+        }
+        Query::Prefer(p) => {
+            known_branches(&s, &[&p.chosen, &p.rejected])?;
+            drop(s);
+            prefer(agent, session, p).await
+        }
+    }
+}
+
+fn list(s: &Session) -> Vec<BranchSummary> {
+    branches::branches(s)
+        .into_iter()
+        .map(|b| BranchSummary {
+            steps: branches::steps(s, &b.path).len(),
+            name: b.name,
+        })
+        .collect()
+}
+
+/// Every name is one of the session's branches.
+fn known_branches(s: &Session, names: &[&str]) -> Result<(), String> {
+    let all: Vec<String> = branches::branches(s).into_iter().map(|b| b.name).collect();
+    match names.iter().find(|n| !all.iter().any(|m| m == *n)) {
+        Some(n) => Err(format!(
+            "no branch {n:?}; the branches are {}",
+            all.join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Two branches' steps from their common point, and the diff of their final files
+/// when both have checkpoints.
+fn compare(agent: &Agent, s: &Session, session: &str, c: &Compare) -> Result<Value, String> {
+    let mut cmp = branches::compare(s, &c.a, &c.b).map_err(|e| format!("compare: {e}"))?;
+    if let (Some(ca), Some(cb)) = (
+        cmp["a"]["final_commit"].as_str(),
+        cmp["b"]["final_commit"].as_str(),
+    ) {
+        let cfg = agent.config();
+        let diff = crate::agent::checkpoint::Checkpoints::open(
+            &cfg.state_dir(),
+            session,
+            &cfg.work_dir,
+            agent.sandbox(),
+        )
+        .and_then(|c| c.diff(ca, cb));
+        cmp["diff"] = Value::String(match diff {
+            Ok(d) => d,
+            Err(e) => format!("(no diff: {e})"),
+        });
+    }
+    Ok(cmp)
+}
+
+/// Records the preference in the session, for the `dpo` and `prm` exports.
+async fn prefer(agent: &Agent, session: &str, p: Prefer) -> Result<ServerFrame, String> {
+    let record = Record::Preference(Preference {
+        chosen: p.chosen,
+        rejected: p.rejected,
+        note: p.note,
+        time: crate::util::now_iso(),
+    });
+    match agent.annotate(session, &record).await {
+        Ok(_) => Ok(ServerFrame::Prefer {
+            content: "recorded".into(),
+        }),
+        Err(e) => Err(format!("prefer: {e}")),
+    }
+}

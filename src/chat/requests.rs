@@ -1,0 +1,169 @@
+//! Frames addressed to a request: a prompt starts one, `subscribe` replays and follows
+//! one, and the live controls (`cancel`, `pause`, `resume`, `stop`, `instruct`,
+//! `rollback`, `branch`) steer a running one. Requests belong to their connection
+//! (keyed `c<conn>/<id>`); a `keepAlive` run can also be reached by its `runId`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::protocol::{Action, Control, Outgoing, Prompt, ServerFrame, Subscribe, Target};
+use super::runs::{attach, forward, Outbound, RunLog};
+use super::{ChatState, Conn};
+use crate::agent::control::Role;
+use crate::agent::RunRequest;
+
+/// The key of a request in `runs`: its client's id, scoped to its connection.
+fn own_key(conn: &Conn, id: &str) -> String {
+    format!("c{}/{id}", conn.id)
+}
+
+/// The running (or recently finished) request a frame addresses: any connection's
+/// `keepAlive` run by its server-issued `runId`, else this connection's request `id`.
+fn find_run(st: &ChatState, conn: &Conn, to: &Target) -> Option<Arc<RunLog>> {
+    let runs = st.runs.lock().ok()?;
+    if let Some(run) = &to.run_id {
+        return runs
+            .get(run)
+            .filter(|l| l.run_id.as_ref() == Some(run))
+            .cloned();
+    }
+    to.id
+        .as_ref()
+        .and_then(|i| runs.get(&own_key(conn, i)).cloned())
+}
+
+/// Starts a prompt's run and streams its frames to this connection.
+pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
+    let Prompt {
+        id,
+        content,
+        session_id,
+        work_dir,
+        system_prompt,
+        keep_alive,
+    } = p;
+    let session = session_id.unwrap_or_else(crate::util::new_session_id);
+    let work_dir = match work_dir.map(|dir| check_work_dir(st, &dir)).transpose() {
+        Ok(w) => w,
+        Err(e) => {
+            let (id, session) = (Some(id), Some(session));
+            tx.send(&Outgoing::error(id.clone(), session.clone(), e));
+            tx.send(&Outgoing::new(id, session, ServerFrame::done()));
+            return;
+        }
+    };
+    // A run normally ends with its connection; `keepAlive` runs go on, and any client
+    // can re-attach with `subscribe`.
+    let token = if keep_alive {
+        st.stop.child_token()
+    } else {
+        conn.token.child_token()
+    };
+    let Ok(mut runs) = st.runs.lock() else { return };
+    let key = own_key(conn, &id);
+    if runs.get(&key).is_some_and(|l| !l.is_done()) {
+        drop(runs);
+        let message = format!("a request with id {id:?} is already running");
+        tx.send(&Outgoing::error(Some(id), None, message));
+        return;
+    }
+    let request = RunRequest {
+        prompt: content,
+        session_id: session.clone(),
+        work_dir,
+        system_prompt,
+    };
+    let handle = st.agent.start_with_cancel(request, token.clone());
+    // A keepAlive run outlives its connection, so it also gets an id any client can
+    // address it by (`runId` in its frames); other runs stay the connection's.
+    let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
+    let log = RunLog::new(id, session, run_id.clone(), token, handle.control.clone());
+    let keys: Vec<String> = std::iter::once(key).chain(run_id).collect();
+    for k in &keys {
+        runs.insert(k.clone(), log.clone());
+    }
+    drop(runs);
+    tokio::spawn(forward(handle, log.clone(), st.runs.clone(), keys));
+    attach(log, 0, tx.clone(), conn.token.clone());
+}
+
+/// A prompt's `workDir`: it must exist inside the allowed paths.
+fn check_work_dir(st: &ChatState, dir: &str) -> Result<PathBuf, String> {
+    let agent = &st.agent;
+    let path = crate::config::absolute(&agent.config().work_dir, &PathBuf::from(dir));
+    agent
+        .sandbox()
+        .check_work_dir(&path)
+        .map_err(|e| format!("workDir refused: {e}"))
+}
+
+/// `subscribe`: the request's frames after `after`, then its live stream.
+pub(super) fn subscribe(st: &ChatState, conn: &Conn, s: Subscribe, tx: &Outbound) {
+    match find_run(st, conn, &s.to) {
+        Some(log) => attach(log, s.after, tx.clone(), conn.token.clone()),
+        None => {
+            let name = s.to.reply_id().to_string();
+            let message = format!("no request with id {name:?} to subscribe to");
+            tx.send(&Outgoing::error(Some(name), None, message));
+        }
+    }
+}
+
+/// A live-control frame, addressed to a running request.
+pub(super) fn control(st: &ChatState, conn: &Conn, c: Control, tx: &Outbound) {
+    let Control { to, action } = c;
+    let name = to.reply_id().to_string();
+    let kind = action.kind();
+    let result = match find_run(st, conn, &to).filter(|l| !l.is_done()) {
+        None => Err(format!(
+            "no request with id {name:?} is running on this connection (a keepAlive run started elsewhere is addressed by its runId)"
+        )),
+        Some(_) if !matches!(action, Action::Cancel) && !st.agent.live_control() => Err(format!(
+            "{kind} is not available: this run's engine (claude-code) runs its own loop and cannot pause, resume, stop at a step, take instructions or roll back; send cancel to end it"
+        )),
+        Some(log) => apply(st, &log, action),
+    };
+    if let Err(message) = result {
+        tx.send(&Outgoing::error(Some(name), None, message));
+    }
+}
+
+fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), String> {
+    let c = &log.control;
+    let result = match action {
+        Action::Cancel => {
+            log.token.cancel();
+            Ok(())
+        }
+        Action::Pause => c.pause().map(drop),
+        Action::Resume => c.resume().map(drop),
+        Action::Stop => c.stop().map(drop),
+        Action::Instruct(i) => c.instruct(i.content, i.role.unwrap_or(Role::User)),
+        Action::Rollback(r) => {
+            has_checkpoint(st, log, r.step)?;
+            c.rollback(r.step)
+        }
+        Action::Branch(b) => {
+            has_checkpoint(st, log, b.step)?;
+            c.branch(b.step, b.name, b.content)
+        }
+    };
+    result.map_err(|e| e.to_string())
+}
+
+/// A rollback or branch goes to a checkpoint the request's session has.
+fn has_checkpoint(st: &ChatState, log: &RunLog, step: u64) -> Result<(), String> {
+    let known = st
+        .agent
+        .sessions()
+        .snapshot(&log.session)
+        .is_ok_and(|s| s.checkpoint(step).is_some());
+    if known {
+        Ok(())
+    } else {
+        Err(format!(
+            "no checkpoint {step} in session {}; nothing was rolled back",
+            log.session
+        ))
+    }
+}
