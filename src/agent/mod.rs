@@ -36,6 +36,18 @@ pub struct RunRequest {
     pub work_dir: Option<PathBuf>,
     /// Overrides the configured role prompt.
     pub system_prompt: Option<String>,
+    /// The run works in a git worktree of the user's checkout: the sandbox moves the
+    /// allowed paths there and keeps the checkout read-only.
+    pub worktree: Option<WorktreeRun>,
+}
+
+/// Where a run in a worktree works instead of the user's checkout.
+#[derive(Debug, Clone)]
+pub struct WorktreeRun {
+    /// The checkout's top folder (canonical).
+    pub checkout: PathBuf,
+    /// The worktree's top folder (canonical).
+    pub worktree: PathBuf,
 }
 
 impl RunRequest {
@@ -46,6 +58,7 @@ impl RunRequest {
             session_id: session_id.into(),
             work_dir: None,
             system_prompt: None,
+            worktree: None,
         }
     }
 }

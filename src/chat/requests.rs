@@ -72,6 +72,7 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         session_id: session.clone(),
         work_dir,
         system_prompt,
+        worktree: None,
     };
     let handle = st.agent.start_with_cancel(request, token.clone());
     // A keepAlive run outlives its connection, so it also gets an id any client can

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::types::{Engine, Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport};
+use super::types::{
+    Engine, Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport, Workspace,
+};
 use super::{absolute, resolve_model, Config, ConfigError};
 
 /// agent.json as written by a person. Every field optional; unknown fields refused.
@@ -45,6 +47,12 @@ struct FileConfig {
     claude_code_path: Option<PathBuf>,
     auto_pause_after_steps: Option<u32>,
     loop_action: Option<LoopAction>,
+    workspace: Option<Workspace>,
+    base_branch: Option<String>,
+    git_email: Option<String>,
+    push: Option<bool>,
+    remote: Option<String>,
+    worktree_retention_days: Option<u64>,
 }
 
 /// Which JSON file (if any) the priority rules pick, and the agent home it implies.
@@ -492,6 +500,21 @@ impl Config {
             sandbox_helper: None,
             checkpoints,
             auto_pause_on_error: f.auto_pause_on_error.unwrap_or(false),
+            workspace: choice(
+                env,
+                "PICOGENT_WORKSPACE",
+                &[
+                    ("worktree", Some(Workspace::Worktree)),
+                    ("shared", Some(Workspace::Shared)),
+                ],
+                Some(f.workspace),
+                None,
+            )?,
+            base_branch: f.base_branch.clone().filter(|b| !b.is_empty()),
+            git_email: f.git_email.clone().filter(|e| !e.is_empty()),
+            push: f.push.unwrap_or(false),
+            remote: f.remote.clone().unwrap_or_else(|| "origin".into()),
+            worktree_retention_days: f.worktree_retention_days.unwrap_or(7),
             claude_code_path: env
                 .get("PICOGENT_CLAUDE_CODE_PATH")
                 .map(PathBuf::from)

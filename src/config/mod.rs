@@ -9,7 +9,9 @@ use std::time::Duration;
 mod load;
 pub mod secrets;
 mod types;
-pub use types::{Engine, Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport};
+pub use types::{
+    Engine, Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport, Workspace,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -71,6 +73,18 @@ pub struct Config {
     pub checkpoints: Option<bool>,
     /// `engine: "claude-code"`: the `claude` binary (default: found on PATH).
     pub claude_code_path: Option<PathBuf>,
+    /// Agent mode: a git worktree per task, or the shared folder; `None`: decided at
+    /// start (worktree when `work_dir` is in a repository with a commit).
+    pub workspace: Option<Workspace>,
+    /// Worktrees start from this branch (default: the repository's `HEAD`).
+    pub base_branch: Option<String>,
+    /// The author email of the commits picogent makes (default `<slug>@picogent.local`).
+    pub git_email: Option<String>,
+    /// Push a task's branch to `remote` after committing.
+    pub push: bool,
+    pub remote: String,
+    /// A task's worktree is removed after this many days without an event.
+    pub worktree_retention_days: u64,
     /// Pause the run when a bash command fails.
     pub auto_pause_on_error: bool,
     /// Pause the run every N model turns.

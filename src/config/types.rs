@@ -19,6 +19,15 @@ pub enum ProviderKind {
     Ollama,
 }
 
+/// Where agent mode's tasks work (`workspace`): each in a git worktree of its own on
+/// a branch, or all in the working folder itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workspace {
+    Worktree,
+    Shared,
+}
+
 /// Which loop does a run's work (`engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum Engine {

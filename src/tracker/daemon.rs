@@ -94,7 +94,9 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let outbox = Outbox::open(&state_dir).map_err(state_err)?;
     let client = TrackerClient::new(&tracker_url, &token)
         .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?;
-    let router = Router::new(agent.clone(), journal, outbox.clone());
+    let worktrees =
+        crate::tracker::worktree::Worktrees::decide(&cfg).map_err(DaemonError::Config)?;
+    let router = Router::new(agent.clone(), journal, outbox.clone(), worktrees);
 
     let outbox_stop = CancellationToken::new();
     let outbox_task = tokio::spawn(outbox.clone().run(

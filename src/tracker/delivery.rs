@@ -163,7 +163,7 @@ fn answer(content: String, reply_to: Option<String>, status: &str) -> Vec<Report
     reports
 }
 
-fn failure(reply_to: Option<String>, session_id: &str, error: &str) -> Vec<Report> {
+pub(super) fn failure(reply_to: Option<String>, session_id: &str, error: &str) -> Vec<Report> {
     let content = if reply_to.is_none() {
         format!("**picogent could not finish this task.**\n\n{error}\n\nThe conversation so far is saved in session `{session_id}`.")
     } else {

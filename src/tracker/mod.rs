@@ -14,6 +14,7 @@ pub mod outbox;
 pub mod registration;
 pub mod router;
 pub mod types;
+pub(crate) mod worktree;
 pub mod ws;
 
 pub use client::{TrackerClient, TrackerError};

@@ -13,11 +13,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, AgentEvent, Outcome, RunRequest};
+use crate::agent::{Agent, AgentEvent, Outcome, RunRequest, WorktreeRun};
 use crate::tracker::delivery::{self, Delivery};
 use crate::tracker::journal::Journal;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::types::{Envelope, Event, Load, Report};
+use crate::tracker::worktree::{TaskTree, Worktrees};
 
 /// After this many starts without finishing (the daemon died each time), a task is
 /// reported as blocked instead of being run again.
@@ -99,6 +100,8 @@ struct Shared {
     agent: Agent,
     journal: Arc<Mutex<Journal>>,
     delivery: Arc<Delivery>,
+    /// Each task's git worktree, when tasks do not share the working folder.
+    worktrees: Option<Arc<Worktrees>>,
     max: usize,
     state: Mutex<State>,
     changed: Notify,
@@ -141,13 +144,19 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Router {
-    pub fn new(agent: Agent, journal: Arc<Mutex<Journal>>, outbox: Outbox) -> Router {
+    pub(crate) fn new(
+        agent: Agent,
+        journal: Arc<Mutex<Journal>>,
+        outbox: Outbox,
+        worktrees: Option<Worktrees>,
+    ) -> Router {
         let max = agent.config().max_concurrent_tasks;
         Router {
             shared: Arc::new(Shared {
                 agent,
                 journal,
                 delivery: Arc::new(Delivery::new(outbox)),
+                worktrees: worktrees.map(Arc::new),
                 max,
                 state: Mutex::new(State::default()),
                 changed: Notify::new(),
@@ -356,6 +365,9 @@ impl Router {
             };
             let (me, task, event) = (self.clone(), task_id.to_string(), event_id.to_string());
             tokio::spawn(async move {
+                if let Some(w) = &me.shared.worktrees {
+                    w.discard(&task).await;
+                }
                 me.shared
                     .delivery
                     .report(&task, vec![Report::comment(content, None)])
@@ -427,13 +439,40 @@ impl Router {
                 None => content.clone(),
             },
         };
+        let mut request = RunRequest::new(prompt, session_id.clone());
+        let tree = match self.open_tree(&job, &session_id).await {
+            Ok(tree) => tree,
+            Err(reports) => {
+                let (me, event) = (self.clone(), job.event_id.clone());
+                let done = delivery
+                    .queue_or_retry(&task, reports, move || me.mark_done(&event))
+                    .await;
+                self.finish(&job, done);
+                return;
+            }
+        };
+        if let (Some(t), Some(w)) = (&tree, &self.shared.worktrees) {
+            request.work_dir = Some(t.work_dir.clone());
+            request.worktree = Some(WorktreeRun {
+                checkout: w.checkout().to_path_buf(),
+                worktree: t.path.clone(),
+            });
+        }
         tracing::info!(task = %task, event = %job.event_id, attempt, "run started");
-        let outcome = self.drive(&job, prompt, &session_id, cancel).await;
+        let outcome = self.drive(&job, request, cancel).await;
         let why = lock(&self.shared.state)
             .running
             .get_mut(&task)
             .and_then(|r| r.why.take());
-        let reports = delivery::outcome_reports(&task, job.reply_to(), &session_id, outcome, why);
+        let appendix = self.close_tree(&job, tree, &outcome, &why).await;
+        let mut reports =
+            delivery::outcome_reports(&task, job.reply_to(), &session_id, outcome, why);
+        if let (Some(reports), Some(text)) = (&mut reports, appendix) {
+            if let Some(Report::Comment { content, .. }) = reports.first_mut() {
+                content.push_str("\n\n");
+                content.push_str(&text);
+            }
+        }
         let done = match reports {
             Some(reports) => {
                 let (me, event) = (self.clone(), job.event_id.clone());
@@ -463,19 +502,54 @@ impl Router {
         }
     }
 
-    /// Runs the agent on the job's prompt until it ends, logging its tool calls.
-    async fn drive(
+    /// The task's worktree, when tasks have their own; the reports for a task that
+    /// cannot get one.
+    async fn open_tree(
         &self,
         job: &Job,
-        prompt: String,
         session_id: &str,
-        cancel: CancellationToken,
-    ) -> Outcome {
+    ) -> Result<Option<TaskTree>, Vec<Report>> {
+        let Some(w) = &self.shared.worktrees else {
+            return Ok(None);
+        };
+        w.open(&job.task_id).await.map(Some).map_err(|e| {
+            tracing::error!(task = %job.task_id, "cannot prepare the task's worktree: {e}");
+            let why = format!("Its git worktree could not be prepared: {e}");
+            delivery::failure(job.reply_to(), session_id, &why)
+        })
+    }
+
+    /// Commits the run's work on the task's branch (not when shutdown interrupted it:
+    /// it resumes in the same worktree); the comment's section about it.
+    async fn close_tree(
+        &self,
+        job: &Job,
+        tree: Option<TaskTree>,
+        outcome: &Outcome,
+        why: &Option<StopReason>,
+    ) -> Option<String> {
+        let (w, tree) = (self.shared.worktrees.as_ref()?, tree?);
+        let interrupted = matches!(
+            (outcome, why),
+            (Outcome::Cancelled { .. }, Some(StopReason::Shutdown))
+        );
+        if interrupted {
+            return None;
+        }
+        let subject = match &job.kind {
+            JobKind::Task { title, .. } => title.clone(),
+            JobKind::Chat { content, .. } => {
+                format!("Follow-up: {}", crate::util::one_line(content, 60))
+            }
+        };
+        let cancelled = matches!(why, Some(StopReason::Cancelled(_)));
+        Some(w.close(tree, subject, outcome, cancelled).await)
+    }
+
+    /// Runs the agent on the job's prompt until it ends, logging its tool calls.
+    async fn drive(&self, job: &Job, request: RunRequest, cancel: CancellationToken) -> Outcome {
         let task = &job.task_id;
-        let mut handle = self
-            .shared
-            .agent
-            .start_with_cancel(RunRequest::new(prompt, session_id.to_string()), cancel);
+        let mut handle = self.shared.agent.start_with_cancel(request, cancel);
         if matches!(job.kind, JobKind::Task { .. }) {
             if let Some(r) = lock(&self.shared.state).running.get_mut(task) {
                 r.control = Some(handle.control.clone());

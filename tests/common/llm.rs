@@ -189,7 +189,13 @@ impl ScriptedLlm {
             .get("tools")
             .and_then(Value::as_array)
             .is_none_or(|t| t.is_empty());
-        let assistant_turns = body["_assistant_turns"].as_u64().unwrap_or(0) as usize;
+        let assistant_turns = match body["_assistant_turns"].as_u64() {
+            Some(n) => n as usize,
+            // Parsed (not light): count the conversation's assistant messages.
+            None => body["messages"]
+                .as_array()
+                .map_or(0, |m| m.iter().filter(|x| x["role"] == "assistant").count()),
+        };
         if !is_summary && assistant_turns == 0 {
             if let Some(n) = body["_bytes"].as_u64() {
                 s.first_request_bytes.push(n as usize);

@@ -16,3 +16,4 @@ mod sandbox;
 mod sessions;
 mod skills;
 mod tools;
+mod worktrees;

@@ -62,7 +62,8 @@ impl Engine {
 /// `Started` has been sent, and the working folder passed the sandbox.
 pub(super) struct Run<'a> {
     pub config: &'a Config,
-    pub sandbox: &'a Arc<Sandbox>,
+    /// The agent's sandbox, or this run's when it works in a worktree.
+    pub sandbox: Arc<Sandbox>,
     pub skills: &'a [Skill],
     pub req: &'a RunRequest,
     pub out: &'a Emitter,
@@ -112,7 +113,11 @@ async fn locked(
         .work_dir
         .clone()
         .unwrap_or_else(|| config.work_dir.clone());
-    let work_dir = inner.sandbox.check_work_dir(&requested).map_err(|e| {
+    let sandbox = match &req.worktree {
+        Some(w) => Arc::new(inner.sandbox.for_worktree(&w.checkout, &w.worktree)),
+        None => inner.sandbox.clone(),
+    };
+    let work_dir = sandbox.check_work_dir(&requested).map_err(|e| {
         RunError::Stop(FailureKind::WorkDir, format!("working folder refused: {e}"))
     })?;
     let mut session = inner.sessions.open(&req.session_id, &work_dir)?;
@@ -128,7 +133,7 @@ async fn locked(
     session.append_message(Message::user(req.prompt.clone()))?;
     let mut run = Run {
         config,
-        sandbox: &inner.sandbox,
+        sandbox,
         skills: &inner.skills,
         req,
         out,

@@ -151,7 +151,7 @@ impl<'a> Loop<'a> {
                     &cfg.state_dir(),
                     &req.session_id,
                     &run.work_dir,
-                    run.sandbox,
+                    &run.sandbox,
                 )
                 .map_err(|e| RunError::Stop(FailureKind::Infrastructure, e.to_string()))?;
                 let next_step = (0..)

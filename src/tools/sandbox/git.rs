@@ -65,21 +65,29 @@ pub fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) 
         None => Command::new("git"),
     };
     cmd.arg(format!("--git-dir={}", git_dir.display()))
-        .arg(format!("--work-tree={}", work_tree.display()));
+        .arg(format!("--work-tree={}", work_tree.display()))
+        .current_dir(work_tree);
+    harden(&mut cmd);
+    cmd.env("GIT_AUTHOR_NAME", "picogent")
+        .env("GIT_AUTHOR_EMAIL", "picogent@localhost")
+        .env("GIT_COMMITTER_NAME", "picogent")
+        .env("GIT_COMMITTER_EMAIL", "picogent@localhost");
+    cmd
+}
+
+/// Makes a git command safe to run on a repository the agent may have written: the
+/// settings that run programs pinned, no system or global configuration, no variable
+/// of picogent's environment pointing git elsewhere, names taken literally.
+pub fn harden(cmd: &mut Command) {
     for setting in PINNED {
         cmd.args(["-c", setting]);
     }
-    cmd.current_dir(work_tree)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
+    cmd.env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_ATTR_NOSYSTEM", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
         // File names are names: `:(exclude)x` or `*` in a folder are not patterns.
-        .env("GIT_LITERAL_PATHSPECS", "1")
-        .env("GIT_AUTHOR_NAME", "picogent")
-        .env("GIT_AUTHOR_EMAIL", "picogent@localhost")
-        .env("GIT_COMMITTER_NAME", "picogent")
-        .env("GIT_COMMITTER_EMAIL", "picogent@localhost");
+        .env("GIT_LITERAL_PATHSPECS", "1");
     for var in [
         "GIT_DIR",
         "GIT_WORK_TREE",
@@ -92,10 +100,13 @@ pub fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) 
         "GIT_CONFIG_COUNT",
         "GIT_EXTERNAL_DIFF",
         "GIT_EXEC_PATH",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "GIT_PROXY_COMMAND",
     ] {
         cmd.env_remove(var);
     }
-    cmd
 }
 
 /// Puts picogent's own repository back as picogent made it: its `config`,

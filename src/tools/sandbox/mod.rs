@@ -171,6 +171,40 @@ impl Sandbox {
         self
     }
 
+    /// The sandbox of a run that works in a git worktree (`tree`) of the checkout at
+    /// `top`: allowed paths inside the checkout move to the same place in the worktree,
+    /// one that covers the whole checkout covers the worktree too, and the checkout
+    /// itself becomes read-only, so the run cannot change the user's files, index or
+    /// branches.
+    pub fn for_worktree(&self, top: &Path, tree: &Path) -> Sandbox {
+        let mut s = self.clone();
+        if self.allowed.is_empty() {
+            return s;
+        }
+        let mut allowed: Vec<PathBuf> = Vec::new();
+        for a in &self.allowed {
+            let moved = match a.strip_prefix(top) {
+                Ok(rel) => tree.join(rel),
+                Err(_) if top.starts_with(a) => {
+                    allowed.push(a.clone());
+                    tree.to_path_buf()
+                }
+                Err(_) => a.clone(),
+            };
+            allowed.push(moved);
+        }
+        allowed.dedup();
+        if self.inside_allowed(top) || self.allowed.iter().any(|a| a.starts_with(top)) {
+            s.read_only.push(top.to_path_buf());
+        }
+        s.allowed = allowed;
+        if let Some(c) = &mut s.confinement {
+            c.writable = Some(s.allowed.clone());
+            c.read_only = s.read_only.clone();
+        }
+        s
+    }
+
     /// picogent's own files and folders (configuration, `.env`, state, sessions).
     pub fn own_paths(&self) -> impl Iterator<Item = &PathBuf> {
         self.protected.iter().chain(&self.read_only)

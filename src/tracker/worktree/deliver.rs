@@ -1,0 +1,223 @@
+//! Delivering a run's work: everything it changed in the task's worktree committed on
+//! the task's branch (author: the agent), pushed when `push` is on, and described for
+//! the result comment: branch, commit, diffstat and the diff up to a bounded size.
+
+use super::{run, RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
+use crate::tracker::router::lock;
+
+/// What a run's delivery did, for its comment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Delivered {
+    /// The run changed nothing.
+    Unchanged {
+        branch: String,
+        push: Option<(String, Result<(), String>)>,
+    },
+    Committed {
+        branch: String,
+        commit: String,
+        end: RunEnd,
+        stat: String,
+        diff: String,
+        push: Option<(String, Result<(), String>)>,
+    },
+}
+
+impl Worktrees {
+    /// Commits what the run changed (nothing when nothing changed), then pushes.
+    pub(crate) fn deliver(
+        &self,
+        tree: &TaskTree,
+        title: &str,
+        summary: &str,
+        end: RunEnd,
+    ) -> Result<Delivered, WorktreeError> {
+        let _one = lock(&self.lock);
+        let mut add = self.tree_git(tree);
+        add.args(["add", "--all", "--", "."]);
+        run(add)?;
+        let mut changed = self.tree_git(tree);
+        changed.args(["diff", "--cached", "--quiet"]);
+        let committed = if run(changed).is_ok() {
+            None
+        } else {
+            Some(self.commit(tree, title, summary, end)?)
+        };
+        let slug = &tree.slug;
+        let mut record = self.read_record(slug);
+        let owed = committed.is_some() || record.as_ref().is_some_and(|r| r.push_pending);
+        let push = match &self.push {
+            Some(remote) if owed => Some((remote.clone(), self.push_branch(tree, remote))),
+            _ => None,
+        };
+        if let Some(r) = &mut record {
+            r.push_pending = matches!(push, Some((_, Err(_))));
+            self.write_record(slug, r)?;
+        }
+        let branch = tree.branch.clone();
+        Ok(match committed {
+            None => Delivered::Unchanged { branch, push },
+            Some((commit, stat, diff)) => Delivered::Committed {
+                branch,
+                commit,
+                end,
+                stat,
+                diff,
+                push,
+            },
+        })
+    }
+
+    /// Commits the staged work; its short id, diffstat and (bounded) diff.
+    fn commit(
+        &self,
+        tree: &TaskTree,
+        title: &str,
+        summary: &str,
+        end: RunEnd,
+    ) -> Result<(String, String, String), WorktreeError> {
+        let mark = match end {
+            RunEnd::Finished => "",
+            RunEnd::Failed => "[failed] ",
+            RunEnd::Cancelled => "[cancelled] ",
+        };
+        let subject = crate::util::one_line(title, 72);
+        let body = crate::util::one_line(summary, 1200);
+        let message = format!("{mark}{subject}\n\n{body}\n");
+        let (name, email) = &self.author;
+        let mut commit = self.tree_git(tree);
+        commit
+            .args(["commit", "--quiet", "--no-verify", "--file=-"])
+            .env("GIT_AUTHOR_NAME", name)
+            .env("GIT_AUTHOR_EMAIL", email)
+            .env("GIT_COMMITTER_NAME", name)
+            .env("GIT_COMMITTER_EMAIL", email);
+        run_with_stdin(commit, &message)?;
+        let mut id = self.tree_git(tree);
+        id.args(["rev-parse", "--short=12", "HEAD"]);
+        let commit = run(id)?;
+        let mut stat = self.tree_git(tree);
+        stat.args([
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--stat=100",
+            "HEAD^",
+            "HEAD",
+        ]);
+        let stat = run(stat)?;
+        let mut diff = self.tree_git(tree);
+        diff.args([
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-color",
+            "HEAD^",
+            "HEAD",
+        ]);
+        let diff = run(diff)?;
+        Ok((commit, stat, diff))
+    }
+
+    /// Pushes the task's branch with the machine's own git credentials (global
+    /// configuration allowed; programs named by the repository's configuration are not).
+    fn push_branch(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
+        let mut cmd = self.tree_git(tree);
+        let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
+        cmd.env_remove("GIT_CONFIG_GLOBAL");
+        for setting in [
+            "protocol.allow=never".to_string(),
+            "protocol.file.allow=always".into(),
+            "protocol.http.allow=always".into(),
+            "protocol.https.allow=always".into(),
+            "protocol.ssh.allow=always".into(),
+            "protocol.git.allow=always".into(),
+            "core.sshCommand=ssh".into(),
+            format!("remote.{remote}.receivepack=git-receive-pack"),
+            "credential.helper=".into(),
+        ] {
+            cmd.args(["-c", &setting]);
+        }
+        cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
+        run(cmd).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// Runs a git command with `input` on its standard input.
+fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), WorktreeError> {
+    use std::io::Write;
+    let failed = |message: String| WorktreeError::Git {
+        args: "commit".into(),
+        message,
+    };
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| failed(format!("cannot run git: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| failed(e.to_string()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(failed(crate::util::one_line(err.trim(), 400)))
+    }
+}
+
+impl Delivered {
+    /// The comment's section about the branch: after the agent's answer.
+    pub(crate) fn comment(&self) -> String {
+        let push_line = |push: &Option<(String, Result<(), String>)>| {
+            match push {
+            None => String::new(),
+            Some((remote, Ok(()))) => format!("\nPushed to `{remote}`."),
+            Some((remote, Err(e))) => format!(
+                "\nThe push to `{remote}` failed ({e}); the commit is kept and the next run of this task pushes again."
+            ),
+        }
+        };
+        match self {
+            Delivered::Unchanged { branch, push } => format!(
+                "---\nNo files changed in this run (branch `{branch}`).{}",
+                push_line(push)
+            ),
+            Delivered::Committed {
+                branch,
+                commit,
+                end,
+                stat,
+                diff,
+                push,
+            } => {
+                let how = match end {
+                    RunEnd::Finished => String::new(),
+                    RunEnd::Failed => " The run failed; this commit holds how far it got.".into(),
+                    RunEnd::Cancelled => {
+                        " The run was cancelled; this commit holds how far it got.".into()
+                    }
+                };
+                let shown = crate::util::truncate_bytes(diff, DIFF_LIMIT);
+                let cut = if shown.len() < diff.len() {
+                    format!(
+                        "\n_(The diff is cut at {} KB of {} KB; the branch has all of it.)_",
+                        DIFF_LIMIT / 1000,
+                        diff.len() / 1000
+                    )
+                } else {
+                    String::new()
+                };
+                let fence = if shown.contains("```") { "~~~~" } else { "```" };
+                format!(
+                    "---\n**Branch** `{branch}` · **commit** `{commit}`.{how}{}\n\n{fence}\n{stat}\n{fence}\n\n{fence}diff\n{shown}\n{fence}{cut}",
+                    push_line(push)
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! A task's worktree from its first event to its removal: made (or found again) before
+//! a run, removed after `task.cancelled` or when the task has been quiet for
+//! `worktree_retention_days`; worktrees picogent has no record of are only reported.
+
+use std::path::{Path, PathBuf};
+
+use super::{now_secs, run, task_slug, Record, TaskTree, WorktreeError, Worktrees};
+use crate::tracker::router::lock;
+
+impl Worktrees {
+    /// The task's worktree, made on its branch at the first event and found again at
+    /// later ones (a chat message, a run resumed after a crash).
+    pub(crate) fn prepare(&self, task_id: &str) -> Result<TaskTree, WorktreeError> {
+        let _one = lock(&self.lock);
+        let slug = task_slug(task_id);
+        let branch = format!("picogent/{slug}");
+        let path = self.root.join(&slug);
+        let mut notes = Vec::new();
+        let admin = match self.admin_of(&path).filter(|_| path.is_dir()) {
+            Some(admin) => admin,
+            None => {
+                let mut prune = self.repo_git();
+                prune.args(["worktree", "prune"]);
+                run(prune)?;
+                if std::fs::symlink_metadata(&path).is_ok() {
+                    return Err(WorktreeError::Setup(format!(
+                        "{} exists but is not a worktree of {}; move it away and send the task again",
+                        path.display(),
+                        self.top.display()
+                    )));
+                }
+                self.add(&path, &branch, &mut notes)?;
+                self.admin_of(&path).ok_or_else(|| {
+                    WorktreeError::Setup(format!(
+                        "git made no worktree record for {}",
+                        path.display()
+                    ))
+                })?
+            }
+        };
+        let mut record = self.read_record(&slug).unwrap_or(Record {
+            task: task_id.to_string(),
+            branch: branch.clone(),
+            path: path.clone(),
+            last_event: 0,
+            push_pending: false,
+        });
+        record.last_event = now_secs();
+        self.write_record(&slug, &record)?;
+        Ok(TaskTree {
+            work_dir: path.join(&self.rel),
+            path,
+            branch,
+            slug,
+            admin,
+            notes,
+        })
+    }
+
+    /// Adds the worktree: on the task's branch when it exists (continuing from its
+    /// tip), else on a new branch from `base_branch` or `HEAD`.
+    fn add(&self, path: &Path, branch: &str, notes: &mut Vec<String>) -> Result<(), WorktreeError> {
+        let mut exists = self.repo_git();
+        exists.args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ]);
+        let mut cmd = self.repo_git();
+        cmd.args(["worktree", "add", "--quiet"]);
+        if let Ok(tip) = run(exists) {
+            let short: String = tip.chars().take(12).collect();
+            notes.push(format!(
+                "The branch `{branch}` existed from an earlier run of this task; work continued from its tip `{short}`."
+            ));
+            cmd.arg(path).arg(branch);
+        } else {
+            let base = self.base.clone().unwrap_or_else(|| "HEAD".into());
+            let mut check = self.repo_git();
+            check.args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("{base}^{{commit}}"),
+            ]);
+            if run(check).is_err() {
+                return Err(WorktreeError::Setup(format!(
+                    "base_branch {base:?} is not a branch or commit of {}",
+                    self.top.display()
+                )));
+            }
+            cmd.args(["-b", branch]).arg(path).arg(&base);
+            notes.extend(self.checkout_notes());
+        }
+        run(cmd).map(|_| ())
+    }
+
+    /// What the user's checkout holds that a worktree from `HEAD` does not.
+    fn checkout_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let busy = [
+            ("MERGE_HEAD", "a merge"),
+            ("rebase-merge", "a rebase"),
+            ("rebase-apply", "a rebase"),
+            ("CHERRY_PICK_HEAD", "a cherry-pick"),
+        ];
+        if let Some((_, what)) = busy.iter().find(|(f, _)| self.common.join(f).exists()) {
+            notes.push(format!("The checkout is in the middle of {what}; the worktree started from its last commit."));
+        }
+        if self.base.is_none() {
+            let mut status = super::git(&self.top);
+            self.neutral(&mut status);
+            // Reading only: the user's index is not refreshed.
+            status
+                .env("GIT_OPTIONAL_LOCKS", "0")
+                .arg(format!("--git-dir={}", self.common.display()))
+                .arg(format!("--work-tree={}", self.top.display()))
+                .args(["status", "--porcelain", "--untracked-files=normal"]);
+            if run(status).is_ok_and(|s| !s.is_empty()) {
+                notes.push("The checkout had uncommitted local changes; they were not included (the worktree started from `HEAD`).".into());
+            }
+        }
+        notes
+    }
+
+    /// Removes a task's worktree (its branch stays), after `task.cancelled`.
+    pub(crate) fn remove(&self, task_id: &str) {
+        self.remove_slug_logged(&task_slug(task_id));
+    }
+
+    pub(super) fn remove_slug_logged(&self, slug: &str) {
+        if let Err(e) = self.remove_slug(slug) {
+            tracing::warn!(worktree = slug, "cannot remove the task's worktree: {e}");
+        }
+    }
+
+    fn remove_slug(&self, slug: &str) -> Result<(), WorktreeError> {
+        let _one = lock(&self.lock);
+        let path = self.root.join(slug);
+        if self.admin_of(&path).is_some() {
+            let mut cmd = self.repo_git();
+            cmd.args(["worktree", "remove", "--force", "--force"])
+                .arg(&path);
+            run(cmd)?;
+            tracing::info!(worktree = %path.display(), "removed a task's worktree; its branch is kept");
+        }
+        let mut prune = self.repo_git();
+        prune.args(["worktree", "prune"]);
+        run(prune)?;
+        let record = self.record_path(slug);
+        match std::fs::remove_file(&record) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WorktreeError::Io(record, e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// At start: removes the worktrees of tasks quiet for longer than the retention,
+    /// and lists (never deletes) folders picogent has no record of.
+    pub(crate) fn sweep(&self) {
+        let now = now_secs();
+        let mut known: Vec<PathBuf> = Vec::new();
+        for e in std::fs::read_dir(&self.records)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(slug) = name.strip_suffix(".json") else {
+                continue;
+            };
+            let Some(r) = self.read_record(slug) else {
+                continue;
+            };
+            if now.saturating_sub(r.last_event) > self.retention.as_secs() {
+                tracing::info!(task = %r.task, "the task had no event for {} days: removing its worktree", self.retention.as_secs() / 86_400);
+                if let Err(e) = self.remove_slug(slug) {
+                    tracing::warn!(task = %r.task, "cannot remove the task's worktree: {e}");
+                }
+            } else {
+                known.push(r.path);
+            }
+        }
+        for e in std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let path = e.path();
+            if path.is_dir() && !known.contains(&path) {
+                tracing::warn!(folder = %path.display(), "a worktree folder of no known task (left as it is; remove it with `git worktree remove` when it is not needed)");
+            }
+        }
+    }
+}

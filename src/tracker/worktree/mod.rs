@@ -1,0 +1,388 @@
+//! Agent mode's per-task git worktrees (`workspace: "worktree"`): each task works in a
+//! worktree of its own on the branch `picogent/<task>`, outside the user's checkout,
+//! and its work is delivered as a commit on that branch (pushed when `push` is on),
+//! reported with a diffstat and the diff.
+//!
+//! The worktree's files are the agent's, so nothing in them is trusted when picogent
+//! runs git: the worktree's own git folder is found from the repository (never from the
+//! `.git` file the agent can rewrite), every setting that runs a program is pinned
+//! (`git::harden`), attributes come from no tree (`--attr-source` of the empty tree, so
+//! a planted `.gitattributes` names no filter), and every filter and diff driver the
+//! configuration defines is emptied on the command line.
+//!
+//! Each task's record (branch, folder, last event, a push still owed) is a small JSON
+//! file in picogent's state folder, which commands cannot reach.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Outcome;
+use crate::config::{Config, Workspace};
+use crate::tools::sandbox::git::harden;
+
+/// git's empty tree: as an attribute source it holds no `.gitattributes`.
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+/// A comment shows the diff up to this many bytes.
+pub(crate) const DIFF_LIMIT: usize = 20_000;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WorktreeError {
+    #[error("git {args}: {message}")]
+    Git { args: String, message: String },
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// How the run whose work is committed ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    Finished,
+    Failed,
+    Cancelled,
+}
+
+/// A task's worktree, ready for a run.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskTree {
+    /// The worktree's top folder.
+    pub path: PathBuf,
+    /// Where the run works: `work_dir`'s place in the worktree.
+    pub work_dir: PathBuf,
+    pub branch: String,
+    /// The task's name in folder, branch and record names.
+    slug: String,
+    /// The worktree's git folder inside the repository's `worktrees/`.
+    admin: PathBuf,
+    /// What the comment should say about how the worktree was made.
+    pub notes: Vec<String>,
+}
+
+/// What a task's record in the state folder holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    task: String,
+    branch: String,
+    path: PathBuf,
+    /// Seconds since the epoch of the task's last event.
+    last_event: u64,
+    #[serde(default)]
+    push_pending: bool,
+}
+
+/// The repository the daemon's `work_dir` is in, and where its tasks' worktrees go.
+pub(crate) struct Worktrees {
+    /// The checkout's top folder (canonical).
+    top: PathBuf,
+    /// The repository's common git folder (canonical).
+    common: PathBuf,
+    /// `work_dir` relative to `top`.
+    rel: PathBuf,
+    /// Where the worktrees are made: one folder per task.
+    root: PathBuf,
+    /// Where the tasks' records are kept.
+    records: PathBuf,
+    base: Option<String>,
+    author: (String, String),
+    push: Option<String>,
+    retention: Duration,
+    /// git locks the repository's worktree list: one change at a time.
+    lock: Mutex<()>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A hardened git command run in `cwd`, with nothing configured but the repository's.
+fn git(cwd: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    harden(&mut cmd);
+    cmd.current_dir(cwd);
+    cmd
+}
+
+/// Runs a git command; its trimmed standard output, or an error with its message.
+fn run(mut cmd: Command) -> Result<String, WorktreeError> {
+    let args: Vec<String> = cmd
+        .get_args()
+        .filter_map(|a| a.to_str())
+        .filter(|a| !a.starts_with("--git-dir") && !a.starts_with("--work-tree"))
+        .skip_while(|a| *a == "-c" || a.contains('='))
+        .map(str::to_string)
+        .collect();
+    let args = args.join(" ");
+    let out = cmd.output().map_err(|e| WorktreeError::Git {
+        args: args.clone(),
+        message: format!("cannot run git: {e}"),
+    })?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    Err(WorktreeError::Git {
+        args,
+        message: crate::util::one_line(err.trim(), 400),
+    })
+}
+
+/// The task's name in branch and folder names: `[A-Za-z0-9._-]`, with a hash when
+/// anything had to change so two tasks never share one.
+pub(crate) fn task_slug(task_id: &str) -> String {
+    let session = crate::tracker::router::session_for(task_id);
+    let slug = session.trim_start_matches("task-").replace("..", "._");
+    let slug = slug.trim_start_matches(['.', '-']).to_string();
+    let slug = slug.trim_end_matches(".lock").to_string();
+    if slug.is_empty() {
+        "task".into()
+    } else {
+        slug
+    }
+}
+
+impl Worktrees {
+    /// Decides the workspace at start: `Ok(None)` for the shared folder. Logs the
+    /// choice and why; a forced `worktree` without a repository is an error.
+    pub(crate) fn decide(cfg: &Config) -> Result<Option<Worktrees>, String> {
+        if cfg.workspace == Some(Workspace::Shared) {
+            tracing::info!(
+                workspace = "shared",
+                "tasks share the working folder (workspace: \"shared\")"
+            );
+            return Ok(None);
+        }
+        match Worktrees::find(cfg) {
+            Ok(w) => {
+                let why = if cfg.workspace.is_some() {
+                    "workspace: \"worktree\"".to_string()
+                } else {
+                    format!("{} is in a git repository", cfg.work_dir.display())
+                };
+                tracing::info!(workspace = "worktree", repository = %w.top.display(), worktrees = %w.root.display(), "each task works in its own git worktree and branch ({why})");
+                w.sweep();
+                Ok(Some(w))
+            }
+            Err(e) if cfg.workspace == Some(Workspace::Worktree) => Err(format!(
+                "workspace: \"worktree\" needs work_dir {} inside a git repository with at least one commit: {e}",
+                cfg.work_dir.display()
+            )),
+            Err(e) => {
+                tracing::info!(workspace = "shared", "tasks share the working folder ({e})");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The repository `work_dir` is in, and where worktrees go.
+    fn find(cfg: &Config) -> Result<Worktrees, String> {
+        let cwd = std::fs::canonicalize(&cfg.work_dir)
+            .map_err(|e| format!("{}: {e}", cfg.work_dir.display()))?;
+        let mut cmd = git(&cwd);
+        cmd.args(["rev-parse", "--show-toplevel", "--git-common-dir"]);
+        let out = run(cmd).map_err(|_| "it is not inside a git checkout".to_string())?;
+        let mut lines = out.lines();
+        let (Some(top), Some(common)) = (lines.next(), lines.next()) else {
+            return Err("git did not name the repository".into());
+        };
+        let top = std::fs::canonicalize(top).map_err(|e| format!("{top}: {e}"))?;
+        let common =
+            std::fs::canonicalize(cwd.join(common)).map_err(|e| format!("{common}: {e}"))?;
+        let mut cmd = git(&top);
+        cmd.args(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]);
+        run(cmd).map_err(|_| "the repository has no commit yet".to_string())?;
+        let rel = cwd
+            .strip_prefix(&top)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        // Outside the user's tree: under the agent home unless that is in the checkout.
+        let root = match (&cfg.agent_home, &cfg.home_dir) {
+            (Some(h), _) if !h.starts_with(&top) => h.join("worktrees"),
+            (_, Some(home)) => home.join(".picogent").join("worktrees").join(&cfg.slug),
+            _ => {
+                return Err(
+                    "no folder outside the checkout for worktrees (no agent home or HOME)".into(),
+                )
+            }
+        };
+        std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+        let root = std::fs::canonicalize(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+        if root.starts_with(&top) {
+            return Err(format!(
+                "the worktree folder {} would be inside the checkout",
+                root.display()
+            ));
+        }
+        let records = cfg.state_dir().join("worktrees");
+        std::fs::create_dir_all(&records).map_err(|e| format!("{}: {e}", records.display()))?;
+        Ok(Worktrees {
+            top,
+            common,
+            rel,
+            root,
+            records,
+            base: cfg.base_branch.clone(),
+            author: (
+                cfg.name.clone(),
+                cfg.git_email
+                    .clone()
+                    .unwrap_or_else(|| format!("{}@picogent.local", cfg.slug)),
+            ),
+            push: cfg.push.then(|| cfg.remote.clone()),
+            retention: Duration::from_secs(cfg.worktree_retention_days.saturating_mul(86_400)),
+            lock: Mutex::new(()),
+        })
+    }
+
+    /// The checkout's top folder.
+    pub(crate) fn checkout(&self) -> &Path {
+        &self.top
+    }
+
+    /// A git command on the repository itself (no work tree), with no filter or
+    /// driver of its configuration.
+    fn repo_git(&self) -> Command {
+        let mut cmd = git(&self.top);
+        self.neutral(&mut cmd);
+        cmd.arg(format!("--git-dir={}", self.common.display()));
+        cmd
+    }
+
+    /// A git command in a task's worktree, with no filter, diff driver or attribute the
+    /// agent could have planted.
+    fn tree_git(&self, tree: &TaskTree) -> Command {
+        let mut cmd = git(&tree.path);
+        self.neutral(&mut cmd);
+        cmd.arg(format!("--git-dir={}", tree.admin.display()))
+            .arg(format!("--work-tree={}", tree.path.display()));
+        cmd
+    }
+
+    /// Empties every filter and diff driver and reads attributes from no tree.
+    fn neutral(&self, cmd: &mut Command) {
+        for driver in self.drivers() {
+            // Empty: no program, and a `required` filter no longer required.
+            for key in [
+                "clean", "smudge", "process", "required", "textconv", "command", "driver",
+            ] {
+                cmd.args(["-c", &format!("{driver}.{key}=")]);
+            }
+        }
+        cmd.arg(format!("--attr-source={EMPTY_TREE}"));
+    }
+
+    /// Every `filter.X`, `diff.X` and `merge.X` the repository's configuration defines.
+    fn drivers(&self) -> Vec<String> {
+        let mut cmd = git(&self.top);
+        cmd.arg(format!("--git-dir={}", self.common.display()));
+        cmd.args([
+            "config",
+            "--name-only",
+            "--get-regexp",
+            r"^(filter|diff|merge)\..*\.",
+        ]);
+        let out = run(cmd).unwrap_or_default();
+        let mut names: Vec<String> = out
+            .lines()
+            .filter_map(|l| l.rsplit_once('.').map(|(d, _)| d.to_string()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn record_path(&self, slug: &str) -> PathBuf {
+        self.records.join(format!("{slug}.json"))
+    }
+
+    fn read_record(&self, slug: &str) -> Option<Record> {
+        let text = std::fs::read_to_string(self.record_path(slug)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    fn write_record(&self, slug: &str, r: &Record) -> Result<(), WorktreeError> {
+        let path = self.record_path(slug);
+        let text = serde_json::to_string(r).unwrap_or_default();
+        std::fs::write(&path, text).map_err(|e| WorktreeError::Io(path, e))
+    }
+
+    /// The git folder the repository keeps for the worktree at `path`, if any.
+    fn admin_of(&self, path: &Path) -> Option<PathBuf> {
+        let want = path.join(".git");
+        std::fs::read_dir(self.common.join("worktrees"))
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|admin| {
+                std::fs::read_to_string(admin.join("gitdir"))
+                    .is_ok_and(|g| Path::new(g.trim()) == want)
+            })
+    }
+}
+
+mod deliver;
+mod lifecycle;
+
+/// The router's side: each step off the runtime's threads (git is blocking work).
+impl Worktrees {
+    /// The task's worktree for a run.
+    pub(crate) async fn open(self: &Arc<Self>, task_id: &str) -> Result<TaskTree, WorktreeError> {
+        let (me, task) = (self.clone(), task_id.to_string());
+        tokio::task::spawn_blocking(move || me.prepare(&task))
+            .await
+            .unwrap_or_else(|e| Err(WorktreeError::Setup(format!("worktree task failed: {e}"))))
+    }
+
+    /// Delivers a run's work and, when the task was cancelled, removes its worktree;
+    /// the comment's section about it.
+    pub(crate) async fn close(
+        self: &Arc<Self>,
+        tree: TaskTree,
+        subject: String,
+        outcome: &Outcome,
+        task_cancelled: bool,
+    ) -> String {
+        let (end, summary) = match outcome {
+            Outcome::Completed { text, .. } => (RunEnd::Finished, text.clone()),
+            Outcome::Failed { error, .. } => (RunEnd::Failed, format!("The run failed: {error}")),
+            Outcome::Cancelled { .. } => (RunEnd::Cancelled, "The run was cancelled.".into()),
+        };
+        let me = self.clone();
+        let notes = tree.notes.clone();
+        let delivered = tokio::task::spawn_blocking(move || {
+            let d = me.deliver(&tree, &subject, &summary, end);
+            if task_cancelled {
+                me.remove_slug_logged(&tree.slug);
+            }
+            d
+        })
+        .await
+        .unwrap_or_else(|e| Err(WorktreeError::Setup(format!("worktree task failed: {e}"))));
+        let mut text = match delivered {
+            Ok(d) => d.comment(),
+            Err(e) => {
+                tracing::error!("cannot commit the task's work: {e}");
+                format!("---\n**The work could not be committed** ({e}); it is still in the task's worktree.")
+            }
+        };
+        for n in notes {
+            text.push_str(&format!("\n\n_{n}_"));
+        }
+        if task_cancelled {
+            text.push_str("\n\n_The task's worktree was removed; its branch is kept._");
+        }
+        text
+    }
+
+    /// Removes a cancelled task's worktree when no run of it is going.
+    pub(crate) async fn discard(self: &Arc<Self>, task_id: &str) {
+        let (me, task) = (self.clone(), task_id.to_string());
+        let _ = tokio::task::spawn_blocking(move || me.remove(&task)).await;
+    }
+}

@@ -1,0 +1,392 @@
+//! Agent mode's per-task worktrees: each task on its own branch in its own worktree,
+//! delivered as a commit with a diffstat and diff; the user's checkout untouched.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::common::tracker::FakeTracker;
+use crate::common::*;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The working folder as a repository with one commit of `shared.txt`.
+fn repository(sb: &Sandbox) {
+    sb.write("shared.txt", "original\n");
+    git(&sb.work, &["init", "-q", "-b", "main"]);
+    git(&sb.work, &["add", "."]);
+    git(&sb.work, &["commit", "-q", "-m", "first"]);
+}
+
+fn assigned(event: &str, task: &str, title: &str) -> Value {
+    json!({"id": event, "type": "task.assigned",
+           "data": {"task": {"id": task, "title": title, "description": "Do it.", "status": "todo"}}})
+}
+
+/// Each conversation writes its worktree's name into shared.txt, tries to write into
+/// the user's checkout, and answers.
+fn writer_script(sb: &Sandbox) -> Vec<Turn> {
+    let escape = sb.work.join("escape.txt");
+    let cmd = format!(
+        "basename \"$PWD\" > shared.txt && echo new > new.txt; echo pwn > {} 2>/dev/null; true",
+        escape.display()
+    );
+    vec![
+        tool("bash", json!({"command": cmd})),
+        text("Wrote it."),
+        tool("bash", json!({"command": "echo more >> shared.txt"})),
+        text("Added more."),
+    ]
+}
+
+fn comment_of(tracker: &FakeTracker, task: &str, n: usize) -> String {
+    tracker.comments(task)[n]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test]
+async fn two_tasks_at_once_each_deliver_their_own_branch_and_leave_the_checkout_alone() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    // Uncommitted local work of the user's: never included, never touched.
+    sb.write("shared.txt", "original\nlocal edit\n");
+    let head = git(&sb.work, &["rev-parse", "HEAD"]);
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.per_conversation(writer_script(&sb));
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(
+        &llm,
+        &tracker,
+        json!({"allowed_paths": [sb.work], "max_concurrent_tasks": 2}),
+    );
+    let cb = tracker.callback_url().await;
+    tracker
+        .deliver(&cb, &assigned("e1", "t-1", "Name the file"))
+        .await;
+    tracker
+        .deliver(&cb, &assigned("e2", "t-2", "Name it too"))
+        .await;
+    tracker.wait_status("t-1", "review", 30).await;
+    tracker.wait_status("t-2", "review", 30).await;
+
+    for (task, title) in [("t-1", "Name the file"), ("t-2", "Name it too")] {
+        let branch = format!("picogent/{task}");
+        assert_eq!(
+            git(&sb.work, &["show", &format!("{branch}:shared.txt")]),
+            task
+        );
+        assert_eq!(
+            git(&sb.work, &["show", &format!("{branch}:new.txt")]),
+            "new"
+        );
+        let log = git(&sb.work, &["log", "-1", "--format=%an <%ae>|%s", &branch]);
+        assert_eq!(log, format!("Test <test@picogent.local>|{title}"));
+        let c = comment_of(&tracker, task, 0);
+        let commit = git(&sb.work, &["rev-parse", "--short=12", &branch]);
+        assert!(c.starts_with("Wrote it."), "{c}");
+        assert!(
+            c.contains(&format!("**Branch** `{branch}` · **commit** `{commit}`")),
+            "{c}"
+        );
+        assert!(
+            c.contains("shared.txt |") && c.contains("2 files changed"),
+            "{c}"
+        );
+        assert!(c.contains("```diff\ndiff --git a/new.txt b/new.txt"), "{c}");
+        assert!(c.contains(&format!("+{task}")), "{c}");
+        assert!(c.contains("uncommitted local changes"), "{c}");
+    }
+    // The user's checkout: same HEAD, branch, files and index; nothing written into it.
+    assert_eq!(git(&sb.work, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&sb.work, &["branch", "--show-current"]), "main");
+    assert_eq!(sb.read("shared.txt"), "original\nlocal edit\n");
+    assert!(!sb.work.join("new.txt").exists());
+    assert!(
+        !sb.work.join("escape.txt").exists(),
+        "a run wrote into the checkout"
+    );
+    assert_eq!(git(&sb.work, &["status", "--porcelain"]), "M shared.txt");
+
+    // A follow-up message adds a commit, reported the same way.
+    let msg = json!({"id": "e3", "type": "chat.message", "data": {"task_id": "t-1",
+        "message": {"id": "m1", "content": "Add more please", "author": {"name": "Olga"}}}});
+    tracker.deliver(&cb, &msg).await;
+    tracker
+        .wait_for(30, "the reply", |t| t.comments("t-1").len() >= 2)
+        .await;
+    let reply = &tracker.comments("t-1")[1];
+    assert_eq!(reply["reply_to"], "m1");
+    let content = reply["content"].as_str().unwrap_or_default();
+    assert!(content.contains("**Branch** `picogent/t-1`"), "{content}");
+    assert!(content.contains("+more"), "{content}");
+    assert_eq!(
+        git(&sb.work, &["log", "--format=%s", "main..picogent/t-1"]),
+        "Follow-up: Add more please\nName the file"
+    );
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_branch_is_pushed_and_a_failed_push_keeps_the_commit() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let origin = sb.base().join("origin.git");
+    git(
+        &sb.base(),
+        &["init", "-q", "--bare", origin.to_str().unwrap()],
+    );
+    git(
+        &sb.work,
+        &["remote", "add", "origin", origin.to_str().unwrap()],
+    );
+    git(
+        &sb.work,
+        &["remote", "add", "gone", "/nonexistent/picogent-remote.git"],
+    );
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.per_conversation(writer_script(&sb));
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"push": true}));
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "p1", "Push it")).await;
+    tracker.wait_status("p1", "review", 30).await;
+    let tip = git(&sb.work, &["rev-parse", "picogent/p1"]);
+    assert_eq!(git(&origin, &["rev-parse", "picogent/p1"]), tip);
+    assert!(comment_of(&tracker, "p1", 0).contains("Pushed to `origin`."));
+
+    // The remote goes away: the commit stays, the comment says so.
+    git(
+        &sb.work,
+        &[
+            "remote",
+            "set-url",
+            "origin",
+            "/nonexistent/picogent-remote.git",
+        ],
+    );
+    tracker
+        .deliver(&cb, &assigned("e2", "p2", "Push it again"))
+        .await;
+    tracker.wait_status("p2", "review", 30).await;
+    let c = comment_of(&tracker, "p2", 0);
+    assert!(
+        c.contains("The push to `origin` failed") && c.contains("commit is kept"),
+        "{c}"
+    );
+    assert_eq!(git(&sb.work, &["show", "picogent/p2:shared.txt"]), "p2");
+
+    // Back again: the next run of the task pushes what was owed.
+    git(
+        &sb.work,
+        &["remote", "set-url", "origin", origin.to_str().unwrap()],
+    );
+    let msg = json!({"id": "e3", "type": "chat.message", "data": {"task_id": "p2",
+        "message": {"id": "m1", "content": "Anything else?"}}});
+    tracker.deliver(&cb, &msg).await;
+    tracker
+        .wait_for(30, "the reply", |t| t.comments("p2").len() >= 2)
+        .await;
+    let tip = git(&sb.work, &["rev-parse", "picogent/p2"]);
+    assert_eq!(git(&origin, &["rev-parse", "picogent/p2"]), tip);
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancellation_commits_how_far_it_got_and_removes_the_worktree_keeping_the_branch() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo half > half.txt"})),
+        Turn::Stall(std::time::Duration::from_secs(30), "late".into()),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    tracker
+        .deliver(&cb, &assigned("e1", "c1", "Long job"))
+        .await;
+    llm.wait_requests(2).await;
+    let cancel = json!({"id": "e2", "type": "task.cancelled", "data": {"task_id": "c1", "reason": "not needed"}});
+    tracker.deliver(&cb, &cancel).await;
+    tracker
+        .wait_for(30, "the cancellation comment", |t| {
+            !t.comments("c1").is_empty()
+        })
+        .await;
+    let c = comment_of(&tracker, "c1", 0);
+    assert!(
+        c.contains("cancelled") && c.contains("how far it got"),
+        "{c}"
+    );
+    assert!(c.contains("worktree was removed"), "{c}");
+    assert_eq!(
+        git(&sb.work, &["log", "-1", "--format=%s", "picogent/c1"]),
+        "[cancelled] Long job"
+    );
+    assert_eq!(git(&sb.work, &["show", "picogent/c1:half.txt"]), "half");
+    let worktrees = git(&sb.work, &["worktree", "list", "--porcelain"]);
+    assert!(!worktrees.contains("worktrees/c1"), "{worktrees}");
+    assert!(!sb.home.join("worktrees/c1").exists());
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_run_interrupted_by_shutdown_resumes_in_the_same_worktree() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo first > first.txt"})),
+        Turn::Stall(std::time::Duration::from_secs(30), "late".into()),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"shutdown_grace_sec": 1}));
+    let cb = tracker.callback_url().await;
+    tracker
+        .deliver(&cb, &assigned("e1", "r1", "Resume me"))
+        .await;
+    llm.wait_requests(2).await;
+    d.stop().await.unwrap();
+    // Interrupted: nothing committed yet, the worktree keeps the work.
+    assert!(sb.home.join("worktrees/r1/first.txt").exists());
+    assert_eq!(
+        git(&sb.work, &["rev-parse", "picogent/r1"]),
+        git(&sb.work, &["rev-parse", "main"])
+    );
+
+    llm.push(tool(
+        "bash",
+        json!({"command": "cat first.txt > second.txt"}),
+    ));
+    llm.push(text("Resumed and done."));
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    tracker.wait_status("r1", "review", 30).await;
+    assert_eq!(git(&sb.work, &["show", "picogent/r1:second.txt"]), "first");
+    assert_eq!(git(&sb.work, &["show", "picogent/r1:first.txt"]), "first");
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn settings_planted_in_the_repository_or_worktree_never_run() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let marker = sb.base().join("planted-ran");
+    let touch = format!("touch {}", marker.display());
+    let hooks = sb.base().join("evil-hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for hook in [
+        "post-checkout",
+        "pre-commit",
+        "commit-msg",
+        "post-commit",
+        "pre-push",
+        "reference-transaction",
+    ] {
+        let p = hooks.join(hook);
+        std::fs::write(&p, format!("#!/bin/sh\n{touch}\n")).unwrap();
+        Command::new("chmod").arg("755").arg(&p).status().unwrap();
+        let local = sb.work.join(".git/hooks").join(hook);
+        std::fs::write(&local, format!("#!/bin/sh\n{touch}\n")).unwrap();
+        Command::new("chmod")
+            .arg("755")
+            .arg(&local)
+            .status()
+            .unwrap();
+    }
+    for (k, v) in [
+        ("core.hooksPath", hooks.display().to_string()),
+        ("core.fsmonitor", touch.clone()),
+        ("filter.evil.clean", format!("{touch}; cat")),
+        ("filter.evil.smudge", format!("{touch}; cat")),
+        ("filter.evil.required", "true".into()),
+        ("diff.evil.textconv", format!("{touch}; cat")),
+        ("diff.external", touch.clone()),
+        ("core.sshCommand", touch.clone()),
+    ] {
+        git(&sb.work, &["config", &k, &v]);
+    }
+    std::fs::write(
+        sb.work.join(".git/info/attributes"),
+        "* filter=evil diff=evil\n",
+    )
+    .unwrap();
+    // The run plants a .gitattributes and points its worktree's .git somewhere else.
+    let llm = ScriptedLlm::start(vec![
+        tool(
+            "bash",
+            json!({"command": "printf '* filter=evil diff=evil\\n' > .gitattributes && echo changed > shared.txt && mkdir -p /tmp/fake && printf 'gitdir: /tmp/fake\\n' > .git"}),
+        ),
+        text("Done."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"allowed_paths": [sb.work]}));
+    let cb = tracker.callback_url().await;
+    tracker
+        .deliver(&cb, &assigned("e1", "h1", "Plant things"))
+        .await;
+    tracker.wait_status("h1", "review", 30).await;
+    assert!(!marker.exists(), "a planted hook, filter or driver ran");
+    assert_eq!(
+        git(&sb.work, &["show", "picogent/h1:shared.txt"]),
+        "changed"
+    );
+    let c = comment_of(&tracker, "h1", 0);
+    assert!(c.contains("**Branch** `picogent/h1`"), "{c}");
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn worktree_forced_outside_a_repository_is_a_start_up_error_naming_the_setting() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"workspace": "worktree"}));
+    let err = tokio::time::timeout(std::time::Duration::from_secs(10), d.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("workspace") && err.contains("git repository"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn shared_mode_is_the_default_outside_a_repository_and_can_be_forced_inside_one() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo here > here.txt"})),
+        text("Done."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"workspace": "shared"}));
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "s1", "Here")).await;
+    tracker.wait_status("s1", "review", 30).await;
+    assert_eq!(sb.read("here.txt"), "here\n");
+    assert_eq!(git(&sb.work, &["branch", "--list", "picogent/*"]), "");
+    d.stop().await.unwrap();
+}
