@@ -1,11 +1,13 @@
-//! picogent: an agent daemon. The library holds the engine (configuration, the agent
-//! loop, providers, tools); `main.rs` is the command-line edge that drives it.
+//! picogent: an agent daemon. The library holds everything but the command line:
+//! configuration, the agent and its engines, providers, tools and their sandbox,
+//! sessions, and the chat and tracker front doors; `main.rs` is the command-line edge
+//! that drives it. ARCHITECTURE.md maps the modules and the data flows.
 
 pub mod agent;
 pub mod chat;
 pub mod config;
 pub mod message;
-pub mod net;
+mod net;
 pub mod provider;
 pub mod session;
 pub mod tools;

@@ -34,14 +34,14 @@ pub enum Content {
 }
 
 impl Content {
-    pub fn text(text: impl Into<String>) -> Self {
+    pub(crate) fn text(text: impl Into<String>) -> Self {
         Content::Text { text: text.into() }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub enum StopReason {
+pub(crate) enum StopReason {
     #[default]
     Stop,
     Length,
@@ -52,12 +52,12 @@ pub enum StopReason {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-pub struct Cost {
-    pub input: f64,
-    pub output: f64,
-    pub cache_read: f64,
-    pub cache_write: f64,
-    pub total: f64,
+pub(crate) struct Cost {
+    input: f64,
+    output: f64,
+    cache_read: f64,
+    cache_write: f64,
+    total: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -66,18 +66,18 @@ pub struct Usage {
     pub input: u64,
     pub output: u64,
     pub cache_read: u64,
-    pub cache_write: u64,
-    pub total_tokens: u64,
-    pub cost: Cost,
+    pub(crate) cache_write: u64,
+    pub(crate) total_tokens: u64,
+    pub(crate) cost: Cost,
 }
 
 impl Usage {
     /// Tokens the context occupied after this response: everything sent plus what came back.
-    pub fn context_tokens(&self) -> u64 {
+    pub(crate) fn context_tokens(&self) -> u64 {
         self.input + self.cache_read + self.cache_write + self.output
     }
 
-    pub fn add(&mut self, other: &Usage) {
+    pub(crate) fn add(&mut self, other: &Usage) {
         self.input += other.input;
         self.output += other.output;
         self.cache_read += other.cache_read;
@@ -92,32 +92,32 @@ pub struct UserMessage {
     #[serde(deserialize_with = "string_or_blocks")]
     pub content: Vec<Content>,
     #[serde(default)]
-    pub timestamp: i64,
+    timestamp: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AssistantMessage {
-    pub content: Vec<Content>,
+    pub(crate) content: Vec<Content>,
     #[serde(default)]
-    pub api: String,
+    pub(crate) api: String,
     #[serde(default)]
-    pub provider: String,
+    pub(crate) provider: String,
     #[serde(default)]
-    pub model: String,
+    pub(crate) model: String,
     #[serde(default)]
-    pub usage: Usage,
+    pub(crate) usage: Usage,
     #[serde(default)]
-    pub stop_reason: StopReason,
+    pub(crate) stop_reason: StopReason,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
+    pub(crate) error_message: Option<String>,
     #[serde(default)]
-    pub timestamp: i64,
+    pub(crate) timestamp: i64,
 }
 
 impl AssistantMessage {
     /// The concatenated text blocks: what a person reads as the answer.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = String::new();
         for block in &self.content {
             if let Content::Text { text } = block {
@@ -127,7 +127,7 @@ impl AssistantMessage {
         out
     }
 
-    pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
+    pub(crate) fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
         self.content.iter().filter_map(|b| match b {
             Content::ToolCall {
                 id,
@@ -142,16 +142,16 @@ impl AssistantMessage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResultMessage {
-    pub tool_call_id: String,
-    pub tool_name: String,
+    pub(crate) tool_call_id: String,
+    pub(crate) tool_name: String,
     #[serde(deserialize_with = "string_or_blocks")]
-    pub content: Vec<Content>,
+    pub(crate) content: Vec<Content>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
+    pub(crate) details: Option<Value>,
     #[serde(default)]
-    pub is_error: bool,
+    pub(crate) is_error: bool,
     #[serde(default)]
-    pub timestamp: i64,
+    pub(crate) timestamp: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,7 +172,7 @@ impl Message {
 
     /// Rough size in tokens (4 characters a token), for messages the provider has not
     /// counted yet. It errs high on code, which is the safe side for compaction.
-    pub fn estimate_tokens(&self) -> u64 {
+    pub(crate) fn estimate_tokens(&self) -> u64 {
         let blocks = match self {
             Message::User(m) => &m.content,
             Message::Assistant(m) => &m.content,

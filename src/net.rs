@@ -15,20 +15,20 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
 /// Connections served at once; more wait in the kernel's backlog.
-pub const MAX_CONNECTIONS: usize = 512;
+const MAX_CONNECTIONS: usize = 512;
 
 /// How long a new connection may take to send its first request head.
-pub const HEAD_DEADLINE: Duration = Duration::from_secs(15);
+const HEAD_DEADLINE: Duration = Duration::from_secs(15);
 
 /// A listener that serves at most `MAX_CONNECTIONS` at once and drops a connection
 /// whose first request head does not arrive within `HEAD_DEADLINE`.
-pub struct GuardedListener {
+pub(crate) struct GuardedListener {
     inner: TcpListener,
     slots: Arc<Semaphore>,
 }
 
 impl GuardedListener {
-    pub fn new(inner: TcpListener) -> GuardedListener {
+    pub(crate) fn new(inner: TcpListener) -> GuardedListener {
         GuardedListener {
             inner,
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
@@ -109,7 +109,7 @@ impl HeadWatch {
 }
 
 /// A connection with a slot and, until its first head has arrived, a deadline.
-pub struct Guarded {
+pub(crate) struct Guarded {
     io: TcpStream,
     _slot: OwnedSemaphorePermit,
     head: Option<HeadWatch>,

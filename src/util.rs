@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub fn now_millis() -> i64 {
+pub(crate) fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -10,12 +10,12 @@ pub fn now_millis() -> i64 {
 }
 
 /// RFC 3339 UTC with milliseconds, as pi writes its session time stamps.
-pub fn now_iso() -> String {
+pub(crate) fn now_iso() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// `n` random lowercase hex characters.
-pub fn random_hex(n: usize) -> String {
+pub(crate) fn random_hex(n: usize) -> String {
     (0..n)
         .map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0'))
         .collect()
@@ -31,7 +31,7 @@ pub fn new_session_id() -> String {
 }
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
-pub fn truncate_bytes(s: &str, max: usize) -> &str {
+pub(crate) fn truncate_bytes(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -43,7 +43,7 @@ pub fn truncate_bytes(s: &str, max: usize) -> &str {
 }
 
 /// The longest suffix of `s` of at most `max` bytes that starts on a char boundary.
-pub fn tail_bytes(s: &str, max: usize) -> &str {
+pub(crate) fn tail_bytes(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -72,7 +72,7 @@ pub fn one_line(s: &str, max: usize) -> String {
 /// Every process below `pid` (children, their children, ...), read from `/proc`.
 /// Programs that put their commands in process groups of their own escape a group
 /// kill; walking the tree finds them while their parent is still alive.
-pub fn descendants(pid: i32) -> Vec<i32> {
+pub(crate) fn descendants(pid: i32) -> Vec<i32> {
     let mut parent_of: Vec<(i32, i32)> = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
@@ -106,7 +106,10 @@ pub fn descendants(pid: i32) -> Vec<i32> {
 }
 
 /// Appends `value` as one JSON line.
-pub fn push_json_line<T: serde::Serialize>(buf: &mut Vec<u8>, value: &T) -> std::io::Result<()> {
+pub(crate) fn push_json_line<T: serde::Serialize>(
+    buf: &mut Vec<u8>,
+    value: &T,
+) -> std::io::Result<()> {
     serde_json::to_writer(&mut *buf, value).map_err(std::io::Error::other)?;
     buf.push(b'\n');
     Ok(())
@@ -114,7 +117,7 @@ pub fn push_json_line<T: serde::Serialize>(buf: &mut Vec<u8>, value: &T) -> std:
 
 /// Replaces a file's content atomically and durably: a synced temporary file renamed
 /// over it, then the folder synced, so a crash leaves the old or the new file whole.
-pub fn atomic_rewrite(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn atomic_rewrite(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     {
@@ -130,7 +133,7 @@ pub fn atomic_rewrite(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<(
 }
 
 /// Compares secrets in time that depends only on their length.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -138,7 +141,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The token of an `Authorization: Bearer <token>` header value.
-pub fn bearer(value: Option<&str>) -> Option<&str> {
+pub(crate) fn bearer(value: Option<&str>) -> Option<&str> {
     let v = value?.trim();
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())

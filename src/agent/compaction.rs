@@ -15,7 +15,7 @@ use crate::session::Context;
 /// Tokens the next request is expected to take. Usage reported by the provider is
 /// exact, so the newest assistant message that was produced after the last compaction
 /// anchors the estimate; anything after it is estimated from its length.
-pub fn estimate(ctx: &Context<'_>, fixed: u64) -> u64 {
+pub(crate) fn estimate(ctx: &Context<'_>, fixed: u64) -> u64 {
     let msgs = &ctx.messages;
     let anchor = msgs
         .iter()
@@ -40,14 +40,14 @@ pub fn estimate(ctx: &Context<'_>, fixed: u64) -> u64 {
     }
 }
 
-pub struct Plan {
-    pub first_kept_entry_id: String,
-    pub transcript: String,
+pub(crate) struct Plan {
+    pub(crate) first_kept_entry_id: String,
+    transcript: String,
 }
 
 /// Chooses what to summarise: everything before the most recent `keep_recent` tokens,
 /// cut before a user or assistant message. `None` when nothing can be cut.
-pub fn plan(ctx: &Context<'_>, keep_recent: u64, budget_chars: usize) -> Option<Plan> {
+pub(crate) fn plan(ctx: &Context<'_>, keep_recent: u64, budget_chars: usize) -> Option<Plan> {
     let msgs = &ctx.messages;
     let mut kept = 0u64;
     let mut cut = msgs.len();
@@ -124,7 +124,7 @@ their outcomes, with exact error messages that still matter; what is done and wh
 Be concise. Answer with the summary only.";
 
 /// Asks the model for the summary.
-pub async fn summarize(
+pub(crate) async fn summarize(
     provider: &Provider,
     plan: &Plan,
     cancel: &CancellationToken,

@@ -25,7 +25,7 @@ pub enum RunState {
 
 /// What can happen to a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+enum Action {
     Pause,
     Resume,
     /// The operator ends the run; it finishes with what it has.
@@ -39,13 +39,13 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot {action:?} a run that is {from:?}")]
 pub struct InvalidTransition {
-    pub from: RunState,
-    pub action: Action,
+    from: RunState,
+    action: Action,
 }
 
 impl RunState {
     /// The state after `action`, or why it is not allowed.
-    pub fn apply(self, action: Action) -> Result<RunState, InvalidTransition> {
+    fn apply(self, action: Action) -> Result<RunState, InvalidTransition> {
         use Action::*;
         use RunState::*;
         match (self, action) {
@@ -58,7 +58,7 @@ impl RunState {
         }
     }
 
-    pub fn is_over(self) -> bool {
+    fn is_over(self) -> bool {
         matches!(self, RunState::Finished | RunState::Failed)
     }
 }
@@ -66,12 +66,12 @@ impl RunState {
 pub use crate::message::Role;
 
 #[derive(Debug)]
-pub struct Instruction {
-    pub text: String,
-    pub role: Role,
+pub(crate) struct Instruction {
+    pub(crate) text: String,
+    pub(crate) role: Role,
     /// Told once the instruction is durably part of the session; dropped unsent when
     /// the run ends without reading it.
-    pub receipt: Option<tokio::sync::oneshot::Sender<()>>,
+    pub(crate) receipt: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 struct Inner {
@@ -104,7 +104,7 @@ impl Default for RunControl {
 
 /// What a run does at a boundary.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Boundary {
+pub(crate) enum Boundary {
     Continue,
     Stop,
     /// Roll back to this checkpoint step (starting the named branch), then wait again
@@ -113,7 +113,7 @@ pub enum Boundary {
 }
 
 impl RunControl {
-    pub fn state(&self) -> RunState {
+    pub(crate) fn state(&self) -> RunState {
         *self.inner.state.borrow()
     }
 
@@ -147,7 +147,7 @@ impl RunControl {
     }
 
     /// Ends the run at its next boundary (a paused run ends at once).
-    pub fn stop(&self) -> Result<RunState, InvalidTransition> {
+    pub(crate) fn stop(&self) -> Result<RunState, InvalidTransition> {
         if self.state().is_over() {
             return Err(InvalidTransition {
                 from: self.state(),
@@ -166,7 +166,7 @@ impl RunControl {
     /// Queues an instruction and returns a receipt: it resolves once the instruction
     /// is written (and synced) into the session, and fails when the run ends without
     /// having read it — the caller must then deliver it some other way.
-    pub fn instruct_with_receipt(
+    pub(crate) fn instruct_with_receipt(
         &self,
         text: impl Into<String>,
         role: Role,
@@ -212,7 +212,7 @@ impl RunControl {
 
     /// A branch: a rollback to `step` that keeps the old path, named, with an
     /// instruction for the new one.
-    pub fn branch(
+    pub(crate) fn branch(
         &self,
         step: u64,
         name: Option<String>,

@@ -6,19 +6,19 @@ use serde_json::Value;
 
 /// Counts identical consecutive tool calls.
 #[derive(Default)]
-pub struct RepeatGuard {
+pub(crate) struct RepeatGuard {
     last: Option<(String, String)>,
     count: u32,
 }
 
 /// After this many identical calls in a row the model is told so.
-pub const WARN_AT: u32 = 3;
+pub(crate) const WARN_AT: u32 = 3;
 /// On this many the run stops.
-pub const STOP_AT: u32 = 5;
+pub(crate) const STOP_AT: u32 = 5;
 
 impl RepeatGuard {
     /// Records a call and returns how many times in a row it has now been made.
-    pub fn observe(&mut self, name: &str, args: &Value) -> u32 {
+    pub(crate) fn observe(&mut self, name: &str, args: &Value) -> u32 {
         let key = (name.to_string(), canonical(args));
         if self.last.as_ref() == Some(&key) {
             self.count += 1;
@@ -50,7 +50,7 @@ fn canonical(v: &Value) -> String {
     }
 }
 
-pub fn repeat_warning(name: &str, count: u32) -> String {
+pub(crate) fn repeat_warning(name: &str, count: u32) -> String {
     format!(
         "\n\n[picogent: you have called {name} with exactly the same arguments {count} times in a row \
 and got the same kind of result. Do not repeat it: try a different approach, or answer with \
@@ -58,13 +58,14 @@ what you know. The run stops at {STOP_AT} identical calls.]"
     )
 }
 
-pub const TEXT_CALL_NUDGE: &str = "You wrote a tool call as plain text, so nothing was run. \
+pub(crate) const TEXT_CALL_NUDGE: &str =
+    "You wrote a tool call as plain text, so nothing was run. \
 To use a tool, call it through the tool-calling interface (function calling) with JSON arguments. \
 If you meant to answer, answer in prose without tool-call markup.";
 
 /// Whether an answer looks like a tool call written as text: `<tool_call>` markup, or a
 /// JSON object naming one of the tools with its arguments.
-pub fn looks_like_text_tool_call(text: &str, tools: &[&str]) -> bool {
+pub(crate) fn looks_like_text_tool_call(text: &str, tools: &[&str]) -> bool {
     let lower = text.to_ascii_lowercase();
     if [
         "<tool_call>",

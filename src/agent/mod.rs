@@ -1,15 +1,24 @@
-//! The agent: configuration, provider, sandbox, skills and sessions put together, and
-//! `start`, which runs the loop for one prompt and hands back a stream of events and a
-//! cancellation handle. Every front door drives the agent through this one entry point.
+//! The agent: configuration, provider, sandbox, skills and sessions put together
+//! (`Agent`), and the one entry point every front door drives it through: `start` (or
+//! `start_with_cancel`) runs one `RunRequest` and hands back a `RunHandle` (the run's
+//! events, its live control and its cancellation).
+//!
+//! The run itself is the `engine`'s: the shared start and end of every run, and either
+//! picogent's own loop (`engine::native`) or the Claude Code CLI (`engine::claude_code`).
+//! Around it: `event` (what a run emits and how it ends), `control` (the run's state
+//! machine: pause, resume, stop, instruct, rollback) and `live` (the native loop's side
+//! of it at step boundaries), `checkpoint` (git snapshots of the working folder),
+//! `compaction` (the context window), `guard` (repeats, tool calls written as text),
+//! `prompt` (the system prompt) and `skills` (SKILL.md discovery).
 
 pub mod checkpoint;
-pub mod compaction;
+mod compaction;
 pub mod control;
-pub mod engine;
-pub mod event;
-pub mod guard;
+mod engine;
+mod event;
+mod guard;
 mod live;
-pub mod prompt;
+mod prompt;
 pub mod skills;
 
 use std::collections::HashMap;
@@ -30,24 +39,24 @@ use skills::Skill;
 /// One prompt to run.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
-    pub prompt: String,
-    pub session_id: String,
+    pub(crate) prompt: String,
+    pub(crate) session_id: String,
     /// Overrides the configured working folder.
-    pub work_dir: Option<PathBuf>,
+    pub(crate) work_dir: Option<PathBuf>,
     /// Overrides the configured role prompt.
-    pub system_prompt: Option<String>,
+    pub(crate) system_prompt: Option<String>,
     /// The run works in a git worktree of the user's checkout: the sandbox moves the
     /// allowed paths there and keeps the checkout read-only.
-    pub worktree: Option<WorktreeRun>,
+    pub(crate) worktree: Option<WorktreeRun>,
 }
 
 /// Where a run in a worktree works instead of the user's checkout.
 #[derive(Debug, Clone)]
-pub struct WorktreeRun {
+pub(crate) struct WorktreeRun {
     /// The checkout's top folder (canonical).
-    pub checkout: PathBuf,
+    pub(crate) checkout: PathBuf,
     /// The worktree's top folder (canonical).
-    pub worktree: PathBuf,
+    pub(crate) worktree: PathBuf,
 }
 
 impl RunRequest {
@@ -65,7 +74,6 @@ impl RunRequest {
 
 /// A run in progress.
 pub struct RunHandle {
-    pub session_id: String,
     /// Events in order; `Finished` is the last one.
     pub events: mpsc::UnboundedReceiver<AgentEvent>,
     /// Pause, resume, stop and instruct the run.
@@ -272,6 +280,16 @@ impl Agent {
             sandbox = sandbox.with_confinement_level(sandbox_helper(&config), deny, level);
         }
         log_sandbox(&config, &sandbox);
+        let caps = config.engine.capabilities();
+        if caps != crate::config::Engine::Native.capabilities() {
+            tracing::info!(
+                engine = config.engine.as_str(),
+                live_control = caps.live_control,
+                rollback = caps.rollback,
+                step_limits = caps.step_limits,
+                "this engine runs its own loop: what picogent cannot control in it is off"
+            );
+        }
         let sessions = SessionStore::new(config.sessions_dir());
         Agent {
             inner: Arc::new(Inner {
@@ -291,17 +309,17 @@ impl Agent {
         &self.inner.config
     }
 
-    pub fn skills(&self) -> &[Skill] {
+    pub(crate) fn skills(&self) -> &[Skill] {
         &self.inner.skills
     }
 
     /// What this agent's engine can do; front doors ask this instead of assuming it.
-    pub fn capabilities(&self) -> engine::Capabilities {
+    pub(crate) fn capabilities(&self) -> engine::Capabilities {
         self.inner.config.engine.capabilities()
     }
 
     /// Whether runs can be paused, resumed, stopped at a step and instructed mid-run.
-    pub fn live_control(&self) -> bool {
+    pub(crate) fn live_control(&self) -> bool {
         self.capabilities().live_control
     }
 
@@ -309,13 +327,13 @@ impl Agent {
         &self.inner.sandbox
     }
 
-    pub fn sessions(&self) -> &SessionStore {
+    pub(crate) fn sessions(&self) -> &SessionStore {
         &self.inner.sessions
     }
 
     /// Appends a record (a preference) to a session, waiting for any run in it to end
     /// first so entries never interleave.
-    pub async fn annotate(
+    pub(crate) async fn annotate(
         &self,
         session_id: &str,
         record: &session::Record,
@@ -333,16 +351,18 @@ impl Agent {
     }
 
     /// Like `start`, cancelled when `cancel` is.
-    pub fn start_with_cancel(&self, req: RunRequest, cancel: CancellationToken) -> RunHandle {
+    pub(crate) fn start_with_cancel(
+        &self,
+        req: RunRequest,
+        cancel: CancellationToken,
+    ) -> RunHandle {
         // Unbounded on purpose: the provider's delta callback is synchronous, events
         // are small, and every consumer drains them as they come.
         let (tx, rx) = mpsc::unbounded_channel();
-        let session_id = req.session_id.clone();
         let control = control::RunControl::default();
         let (inner, c) = (self.inner.clone(), cancel.clone());
         let task = tokio::spawn(engine::run(inner, req, tx, c, control.clone()));
         RunHandle {
-            session_id,
             events: rx,
             control,
             cancel,

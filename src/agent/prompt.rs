@@ -20,7 +20,7 @@ const TOOLS: &str = "Tools:
 Use tools through the tool-calling interface, never by writing calls as text. Prefer read, grep, \
 find and ls over bash for looking at files. Paths are relative to the working folder.";
 
-pub fn build(
+pub(crate) fn build(
     role: Option<&str>,
     work_dir: &Path,
     allowed_paths: &[std::path::PathBuf],

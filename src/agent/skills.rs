@@ -13,9 +13,9 @@ pub struct Skill {
     pub name: String,
     pub description: String,
     /// Absolute path of the SKILL.md.
-    pub location: PathBuf,
+    location: PathBuf,
     /// The folder holding it (readable by tools even outside allowed_paths).
-    pub dir: PathBuf,
+    dir: PathBuf,
 }
 
 #[derive(Deserialize)]
@@ -89,7 +89,7 @@ fn escape(s: &str) -> String {
 }
 
 /// The prompt section that lists skills; empty when there are none.
-pub fn prompt_block(skills: &[Skill]) -> String {
+pub(crate) fn prompt_block(skills: &[Skill]) -> String {
     if skills.is_empty() {
         return String::new();
     }

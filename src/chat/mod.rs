@@ -12,7 +12,7 @@
 //! non-loopback address without a token is refused at start.
 
 mod branches;
-pub mod protocol;
+mod protocol;
 mod requests;
 mod runs;
 
@@ -33,10 +33,10 @@ use crate::agent::Agent;
 use protocol::{ClientFrame, Outgoing};
 use runs::{Outbound, Runs};
 
-pub use protocol::MAX_FRAME_BYTES;
+pub(crate) use protocol::MAX_FRAME_BYTES;
 
 /// The browser client, served as-is.
-pub const CLIENT_HTML: &str = include_str!("../../client.html");
+const CLIENT_HTML: &str = include_str!("../../client.html");
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
@@ -103,7 +103,7 @@ pub async fn serve(
         .await
 }
 
-pub fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Router {
+fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Router {
     let cfg = agent.config();
     let port = addr.port();
     let mut own_origins = vec![format!("http://{addr}")];

@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 /// Frames larger than this get an error frame.
-pub const MAX_FRAME_BYTES: usize = 1 << 20;
+pub(crate) const MAX_FRAME_BYTES: usize = 1 << 20;
 
 // ---------------------------------------------------------------------------------
 // Client → server
@@ -21,7 +21,7 @@ pub const MAX_FRAME_BYTES: usize = 1 << 20;
 /// JSON (the prompt without a `type`, every other frame with one).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub enum ClientFrame {
+pub(crate) enum ClientFrame {
     /// Replay a request's frames after `seq` `after`, then follow it live.
     Subscribe(Subscribe),
     /// A prompt: the one frame without a `type`; it starts a request.
@@ -39,71 +39,71 @@ pub enum ClientFrame {
 /// `{id, content, sessionId?, workDir?, systemPrompt?, keepAlive?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Prompt {
+pub(crate) struct Prompt {
     /// The client's name for the request (a number is taken as its text).
     #[serde(deserialize_with = "request_id")]
-    pub id: String,
+    pub(crate) id: String,
     /// The prompt; never blank.
-    pub content: String,
+    pub(crate) content: String,
     /// A valid session id (letters, digits, `.`, `_`, `-`); none: a new session.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
+    pub(crate) session_id: Option<String>,
     /// The working folder; never empty.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub work_dir: Option<String>,
+    pub(crate) work_dir: Option<String>,
     /// Replaces the system prompt; never blank.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
+    pub(crate) system_prompt: Option<String>,
     /// The run survives its connection and gets a `runId`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub keep_alive: bool,
+    pub(crate) keep_alive: bool,
 }
 
 /// The request a frame addresses: this connection's request `id`, or any connection's
 /// `keepAlive` run by its `runId` (which wins when both are given). At least one is set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Target {
+pub(crate) struct Target {
     #[serde(
         default,
         deserialize_with = "optional_request_id",
         skip_serializing_if = "Option::is_none"
     )]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
 }
 
 impl Target {
     /// The name an answer about this target goes under: the `id`, else the `runId`.
-    pub fn reply_id(&self) -> &str {
+    pub(crate) fn reply_id(&self) -> &str {
         self.id.as_deref().or(self.run_id.as_deref()).unwrap_or("")
     }
 }
 
 /// `{type: "subscribe", id | runId, after?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Subscribe {
+pub(crate) struct Subscribe {
     #[serde(flatten)]
-    pub to: Target,
+    pub(crate) to: Target,
     /// The last `seq` the client has; 0 (the default) replays everything kept.
     #[serde(default)]
-    pub after: u64,
+    pub(crate) after: u64,
 }
 
 /// A live-control frame: what to do to which request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Control {
+pub(crate) struct Control {
     #[serde(flatten)]
-    pub to: Target,
+    pub(crate) to: Target,
     #[serde(flatten)]
-    pub action: Action,
+    pub(crate) action: Action,
 }
 
 /// The live controls, by their `type`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub enum Action {
+pub(crate) enum Action {
     /// End the request (what every engine can do).
     Cancel,
     /// Hold the run before its next model or tool call.
@@ -118,7 +118,7 @@ pub enum Action {
 
 impl Action {
     /// Its `type`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Action::Cancel => "cancel",
             Action::Pause => "pause",
@@ -133,56 +133,56 @@ impl Action {
 
 /// `instruct`: `{content, as?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Instruct {
+pub(crate) struct Instruct {
     /// Never blank.
-    pub content: String,
+    pub(crate) content: String,
     /// Who the instruction speaks as; none: the user.
     #[serde(rename = "as", skip_serializing_if = "Option::is_none")]
-    pub role: Option<Role>,
+    pub(crate) role: Option<Role>,
 }
 
 /// `rollback`: `{step}`, a checkpoint of the request's session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Rollback {
-    pub step: u64,
+pub(crate) struct Rollback {
+    pub(crate) step: u64,
 }
 
 /// `branch`: `{step, content, name?}`: a rollback to `step` that keeps the old path,
 /// with the instruction for the new one (never blank) and the new branch's name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Branch {
-    pub step: u64,
-    pub content: String,
+pub(crate) struct Branch {
+    pub(crate) step: u64,
+    pub(crate) content: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 /// A question about a session: `{type, id?, sessionId, ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SessionFrame {
+pub(crate) struct SessionFrame {
     #[serde(flatten)]
-    pub about: SessionRef,
+    pub(crate) about: SessionRef,
     #[serde(flatten)]
-    pub query: Query,
+    pub(crate) query: Query,
 }
 
 /// The session a question is about, and the `id` its answer carries (optional).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SessionRef {
+pub(crate) struct SessionRef {
     #[serde(
         default,
         deserialize_with = "optional_request_id",
         skip_serializing_if = "Option::is_none"
     )]
-    pub id: Option<String>,
-    pub session_id: String,
+    pub(crate) id: Option<String>,
+    pub(crate) session_id: String,
 }
 
 /// The questions about a session, by their `type`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub enum Query {
+pub(crate) enum Query {
     /// The session's branches.
     Branches,
     Compare(Compare),
@@ -191,7 +191,7 @@ pub enum Query {
 
 impl Query {
     /// Its `type`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Query::Branches => "branches",
             Query::Compare(_) => "compare",
@@ -202,18 +202,18 @@ impl Query {
 
 /// `compare`: `{a, b}`, two branch names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Compare {
-    pub a: String,
-    pub b: String,
+pub(crate) struct Compare {
+    pub(crate) a: String,
+    pub(crate) b: String,
 }
 
 /// `prefer`: `{chosen, rejected, note?}`, two branch names and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Prefer {
-    pub chosen: String,
-    pub rejected: String,
+pub(crate) struct Prefer {
+    pub(crate) chosen: String,
+    pub(crate) rejected: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 /// A request id: a non-empty string, or a number (taken as its text).
@@ -241,12 +241,12 @@ fn optional_request_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>
 /// A frame the server could not take, and how to answer it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
-pub struct FrameError {
+pub(crate) struct FrameError {
     /// The frame's `id` (a control frame's `runId` when it has no `id`), when usable.
-    pub id: Option<String>,
-    pub message: String,
+    id: Option<String>,
+    message: String,
     /// A bad prompt with a usable `id` is a request that ends here: `done` follows.
-    pub ends_request: bool,
+    ends_request: bool,
 }
 
 impl FrameError {
@@ -259,7 +259,7 @@ impl FrameError {
     }
 
     /// The frames that answer it: an `error`, and `done` when a request ends.
-    pub fn replies(&self) -> Vec<Outgoing> {
+    pub(crate) fn replies(&self) -> Vec<Outgoing> {
         let mut out = vec![Outgoing::new(
             self.id.clone(),
             None,
@@ -275,7 +275,7 @@ impl FrameError {
 /// Reads one text frame. A frame over [`MAX_FRAME_BYTES`], not JSON, not an object, of
 /// an unknown `type` or with a missing or wrong field is an error naming what is
 /// wrong; the connection stays usable.
-pub fn parse(text: &str) -> Result<ClientFrame, FrameError> {
+pub(crate) fn parse(text: &str) -> Result<ClientFrame, FrameError> {
     if text.len() > MAX_FRAME_BYTES {
         return Err(FrameError::new(
             None,
@@ -400,7 +400,7 @@ fn session(v: &Value, query: Query) -> Result<ClientFrame, String> {
 /// What a frame the server sends says: its `type` and `content` (and `step`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum ServerFrame {
+pub(crate) enum ServerFrame {
     /// A fragment of the answer, streamed as generated.
     Text { content: String },
     /// A tool call: `"Read: src/main.rs"`.
@@ -431,25 +431,25 @@ pub enum ServerFrame {
 
 /// One branch in a `branches` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BranchSummary {
-    pub name: String,
-    pub steps: usize,
+pub(crate) struct BranchSummary {
+    pub(crate) name: String,
+    pub(crate) steps: usize,
 }
 
 impl ServerFrame {
-    pub fn error(message: impl Into<String>) -> ServerFrame {
+    pub(crate) fn error(message: impl Into<String>) -> ServerFrame {
         ServerFrame::Error {
             content: message.into(),
         }
     }
 
-    pub fn done() -> ServerFrame {
+    pub(crate) fn done() -> ServerFrame {
         ServerFrame::Done {
             content: String::new(),
         }
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         matches!(self, ServerFrame::Done { .. })
     }
 }
@@ -457,23 +457,27 @@ impl ServerFrame {
 /// A server frame on the wire: `{id, type, content, step?, sessionId, seq?, runId?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     /// The request (or question) it answers; null when the frame had none.
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     #[serde(flatten)]
-    pub frame: ServerFrame,
+    pub(crate) frame: ServerFrame,
     /// The request's session; null when there is none (a bad frame).
-    pub session_id: Option<String>,
+    pub(crate) session_id: Option<String>,
     /// The frame's place in its request's log (frames of a request only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seq: Option<u64>,
+    pub(crate) seq: Option<u64>,
     /// A `keepAlive` request's server-issued id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
 }
 
 impl Outgoing {
-    pub fn new(id: Option<String>, session_id: Option<String>, frame: ServerFrame) -> Outgoing {
+    pub(crate) fn new(
+        id: Option<String>,
+        session_id: Option<String>,
+        frame: ServerFrame,
+    ) -> Outgoing {
         Outgoing {
             id,
             frame,
@@ -484,12 +488,16 @@ impl Outgoing {
     }
 
     /// An `error` frame.
-    pub fn error(id: Option<String>, session_id: Option<String>, message: String) -> Outgoing {
+    pub(crate) fn error(
+        id: Option<String>,
+        session_id: Option<String>,
+        message: String,
+    ) -> Outgoing {
         Outgoing::new(id, session_id, ServerFrame::error(message))
     }
 
     /// The frame's JSON text.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| {
             // Not reachable (every field is a string, a number or JSON), but a frame
             // must not vanish without a trace.

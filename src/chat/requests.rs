@@ -119,8 +119,9 @@ pub(super) fn control(st: &ChatState, conn: &Conn, c: Control, tx: &Outbound) {
         None => Err(format!(
             "no request with id {name:?} is running on this connection (a keepAlive run started elsewhere is addressed by its runId)"
         )),
-        Some(_) if !matches!(action, Action::Cancel) && !st.agent.live_control() => Err(format!(
-            "{kind} is not available: this run's engine (claude-code) runs its own loop and cannot pause, resume, stop at a step, take instructions or roll back; send cancel to end it"
+        Some(_) if !st.agent.can(&action) => Err(format!(
+            "{kind} is not available: this run's engine ({}) runs its own loop and cannot pause, resume, stop at a step, take instructions or roll back; send cancel to end it",
+            st.agent.config().engine.as_str()
         )),
         Some(log) => apply(st, &log, action),
     };
@@ -166,5 +167,17 @@ fn has_checkpoint(st: &ChatState, log: &RunLog, step: u64) -> Result<(), String>
             "no checkpoint {step} in session {}; nothing was rolled back",
             log.session
         ))
+    }
+}
+
+impl crate::agent::Agent {
+    /// Whether this agent's engine can carry out a control frame.
+    fn can(&self, action: &Action) -> bool {
+        let caps = self.capabilities();
+        match action {
+            Action::Cancel => true,
+            Action::Rollback(_) | Action::Branch(_) => caps.rollback,
+            _ => caps.live_control,
+        }
     }
 }

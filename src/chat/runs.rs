@@ -24,28 +24,31 @@ const MAX_LOG_BYTES: usize = 8 << 20;
 /// How long a finished request stays available for replay.
 const KEEP_FINISHED: Duration = Duration::from_secs(600);
 
-pub type Runs = Arc<Mutex<HashMap<String, Arc<RunLog>>>>;
+pub(crate) type Runs = Arc<Mutex<HashMap<String, Arc<RunLog>>>>;
 
 /// Frames waiting for one connection's writer; a client that lets more pile up is too
 /// slow to follow and is disconnected (its runs then follow the `keepAlive` rules).
-pub const OUTBOUND_FRAMES: usize = 4096;
+pub(crate) const OUTBOUND_FRAMES: usize = 4096;
 
 /// The way to one connection: a bounded queue of frame texts toward its writer.
 #[derive(Clone)]
-pub struct Outbound {
+pub(crate) struct Outbound {
     tx: tokio::sync::mpsc::Sender<Utf8Bytes>,
     /// Cancelled when the client falls too far behind.
     conn: CancellationToken,
 }
 
 impl Outbound {
-    pub fn new(tx: tokio::sync::mpsc::Sender<Utf8Bytes>, conn: CancellationToken) -> Outbound {
+    pub(crate) fn new(
+        tx: tokio::sync::mpsc::Sender<Utf8Bytes>,
+        conn: CancellationToken,
+    ) -> Outbound {
         Outbound { tx, conn }
     }
 
     /// Queues a frame; false when the connection is gone or was just dropped for
     /// being too slow.
-    pub fn send(&self, frame: &Outgoing) -> bool {
+    pub(crate) fn send(&self, frame: &Outgoing) -> bool {
         self.send_text(frame.encode().into())
     }
 
@@ -100,23 +103,23 @@ struct Kept {
     bytes: usize,
 }
 
-pub struct RunLog {
+pub(crate) struct RunLog {
     /// The client's id of the request, on every frame.
     id: String,
     /// The session the request runs in.
-    pub session: String,
+    pub(crate) session: String,
     /// The server-issued id of a `keepAlive` run, by which any connection may address
     /// it; other runs belong to the connection that started them.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     frames: Mutex<Kept>,
     live: broadcast::Sender<Logged>,
     done: AtomicBool,
-    pub token: CancellationToken,
-    pub control: RunControl,
+    pub(crate) token: CancellationToken,
+    pub(crate) control: RunControl,
 }
 
 impl RunLog {
-    pub fn new(
+    pub(crate) fn new(
         id: String,
         session: String,
         run_id: Option<String>,
@@ -135,7 +138,7 @@ impl RunLog {
         })
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
 
@@ -201,7 +204,7 @@ impl RunLog {
 
 /// Sends a request's frames after `after` to a connection: the backlog, then the live
 /// stream, until its `done` frame or the connection ends.
-pub fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToken) {
+pub(crate) fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToken) {
     let mut rx = log.live.subscribe();
     tokio::spawn(async move {
         let mut last = after;
@@ -286,7 +289,12 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
 
 /// Turns one run's events into its request's frames; `keys` are the run's entries in
 /// `runs`, removed a while after it ends.
-pub async fn forward(mut handle: RunHandle, log: Arc<RunLog>, runs: Runs, keys: Vec<String>) {
+pub(crate) async fn forward(
+    mut handle: RunHandle,
+    log: Arc<RunLog>,
+    runs: Runs,
+    keys: Vec<String>,
+) {
     while let Some(ev) = handle.events.recv().await {
         match ev {
             AgentEvent::Finished { outcome } => log.finish(Some(outcome)),

@@ -1,7 +1,12 @@
-//! Configuration: where it comes from (CLI argument, `PICOGENT_CONFIG`, `./agent.json`,
+//! Configuration: the resolved `Config` every part of picogent reads, its errors, and
+//! the paths derived from it (state, sessions, skills, protected files).
+//!
+//! Loading is `load`'s: which file (CLI argument, `PICOGENT_CONFIG`, `./agent.json`, or
 //! the environment alone), how the environment overrides the file, defaults, and
 //! validation. Every error names the file and the field or variable at fault, because a
-//! typo in a restriction (say `alowed_paths`) must never silently disable it.
+//! typo in a restriction (say `alowed_paths`) must never silently disable it. `types`
+//! holds the small value types and the environment snapshot; `secrets` keeps keys and
+//! tokens out of the process image.
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -9,9 +14,8 @@ use std::time::Duration;
 mod load;
 pub mod secrets;
 mod types;
-pub use types::{
-    Engine, Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport, Workspace,
-};
+pub use types::{Engine, Env, ProviderKind, Transport};
+pub(crate) use types::{LoopAction, NetworkPolicy, SandboxMode, Workspace};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -39,13 +43,13 @@ pub enum ConfigError {
 pub struct Config {
     pub name: String,
     pub slug: String,
-    pub prompt: Option<String>,
+    pub(crate) prompt: Option<String>,
     pub tracker_url: Option<String>,
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     pub transport: Transport,
     pub listen_port: u16,
     /// `None` means the default, `http://127.0.0.1:<bound port>/events`.
-    pub callback_url: Option<String>,
+    pub(crate) callback_url: Option<String>,
     pub work_dir: PathBuf,
     pub model: String,
     pub provider: ProviderKind,
@@ -63,33 +67,33 @@ pub struct Config {
     /// default `step_timeout_sec`): a model cannot hold a task slot for a day.
     pub command_timeout_max: Duration,
     pub context_window: u64,
-    pub max_tokens: u32,
+    pub(crate) max_tokens: u32,
     /// How long running tasks may finish after SIGTERM before they are cancelled.
-    pub shutdown_grace: Duration,
-    pub network: NetworkPolicy,
-    pub sandbox: SandboxMode,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) network: NetworkPolicy,
+    pub(crate) sandbox: SandboxMode,
     /// Snapshot the working folder after every changing tool call (for rollback).
     /// `None`: the front door's default (on in chat mode, off elsewhere).
     pub checkpoints: Option<bool>,
     /// `engine: "claude-code"`: the `claude` binary (default: found on PATH).
-    pub claude_code_path: Option<PathBuf>,
+    pub(crate) claude_code_path: Option<PathBuf>,
     /// Agent mode: a git worktree per task, or the shared folder; `None`: decided at
     /// start (worktree when `work_dir` is in a repository with a commit).
-    pub workspace: Option<Workspace>,
+    pub(crate) workspace: Option<Workspace>,
     /// Worktrees start from this branch (default: the repository's `HEAD`).
-    pub base_branch: Option<String>,
+    pub(crate) base_branch: Option<String>,
     /// The author email of the commits picogent makes (default `<slug>@picogent.local`).
-    pub git_email: Option<String>,
+    pub(crate) git_email: Option<String>,
     /// Push a task's branch to `remote` after committing.
-    pub push: bool,
-    pub remote: String,
+    pub(crate) push: bool,
+    pub(crate) remote: String,
     /// A task's worktree is removed after this many days without an event.
-    pub worktree_retention_days: u64,
+    pub(crate) worktree_retention_days: u64,
     /// Pause the run when a bash command fails.
-    pub auto_pause_on_error: bool,
+    pub(crate) auto_pause_on_error: bool,
     /// Pause the run every N model turns.
-    pub auto_pause_after_steps: Option<u32>,
-    pub loop_action: LoopAction,
+    pub(crate) auto_pause_after_steps: Option<u32>,
+    pub(crate) loop_action: LoopAction,
     /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
     pub sandbox_helper: Option<PathBuf>,
     /// Chat mode: where to listen (`PICOGENT_HOST`, `PICOGENT_PORT`).
@@ -107,13 +111,13 @@ pub struct Config {
     /// The `.env` file loaded at start, if any; the tools refuse it like the config file.
     pub env_file: Option<PathBuf>,
     /// `$HOME`, for `~/.picogent/`.
-    pub home_dir: Option<PathBuf>,
+    pub(crate) home_dir: Option<PathBuf>,
     /// The file itself holds a token or API key (start-up warns about it).
     pub secrets_in_file: bool,
 }
 
 /// Model aliases of spec §1; anything else passes through unchanged.
-pub fn resolve_model(model: &str) -> String {
+fn resolve_model(model: &str) -> String {
     match model {
         "sonnet" | "sonnet-4" => "claude-sonnet-4-6",
         "opus" | "opus-4" => "claude-opus-4-6",
@@ -155,7 +159,7 @@ impl Config {
 
     /// Where agent mode keeps its journal and outbox: `agentHome/state`, else
     /// `~/.picogent/state/<slug>`.
-    pub fn state_dir(&self) -> PathBuf {
+    pub(crate) fn state_dir(&self) -> PathBuf {
         match (&self.agent_home, &self.home_dir) {
             (Some(h), _) => h.join("state"),
             (None, Some(home)) => home.join(".picogent").join("state").join(&self.slug),
@@ -205,7 +209,7 @@ impl Config {
 
     /// Files and folders no tool may open: the configuration, the loaded `.env`, and
     /// the agent home's `state/` (journals and outbox hold the tracker's traffic).
-    pub fn protected_paths(&self) -> Vec<PathBuf> {
+    pub(crate) fn protected_paths(&self) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = Vec::new();
         out.extend(self.config_file.clone());
         out.extend(self.env_file.clone());

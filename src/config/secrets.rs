@@ -25,7 +25,7 @@ static ENV_FILE_NAMES: OnceLock<Vec<String>> = OnceLock::new();
 
 /// Whether a variable is kept from commands: `*_API_KEY`, one of the tokens picogent
 /// reads, or anything picogent's `.env` defined.
-pub fn is_secret(name: &str) -> bool {
+pub(crate) fn is_secret(name: &str) -> bool {
     name.ends_with("_API_KEY")
         || SECRET_VARS.contains(&name)
         || ENV_FILE_NAMES

@@ -1,5 +1,5 @@
-//! The small value types of the configuration: transports, providers, policies, and
-//! the environment snapshot configuration is read from.
+//! The small value types of the configuration: transports, providers, engines,
+//! policies, and the environment snapshot configuration is read from.
 
 use std::collections::HashMap;
 
@@ -98,7 +98,7 @@ impl ProviderKind {
 /// Whether bash commands may open TCP connections (`network`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum NetworkPolicy {
+pub(crate) enum NetworkPolicy {
     Allow,
     Deny,
 }
@@ -106,7 +106,7 @@ pub enum NetworkPolicy {
 /// How commands are confined (`sandbox`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SandboxMode {
+pub(crate) enum SandboxMode {
     /// Namespaces + Landlock + seccomp; Landlock + seccomp where the kernel has no user
     /// namespaces, refusing configurations whose protected paths would be writable.
     On,
@@ -119,7 +119,7 @@ pub enum SandboxMode {
 /// What the repeat guard does on the fifth identical tool call (`loop_action`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LoopAction {
+pub(crate) enum LoopAction {
     /// End the run (unattended work).
     Stop,
     /// Pause the run for a person to step in (live sessions).
@@ -153,7 +153,7 @@ impl Env {
     }
 
     /// A set, non-empty variable.
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.0
             .get(key)
             .map(String::as_str)

@@ -72,7 +72,7 @@ struct ImageSource<'a> {
 
 /// The request body, serialised straight from borrowed history: building a
 /// `serde_json::Value` tree first cost more than everything else in a step.
-pub fn request_body(
+pub(crate) fn request_body(
     model: &str,
     max_tokens: u32,
     req: &ModelRequest<'_>,
@@ -181,7 +181,7 @@ enum Building {
     Other,
 }
 
-pub async fn read_stream(
+pub(crate) async fn read_stream(
     reader: &mut LineReader,
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<AssistantMessage, ProviderError> {

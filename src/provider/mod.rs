@@ -19,22 +19,22 @@ pub use retry::RetryPolicy;
 
 /// A tool as the model sees it.
 #[derive(Debug, Clone)]
-pub struct ToolSpec {
-    pub name: &'static str,
-    pub description: &'static str,
-    pub parameters: Value,
+pub(crate) struct ToolSpec {
+    pub(crate) name: &'static str,
+    pub(crate) description: &'static str,
+    pub(crate) parameters: Value,
 }
 
 /// One model call.
-pub struct ModelRequest<'a> {
-    pub system: &'a str,
-    pub messages: &'a [&'a Message],
-    pub tools: &'a [ToolSpec],
+pub(crate) struct ModelRequest<'a> {
+    pub(crate) system: &'a str,
+    pub(crate) messages: &'a [&'a Message],
+    pub(crate) tools: &'a [ToolSpec],
 }
 
 /// What a provider streams while a call is under way.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Delta {
+pub(crate) enum Delta {
     Text(String),
     Thinking(String),
     /// A failed attempt is being retried; text already streamed for it is void.
@@ -84,7 +84,7 @@ pub enum ProviderError {
 
 impl ProviderError {
     /// Whether another attempt of the same call may succeed.
-    pub fn is_retryable(&self) -> bool {
+    fn is_retryable(&self) -> bool {
         match self {
             ProviderError::Http {
                 status,
@@ -159,16 +159,16 @@ impl Provider {
         self
     }
 
-    pub fn kind(&self) -> ProviderKind {
+    pub(crate) fn kind(&self) -> ProviderKind {
         self.kind
     }
 
-    pub fn model(&self) -> &str {
+    pub(crate) fn model(&self) -> &str {
         &self.model
     }
 
     /// Streams one model call, retrying transient failures as whole calls.
-    pub async fn complete(
+    pub(crate) async fn complete(
         &self,
         req: &ModelRequest<'_>,
         cancel: &CancellationToken,

@@ -59,7 +59,7 @@ fn msg<'a>(role: &'static str, content: Cow<'a, str>) -> Msg<'a> {
     }
 }
 
-pub fn request_body(
+pub(crate) fn request_body(
     model: &str,
     max_tokens: u32,
     req: &ModelRequest<'_>,
@@ -103,7 +103,7 @@ pub fn request_body(
     })
 }
 
-pub async fn read_stream(
+pub(crate) async fn read_stream(
     reader: &mut LineReader,
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<AssistantMessage, ProviderError> {

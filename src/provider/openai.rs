@@ -63,7 +63,7 @@ struct CallFunction<'a> {
     arguments: String,
 }
 
-pub fn request_body(
+pub(crate) fn request_body(
     model: &str,
     max_tokens: u32,
     req: &ModelRequest<'_>,
@@ -124,7 +124,7 @@ struct PartialCall {
     args: String,
 }
 
-pub async fn read_stream(
+pub(crate) async fn read_stream(
     reader: &mut LineReader,
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<AssistantMessage, ProviderError> {

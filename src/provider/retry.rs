@@ -25,7 +25,7 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// Delay before retry number `attempt` (1-based). A server hint wins, bounded by a
     /// minute so a bogus header cannot park a run for hours.
-    pub fn delay(&self, attempt: u32, hint: Option<Duration>) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32, hint: Option<Duration>) -> Duration {
         if let Some(h) = hint {
             return h.min(Duration::from_secs(60));
         }
@@ -40,7 +40,7 @@ impl RetryPolicy {
 }
 
 /// `retry-after-ms` (milliseconds) takes precedence over `retry-after` (seconds).
-pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     // A server's number, so never trusted to fit a Duration (`inf`, `1e30`, `NaN`).
     let secs = |s: f64| Duration::try_from_secs_f64(s).ok();
@@ -55,7 +55,7 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// `x-should-retry: true|false` overrides the status-code rule.
-pub fn should_retry(headers: &HeaderMap) -> Option<bool> {
+pub(crate) fn should_retry(headers: &HeaderMap) -> Option<bool> {
     match headers.get("x-should-retry").and_then(|v| v.to_str().ok()) {
         Some("true") => Some(true),
         Some("false") => Some(false),

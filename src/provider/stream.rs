@@ -15,12 +15,12 @@ type ByteStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
 /// The longest line a stream may send (a whole tool call's arguments fit easily).
-pub const MAX_LINE: usize = 32 << 20;
+const MAX_LINE: usize = 32 << 20;
 
 /// A call ends after this many idle timeouts in all, however the stream goes on.
-pub const DEADLINE_FACTOR: u32 = 20;
+const DEADLINE_FACTOR: u32 = 20;
 
-pub struct LineReader {
+pub(crate) struct LineReader {
     body: ByteStream,
     buf: Vec<u8>,
     /// How far `buf` is known to hold no newline (so each byte is scanned once).
@@ -36,14 +36,14 @@ pub struct LineReader {
 
 /// One server-sent event: its `event:` name (if any) and its joined `data:` lines.
 #[derive(Debug, Default)]
-pub struct SseEvent {
-    pub event: Option<String>,
-    pub data: String,
+pub(crate) struct SseEvent {
+    pub(crate) event: Option<String>,
+    pub(crate) data: String,
 }
 
 /// Refuses a successful answer that is not a stream (an HTML page from a proxy, an
 /// empty body), saying what it is, instead of reading it as a stream that ended early.
-pub fn expect_stream(
+pub(crate) fn expect_stream(
     resp: &reqwest::Response,
     provider: &'static str,
 ) -> Result<(), ProviderError> {
@@ -78,7 +78,7 @@ pub fn expect_stream(
 }
 
 impl LineReader {
-    pub fn new(
+    pub(crate) fn new(
         resp: reqwest::Response,
         idle: Duration,
         cancel: CancellationToken,
@@ -102,7 +102,7 @@ impl LineReader {
     }
 
     /// The next line (NDJSON): any non-empty line is content.
-    pub async fn next_line(&mut self) -> Result<Option<String>, ProviderError> {
+    pub(crate) async fn next_line(&mut self) -> Result<Option<String>, ProviderError> {
         let line = self.read_line().await?;
         if line.as_ref().is_some_and(|l| !l.trim().is_empty()) {
             self.last_content = Instant::now();
@@ -175,7 +175,7 @@ impl LineReader {
 
     /// The next server-sent event; `None` at the end of the body. Comments (`:`) and
     /// blank keep-alives are skipped.
-    pub async fn next_event(&mut self) -> Result<Option<SseEvent>, ProviderError> {
+    pub(crate) async fn next_event(&mut self) -> Result<Option<SseEvent>, ProviderError> {
         let mut ev = SseEvent::default();
         let mut has_data = false;
         loop {
@@ -219,14 +219,14 @@ impl LineReader {
         }
     }
 
-    pub fn broken(&self, message: impl Into<String>) -> ProviderError {
+    pub(crate) fn broken(&self, message: impl Into<String>) -> ProviderError {
         ProviderError::Stream {
             provider: self.provider,
             message: message.into(),
         }
     }
 
-    pub fn protocol(&self, message: impl Into<String>) -> ProviderError {
+    pub(crate) fn protocol(&self, message: impl Into<String>) -> ProviderError {
         ProviderError::Protocol {
             provider: self.provider,
             message: message.into(),

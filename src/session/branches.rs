@@ -18,13 +18,13 @@ use crate::message::{blocks_text, Content, Message};
 pub struct Branch {
     pub name: String,
     /// Indices into the session's entries, root first.
-    pub path: Vec<usize>,
+    pub(crate) path: Vec<usize>,
 }
 
 /// One step of a branch, as compare frames and exports show it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum Step {
+pub(crate) enum Step {
     /// A tool call with its result (absent when the call never finished).
     Tool {
         entry_id: String,
@@ -88,7 +88,7 @@ pub fn branches(session: &Session) -> Vec<Branch> {
 }
 
 /// One step of a branch: a tool call with its result, or the final text.
-pub fn steps(session: &Session, path: &[usize]) -> Vec<Step> {
+pub(crate) fn steps(session: &Session, path: &[usize]) -> Vec<Step> {
     let entries = session.entries();
     let mut results: HashMap<&str, &crate::message::ToolResultMessage> = HashMap::new();
     for &i in path {
@@ -146,7 +146,7 @@ pub fn steps(session: &Session, path: &[usize]) -> Vec<Step> {
 
 /// Pauses, instructions, rollbacks and branch starts on a path, with the number of
 /// steps taken before each.
-pub fn interventions(session: &Session, path: &[usize]) -> Vec<Value> {
+fn interventions(session: &Session, path: &[usize]) -> Vec<Value> {
     let entries = session.entries();
     let mut out = Vec::new();
     let mut steps = 0usize;
@@ -219,7 +219,7 @@ fn shared(a: &[usize], b: &[usize]) -> usize {
 }
 
 /// The last checkpoint commit on a path.
-pub fn final_commit(session: &Session, path: &[usize]) -> Option<String> {
+fn final_commit(session: &Session, path: &[usize]) -> Option<String> {
     path.iter()
         .rev()
         .find_map(|&i| match Record::of(&session.entries()[i]) {
@@ -229,7 +229,7 @@ pub fn final_commit(session: &Session, path: &[usize]) -> Option<String> {
 }
 
 /// Two branches side by side from their common point.
-pub fn compare(session: &Session, a: &str, b: &str) -> Result<Value, String> {
+pub(crate) fn compare(session: &Session, a: &str, b: &str) -> Result<Value, String> {
     let all = branches(session);
     let find = |n: &str| {
         all.iter().find(|br| br.name == n).ok_or_else(|| {

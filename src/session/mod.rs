@@ -4,9 +4,13 @@
 //! `parentId` of the entry it continues, so the file holds a tree and the leaf is the
 //! last entry. Each entry is written with one `write` call, so a crash loses at most the
 //! entry being written; a torn last line is cut off when the writer opens the file
-//! and skipped by readers (`snapshot`), which never write. `branches` reads the tree
-//! back as branches, comparisons and exports.
-//! Entry types picogent does not use (labels, custom entries, ...) are kept as they are.
+//! and skipped by readers (`snapshot`), which never write.
+//! Entry types picogent does not use (labels, other tools' custom entries, ...) are kept
+//! as they are.
+//!
+//! `records` is picogent's own typed entries (`Record`: checkpoints, rollbacks,
+//! branches, interventions, preferences, the Claude Code session id), stored as pi
+//! `custom` entries; `branches` reads the tree back as branches, comparisons and exports.
 
 pub mod branches;
 pub mod records;
@@ -79,9 +83,9 @@ pub enum Body {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
-    pub id: String,
+    id: String,
     pub parent_id: Option<String>,
-    pub timestamp: String,
+    timestamp: String,
     pub body: Body,
 }
 
@@ -111,7 +115,7 @@ pub struct SessionStore {
     dir: PathBuf,
 }
 
-pub fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
         && !id.starts_with('.')
@@ -125,10 +129,6 @@ impl SessionStore {
         SessionStore { dir: dir.into() }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     pub fn path(&self, id: &str) -> Result<PathBuf, SessionError> {
         if !valid_id(id) {
             return Err(SessionError::BadId(id.to_string()));
@@ -137,7 +137,7 @@ impl SessionStore {
     }
 
     /// Opens a session that must already exist.
-    pub fn open_existing(&self, id: &str) -> Result<Session, SessionError> {
+    pub(crate) fn open_existing(&self, id: &str) -> Result<Session, SessionError> {
         Session::load(id, self.existing(id)?, true)
     }
 
@@ -297,7 +297,7 @@ impl Session {
 
     /// Makes what was appended so far survive a power loss; the sync itself runs on a
     /// blocking thread, never the async runtime's.
-    pub async fn sync(&self) -> Result<(), SessionError> {
+    pub(crate) async fn sync(&self) -> Result<(), SessionError> {
         let io = |source| SessionError::Io {
             path: self.path.clone(),
             source,
@@ -309,12 +309,8 @@ impl Session {
             .map_err(io)
     }
 
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     pub fn entries(&self) -> &[Entry] {
@@ -349,7 +345,7 @@ impl Session {
     }
 
     /// Appends an entry as a child of the leaf and makes it the leaf.
-    pub fn append(&mut self, known: Known) -> Result<String, SessionError> {
+    pub(crate) fn append(&mut self, known: Known) -> Result<String, SessionError> {
         let id = self.new_id();
         let timestamp = crate::util::now_iso();
         let line = Line {
@@ -405,7 +401,7 @@ impl Session {
     }
 
     /// Entries from the root to the leaf.
-    pub fn path_to_leaf(&self) -> Vec<&Entry> {
+    fn path_to_leaf(&self) -> Vec<&Entry> {
         let mut out = Vec::new();
         let mut cur = self.leaf.as_deref();
         while let Some(id) = cur {
@@ -491,9 +487,9 @@ pub struct Context<'a> {
     pub messages: Vec<(&'a str, Cow<'a, Message>)>,
     /// Index of the first message newer than the last compaction (0 without one);
     /// usage reported before that index described a longer context.
-    pub fresh_from: usize,
+    pub(crate) fresh_from: usize,
     /// `messages[0]` is a compaction summary.
-    pub has_summary: bool,
+    pub(crate) has_summary: bool,
 }
 
 fn parse_entry(line: &str) -> Option<Entry> {
@@ -521,7 +517,7 @@ fn parse_entry(line: &str) -> Option<Entry> {
     })
 }
 
-pub fn summary_message(summary: &str) -> Message {
+fn summary_message(summary: &str) -> Message {
     Message::user(format!(
         "The conversation so far was summarized to fit the context window:\n<summary>\n{summary}\n</summary>"
     ))
@@ -530,7 +526,7 @@ pub fn summary_message(summary: &str) -> Message {
 /// Makes history valid for every provider: each tool call is followed by exactly one
 /// result (a synthetic "aborted" one where the run was interrupted), results without a
 /// call are dropped, and failed empty assistant turns are left out.
-pub fn repair<'a>(messages: Vec<(&'a str, Cow<'a, Message>)>) -> Vec<(&'a str, Cow<'a, Message>)> {
+fn repair<'a>(messages: Vec<(&'a str, Cow<'a, Message>)>) -> Vec<(&'a str, Cow<'a, Message>)> {
     let mut out: Vec<(&'a str, Cow<'a, Message>)> = Vec::with_capacity(messages.len());
     let mut open: Vec<(String, String)> = Vec::new(); // calls awaiting a result
     let close_open = |out: &mut Vec<(&'a str, Cow<'a, Message>)>,

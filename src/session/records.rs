@@ -22,17 +22,17 @@ pub struct Checkpoint {
 /// Files and conversation went back to checkpoint `step`; `from` is the leaf before.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rollback {
-    pub step: u64,
-    pub commit: String,
-    pub from: Option<String>,
+    pub(crate) step: u64,
+    pub(crate) commit: String,
+    pub(crate) from: Option<String>,
 }
 
 /// A named branch starts here (a rollback to `step` plus an instruction).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BranchStart {
-    pub name: String,
-    pub step: u64,
-    pub time: String,
+    pub(crate) name: String,
+    pub(crate) step: u64,
+    pub(crate) time: String,
 }
 
 /// A person stepped in.
@@ -55,17 +55,17 @@ pub enum Intervention {
 /// Which of two branches was better, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Preference {
-    pub chosen: String,
-    pub rejected: String,
+    pub(crate) chosen: String,
+    pub(crate) rejected: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    pub time: String,
+    pub(crate) note: Option<String>,
+    pub(crate) time: String,
 }
 
 /// The Claude Code session this session continues (`--resume`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClaudeCodeSession {
-    pub id: String,
+    pub(crate) id: String,
 }
 
 /// One of picogent's records; the variant name is the entry's `customType`.
@@ -123,7 +123,7 @@ impl Record {
     }
 
     /// The record an entry holds, if it is one of ours.
-    pub fn of(entry: &Entry) -> Option<Record> {
+    pub(crate) fn of(entry: &Entry) -> Option<Record> {
         match &entry.body {
             Body::Known(Known::Custom { custom_type, data }) => {
                 Record::from_custom(&entry.id, custom_type, data)
@@ -132,8 +132,10 @@ impl Record {
         }
     }
 
-    /// The entry's `customType` for this record.
-    pub fn custom_type(&self) -> &'static str {
+    /// The entry's `customType` for this record (the tests check it against the
+    /// serialised form).
+    #[cfg(test)]
+    fn custom_type(&self) -> &'static str {
         match self {
             Record::Checkpoint(_) => "checkpoint",
             Record::Rollback(_) => "rollback",

@@ -113,7 +113,7 @@ fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
         .create(dir)
 }
 
-pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("bash", args)?;
     let cwd = ctx.sandbox.check_work_dir(&ctx.work_dir)?;
     let timeout = command_timeout(a.timeout, ctx);

@@ -32,7 +32,7 @@ struct Args {
 
 const BOM: &str = "\u{feff}";
 
-pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let mut a: Args = parse_args("edit", args)?;
     if let (Some(old_text), Some(new_text)) = (a.old_text.take(), a.new_text.take()) {
         a.edits.push(Edit { old_text, new_text });

@@ -14,7 +14,7 @@ struct Args {
     limit: Option<usize>,
 }
 
-pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("find", args)?;
     let root = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
     if !root.is_dir() {

@@ -29,7 +29,7 @@ struct Args {
 /// How much of one file grep searches.
 const MAX_FILE_BYTES: u64 = 32 << 20;
 
-pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("grep", args)?;
     let root = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
     let base = if root.is_dir() {

@@ -12,7 +12,7 @@ struct Args {
     limit: Option<usize>,
 }
 
-pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("ls", args)?;
     let shown = a.path.clone().unwrap_or_else(|| ".".into());
     let dir = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;

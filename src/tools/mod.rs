@@ -2,6 +2,10 @@
 //! rule for which may run in parallel. Every tool returns a bounded `ToolOutput`; a
 //! failure the model should see (missing file, no match, sandbox refusal, timeout) is an
 //! output with `is_error`, never a panic or an error that ends the run.
+//!
+//! One file per tool; `truncate` bounds outputs, `walk` is the directory walk of `grep`
+//! and `find`, and `sandbox` holds the path policy and the kernel confinement every tool
+//! and command goes through.
 
 mod bash;
 mod edit;
@@ -26,9 +30,9 @@ use crate::provider::ToolSpec;
 pub use sandbox::{confine, Sandbox};
 
 /// Caps shared by every tool: what the model receives per call.
-pub const MAX_LINES: usize = 2000;
-pub const MAX_BYTES: usize = 50 * 1024;
-pub const MAX_LINE_CHARS: usize = 500;
+const MAX_LINES: usize = 2000;
+const MAX_BYTES: usize = 50 * 1024;
+const MAX_LINE_CHARS: usize = 500;
 
 /// Everything a tool call may touch.
 #[derive(Clone)]
@@ -54,7 +58,7 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
-    pub fn ok(text: impl Into<String>) -> Self {
+    fn ok(text: impl Into<String>) -> Self {
         ToolOutput {
             text: text.into(),
             is_error: false,
@@ -62,7 +66,7 @@ impl ToolOutput {
         }
     }
 
-    pub fn error(text: impl Into<String>) -> Self {
+    pub(crate) fn error(text: impl Into<String>) -> Self {
         ToolOutput {
             text: text.into(),
             is_error: true,
@@ -77,7 +81,7 @@ impl ToolOutput {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ToolError {
+pub(crate) enum ToolError {
     #[error("invalid arguments for {tool}: {message}")]
     Args { tool: &'static str, message: String },
     #[error("{0}")]
@@ -126,7 +130,7 @@ pub(crate) fn parse_args<T: DeserializeOwned>(
 }
 
 /// Read-only tools may run side by side; the others run alone, in call order.
-pub fn is_read_only(name: &str) -> bool {
+pub(crate) fn is_read_only(name: &str) -> bool {
     matches!(name, "read" | "grep" | "find" | "ls")
 }
 
@@ -171,7 +175,7 @@ fn static_name(name: &str) -> &'static str {
 }
 
 /// "Read: src/main.rs", "Bash: cargo test": how a call is shown to people.
-pub fn describe_call(name: &str, args: &Value) -> String {
+pub(crate) fn describe_call(name: &str, args: &Value) -> String {
     let s = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("");
     let (label, detail) = match name {
         "read" => ("Read", s("path").to_string()),
@@ -202,7 +206,7 @@ pub fn describe_call(name: &str, args: &Value) -> String {
 }
 
 /// The tools as the model sees them, with pi's names and parameter shapes.
-pub fn specs() -> Vec<ToolSpec> {
+pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: "read",

@@ -15,7 +15,7 @@ struct Args {
     limit: Option<i64>,
 }
 
-pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("read", args)?;
     let offset = a.offset.unwrap_or(1).max(1) as usize;
     let limit = a.limit.filter(|l| *l > 0).map(|l| l as usize);

@@ -5,7 +5,7 @@
 use super::{MAX_BYTES, MAX_LINES, MAX_LINE_CHARS};
 
 /// Cuts one line to `MAX_LINE_CHARS` characters, saying how much was dropped.
-pub fn cut_line(line: &str) -> String {
+pub(crate) fn cut_line(line: &str) -> String {
     match line.char_indices().nth(MAX_LINE_CHARS) {
         None => line.to_string(),
         Some((idx, _)) => format!(
@@ -18,7 +18,7 @@ pub fn cut_line(line: &str) -> String {
 
 /// The last lines of `text` within the caps. Returns the kept text and how many lines
 /// it has, and the total line count.
-pub fn tail(text: &str) -> (String, usize, usize) {
+pub(crate) fn tail(text: &str) -> (String, usize, usize) {
     let lines: Vec<&str> = text.lines().collect();
     let total = lines.len();
     let mut kept: Vec<String> = Vec::new();
@@ -44,7 +44,7 @@ pub fn tail(text: &str) -> (String, usize, usize) {
 
 /// Bounds text of unknown shape (grep, find, ls outputs are already line-capped by
 /// their `limit`; this is the byte cap behind it).
-pub fn head_bytes(text: String) -> (String, bool) {
+pub(crate) fn head_bytes(text: String) -> (String, bool) {
     if text.len() <= MAX_BYTES {
         return (text, false);
     }

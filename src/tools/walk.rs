@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::Sandbox;
 
 /// Files under `root` (or `root` itself when it is a file), in sorted order.
-pub fn files(root: &Path, sandbox: &Sandbox) -> impl Iterator<Item = PathBuf> {
+pub(crate) fn files(root: &Path, sandbox: &Sandbox) -> impl Iterator<Item = PathBuf> {
     let sandbox = sandbox.clone();
     ignore::WalkBuilder::new(root)
         .hidden(false)
@@ -28,7 +28,7 @@ pub fn files(root: &Path, sandbox: &Sandbox) -> impl Iterator<Item = PathBuf> {
 
 /// How a found path is shown: relative to the search root's folder when possible,
 /// with control characters escaped (a name with a newline must not pass for two).
-pub fn display(path: &Path, base: &Path) -> String {
+pub(crate) fn display(path: &Path, base: &Path) -> String {
     escape_name(
         &path
             .strip_prefix(base)
@@ -41,7 +41,7 @@ pub fn display(path: &Path, base: &Path) -> String {
 }
 
 /// A file name as one line: `\n`, `\r`, tabs and other control characters escaped.
-pub fn escape_name(name: &str) -> String {
+pub(crate) fn escape_name(name: &str) -> String {
     if !name.chars().any(char::is_control) {
         return name.to_string();
     }

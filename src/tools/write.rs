@@ -13,7 +13,7 @@ struct Args {
     content: String,
 }
 
-pub async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let a: Args = parse_args("write", args)?;
     let (sandbox, work_dir, raw) = (ctx.sandbox.clone(), ctx.work_dir.clone(), a.path.clone());
     let content = a.content.clone();

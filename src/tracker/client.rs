@@ -33,13 +33,13 @@ pub enum TrackerError {
 }
 
 impl TrackerError {
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(self, TrackerError::Transient { .. })
     }
 }
 
 #[derive(Clone)]
-pub struct TrackerClient {
+pub(crate) struct TrackerClient {
     http: reqwest::Client,
     base: String,
     token: String,
@@ -57,7 +57,7 @@ fn tracker_message(body: &str) -> String {
 }
 
 impl TrackerClient {
-    pub fn new(base: &str, token: &str) -> Result<Self, reqwest::Error> {
+    pub(crate) fn new(base: &str, token: &str) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30))
@@ -115,7 +115,10 @@ impl TrackerClient {
         }
     }
 
-    pub async fn register(&self, desc: &AgentDescription) -> Result<Registered, TrackerError> {
+    pub(crate) async fn register(
+        &self,
+        desc: &AgentDescription,
+    ) -> Result<Registered, TrackerError> {
         let v = self
             .send(reqwest::Method::POST, "/api/v1/agents/register", desc, None)
             .await?;
@@ -125,7 +128,7 @@ impl TrackerClient {
         }))
     }
 
-    pub async fn heartbeat(&self, slug: &str, load: &Load) -> Result<(), TrackerError> {
+    pub(crate) async fn heartbeat(&self, slug: &str, load: &Load) -> Result<(), TrackerError> {
         let body = json!({"slug": slug, "status": load.status, "active_tasks": load.active_tasks, "queued": load.queued});
         self.send(
             reqwest::Method::POST,
@@ -138,7 +141,7 @@ impl TrackerClient {
     }
 
     /// Delivers one report. `key` lets a tracker that supports it drop a repeat.
-    pub async fn report(
+    pub(crate) async fn report(
         &self,
         task_id: &str,
         report: &Report,

@@ -17,13 +17,13 @@ use crate::tracker::router::{AcceptError, Accepted, Router};
 use crate::tracker::types::Envelope;
 
 /// Events larger than this are refused with 413.
-pub const MAX_EVENT_BYTES: usize = 1 << 20;
+const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// How long an authenticated sender has to deliver an event's body.
-pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Event requests handled at once; more get 503 (a tracker retries).
-pub const MAX_IN_FLIGHT: usize = 64;
+const MAX_IN_FLIGHT: usize = 64;
 
 struct Ctx {
     token: String,
@@ -31,7 +31,7 @@ struct Ctx {
     in_flight: tokio::sync::Semaphore,
 }
 
-pub fn app(token: String, router: Router) -> axum::Router {
+pub(crate) fn app(token: String, router: Router) -> axum::Router {
     let ctx = Arc::new(Ctx {
         token,
         router,

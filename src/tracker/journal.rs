@@ -32,13 +32,13 @@ enum Record {
 
 /// An accepted event whose work has not finished.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Pending {
-    pub envelope: Envelope,
+pub(crate) struct Pending {
+    pub(crate) envelope: Envelope,
     /// How many times its work was started (by this or an earlier process).
-    pub attempts: u32,
+    pub(crate) attempts: u32,
 }
 
-pub struct Journal {
+pub(crate) struct Journal {
     path: PathBuf,
     file: File,
     /// id → when it was accepted.
@@ -52,7 +52,7 @@ fn open_append(path: &Path) -> io::Result<File> {
 }
 
 impl Journal {
-    pub fn open(dir: &Path) -> io::Result<Journal> {
+    pub(crate) fn open(dir: &Path) -> io::Result<Journal> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("journal.jsonl");
         let mut seen = HashMap::new();
@@ -103,11 +103,11 @@ impl Journal {
     }
 
     /// Unfinished events in the order they were accepted.
-    pub fn pending(&self) -> &[Pending] {
+    pub(crate) fn pending(&self) -> &[Pending] {
         &self.pending
     }
 
-    pub fn is_seen(&self, id: &str) -> bool {
+    pub(crate) fn is_seen(&self, id: &str) -> bool {
         self.seen.contains_key(id)
     }
 
@@ -123,7 +123,7 @@ impl Journal {
     }
 
     /// Records an event durably. `Ok(false)` when its id was accepted before.
-    pub fn accept(&mut self, env: &Envelope) -> io::Result<bool> {
+    pub(crate) fn accept(&mut self, env: &Envelope) -> io::Result<bool> {
         if self.seen.contains_key(&env.id) {
             return Ok(false);
         }
@@ -146,7 +146,7 @@ impl Journal {
     /// Notes that work for the event started; returns the attempt number. Not synced:
     /// a process crash keeps it (the kernel has it); only a power loss can drop it, and
     /// then the attempt is merely not counted.
-    pub fn started(&mut self, id: &str) -> io::Result<u32> {
+    pub(crate) fn started(&mut self, id: &str) -> io::Result<u32> {
         self.append(&Record::Started { id: id.into() }, false)?;
         Ok(
             match self.pending.iter_mut().find(|p| p.envelope.id == id) {
@@ -162,7 +162,7 @@ impl Journal {
     /// The event's work is over (finished, failed, or cancelled by the tracker). Not
     /// synced, for the same reason as `started`: after a power loss the event would run
     /// once more, which loses nothing; syncing here would slow every acknowledgement.
-    pub fn done(&mut self, id: &str) -> io::Result<()> {
+    pub(crate) fn done(&mut self, id: &str) -> io::Result<()> {
         self.append(
             &Record::Done {
                 id: id.into(),

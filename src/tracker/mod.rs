@@ -1,20 +1,21 @@
 //! Agent mode, the tracker front door (docs/tracker-protocol.md): `daemon` starts it;
 //! events arrive over `http` (callbacks to `/events`) or `ws` (an outbound WebSocket),
-//! are made durable in the `journal` and scheduled by the `router` onto the agent; the
+//! are made durable in the `journal` and scheduled by the `router` onto the agent (a
+//! chat message for a task whose run is going is passed into that run instead); the
 //! outcome becomes reports (`delivery`) queued in the durable `outbox`, delivered by
 //! the REST `client`; `registration` and heartbeats keep the tracker informed; `types`
 //! are the protocol.
 
-pub mod client;
+mod client;
 pub mod daemon;
 mod delivery;
-pub mod http;
-pub mod journal;
-pub mod outbox;
-pub mod registration;
-pub mod router;
+mod http;
+mod journal;
+mod outbox;
+mod registration;
+mod router;
 pub mod types;
-pub(crate) mod worktree;
-pub mod ws;
+mod worktree;
+mod ws;
 
-pub use client::{TrackerClient, TrackerError};
+pub(crate) use client::{TrackerClient, TrackerError};

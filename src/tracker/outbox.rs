@@ -53,7 +53,7 @@ struct State {
 }
 
 #[derive(Clone)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
 }
@@ -91,7 +91,7 @@ impl State {
 }
 
 impl Outbox {
-    pub fn open(dir: &Path) -> io::Result<Outbox> {
+    pub(crate) fn open(dir: &Path) -> io::Result<Outbox> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("outbox.jsonl");
         let mut items: Vec<Item> = Vec::new();
@@ -149,7 +149,7 @@ impl Outbox {
 
     /// Queues reports for a task durably, with one write and one sync; they are
     /// delivered in this order, after every report queued before them.
-    pub fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
+    pub(crate) fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
         {
             let mut s = self.lock();
             let mut items = Vec::with_capacity(reports.len());
@@ -186,11 +186,11 @@ impl Outbox {
     }
 
     /// Reports not yet delivered.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().items.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -211,7 +211,7 @@ impl Outbox {
     }
 
     /// Delivers reports until `stop` is cancelled.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         client: TrackerClient,
         backoff: (Duration, Duration),

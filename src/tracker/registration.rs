@@ -19,7 +19,7 @@ pub enum FatalError {
 
 /// Registers, retrying every `retry` on connection errors, 5xx and 429. `None` when
 /// `stop` was cancelled first.
-pub async fn register(
+pub(crate) async fn register(
     client: &TrackerClient,
     desc: &AgentDescription,
     retry: Duration,
@@ -49,7 +49,7 @@ pub async fn register(
 
 /// Beats every `interval` until `stop`; a 404 means the tracker forgot the agent, so it
 /// registers again at once. Other failures are logged and the next beat goes on time.
-pub async fn heartbeats(
+pub(crate) async fn heartbeats(
     client: &TrackerClient,
     desc: &AgentDescription,
     mut interval: Duration,
@@ -83,7 +83,7 @@ pub async fn heartbeats(
 
 /// The heartbeat interval a tracker asks for, kept to 1 s – 1 h: the tracker's number
 /// must not make picogent spin or overflow its timers.
-pub fn heartbeat_from_tracker(secs: Option<u64>) -> Option<Duration> {
+pub(crate) fn heartbeat_from_tracker(secs: Option<u64>) -> Option<Duration> {
     secs.filter(|s| *s > 0)
         .map(|s| Duration::from_secs(s.min(3600)))
 }

@@ -26,14 +26,14 @@ const MAX_ATTEMPTS: u32 = 3;
 
 /// What became of an event handed to the router.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Accepted {
+pub(crate) enum Accepted {
     New,
     Duplicate,
     Ignored,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum AcceptError {
+pub(crate) enum AcceptError {
     #[error("{0}")]
     Invalid(String),
     #[error("the event could not be recorded: {0}")]
@@ -108,12 +108,12 @@ struct Shared {
 }
 
 #[derive(Clone)]
-pub struct Router {
+pub(crate) struct Router {
     shared: Arc<Shared>,
 }
 
 /// The session a task's work and chat continue in.
-pub fn session_for(task_id: &str) -> String {
+pub(super) fn session_for(task_id: &str) -> String {
     let clean: String = task_id
         .chars()
         .map(|c| {
@@ -166,7 +166,7 @@ impl Router {
 
     /// Validates, journals and schedules one event. The journal write is synced before
     /// this returns, so the caller may acknowledge the event.
-    pub async fn accept(&self, env: Envelope) -> Result<Accepted, AcceptError> {
+    pub(crate) async fn accept(&self, env: Envelope) -> Result<Accepted, AcceptError> {
         let Some(event) = Event::parse(&env).map_err(AcceptError::Invalid)? else {
             tracing::debug!(id = %env.id, kind = %env.kind, "ignored an event type this agent does not handle");
             return Ok(Accepted::Ignored);
@@ -193,7 +193,7 @@ impl Router {
     }
 
     /// Re-queues the journal's unfinished events after a restart.
-    pub fn resume_pending(&self) {
+    pub(crate) fn resume_pending(&self) {
         let pending = lock(&self.shared.journal).pending().to_vec();
         for p in pending {
             match Event::parse(&p.envelope) {
@@ -570,7 +570,7 @@ impl Router {
     }
 
     /// Why the daemon cannot currently keep its promises, if it cannot.
-    pub fn degraded(&self) -> Option<String> {
+    pub(crate) fn degraded(&self) -> Option<String> {
         self.shared.delivery.degraded()
     }
 
@@ -585,7 +585,7 @@ impl Router {
     }
 
     /// What the heartbeat says.
-    pub fn load(&self) -> Load {
+    pub(crate) fn load(&self) -> Load {
         let st = lock(&self.shared.state);
         let mut active: Vec<String> = st.running.keys().cloned().collect();
         active.sort();
@@ -598,7 +598,7 @@ impl Router {
 
     /// Stops starting new work, lets running work finish for `grace`, then cancels it;
     /// cancelled work stays in the journal and resumes at the next start.
-    pub async fn shutdown(&self, grace: Duration) {
+    pub(crate) async fn shutdown(&self, grace: Duration) {
         lock(&self.shared.state).draining = true;
         let deadline = tokio::time::Instant::now() + grace;
         loop {

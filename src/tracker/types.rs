@@ -8,19 +8,19 @@ use crate::config::{Config, Transport};
 
 /// Sent at registration.
 #[derive(Debug, Clone, Serialize)]
-pub struct AgentDescription {
-    pub name: String,
-    pub slug: String,
-    pub capabilities: Vec<String>,
-    pub max_concurrent_tasks: usize,
-    pub transport: &'static str,
+pub(crate) struct AgentDescription {
+    name: String,
+    pub(crate) slug: String,
+    capabilities: Vec<String>,
+    max_concurrent_tasks: usize,
+    transport: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub callback_url: Option<String>,
-    pub version: &'static str,
+    callback_url: Option<String>,
+    version: &'static str,
 }
 
 impl AgentDescription {
-    pub fn new(config: &Config, callback_url: Option<String>) -> Self {
+    pub(crate) fn new(config: &Config, callback_url: Option<String>) -> Self {
         AgentDescription {
             name: config.name.clone(),
             slug: config.slug.clone(),
@@ -39,17 +39,17 @@ impl AgentDescription {
 /// The event envelope, as received and as journaled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {
-    pub id: String,
+    pub(crate) id: String,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub created_at: Option<String>,
-    pub data: Value,
+    pub(crate) created_at: Option<String>,
+    pub(crate) data: Value,
 }
 
 impl Envelope {
     /// Validates an envelope: a non-empty string `id`, a string `type`, an object `data`.
-    pub fn from_value(v: Value) -> Result<Envelope, String> {
+    pub(crate) fn from_value(v: Value) -> Result<Envelope, String> {
         let Value::Object(mut o) = v else {
             return Err("the event must be a JSON object".into());
         };
@@ -87,24 +87,24 @@ impl Envelope {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Task {
-    pub id: String,
-    pub title: String,
+    pub(crate) id: String,
+    pub(crate) title: String,
     #[serde(default)]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ChatMessage {
-    pub id: String,
-    pub content: String,
+    pub(crate) id: String,
+    pub(crate) content: String,
     #[serde(default)]
-    pub author: Option<Author>,
+    pub(crate) author: Option<Author>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Author {
+pub(crate) struct Author {
     #[serde(default)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 /// The events agent mode handles.
@@ -160,7 +160,7 @@ impl Event {
         Ok(Some(event))
     }
 
-    pub fn task_id(&self) -> &str {
+    pub(crate) fn task_id(&self) -> &str {
         match self {
             Event::TaskAssigned(t) => &t.id,
             Event::ChatMessage { task_id, .. } | Event::TaskCancelled { task_id, .. } => task_id,
@@ -169,25 +169,25 @@ impl Event {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct Registered {
+pub(crate) struct Registered {
     #[serde(default)]
-    pub agent_id: Option<String>,
+    pub(crate) agent_id: Option<String>,
     #[serde(default)]
-    pub heartbeat_interval_sec: Option<u64>,
+    pub(crate) heartbeat_interval_sec: Option<u64>,
 }
 
 /// What a heartbeat says.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Load {
-    pub status: &'static str,
-    pub active_tasks: Vec<String>,
-    pub queued: usize,
+pub(crate) struct Load {
+    pub(crate) status: &'static str,
+    pub(crate) active_tasks: Vec<String>,
+    pub(crate) queued: usize,
 }
 
 /// A report to the tracker, delivered through the outbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Report {
+pub(crate) enum Report {
     Status {
         status: String,
     },
@@ -199,13 +199,13 @@ pub enum Report {
 }
 
 impl Report {
-    pub fn status(status: &str) -> Report {
+    pub(crate) fn status(status: &str) -> Report {
         Report::Status {
             status: status.into(),
         }
     }
 
-    pub fn comment(content: impl Into<String>, reply_to: Option<String>) -> Report {
+    pub(crate) fn comment(content: impl Into<String>, reply_to: Option<String>) -> Report {
         Report::Comment {
             content: content.into(),
             reply_to,

@@ -21,12 +21,12 @@ use crate::tracker::router::{AcceptError, Router};
 use crate::tracker::types::{AgentDescription, Envelope};
 use crate::tracker::TrackerError;
 
-pub struct WsOptions {
-    pub tracker_url: String,
-    pub token: String,
-    pub heartbeat: Duration,
+pub(crate) struct WsOptions {
+    pub(crate) tracker_url: String,
+    pub(crate) token: String,
+    pub(crate) heartbeat: Duration,
     /// First reconnect delay and its cap.
-    pub backoff: (Duration, Duration),
+    pub(crate) backoff: (Duration, Duration),
 }
 
 /// How one connection ended.
@@ -74,7 +74,7 @@ fn refused(url: &str, status: u16, message: String) -> FatalError {
 }
 
 /// Runs the transport until `stop`, or until the tracker refuses the token.
-pub async fn run(
+pub(crate) async fn run(
     opts: WsOptions,
     desc: AgentDescription,
     router: Router,

@@ -321,7 +321,7 @@ async fn settings_planted_in_the_repository_or_worktree_never_run() {
         ("diff.external", touch.clone()),
         ("core.sshCommand", touch.clone()),
     ] {
-        git(&sb.work, &["config", &k, &v]);
+        git(&sb.work, &["config", k, &v]);
     }
     std::fs::write(
         sb.work.join(".git/info/attributes"),

@@ -26,7 +26,7 @@ use crate::session::{Record, Session};
 
 /// What one stream-json line means for picogent.
 #[derive(Debug, PartialEq)]
-pub enum Line {
+enum Line {
     Init {
         session_id: String,
     },
@@ -58,7 +58,7 @@ fn usage_of(u: &Value) -> Usage {
 }
 
 /// Parses one line of `claude --output-format stream-json`.
-pub fn parse_line(line: &str) -> Line {
+fn parse_line(line: &str) -> Line {
     let Ok(v) = serde_json::from_str::<Value>(line) else {
         return Line::Other;
     };
@@ -148,7 +148,7 @@ pub fn parse_line(line: &str) -> Line {
 }
 
 /// "Read: src/main.rs" for Claude Code's tool names and inputs.
-pub fn describe(name: &str, input: &Value) -> String {
+fn describe(name: &str, input: &Value) -> String {
     let s = |k: &str| input.get(k).and_then(Value::as_str).unwrap_or("");
     let detail = match name {
         "Read" | "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => s("file_path").to_string(),

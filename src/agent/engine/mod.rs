@@ -1,5 +1,6 @@
 //! The engine seam. An engine does the work of one run: picogent's own loop
-//! (`native`: model calls and tools) or Claude Code's (`claude_code`: the `claude` CLI).
+//! (`native`: model calls and tools) or Claude Code's (`claude_code`: the `claude` CLI),
+//! as the configuration's `engine` says (`Engine`).
 //! This module owns what every run shares whatever its engine: the session lock, the
 //! working-folder check, the session opened with the user's message, `Started` first and
 //! `Finished` last, the outcome and the run's end state. Each engine declares what it
@@ -11,7 +12,6 @@ mod native;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
@@ -20,27 +20,26 @@ use super::event::{AgentEvent, Emitter, FailureKind, Outcome, RunError};
 use super::skills::Skill;
 use super::{Inner, RunRequest};
 use crate::config::Config;
-pub use crate::config::Engine;
+use crate::config::Engine;
 use crate::message::{Message, Usage};
 use crate::session::Session;
 use crate::tools::Sandbox;
 
 /// What an engine can do beyond running a prompt to its end (and being cancelled,
 /// which every engine honours).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Capabilities {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Capabilities {
     /// Pause, resume, stop at a step boundary, and instructions written into a run
     /// while it works.
-    pub live_control: bool,
+    pub(crate) live_control: bool,
     /// Checkpoints of the working folder, rollback and branches.
-    pub rollback: bool,
+    pub(crate) rollback: bool,
     /// `max_steps`, `auto_pause_*` and the repeat guard are enforced by picogent.
-    pub step_limits: bool,
+    pub(crate) step_limits: bool,
 }
 
 impl Engine {
-    pub fn capabilities(self) -> Capabilities {
+    pub(crate) fn capabilities(self) -> Capabilities {
         match self {
             Engine::Native => Capabilities {
                 live_control: true,
@@ -61,20 +60,20 @@ impl Engine {
 /// One run as an engine sees it: the session is open with the user's message in it,
 /// `Started` has been sent, and the working folder passed the sandbox.
 pub(super) struct Run<'a> {
-    pub config: &'a Config,
+    config: &'a Config,
     /// The agent's sandbox, or this run's when it works in a worktree.
-    pub sandbox: Arc<Sandbox>,
-    pub skills: &'a [Skill],
-    pub req: &'a RunRequest,
-    pub out: &'a Emitter,
-    pub cancel: &'a CancellationToken,
-    pub control: &'a RunControl,
-    pub work_dir: PathBuf,
+    sandbox: Arc<Sandbox>,
+    skills: &'a [Skill],
+    req: &'a RunRequest,
+    out: &'a Emitter,
+    cancel: &'a CancellationToken,
+    control: &'a RunControl,
+    work_dir: PathBuf,
     /// Where this run's private files go (full outputs, temporary folders).
-    pub output_dir: PathBuf,
-    pub session: Session,
-    pub steps: u32,
-    pub usage: Usage,
+    output_dir: PathBuf,
+    session: Session,
+    steps: u32,
+    usage: Usage,
 }
 
 /// Runs one request on the configured engine, from the session lock to `Finished`.

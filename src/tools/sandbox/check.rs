@@ -14,7 +14,7 @@ use super::{namespaces_work, Level, Sandbox};
 use crate::tools::{execute, ToolContext};
 
 /// The layers this kernel offers, one line each.
-pub fn layers(helper: &Path) -> String {
+fn layers(helper: &Path) -> String {
     let abi = kernel_abi();
     let yes = |b: bool| if b { "yes" } else { "no " };
     let ns = namespaces_work(helper);

@@ -53,18 +53,18 @@ const DEVICES: &[&str] = &[
 #[derive(Debug, Clone)]
 pub struct Confinement {
     /// The picogent binary that serves as the helper.
-    pub helper: PathBuf,
+    pub(crate) helper: PathBuf,
     /// Folders commands may write in; `None` leaves the file system writable (only
     /// the protected paths, the network and the process view are confined).
-    pub writable: Option<Vec<PathBuf>>,
-    pub deny_network: bool,
+    pub(crate) writable: Option<Vec<PathBuf>>,
+    pub(crate) deny_network: bool,
     /// Run commands in their own namespaces (where the kernel allows it).
     pub namespaces: bool,
     /// Never writable by commands, even inside `writable` (picogent's sessions).
-    pub read_only: Vec<PathBuf>,
+    pub(crate) read_only: Vec<PathBuf>,
     /// Never readable or writable by commands (picogent's configuration file, `.env`,
     /// state).
-    pub hidden: Vec<PathBuf>,
+    pub(crate) hidden: Vec<PathBuf>,
 }
 
 /// The Landlock ABI the running kernel offers (0 when it has none).
@@ -84,7 +84,7 @@ pub fn kernel_abi() -> i64 {
 
 impl Confinement {
     /// The ABI a command needs for every requested Landlock rule to be enforced.
-    pub fn needed_abi(&self) -> i64 {
+    pub(crate) fn needed_abi(&self) -> i64 {
         if self.deny_network {
             NET_ABI as i64
         } else if self.writable.is_some() {
@@ -96,7 +96,12 @@ impl Confinement {
 
     /// `program args...`, wrapped in the helper; `tmp` is the command's private
     /// temporary folder (its `/tmp` under namespaces, writable under Landlock).
-    pub fn command<I, S>(&self, program: &Path, args: I, tmp: &Path) -> tokio::process::Command
+    pub(crate) fn command<I, S>(
+        &self,
+        program: &Path,
+        args: I,
+        tmp: &Path,
+    ) -> tokio::process::Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
@@ -138,7 +143,7 @@ impl Confinement {
     }
 
     /// The same confinement with more writable folders (a tool's own state).
-    pub fn with_writable(&self, extra: impl IntoIterator<Item = PathBuf>) -> Confinement {
+    pub(crate) fn with_writable(&self, extra: impl IntoIterator<Item = PathBuf>) -> Confinement {
         let mut c = self.clone();
         if let Some(w) = c.writable.as_mut() {
             // As the helper compares them: resolved.

@@ -36,16 +36,16 @@ const PINNED: &[&str] = &[
 
 /// The `info/attributes` of picogent's own repositories: no filter, diff or merge
 /// driver for any path, whatever `.gitattributes` in the tree say.
-pub const NEUTRAL_ATTRIBUTES: &str =
+const NEUTRAL_ATTRIBUTES: &str =
     "* !filter !diff !merge !ident !working-tree-encoding !text !eol\n";
 
 /// The whole `config` of picogent's own repositories.
-pub const OWN_CONFIG: &str =
+const OWN_CONFIG: &str =
     "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
 
 /// A git command for `git_dir` with `work_tree`, hardened as described above, and run
 /// through the sandbox helper when `confine` is given and the kernel can enforce it.
-pub fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Command {
+pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Command {
     let mut cmd = match confine.filter(|_| kernel_abi() >= 3) {
         Some(c) => {
             let mut cmd = Command::new(&c.helper);
@@ -113,7 +113,7 @@ pub fn harden(cmd: &mut Command) {
 /// `info/attributes` and `info/exclude` (picogent's own files in the folder, given
 /// relative to it), and none of the files that would point git elsewhere. Returns
 /// what had been changed (for a warning).
-pub fn restore_own_repository(
+pub(crate) fn restore_own_repository(
     git_dir: &Path,
     excludes: &[String],
 ) -> std::io::Result<Vec<PathBuf>> {

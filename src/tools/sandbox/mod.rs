@@ -11,7 +11,7 @@
 
 pub mod check;
 pub mod confine;
-pub mod git;
+pub(crate) mod git;
 mod mounts;
 mod namespaces;
 mod open;
@@ -57,7 +57,7 @@ pub enum Level {
 /// Resolves `p` (absolute) to the real path it leads to: `..` and symlinks resolved,
 /// including a dangling symlink at the end (writing through it would create its
 /// target). Components that do not exist yet are appended to their resolved parent.
-pub fn real_path(p: &Path) -> io::Result<PathBuf> {
+fn real_path(p: &Path) -> io::Result<PathBuf> {
     real_path_depth(p, 0)
 }
 
@@ -206,12 +206,12 @@ impl Sandbox {
     }
 
     /// picogent's own files and folders (configuration, `.env`, state, sessions).
-    pub fn own_paths(&self) -> impl Iterator<Item = &PathBuf> {
+    pub(crate) fn own_paths(&self) -> impl Iterator<Item = &PathBuf> {
         self.protected.iter().chain(&self.read_only)
     }
 
     /// Why commands are refused here, when they are.
-    pub fn refusal(&self) -> Option<&str> {
+    pub(crate) fn refusal(&self) -> Option<&str> {
         self.refusal.as_deref()
     }
 
@@ -219,11 +219,11 @@ impl Sandbox {
         self.confinement.as_ref()
     }
 
-    pub fn is_restricted(&self) -> bool {
+    pub(crate) fn is_restricted(&self) -> bool {
         !self.allowed.is_empty()
     }
 
-    pub fn allowed_paths(&self) -> &[PathBuf] {
+    pub(crate) fn allowed_paths(&self) -> &[PathBuf] {
         &self.allowed
     }
 
@@ -239,12 +239,12 @@ impl Sandbox {
     }
 
     /// Whether a resolved path is one of the protected files or inside a protected folder.
-    pub fn is_protected(&self, real: &Path) -> bool {
+    pub(crate) fn is_protected(&self, real: &Path) -> bool {
         self.protected.iter().any(|p| real.starts_with(p))
     }
 
     /// The path as the tool will open it: `~` expanded, relative to `work_dir`.
-    pub fn join(work_dir: &Path, raw: &str) -> PathBuf {
+    fn join(work_dir: &Path, raw: &str) -> PathBuf {
         let expanded = match raw.strip_prefix("~/").or((raw == "~").then_some("")) {
             Some(rest) => match std::env::var_os("HOME") {
                 Some(h) => PathBuf::from(h).join(rest),
@@ -287,7 +287,7 @@ impl Sandbox {
     }
 
     /// For read: inside the allowed paths or a skill folder, and not protected.
-    pub fn check_read(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, ToolError> {
+    fn check_read(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, ToolError> {
         let real = self.resolve(work_dir, raw)?;
         if self.is_protected(&real) {
             return Err(Self::protected_error(raw));
@@ -300,7 +300,7 @@ impl Sandbox {
     }
 
     /// For write and edit: inside the allowed paths and not protected.
-    pub fn check_write(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, ToolError> {
+    fn check_write(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, ToolError> {
         let real = self.resolve(work_dir, raw)?;
         if self.is_protected(&real) || self.read_only.iter().any(|p| real.starts_with(p)) {
             return Err(Self::protected_error(raw));
@@ -313,12 +313,16 @@ impl Sandbox {
     }
 
     /// For the roots of grep, find, ls: like read.
-    pub fn check_root(&self, work_dir: &Path, raw: Option<&str>) -> Result<PathBuf, ToolError> {
+    pub(crate) fn check_root(
+        &self,
+        work_dir: &Path,
+        raw: Option<&str>,
+    ) -> Result<PathBuf, ToolError> {
         self.check_read(work_dir, raw.filter(|s| !s.is_empty()).unwrap_or("."))
     }
 
     /// For bash's working folder, and for a front door's requested working folder.
-    pub fn check_work_dir(&self, dir: &Path) -> Result<PathBuf, ToolError> {
+    pub(crate) fn check_work_dir(&self, dir: &Path) -> Result<PathBuf, ToolError> {
         let real =
             real_path(dir).map_err(|e| ToolError::Denied(format!("{}: {e}", dir.display())))?;
         if !real.is_dir() {
@@ -336,7 +340,7 @@ impl Sandbox {
 
     /// The command that runs a bash command line, confined when configured; `tmp` is
     /// the command's private temporary folder.
-    pub fn bash_command(
+    pub(crate) fn bash_command(
         &self,
         command: &str,
         tmp: &Path,
@@ -380,7 +384,11 @@ impl Sandbox {
 
     /// Checks `raw` for reading and opens it in one step beneath its root: a regular
     /// file only. Blocking; call from `spawn_blocking`.
-    pub fn open_read(&self, work_dir: &Path, raw: &str) -> Result<(File, PathBuf), ToolError> {
+    pub(crate) fn open_read(
+        &self,
+        work_dir: &Path,
+        raw: &str,
+    ) -> Result<(File, PathBuf), ToolError> {
         let real = self.check_read(work_dir, raw)?;
         let root = self.root_of(&real);
         let fail = |e: io::Error| opened_error(raw, &real, e);
@@ -399,7 +407,7 @@ impl Sandbox {
     /// Checks `raw` for writing and opens it read-write in one step beneath its root,
     /// creating missing folders (and the file, when `create`). Refuses a file with more
     /// than one hard link. Returns the file, its real path, and whether it existed.
-    pub fn open_write(
+    pub(crate) fn open_write(
         &self,
         work_dir: &Path,
         raw: &str,
@@ -455,7 +463,7 @@ impl Sandbox {
 
     /// Opens a file a walk found (grep), for reading: a regular file, not through a
     /// final link, and checked again by where the opened file really is.
-    pub fn open_found(&self, path: &Path) -> Option<File> {
+    pub(crate) fn open_found(&self, path: &Path) -> Option<File> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -472,7 +480,7 @@ impl Sandbox {
 
     /// Opens a folder to list (ls), checked again by where it really is; `Err` says
     /// why not.
-    pub fn open_folder(&self, dir: &Path, shown: &str) -> Result<File, ToolError> {
+    pub(crate) fn open_folder(&self, dir: &Path, shown: &str) -> Result<File, ToolError> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -492,7 +500,7 @@ impl Sandbox {
 /// inject keystrokes into, and its process group is its pid for `killpg`), killed when
 /// picogent dies (parent-death signal, checked against a parent that died during the
 /// fork) or drops it, and without picogent's secrets.
-pub fn supervise(cmd: &mut tokio::process::Command) {
+pub(crate) fn supervise(cmd: &mut tokio::process::Command) {
     for (k, _) in std::env::vars_os() {
         if crate::config::secrets::is_secret(&k.to_string_lossy()) {
             cmd.env_remove(&k);

@@ -30,21 +30,21 @@ const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"]
 
 /// What `picogent sandbox-exec` was asked to do.
 pub(crate) struct HelperArgs {
-    pub namespaces: bool,
-    pub writable: Option<Vec<PathBuf>>,
-    pub tmp: Option<PathBuf>,
-    pub read_only: Vec<PathBuf>,
-    pub hidden: Vec<PathBuf>,
+    pub(crate) namespaces: bool,
+    pub(crate) writable: Option<Vec<PathBuf>>,
+    pub(crate) tmp: Option<PathBuf>,
+    pub(crate) read_only: Vec<PathBuf>,
+    pub(crate) hidden: Vec<PathBuf>,
     /// Folders under `/tmp` that stay visible, read-only, in the private `/tmp` (the
     /// one holding the program being run).
-    pub shown: Vec<PathBuf>,
-    pub deny_network: bool,
-    pub program: Vec<std::ffi::OsString>,
+    pub(crate) shown: Vec<PathBuf>,
+    pub(crate) deny_network: bool,
+    pub(crate) program: Vec<std::ffi::OsString>,
 }
 
 impl HelperArgs {
     /// Whether the whole file system was allowed (`allowed_paths: ["/"]`).
-    pub fn writable_all(&self) -> bool {
+    pub(crate) fn writable_all(&self) -> bool {
         self.writable
             .as_ref()
             .is_some_and(|w| w.iter().any(|p| p == Path::new("/")))
@@ -57,7 +57,10 @@ pub(crate) type Become<'a> = &'a dyn Fn(&HelperArgs) -> i32;
 
 /// Runs the command in new namespaces. Returns only on failure before the command
 /// started; otherwise exits with the command's status.
-pub fn run(h: &HelperArgs, become_command: Become) -> Result<std::convert::Infallible, String> {
+pub(crate) fn run(
+    h: &HelperArgs,
+    become_command: Become,
+) -> Result<std::convert::Infallible, String> {
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the working folder: {e}"))?;
     // SAFETY: plain getters.
