@@ -18,7 +18,7 @@ use crate::tracker::delivery::{self, Delivery};
 use crate::tracker::journal::Journal;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::types::{Envelope, Event, Load, Report};
-use crate::tracker::worktree::{TaskTree, Worktrees};
+use crate::tracker::worktree::{SharedFolder, TaskTree, Worktrees};
 
 /// After this many starts without finishing (the daemon died each time), a task is
 /// reported as blocked instead of being run again.
@@ -102,6 +102,8 @@ struct Shared {
     delivery: Arc<Delivery>,
     /// Each task's git worktree, when tasks do not share the working folder.
     worktrees: Option<Arc<Worktrees>>,
+    /// Otherwise the repository the shared folder is in, to name what a run changed.
+    shared_folder: Option<Arc<SharedFolder>>,
     max: usize,
     state: Mutex<State>,
     changed: Notify,
@@ -151,11 +153,16 @@ impl Router {
         worktrees: Option<Worktrees>,
     ) -> Router {
         let max = agent.config().max_concurrent_tasks;
+        let shared_folder = match worktrees {
+            None => SharedFolder::find(&agent.config().work_dir).map(Arc::new),
+            Some(_) => None,
+        };
         Router {
             shared: Arc::new(Shared {
                 agent,
                 journal,
                 delivery: Arc::new(Delivery::new(outbox)),
+                shared_folder,
                 worktrees: worktrees.map(Arc::new),
                 max,
                 state: Mutex::new(State::default()),
@@ -458,13 +465,20 @@ impl Router {
                 worktree: t.path.clone(),
             });
         }
+        let before = match &self.shared.shared_folder {
+            Some(f) => Some(f.before().await),
+            None => None,
+        };
         tracing::info!(task = %task, event = %job.event_id, attempt, "run started");
         let outcome = self.drive(&job, request, cancel).await;
         let why = lock(&self.shared.state)
             .running
             .get_mut(&task)
             .and_then(|r| r.why.take());
-        let appendix = self.close_tree(&job, tree, &outcome, &why).await;
+        let appendix = match (&self.shared.shared_folder, before) {
+            (Some(f), Some(before)) => f.changed_since(before).await,
+            _ => self.close_tree(&job, tree, &outcome, &why).await,
+        };
         let mut reports =
             delivery::outcome_reports(&task, job.reply_to(), &session_id, outcome, why);
         if let (Some(reports), Some(text)) = (&mut reports, appendix) {

@@ -382,11 +382,19 @@ async fn shared_mode_is_the_default_outside_a_repository_and_can_be_forced_insid
     ])
     .await;
     let tracker = FakeTracker::start().await;
+    sb.write("dirty.txt", "the user's own work in progress");
     let d = sb.daemon(&llm, &tracker, json!({"workspace": "shared"}));
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &assigned("e1", "s1", "Here")).await;
     tracker.wait_status("s1", "review", 30).await;
     assert_eq!(sb.read("here.txt"), "here\n");
     assert_eq!(git(&sb.work, &["branch", "--list", "picogent/*"]), "");
+    // The comment names what this run changed, not what was already modified.
+    let c = comment_of(&tracker, "s1", 0);
+    assert!(
+        c.contains("Files this run changed") && c.contains("- `here.txt`"),
+        "{c}"
+    );
+    assert!(!c.contains("dirty.txt") && !c.contains("Branch"), "{c}");
     d.stop().await.unwrap();
 }

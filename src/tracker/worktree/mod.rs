@@ -15,6 +15,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -93,6 +94,8 @@ pub(crate) struct Worktrees {
     retention: Duration,
     /// git locks the repository's worktree list: one change at a time.
     lock: Mutex<()>,
+    /// When quiet tasks' worktrees were last looked for (seconds since the epoch).
+    swept: AtomicU64,
 }
 
 fn now_secs() -> u64 {
@@ -237,6 +240,7 @@ impl Worktrees {
             push: cfg.push.then(|| cfg.remote.clone()),
             retention: Duration::from_secs(cfg.worktree_retention_days.saturating_mul(86_400)),
             lock: Mutex::new(()),
+            swept: AtomicU64::new(now_secs()),
         })
     }
 
@@ -328,15 +332,29 @@ impl Worktrees {
 
 mod deliver;
 mod lifecycle;
+mod shared;
+pub(crate) use shared::SharedFolder;
 
 /// The router's side: each step off the runtime's threads (git is blocking work).
 impl Worktrees {
     /// The task's worktree for a run.
     pub(crate) async fn open(self: &Arc<Self>, task_id: &str) -> Result<TaskTree, WorktreeError> {
         let (me, task) = (self.clone(), task_id.to_string());
-        tokio::task::spawn_blocking(move || me.prepare(&task))
-            .await
-            .unwrap_or_else(|e| Err(WorktreeError::Setup(format!("worktree task failed: {e}"))))
+        // A daemon that runs for weeks looks for quiet tasks' worktrees once a day.
+        let last = self.swept.load(Ordering::Relaxed);
+        let sweep = now_secs().saturating_sub(last) > 86_400
+            && self
+                .swept
+                .compare_exchange(last, now_secs(), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        tokio::task::spawn_blocking(move || {
+            if sweep {
+                me.sweep();
+            }
+            me.prepare(&task)
+        })
+        .await
+        .unwrap_or_else(|e| Err(WorktreeError::Setup(format!("worktree task failed: {e}"))))
     }
 
     /// Delivers a run's work and, when the task was cancelled, removes its worktree;
