@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -44,6 +45,11 @@ enum Command {
     /// Show what this machine's kernel enforces for commands, layer by layer, and
     /// attack a throwaway setup to show it working; exit 0 when every attack failed.
     SandboxCheck(SandboxCheckArgs),
+    /// Print a shell completion script: `picogent completions bash > /etc/bash_completion.d/picogent`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(clap::Args)]
@@ -75,7 +81,8 @@ struct RunArgs {
     /// Agent directory or JSON file to take the configuration from.
     #[arg(long, value_name = "DIR|FILE")]
     agent: Option<PathBuf>,
-    /// Working folder (default: the configuration's work_dir, else the current folder).
+    /// Working folder (default: the configuration's work_dir; with --agent FILE and no
+    /// work_dir, that file's folder; with no configuration file, the current folder).
     #[arg(long, value_name = "WORKDIR")]
     dir: Option<PathBuf>,
     /// Continue (or start) this session instead of a new one.
@@ -101,11 +108,13 @@ fn main() -> ExitCode {
     let env_error = config::secrets::load_env_file(std::path::Path::new(".env"))
         .err()
         .map(|e| e.to_string());
-    init_logging();
+    let cli = Cli::parse();
+    // `picogent run` keeps the terminal for the answer: only warnings and errors log.
+    let quiet = matches!(cli.command, Some(Command::Run(_)));
+    init_logging(if quiet { "warn" } else { "info" });
     if let Some(e) = env_error {
         return fail(&format!("cannot load ./.env: {e}"), 2);
     }
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => return fail(&format!("cannot start the async runtime: {e}"), 2),
@@ -115,6 +124,12 @@ fn main() -> ExitCode {
             Some(Command::Run(args)) => run_once(args).await,
             Some(Command::Export(args)) => export(args),
             Some(Command::SandboxCheck(args)) => sandbox_check(args).await,
+            Some(Command::Completions { shell }) => {
+                use clap::CommandFactory;
+                let mut cmd = Cli::command();
+                clap_complete::generate(shell, &mut cmd, "picogent", &mut std::io::stdout());
+                Ok(ExitCode::SUCCESS)
+            }
             None => serve(cli.config.as_deref()).await,
         }
     });
@@ -142,19 +157,26 @@ async fn sandbox_check(args: SandboxCheckArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn init_logging() {
+/// Logs to stderr, filtered by `RUST_LOG` (else `default`), in colour only on a
+/// terminal and without `NO_COLOR`.
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(colour())
         .with_target(false)
         .init();
 }
 
+fn colour() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// The one line an error gets, on stderr.
 fn fail(msg: &str, code: u8) -> ExitCode {
-    tracing::error!("{msg}");
     eprintln!("picogent: {msg}");
     ExitCode::from(code)
 }
@@ -270,6 +292,28 @@ async fn wait_for_signal() {
     }
 }
 
+/// The exit status of a run ended by a signal: 130 for Ctrl-C, 143 for SIGTERM/SIGHUP.
+static LAST_SIGNAL: AtomicU8 = AtomicU8::new(130);
+
+/// Waits for Ctrl-C, SIGTERM or SIGHUP; the exit status it stands for.
+async fn run_signal() -> u8 {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return 130;
+    };
+    let code = tokio::select! {
+        _ = tokio::signal::ctrl_c() => 130,
+        _ = term.recv() => 143,
+        _ = hup.recv() => 143,
+    };
+    LAST_SIGNAL.store(code, Ordering::Relaxed);
+    code
+}
+
 async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = load_config(args.agent.as_deref())?;
     let cwd = std::env::current_dir().context("cannot read the current folder")?;
@@ -293,15 +337,15 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     let agent = Agent::new(config)?;
     let mut handle = agent.start(RunRequest::new(prompt, session_id.clone()));
     let cancel = handle.cancel_token();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\npicogent: cancelling (Ctrl-C again to quit at once)");
-            cancel.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
-            }
-        }
+    let signals = tokio::spawn(async move {
+        let code = run_signal().await;
+        eprintln!("\npicogent: cancelling (again to quit at once)");
+        cancel.cancel();
+        run_signal().await;
+        std::process::exit(i32::from(code));
     });
+    // Ctrl-C ends with 130, SIGTERM and SIGHUP with 143, after the run is cancelled
+    // (its commands killed, its session consistent).
     let mut printer = Printer::new(args.json);
     let mut outcome = None;
     while let Some(ev) = handle.events.recv().await {
@@ -314,11 +358,12 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(o) => o,
         None => handle.finish().await,
     };
+    signals.abort();
     eprintln!("session: {session_id}");
     Ok(match outcome {
         Outcome::Completed { .. } => ExitCode::SUCCESS,
         Outcome::Failed { .. } => ExitCode::from(1),
-        Outcome::Cancelled { .. } => ExitCode::from(130),
+        Outcome::Cancelled { .. } => ExitCode::from(LAST_SIGNAL.load(Ordering::Relaxed)),
     })
 }
 
@@ -358,9 +403,10 @@ impl Printer {
                 let _ = write!(out, "{text}");
                 self.mid_line = !text.ends_with('\n');
             }
+            // Steps go to stderr: stdout carries only the answer.
             AgentEvent::ToolCall { summary, .. } => {
                 self.line_break(&mut out);
-                let _ = writeln!(out, "→ {summary}");
+                eprintln!("→ {summary}");
             }
             AgentEvent::ToolResult {
                 is_error: true,
@@ -373,7 +419,7 @@ impl Printer {
                     .rev()
                     .find(|l| !l.trim().is_empty())
                     .unwrap_or("");
-                let _ = writeln!(out, "  ✗ {}", picogent::util::one_line(first, 160));
+                eprintln!("  ✗ {}", picogent::util::one_line(first, 160));
             }
             AgentEvent::Retry {
                 attempt,

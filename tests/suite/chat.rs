@@ -989,3 +989,29 @@ async fn a_refused_rollback_keeps_the_held_call() {
     until_done(&mut ws, "r").await;
     assert_eq!(sb.read("kept.txt"), "ran");
 }
+
+#[tokio::test]
+async fn a_clients_system_prompt_is_added_to_the_agents_role_not_put_in_its_place() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("ok")]).await;
+    let c = start(sb.config(
+        &llm,
+        Wire::Anthropic,
+        json!({"prompt": "You are Coder, the agent's own role."}),
+    ))
+    .await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "s1", "content": "hi", "systemPrompt": "Answer in French."}),
+    )
+    .await;
+    until_done(&mut ws, "s1").await;
+    let system = llm.requests()[0].body["system"].to_string();
+    let role = system.find("You are Coder, the agent's own role.");
+    let extra = system.find("Answer in French.");
+    assert!(
+        matches!((role, extra), (Some(r), Some(e)) if r < e),
+        "{system}"
+    );
+}

@@ -55,9 +55,10 @@ async fn run_works_through_every_provider() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{wire:?}: {stdout}\n{stderr}");
-        assert!(stdout.contains("→ Read: notes.txt"), "{stdout}");
-        assert!(stdout.contains("→ Bash: wc -l < notes.txt"), "{stdout}");
-        assert!(stdout.contains("The file has one line: alpha."), "{stdout}");
+        // The answer alone on stdout; the steps on stderr.
+        assert_eq!(stdout, "The file has one line: alpha.\n");
+        assert!(stderr.contains("→ Read: notes.txt"), "{stderr}");
+        assert!(stderr.contains("→ Bash: wc -l < notes.txt"), "{stderr}");
         assert!(stderr.contains("session: cli1"), "{stderr}");
         assert!(sb.user_home.join(".picogent/sessions/cli1.jsonl").is_file());
     }
@@ -131,5 +132,112 @@ async fn help_documents_every_mode() {
         "PICOGENT_CONFIG",
     ] {
         assert!(text.contains(mode), "{mode} missing from --help:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn run_is_quiet_by_default_and_errors_print_once() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("Quiet.")]).await;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"));
+    cmd.args(["run", "--dir", &sb.work.display().to_string(), "Say it"])
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &sb.user_home);
+    for (k, v) in provider_env(&llm, Wire::Anthropic) {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Quiet.\n");
+    assert!(
+        !stderr.contains(" INFO "),
+        "INFO lines without RUST_LOG: {stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "colour on a pipe: {stderr}");
+
+    let out = picogent(
+        &sb,
+        &["run", "--agent", "/nonexistent/agent.json", "x"],
+        &[],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr.matches("no such file").count(), 1, "{stderr}");
+}
+
+#[tokio::test]
+async fn sigterm_during_run_cancels_it_kills_its_commands_and_exits_143() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![tool(
+        "bash",
+        json!({"command": "sleep 31.25 & sleep 31.25; echo never"}),
+    )])
+    .await;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"));
+    cmd.args([
+        "run",
+        "--dir",
+        &sb.work.display().to_string(),
+        "--session",
+        "term1",
+        "Wait",
+    ])
+    .current_dir(sb.base())
+    .env_clear()
+    .env("PATH", std::env::var("PATH").unwrap_or_default())
+    .env("HOME", &sb.user_home)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    for (k, v) in provider_env(&llm, Wire::Anthropic) {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    let pid = child.id().unwrap() as i32;
+    // The command is running once the model's call has been answered and a sleep shows.
+    llm.wait_requests(1).await;
+    for _ in 0..100 {
+        let ps = std::process::Command::new("pgrep")
+            .args(["-f", "sleep 31.25"])
+            .output()
+            .unwrap();
+        if !ps.stdout.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let out = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("picogent did not stop on SIGTERM")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("session: term1"), "{stderr}");
+    assert_no_process("sleep 31.25");
+    // The session is consistent: the interrupted call has its result.
+    let lines = session_lines(&sb.user_home.join(".picogent/sessions/term1.jsonl"));
+    let results = lines
+        .iter()
+        .filter(|l| l["message"]["role"] == "toolResult")
+        .count();
+    assert_eq!(results, 1, "{lines:?}");
+}
+
+#[tokio::test]
+async fn completions_are_printed_for_each_shell() {
+    let sb = Sandbox::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = picogent(&sb, &["completions", shell], &[]).await;
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{shell}");
+        assert!(
+            text.contains("picogent") && text.contains("sandbox-check"),
+            "{shell}: {text}"
+        );
     }
 }

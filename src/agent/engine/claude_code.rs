@@ -184,14 +184,9 @@ fn find_claude(configured: Option<&PathBuf>) -> Option<PathBuf> {
 /// the allowed folders, and the Claude Code session to resume.
 fn cli_args(run: &Run<'_>) -> Vec<String> {
     let cfg = run.config;
-    let role = run
-        .req
-        .system_prompt
-        .as_deref()
-        .or(cfg.prompt.as_deref())
-        .unwrap_or("");
+    let role = run.role().unwrap_or_default();
     let skills = skills::prompt_block(run.skills);
-    let append = [role, skills.as_str()]
+    let append = [role.as_str(), skills.as_str()]
         .iter()
         .filter(|s| !s.is_empty())
         .copied()

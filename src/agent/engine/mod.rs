@@ -76,6 +76,22 @@ pub(super) struct Run<'a> {
     usage: Usage,
 }
 
+impl Run<'_> {
+    /// The role: the agent's `prompt`, then the request's own system prompt (a chat
+    /// client's `systemPrompt`) added to it, never replacing it.
+    fn role(&self) -> Option<String> {
+        let parts: Vec<&str> = [
+            self.config.prompt.as_deref(),
+            self.req.system_prompt.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|p| !p.trim().is_empty())
+        .collect();
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+}
+
 /// Runs one request on the configured engine, from the session lock to `Finished`.
 pub(super) async fn run(
     inner: Arc<Inner>,

@@ -165,8 +165,13 @@ impl<'a> Loop<'a> {
             }
             _ => None,
         };
-        let role = req.system_prompt.as_deref().or(cfg.prompt.as_deref());
-        let system = prompt::build(role, &run.work_dir, run.sandbox.allowed_paths(), run.skills);
+        let role = run.role();
+        let system = prompt::build(
+            role.as_deref(),
+            &run.work_dir,
+            run.sandbox.allowed_paths(),
+            run.skills,
+        );
         let tool_chars: usize = tool_specs
             .iter()
             .map(|t| t.description.len() + t.parameters.to_string().len())
