@@ -53,6 +53,8 @@ struct FileConfig {
     push: Option<bool>,
     remote: Option<String>,
     worktree_retention_days: Option<u64>,
+    temperature: Option<f64>,
+    keep_alive: Option<serde_json::Value>,
 }
 
 /// Which JSON file (if any) the priority rules pick, and the agent home it implies.
@@ -154,6 +156,30 @@ fn check_url(value: &str, field: &str, origin: &str) -> Result<String, ConfigErr
     }
 }
 
+/// An Ollama host as the Ollama client reads `OLLAMA_HOST`: no scheme means `http` and
+/// port 11434 when none is given (`http://` and `https://` keep their usual ports);
+/// `:11434` alone means this machine.
+fn ollama_url(raw: &str) -> String {
+    let raw = raw.trim().trim_end_matches('/');
+    let (scheme, rest, explicit) = match raw.split_once("://") {
+        Some((s, r)) => (s, r, true),
+        None => ("http", raw, false),
+    };
+    let (hostport, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = if hostport.is_empty() || hostport.starts_with(':') {
+        format!("127.0.0.1{hostport}")
+    } else {
+        hostport.to_string()
+    };
+    // An IPv6 literal's colons are not a port.
+    let has_port = match host.rfind(']') {
+        Some(end) => host.get(end..).is_some_and(|t| t.contains(':')),
+        None => host.contains(':'),
+    };
+    let port = if has_port || explicit { "" } else { ":11434" };
+    format!("{scheme}://{host}{port}{path}")
+}
+
 /// Picks one of `options` by name: the variable, else the file's value, else `default`.
 fn choice<T: Copy>(
     env: &Env,
@@ -203,6 +229,8 @@ struct ModelSettings {
     model: String,
     base_url: String,
     api_key: Option<String>,
+    auth_token: Option<String>,
+    temperature: Option<f64>,
 }
 
 /// The limits of a run and of the daemon.
@@ -310,20 +338,38 @@ impl Sources<'_> {
     fn model_settings(&self) -> Result<ModelSettings, ConfigError> {
         let (provider, engine) = self.provider_and_engine()?;
         let env = self.env;
-        let model = resolve_model(
-            &self
-                .pick("PICOGENT_MODEL", &self.file.model)
-                .unwrap_or_else(|| "sonnet".into()),
-        );
+        // The Anthropic client's own variable counts for Anthropic; the other providers
+        // have no sensible default model.
+        let model = self.pick("PICOGENT_MODEL", &self.file.model).or_else(|| {
+            (provider == ProviderKind::Anthropic)
+                .then(|| env.get("ANTHROPIC_MODEL").map(str::to_string))
+                .flatten()
+        });
+        let model = match model {
+            Some(m) if !m.trim().is_empty() => resolve_model(&m),
+            _ if provider == ProviderKind::Anthropic => resolve_model("sonnet"),
+            _ => {
+                let example = match provider {
+                    ProviderKind::Ollama => "qwen3:8b",
+                    _ => "gpt-4.1",
+                };
+                return Err(self.field_error(
+                    "model",
+                    format!(
+                        "provider {} needs a model: set `model` or PICOGENT_MODEL (for example {example:?})",
+                        provider.as_str()
+                    ),
+                ));
+            }
+        };
         let base_url = env
             .get("PICOGENT_BASE_URL")
             .or_else(|| env.get(provider.base_url_var()))
             .map(str::to_string)
             .or_else(|| self.file.base_url.clone())
             .unwrap_or_else(|| provider.default_base_url().into());
-        // OLLAMA_HOST is often written without a scheme ("127.0.0.1:11434").
-        let base_url = if provider == ProviderKind::Ollama && !base_url.contains("://") {
-            format!("http://{base_url}")
+        let base_url = if provider == ProviderKind::Ollama {
+            ollama_url(&base_url)
         } else {
             base_url
         };
@@ -333,12 +379,28 @@ impl Sources<'_> {
             .or_else(|| provider.api_key_var().and_then(|v| env.get(v)))
             .map(str::to_string)
             .or_else(|| self.file.api_key.clone());
+        // Anthropic's client sends ANTHROPIC_AUTH_TOKEN as a bearer token instead of a key.
+        let auth_token = (provider == ProviderKind::Anthropic)
+            .then(|| env.get("ANTHROPIC_AUTH_TOKEN").map(str::to_string))
+            .flatten()
+            .filter(|t| !t.is_empty());
+        let temperature = match self.file.temperature {
+            Some(t) if !(0.0..=2.0).contains(&t) => {
+                return Err(self.field_error(
+                    "temperature",
+                    format!("expected a number from 0 to 2, got {t}"),
+                ))
+            }
+            t => t,
+        };
         Ok(ModelSettings {
             provider,
             engine,
             model,
             base_url,
             api_key,
+            auth_token,
+            temperature,
         })
     }
 
@@ -480,6 +542,9 @@ impl Config {
             engine: m.engine,
             base_url: m.base_url,
             api_key: m.api_key,
+            auth_token: m.auth_token,
+            temperature: m.temperature,
+            keep_alive: f.keep_alive.clone(),
             capabilities: f
                 .capabilities
                 .clone()

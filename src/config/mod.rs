@@ -57,6 +57,12 @@ pub struct Config {
     pub engine: Engine,
     pub base_url: String,
     pub api_key: Option<String>,
+    /// Anthropic: `ANTHROPIC_AUTH_TOKEN`, sent as a bearer token (no key needed).
+    pub(crate) auth_token: Option<String>,
+    /// Sampling temperature for every provider (provider default when unset).
+    pub(crate) temperature: Option<f64>,
+    /// Ollama: how long the model stays loaded after a call (`"5m"`, seconds, `-1`).
+    pub(crate) keep_alive: Option<serde_json::Value>,
     pub capabilities: Vec<String>,
     pub max_concurrent_tasks: usize,
     pub heartbeat_interval_sec: u64,

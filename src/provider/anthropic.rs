@@ -22,6 +22,8 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<Tool<'a>>,
     stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -74,7 +76,7 @@ struct ImageSource<'a> {
 /// `serde_json::Value` tree first cost more than everything else in a step.
 pub(crate) fn request_body(
     model: &str,
-    max_tokens: u32,
+    sampling: &super::Sampling,
     req: &ModelRequest<'_>,
 ) -> serde_json::Result<Vec<u8>> {
     let tools = req
@@ -88,7 +90,8 @@ pub(crate) fn request_body(
         .collect();
     serde_json::to_vec(&Body {
         model,
-        max_tokens,
+        max_tokens: sampling.max_tokens,
+        temperature: sampling.temperature,
         system: req.system,
         messages: messages(req.messages),
         tools,

@@ -113,14 +113,37 @@ impl ProviderError {
     }
 }
 
+/// What every request of a provider carries besides the conversation.
+#[derive(Debug, Clone)]
+pub(crate) struct Sampling {
+    pub(crate) max_tokens: u32,
+    pub(crate) temperature: Option<f64>,
+    /// Ollama: `keep_alive` as configured.
+    pub(crate) keep_alive: Option<serde_json::Value>,
+    /// Ollama: `options.num_ctx`, the context window picogent plans with.
+    pub(crate) num_ctx: u64,
+    /// OpenAI: the output limit goes in `max_completion_tokens` (reasoning models
+    /// refuse `max_tokens`).
+    pub(crate) completion_tokens: bool,
+}
+
+/// OpenAI models that take `max_completion_tokens` instead of `max_tokens`.
+fn wants_completion_tokens(model: &str) -> bool {
+    let m = model.rsplit('/').next().unwrap_or(model);
+    ["o1", "o3", "o4", "gpt-5"].iter().any(|p| m.starts_with(p))
+}
+
 /// A configured model endpoint.
 pub struct Provider {
     kind: ProviderKind,
     http: reqwest::Client,
     base_url: String,
     api_key: Option<String>,
+    auth_token: Option<String>,
     model: String,
-    max_tokens: u32,
+    sampling: Sampling,
+    /// Set once an OpenAI-compatible server refused `max_tokens` for this model.
+    completion_tokens: std::sync::atomic::AtomicBool,
     /// How long a call may go without a byte from the server.
     idle_timeout: Duration,
     retry: RetryPolicy,
@@ -132,9 +155,10 @@ impl Provider {
         if config.provider == ProviderKind::Anthropic
             && config.engine == crate::config::Engine::Native
             && config.api_key.is_none()
+            && config.auth_token.is_none()
         {
             return Err(ProviderError::Config(
-                "no API key for anthropic: set ANTHROPIC_API_KEY (or PICOGENT_API_KEY, or `api_key` in agent.json)".into(),
+                "no API key for anthropic: set ANTHROPIC_API_KEY (or PICOGENT_API_KEY, `api_key` in agent.json, or ANTHROPIC_AUTH_TOKEN for a bearer token)".into(),
             ));
         }
         let http = reqwest::Client::builder()
@@ -147,8 +171,18 @@ impl Provider {
             http,
             base_url: config.base_url.clone(),
             api_key: config.api_key.clone(),
+            auth_token: config.auth_token.clone(),
             model: config.model.clone(),
-            max_tokens: config.max_tokens,
+            sampling: Sampling {
+                max_tokens: config.max_tokens,
+                temperature: config.temperature,
+                keep_alive: config.keep_alive.clone(),
+                num_ctx: config.context_window,
+                completion_tokens: false,
+            },
+            completion_tokens: std::sync::atomic::AtomicBool::new(wants_completion_tokens(
+                &config.model,
+            )),
             idle_timeout: config.step_timeout,
             retry: RetryPolicy::default(),
         })
@@ -181,6 +215,9 @@ impl Provider {
                 Ok(msg) => return Ok(msg),
                 Err(e) => e,
             };
+            if self.switch_token_field(&err) {
+                continue;
+            }
             if cancel.is_cancelled() {
                 return Err(ProviderError::Cancelled);
             }
@@ -204,6 +241,25 @@ impl Provider {
                 _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
             }
         }
+    }
+
+    /// An OpenAI-compatible 400 saying `max_tokens` is not supported for this model:
+    /// true (once) when the call should be made again with `max_completion_tokens`.
+    fn switch_token_field(&self, err: &ProviderError) -> bool {
+        use std::sync::atomic::Ordering;
+        let refused = matches!(err, ProviderError::Http { status: 400, message, .. }
+            if message.contains("max_tokens") && message.contains("max_completion_tokens"));
+        self.kind == ProviderKind::Openai
+            && refused
+            && !self.completion_tokens.swap(true, Ordering::Relaxed)
+    }
+
+    fn sampling(&self) -> Sampling {
+        let mut s = self.sampling.clone();
+        s.completion_tokens = self
+            .completion_tokens
+            .load(std::sync::atomic::Ordering::Relaxed);
+        s
     }
 
     /// One call: the request, the answer's status, then its stream.
@@ -263,15 +319,15 @@ impl Provider {
         let (url, body) = match self.kind {
             ProviderKind::Anthropic => (
                 format!("{}/v1/messages", self.base_url),
-                anthropic::request_body(&self.model, self.max_tokens, req),
+                anthropic::request_body(&self.model, &self.sampling(), req),
             ),
             ProviderKind::Openai => (
                 format!("{}/chat/completions", self.base_url),
-                openai::request_body(&self.model, self.max_tokens, req),
+                openai::request_body(&self.model, &self.sampling(), req),
             ),
             ProviderKind::Ollama => (
                 format!("{}/api/chat", self.base_url),
-                ollama::request_body(&self.model, self.max_tokens, req),
+                ollama::request_body(&self.model, &self.sampling(), req),
             ),
         };
         let body = body.map_err(|e| ProviderError::Protocol {
@@ -288,6 +344,9 @@ impl Provider {
                 builder = builder.header("anthropic-version", "2023-06-01");
                 if let Some(key) = key {
                     builder = builder.header("x-api-key", key);
+                }
+                if let Some(token) = &self.auth_token {
+                    builder = builder.bearer_auth(token);
                 }
             }
             (ProviderKind::Openai, Some(key)) => builder = builder.bearer_auth(key),

@@ -21,11 +21,17 @@ struct Body<'a> {
     tools: Vec<FunctionTool<'a>>,
     stream: bool,
     options: Options,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keep_alive: Option<&'a serde_json::Value>,
 }
 
 #[derive(Serialize)]
 struct Options {
     num_predict: u32,
+    /// Without it Ollama cuts prompts at its own small default window.
+    num_ctx: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -61,7 +67,7 @@ fn msg<'a>(role: &'static str, content: Cow<'a, str>) -> Msg<'a> {
 
 pub(crate) fn request_body(
     model: &str,
-    max_tokens: u32,
+    sampling: &super::Sampling,
     req: &ModelRequest<'_>,
 ) -> serde_json::Result<Vec<u8>> {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
@@ -98,8 +104,11 @@ pub(crate) fn request_body(
         tools,
         stream: true,
         options: Options {
-            num_predict: max_tokens,
+            num_predict: sampling.max_tokens,
+            num_ctx: sampling.num_ctx,
+            temperature: sampling.temperature,
         },
+        keep_alive: sampling.keep_alive.as_ref(),
     })
 }
 

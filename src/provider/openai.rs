@@ -18,7 +18,12 @@ struct Body<'a> {
     messages: Vec<Msg<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<FunctionTool<'a>>,
-    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
     stream: bool,
     stream_options: StreamOptions,
 }
@@ -65,7 +70,7 @@ struct CallFunction<'a> {
 
 pub(crate) fn request_body(
     model: &str,
-    max_tokens: u32,
+    sampling: &super::Sampling,
     req: &ModelRequest<'_>,
 ) -> serde_json::Result<Vec<u8>> {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
@@ -109,7 +114,9 @@ pub(crate) fn request_body(
         model,
         messages,
         tools,
-        max_tokens,
+        max_tokens: (!sampling.completion_tokens).then_some(sampling.max_tokens),
+        max_completion_tokens: sampling.completion_tokens.then_some(sampling.max_tokens),
+        temperature: sampling.temperature,
         stream: true,
         stream_options: StreamOptions {
             include_usage: true,

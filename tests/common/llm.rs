@@ -299,6 +299,16 @@ async fn openai(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
     if !authorized(&headers) {
         return error_response(401, None, "Incorrect API key provided");
     }
+    // As OpenAI does for its reasoning models: `max_tokens` is refused (the scripted
+    // server's stand-ins are named `reasoner-*`).
+    let model = body["model"].as_str().unwrap_or_default();
+    if model.starts_with("reasoner") && body.get("max_tokens").is_some() {
+        return error_response(
+            400,
+            None,
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+        );
+    }
     let (turn, seq) = ScriptedLlm::next(&s, "/v1/chat/completions", headers, body);
     respond(Wire::OpenAi, turn, seq, tokens)
 }

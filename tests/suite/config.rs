@@ -168,11 +168,37 @@ fn ollama_host_without_a_scheme_is_accepted() {
     let sb = Sandbox::new();
     let env = Env::from_pairs([
         ("PICOGENT_PROVIDER", "ollama"),
+        ("PICOGENT_MODEL", "qwen3:8b"),
         ("OLLAMA_HOST", "127.0.0.1:11434"),
     ]);
     let c = Config::load(None, &env, &sb.work).unwrap();
     assert_eq!(c.base_url, "http://127.0.0.1:11434");
     assert_eq!(c.api_key, None);
+    // As the Ollama client reads OLLAMA_HOST.
+    for (host, url) in [
+        ("127.0.0.1", "http://127.0.0.1:11434"),
+        ("gpu-box", "http://gpu-box:11434"),
+        (":11434", "http://127.0.0.1:11434"),
+        (":8080", "http://127.0.0.1:8080"),
+        ("[::1]", "http://[::1]:11434"),
+        ("[::1]:9000", "http://[::1]:9000"),
+        ("http://ollama.internal", "http://ollama.internal"),
+        (
+            "https://ollama.example.com/proxy",
+            "https://ollama.example.com/proxy",
+        ),
+    ] {
+        let env = Env::from_pairs([
+            ("PICOGENT_PROVIDER", "ollama"),
+            ("PICOGENT_MODEL", "qwen3:8b"),
+            ("OLLAMA_HOST", host),
+        ]);
+        assert_eq!(
+            Config::load(None, &env, &sb.work).unwrap().base_url,
+            url,
+            "{host}"
+        );
+    }
 }
 
 #[test]
@@ -256,4 +282,31 @@ fn the_engine_is_a_setting_and_provider_claude_code_is_its_alias() {
         e.contains("PICOGENT_ENGINE") && e.contains(r#""native" or "claude-code""#),
         "{e}"
     );
+}
+
+#[test]
+fn openai_and_ollama_need_a_model_and_anthropic_reads_its_clients_variables() {
+    let sb = Sandbox::new();
+    for provider in ["openai", "ollama"] {
+        let env = Env::from_pairs([("PICOGENT_PROVIDER", provider)]);
+        let e = Config::load(None, &env, &sb.work).unwrap_err().to_string();
+        assert!(e.contains("`model`") && e.contains(provider), "{e}");
+    }
+    let env = Env::from_pairs([
+        ("ANTHROPIC_MODEL", "claude-opus-4-6"),
+        ("ANTHROPIC_AUTH_TOKEN", "tok"),
+    ]);
+    let c = Config::load(None, &env, &sb.work).unwrap();
+    assert_eq!(c.model, "claude-opus-4-6");
+    assert_eq!(c.api_key, None);
+    // A bearer token is enough for Anthropic: no key needed.
+    assert!(picogent::agent::Agent::new(c).is_ok());
+    let c = Config::load(None, &Env::default(), &sb.work).unwrap();
+    let e = picogent::agent::Agent::new(c).err().unwrap().to_string();
+    assert!(e.contains("ANTHROPIC_AUTH_TOKEN"), "{e}");
+    write(&sb.home, "agent.json", r#"{"temperature": 3}"#);
+    let e = Config::load(Some(&sb.home), &Env::default(), &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("temperature"), "{e}");
 }

@@ -120,3 +120,73 @@ async fn an_unreachable_endpoint_fails_after_retries_naming_the_url() {
         .count();
     assert_eq!(retries, 3);
 }
+
+#[tokio::test]
+async fn sampling_settings_reach_every_provider_and_ollama_gets_its_window() {
+    for wire in Wire::ALL {
+        let sb = Sandbox::new();
+        let llm = ScriptedLlm::start(vec![text("ok")]).await;
+        let agent = sb.agent(
+            &llm,
+            wire,
+            json!({"temperature": 0.25, "keep_alive": "10m", "context_window": 50000}),
+        );
+        run(&agent, "hi", "s").await;
+        let body = &llm.requests()[0].body;
+        match wire {
+            Wire::Ollama => {
+                assert_eq!(body["options"]["num_ctx"], 50000, "{body}");
+                assert_eq!(body["options"]["temperature"], 0.25, "{body}");
+                assert_eq!(body["keep_alive"], "10m", "{body}");
+            }
+            _ => assert_eq!(body["temperature"], 0.25, "{wire:?}: {body}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn openai_reasoning_models_get_max_completion_tokens() {
+    // By name, and after a 400 that says so (once, then remembered).
+    for model in ["o3-mini", "reasoner-1"] {
+        let sb = Sandbox::new();
+        let llm = ScriptedLlm::start(vec![text("one"), text("two")]).await;
+        let agent = sb.agent(
+            &llm,
+            Wire::OpenAi,
+            json!({"model": model, "max_tokens": 1000}),
+        );
+        run(&agent, "hi", "a").await;
+        run(&agent, "again", "b").await;
+        let bodies: Vec<_> = llm.requests().into_iter().map(|r| r.body).collect();
+        let last = bodies.last().unwrap();
+        assert_eq!(last["max_completion_tokens"], 1000, "{model}: {last}");
+        assert!(last.get("max_tokens").is_none(), "{model}: {last}");
+        assert_eq!(
+            bodies.len(),
+            2,
+            "{model}: the refused call is not recorded as a turn"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_anthropic_auth_token_is_sent_as_a_bearer_token() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("ok")]).await;
+    let mut config = sb.config(&llm, Wire::Anthropic, json!({}));
+    config.api_key = None;
+    let env = picogent::config::Env::from_pairs([
+        ("HOME", sb.user_home.display().to_string()),
+        ("ANTHROPIC_AUTH_TOKEN", llm::API_KEY.to_string()),
+    ]);
+    let token_config = picogent::config::Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
+    let agent = agent_from(token_config);
+    let (_, outcome) = run(&agent, "hi", "t").await;
+    assert!(outcome.is_success(), "{outcome:?}");
+    let headers = &llm.requests()[0].headers;
+    assert_eq!(
+        headers.get("authorization").and_then(|v| v.to_str().ok()),
+        Some(format!("Bearer {}", llm::API_KEY).as_str())
+    );
+    assert!(headers.get("x-api-key").is_none());
+}
