@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod chat;
 pub mod config;
+pub mod mcp;
 pub mod message;
 mod net;
 pub mod provider;

@@ -9,7 +9,8 @@
 //! machine: pause, resume, stop, instruct, rollback) and `live` (the native loop's side
 //! of it at step boundaries), `checkpoint` (git snapshots of the working folder),
 //! `compaction` (the context window), `guard` (repeats, tool calls written as text),
-//! `prompt` (the system prompt) and `skills` (SKILL.md discovery).
+//! `prompt` (the system prompt), `project_docs` (AGENTS.md) and `skills` (SKILL.md
+//! discovery).
 
 pub mod checkpoint;
 mod compaction;
@@ -18,6 +19,7 @@ mod engine;
 mod event;
 mod guard;
 mod live;
+mod project_docs;
 mod prompt;
 pub mod skills;
 
@@ -114,6 +116,8 @@ pub(crate) struct Inner {
     skills: Vec<Skill>,
     sessions: SessionStore,
     tool_specs: Vec<ToolSpec>,
+    /// The MCP servers' supervisors; their tools join `tool_specs` per run.
+    mcp: crate::mcp::Mcp,
     output_dir: PathBuf,
     /// One lock per session id: two prompts for one session run one after the other.
     session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -262,7 +266,11 @@ impl Agent {
     pub fn with_provider(config: Config, provider: Provider) -> Agent {
         let skill_dirs = config.skill_dirs();
         let skills = skills::discover(&skill_dirs);
-        let readable: Vec<PathBuf> = skill_dirs.into_iter().filter(|d| d.is_dir()).collect();
+        // Each skill's own (resolved) folder too: one reached through a symlink lies
+        // outside the skills folder it is listed in.
+        let readable: Vec<PathBuf> = (skill_dirs.into_iter().filter(|d| d.is_dir()))
+            .chain(skills.iter().map(|s| s.dir().to_path_buf()))
+            .collect();
         // picogent's own folders exist before any command could make one of its own.
         let state = config.state_dir();
         let _ = std::fs::create_dir_all(&state);
@@ -291,6 +299,17 @@ impl Agent {
             );
         }
         let sessions = SessionStore::new(config.sessions_dir());
+        let mcp = match config.engine {
+            crate::config::Engine::Native => {
+                crate::mcp::Mcp::start(&config.mcp_servers, &config.work_dir)
+            }
+            crate::config::Engine::ClaudeCode => {
+                if !config.mcp_servers.is_empty() {
+                    tracing::warn!("mcp_servers apply to picogent's own loop; the claude-code engine uses Claude Code's own MCP configuration");
+                }
+                crate::mcp::Mcp::default()
+            }
+        };
         Agent {
             inner: Arc::new(Inner {
                 provider,
@@ -298,6 +317,7 @@ impl Agent {
                 skills,
                 sessions,
                 tool_specs: crate::tools::specs(),
+                mcp,
                 output_dir,
                 session_locks: Mutex::new(HashMap::new()),
                 config,
@@ -311,6 +331,11 @@ impl Agent {
 
     pub(crate) fn skills(&self) -> &[Skill] {
         &self.inner.skills
+    }
+
+    /// The configured MCP servers (their tools, for the start-up log).
+    pub fn mcp(&self) -> &crate::mcp::Mcp {
+        &self.inner.mcp
     }
 
     /// What this agent's engine can do; front doors ask this instead of assuming it.

@@ -1,4 +1,6 @@
-//! The system prompt: the agent's role, the tools and the working folder, the skills.
+//! The system prompt: the agent's role, the tools and the working folder, the project's
+//! instructions (AGENTS.md), the skills. Built once per run: every model call of a run
+//! sends the same bytes.
 
 use std::path::Path;
 
@@ -25,6 +27,7 @@ pub(crate) fn build(
     work_dir: &Path,
     allowed_paths: &[std::path::PathBuf],
     skills: &[Skill],
+    project_docs: &str,
 ) -> String {
     let mut out = String::new();
     out.push_str(
@@ -48,6 +51,10 @@ pub(crate) fn build(
         "\nToday's date: {}",
         chrono::Utc::now().format("%Y-%m-%d")
     ));
+    if !project_docs.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(project_docs);
+    }
     let block = prompt_block(skills);
     if !block.is_empty() {
         out.push_str("\n\n");

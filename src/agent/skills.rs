@@ -1,6 +1,15 @@
-//! Skills: `skills/<name>/SKILL.md` files with YAML front matter (`name`,
-//! `description`). Only name, description and location reach the prompt; the model
-//! reads the body with the read tool when a task calls for it.
+//! Skills: `SKILL.md` files with YAML front matter (`name`, `description`), in
+//! `<skills dir>/<name>/` or one level deeper, `<skills dir>/<group>/<name>/`. Only name,
+//! description and location reach the prompt; the model reads the body with the read
+//! tool when a task calls for it. A skill's folder is readable by the tools wherever it
+//! really lies (a skill reached through a symlink included), and the model is told that
+//! a skill's relative paths are relative to that folder.
+//!
+//! Lenient where the ecosystem is (pi, Claude Code): the folder name stands in for a
+//! missing `name`, a byte-order mark is ignored, and a name that differs from its folder
+//! or a description over 1,024 characters is a warning, not a refusal.
+//! `disable-model-invocation: true` keeps a skill out of the prompt (it is still listed
+//! at start, for people).
 
 use std::path::{Path, PathBuf};
 
@@ -8,36 +17,73 @@ use gray_matter::engine::YAML;
 use gray_matter::Matter;
 use serde::Deserialize;
 
+/// The description length the Agent Skills format allows.
+const MAX_DESCRIPTION: usize = 1024;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Skill {
     pub name: String,
     pub description: String,
-    /// Absolute path of the SKILL.md.
+    /// Absolute, resolved path of the SKILL.md.
     location: PathBuf,
-    /// The folder holding it (readable by tools even outside allowed_paths).
+    /// The (resolved) folder holding it: readable by tools even outside allowed_paths.
     dir: PathBuf,
+    /// `false` for `disable-model-invocation: true`: not offered to the model.
+    pub model_invocable: bool,
+}
+
+impl Skill {
+    /// The skill's resolved folder.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
 }
 
 #[derive(Deserialize)]
 struct FrontMatter {
     name: Option<String>,
     description: Option<String>,
+    #[serde(rename = "disable-model-invocation")]
+    disable_model_invocation: Option<bool>,
+}
+
+/// The SKILL.md files under one skills folder: `<dir>/<name>/SKILL.md`, and for a
+/// folder without one, `<dir>/<group>/<name>/SKILL.md`; sorted.
+fn skill_files(dir: &Path) -> Vec<PathBuf> {
+    let sorted_subdirs = |d: &Path| -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            return Vec::new();
+        };
+        let mut v: Vec<PathBuf> = rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        v.sort();
+        v
+    };
+    let mut out = Vec::new();
+    for folder in sorted_subdirs(dir) {
+        let file = folder.join("SKILL.md");
+        if file.is_file() {
+            out.push(file);
+            continue;
+        }
+        for inner in sorted_subdirs(&folder) {
+            let file = inner.join("SKILL.md");
+            if file.is_file() {
+                out.push(file);
+            }
+        }
+    }
+    out
 }
 
 /// Skills from `dirs`, most specific first: a name found earlier shadows a later one.
 pub fn discover(dirs: &[PathBuf]) -> Vec<Skill> {
     let mut out: Vec<Skill> = Vec::new();
     for dir in dirs {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        let mut folders: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
-        folders.sort();
-        for folder in folders {
-            let file = folder.join("SKILL.md");
-            if !file.is_file() {
-                continue;
-            }
+        for file in skill_files(dir) {
             match parse(&file) {
                 Ok(skill) => {
                     if out.iter().any(|s| s.name == skill.name) {
@@ -55,28 +101,53 @@ pub fn discover(dirs: &[PathBuf]) -> Vec<Skill> {
 
 fn parse(file: &Path) -> Result<Skill, String> {
     let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     if !text.trim_start().starts_with("---") {
         return Err("no YAML front matter (the file must start with ---)".into());
     }
     let parsed = Matter::<YAML>::new()
-        .parse::<FrontMatter>(&text)
+        .parse::<FrontMatter>(text)
         .map_err(|e| format!("invalid front matter: {e}"))?;
     let fm = parsed.data.ok_or("empty front matter")?;
-    let name = fm
-        .name
-        .filter(|n| !n.trim().is_empty())
-        .ok_or("front matter has no `name`")?;
+    let location = std::fs::canonicalize(file).map_err(|e| e.to_string())?;
+    let dir = location.parent().map(Path::to_path_buf).unwrap_or_default();
+    // The folder as the user laid it out (not where a symlink leads) names the skill.
+    let folder = file
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match fm.name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
+        Some(n) => {
+            if n != folder {
+                tracing::warn!(
+                    "skill {}: name {n:?} differs from its folder {folder:?}",
+                    file.display()
+                );
+            }
+            n.to_string()
+        }
+        None if !folder.is_empty() => folder,
+        None => return Err("front matter has no `name`".into()),
+    };
     let description = fm
         .description
         .filter(|d| !d.trim().is_empty())
         .ok_or("front matter has no `description`")?;
-    let location = std::fs::canonicalize(file).map_err(|e| e.to_string())?;
-    let dir = location.parent().map(Path::to_path_buf).unwrap_or_default();
+    let description = description.trim().to_string();
+    if description.chars().count() > MAX_DESCRIPTION {
+        tracing::warn!(
+            "skill {}: the description has {} characters, more than the {MAX_DESCRIPTION} the skill format allows",
+            file.display(),
+            description.chars().count()
+        );
+    }
     Ok(Skill {
-        name: name.trim().to_string(),
-        description: description.trim().to_string(),
+        name,
+        description,
         location,
         dir,
+        model_invocable: fm.disable_model_invocation != Some(true),
     })
 }
 
@@ -88,17 +159,21 @@ fn escape(s: &str) -> String {
         .replace('\'', "&apos;")
 }
 
-/// The prompt section that lists skills; empty when there are none.
+/// The prompt section that lists the skills the model may use; empty when there are
+/// none.
 pub(crate) fn prompt_block(skills: &[Skill]) -> String {
-    if skills.is_empty() {
+    let offered: Vec<&Skill> = skills.iter().filter(|s| s.model_invocable).collect();
+    if offered.is_empty() {
         return String::new();
     }
     let mut out = String::from(
         "The following skills provide specialized instructions for specific tasks. \
 When a task matches a skill's description, read its file with the read tool before acting, \
-and follow it.\n\n<available_skills>\n",
+and follow it. A skill's relative paths (scripts/x.py, reference.md) are relative to the \
+skill's folder, the folder of its SKILL.md: resolve them against it before using them with a \
+tool.\n\n<available_skills>\n",
     );
-    for s in skills {
+    for s in offered {
         out.push_str(&format!(
             "  <skill>\n    <name>{}</name>\n    <description>{}</description>\n    <location>{}</location>\n  </skill>\n",
             escape(&s.name),

@@ -55,6 +55,8 @@ struct FileConfig {
     worktree_retention_days: Option<u64>,
     temperature: Option<f64>,
     keep_alive: Option<serde_json::Value>,
+    mcp_servers: Option<std::collections::BTreeMap<String, super::mcp::FileMcpServer>>,
+    project_docs: Option<bool>,
 }
 
 /// Which JSON file (if any) the priority rules pick, and the agent home it implies.
@@ -517,6 +519,13 @@ impl Config {
         let m = s.model_settings()?;
         let l = s.limits(m.provider)?;
         let (network, sandbox, checkpoints) = s.policies()?;
+        let mcp_servers = super::mcp::resolve(
+            f.mcp_servers.as_ref().unwrap_or(&Default::default()),
+            env,
+            &s.origin,
+            Duration::from_secs(l.step_timeout_sec),
+            &|p| s.file_path(p),
+        )?;
         Ok(Config {
             name: s
                 .pick("AGENT_NAME", &f.name)
@@ -590,6 +599,8 @@ impl Config {
                 }),
             auto_pause_after_steps: f.auto_pause_after_steps.filter(|n| *n > 0),
             loop_action: f.loop_action.unwrap_or(LoopAction::Stop),
+            mcp_servers,
+            project_docs: f.project_docs.unwrap_or(true),
             chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
             chat_port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
             chat_token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),

@@ -12,8 +12,10 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 mod load;
+mod mcp;
 pub mod secrets;
 mod types;
+pub use mcp::{McpServerConfig, McpTransport};
 pub use types::{Engine, Env, ProviderKind, Transport};
 pub(crate) use types::{LoopAction, NetworkPolicy, SandboxMode, Workspace};
 
@@ -100,6 +102,11 @@ pub struct Config {
     /// Pause the run every N model turns.
     pub(crate) auto_pause_after_steps: Option<u32>,
     pub(crate) loop_action: LoopAction,
+    /// MCP servers whose tools the model gets beside picogent's own, in name order.
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// Put the AGENTS.md (or CLAUDE.md) files that apply to the working folder into the
+    /// system prompt (`project_docs`, default on).
+    pub(crate) project_docs: bool,
     /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
     pub sandbox_helper: Option<PathBuf>,
     /// Chat mode: where to listen (`PICOGENT_HOST`, `PICOGENT_PORT`).
@@ -200,16 +207,23 @@ impl Config {
         }
     }
 
-    /// Skill folders, most specific first (the first one wins a name clash).
+    /// Skill folders, most specific first (the first one wins a name clash): the
+    /// agent's `skills/` (or the working folder's), the working folder's
+    /// `.agents/skills/`, then `~/.picogent/skills/` and `~/.agents/skills/` (the
+    /// cross-tool locations pi reads).
     pub fn skill_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![self
-            .agent_home
-            .as_ref()
-            .unwrap_or(&self.work_dir)
-            .join("skills")];
+        let mut dirs = vec![
+            self.agent_home
+                .as_ref()
+                .unwrap_or(&self.work_dir)
+                .join("skills"),
+            self.work_dir.join(".agents").join("skills"),
+        ];
         if let Some(home) = &self.home_dir {
             dirs.push(home.join(".picogent").join("skills"));
+            dirs.push(home.join(".agents").join("skills"));
         }
+        dirs.dedup();
         dirs
     }
 

@@ -83,8 +83,8 @@ pub(crate) fn request_body(
         .tools
         .iter()
         .map(|t| Tool {
-            name: t.name,
-            description: t.description,
+            name: &t.name,
+            description: &t.description,
             input_schema: &t.parameters,
         })
         .collect();

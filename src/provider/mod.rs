@@ -20,8 +20,9 @@ pub use retry::RetryPolicy;
 /// A tool as the model sees it.
 #[derive(Debug, Clone)]
 pub(crate) struct ToolSpec {
-    pub(crate) name: &'static str,
-    pub(crate) description: &'static str,
+    /// Built-in tools' names are static; an MCP server's tools are its own.
+    pub(crate) name: std::borrow::Cow<'static, str>,
+    pub(crate) description: std::borrow::Cow<'static, str>,
     pub(crate) parameters: Value,
 }
 
@@ -441,8 +442,8 @@ fn function_tools(tools: &[ToolSpec]) -> Vec<FunctionTool<'_>> {
         .map(|t| FunctionTool {
             kind: "function",
             function: FunctionSpec {
-                name: t.name,
-                description: t.description,
+                name: &t.name,
+                description: &t.description,
                 parameters: &t.parameters,
             },
         })

@@ -14,10 +14,11 @@ mod grep;
 mod ls;
 mod read;
 pub mod sandbox;
-mod truncate;
+pub(crate) mod truncate;
 mod walk;
 mod write;
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +59,7 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
-    fn ok(text: impl Into<String>) -> Self {
+    pub(crate) fn ok(text: impl Into<String>) -> Self {
         ToolOutput {
             text: text.into(),
             is_error: false,
@@ -209,8 +210,8 @@ pub(crate) fn describe_call(name: &str, args: &Value) -> String {
 pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
-            name: "read",
-            description: "Read a text file. Output is capped at 2000 lines or 50 KB; use offset and limit to page through large files.",
+            name: Cow::Borrowed("read"),
+            description: Cow::Borrowed("Read a text file. Output is capped at 2000 lines or 50 KB; use offset and limit to page through large files."),
             parameters: json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "File path, relative to the working folder or absolute"},
                 "offset": {"type": "integer", "description": "First line to read, 1-based"},
@@ -218,16 +219,16 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
             }, "required": ["path"]}),
         },
         ToolSpec {
-            name: "write",
-            description: "Create or overwrite a file with the given content. Parent folders are created.",
+            name: Cow::Borrowed("write"),
+            description: Cow::Borrowed("Create or overwrite a file with the given content. Parent folders are created."),
             parameters: json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "File path"},
                 "content": {"type": "string", "description": "The whole new content"}
             }, "required": ["path", "content"]}),
         },
         ToolSpec {
-            name: "edit",
-            description: "Replace text in a file. Each oldText must occur exactly once in the file as it was before the call; edits must not overlap. Answers with a diff.",
+            name: Cow::Borrowed("edit"),
+            description: Cow::Borrowed("Replace text in a file. Each oldText must occur exactly once in the file as it was before the call; edits must not overlap. Answers with a diff."),
             parameters: json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "File path"},
                 "edits": {"type": "array", "items": {"type": "object", "properties": {
@@ -237,16 +238,16 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
             }, "required": ["path", "edits"]}),
         },
         ToolSpec {
-            name: "bash",
-            description: "Run a bash command in the working folder. stdout and stderr are merged; output keeps the last 2000 lines or 50 KB, and the full output is saved to a file when cut.",
+            name: Cow::Borrowed("bash"),
+            description: Cow::Borrowed("Run a bash command in the working folder. stdout and stderr are merged; output keeps the last 2000 lines or 50 KB, and the full output is saved to a file when cut."),
             parameters: json!({"type": "object", "properties": {
                 "command": {"type": "string", "description": "The command line"},
                 "timeout": {"type": "integer", "description": "Seconds before the command is killed (default and maximum: the configured limit, 120 s unless set otherwise)"}
             }, "required": ["command"]}),
         },
         ToolSpec {
-            name: "grep",
-            description: "Search file contents with a regular expression. Respects .gitignore. Prints path:line: text.",
+            name: Cow::Borrowed("grep"),
+            description: Cow::Borrowed("Search file contents with a regular expression. Respects .gitignore. Prints path:line: text."),
             parameters: json!({"type": "object", "properties": {
                 "pattern": {"type": "string", "description": "Regular expression (or literal text with literal=true)"},
                 "path": {"type": "string", "description": "File or folder to search (default: working folder)"},
@@ -258,8 +259,8 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
             }, "required": ["pattern"]}),
         },
         ToolSpec {
-            name: "find",
-            description: "Find files whose path matches a glob, e.g. **/*.rs. Respects .gitignore.",
+            name: Cow::Borrowed("find"),
+            description: Cow::Borrowed("Find files whose path matches a glob, e.g. **/*.rs. Respects .gitignore."),
             parameters: json!({"type": "object", "properties": {
                 "pattern": {"type": "string", "description": "Glob pattern"},
                 "path": {"type": "string", "description": "Folder to search (default: working folder)"},
@@ -267,8 +268,8 @@ pub(crate) fn specs() -> Vec<ToolSpec> {
             }, "required": ["pattern"]}),
         },
         ToolSpec {
-            name: "ls",
-            description: "List one folder, sorted; folders end in /. Dotfiles included.",
+            name: Cow::Borrowed("ls"),
+            description: Cow::Borrowed("List one folder, sorted; folders end in /. Dotfiles included."),
             parameters: json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "Folder (default: working folder)"},
                 "limit": {"type": "integer", "description": "Maximum entries (default 500)"}

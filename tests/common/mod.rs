@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod llm;
+pub mod mcp;
 pub mod tracker;
 
 use std::path::{Path, PathBuf};
@@ -278,4 +279,26 @@ pub fn session_lines(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The text and error flag of the tool result in the last message of an Anthropic
+/// request (what the model was sent back for its last tool call).
+pub fn last_tool_result(body: &Value) -> (String, bool) {
+    let msg = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let block = &msg["content"][0];
+    assert_eq!(block["type"], "tool_result", "not a tool result: {msg}");
+    let text: Vec<&str> = block["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b["text"].as_str())
+        .collect();
+    (
+        text.join("\n"),
+        block["is_error"].as_bool().unwrap_or(false),
+    )
 }

@@ -9,6 +9,8 @@ mod confinement;
 mod daemon_process;
 mod hostile_input;
 mod live;
+mod mcp;
+mod project_docs;
 mod properties;
 mod providers;
 mod races;

@@ -58,3 +58,116 @@ fn bad_skills_are_skipped_and_local_skills_shadow_global_ones() {
         [("review", "local review"), ("deploy", "global deploy")]
     );
 }
+
+/// Writes `<dir>/SKILL.md` with the given front matter lines and body.
+fn skill_file(dir: &std::path::Path, front: &str, body: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join("SKILL.md");
+    std::fs::write(&p, format!("---\n{front}\n---\n{body}\n")).unwrap();
+    p
+}
+
+#[tokio::test]
+async fn a_skill_reached_through_a_symlink_is_readable_under_allowed_paths() {
+    let sb = Sandbox::new();
+    // The skill lives in a shared folder outside allowed_paths, linked into skills/.
+    let shared = sb.base().join("shared-skills/pdf");
+    skill_file(
+        &shared,
+        "name: pdf\ndescription: PDF work",
+        "PDF-SKILL-BODY",
+    );
+    std::fs::create_dir_all(sb.home.join("skills")).unwrap();
+    std::os::unix::fs::symlink(&shared, sb.home.join("skills/pdf")).unwrap();
+    let real = std::fs::canonicalize(shared.join("SKILL.md")).unwrap();
+    let llm = ScriptedLlm::start(vec![
+        tool("read", json!({"path": real.display().to_string()})),
+        tool("ls", json!({"path": shared.display().to_string()})),
+        text("done"),
+    ])
+    .await;
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"allowed_paths": [sb.work.display().to_string()]}),
+    );
+    let (_, outcome) = run(&agent, "make a pdf", "sl").await;
+    assert_eq!(final_text(&outcome), "done");
+    let reqs = llm.requests();
+    let system = reqs[0].body["system"].as_str().unwrap().to_string();
+    assert!(system.contains(&format!("<location>{}</location>", real.display())));
+    let (read, read_err) = last_tool_result(&reqs[1].body);
+    assert!(!read_err && read.contains("PDF-SKILL-BODY"), "{read}");
+    let (ls, ls_err) = last_tool_result(&reqs[2].body);
+    assert!(!ls_err && ls.contains("SKILL.md"), "{ls}");
+}
+
+#[tokio::test]
+async fn the_prompt_says_relative_paths_resolve_against_the_skill_folder() {
+    let sb = Sandbox::new();
+    sb.add_skill("review", "review code", "run scripts/check.py");
+    let llm = ScriptedLlm::start(vec![text("ok")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    run(&agent, "hi", "rel").await;
+    let system = llm.requests()[0].body["system"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(system.contains(
+        "A skill's relative paths (scripts/x.py, reference.md) are relative to the skill's folder"
+    ));
+}
+
+#[tokio::test]
+async fn skills_come_from_agents_folders_nested_groups_and_lenient_front_matter() {
+    let sb = Sandbox::new();
+    let local = sb.work.join(".agents/skills");
+    // One level of nesting: skills/<group>/<name>/SKILL.md.
+    skill_file(&local.join("docs/pdf"), "description: PDF files", "");
+    // A byte-order mark before the front matter.
+    std::fs::create_dir_all(local.join("bom")).unwrap();
+    std::fs::write(
+        local.join("bom/SKILL.md"),
+        "\u{feff}---\nname: bom\ndescription: with a BOM\n---\n",
+    )
+    .unwrap();
+    // Listed for people, hidden from the model.
+    skill_file(
+        &local.join("manual"),
+        "name: manual\ndescription: only by hand\ndisable-model-invocation: true",
+        "",
+    );
+    // A name that differs from its folder, and a long description: kept (warned).
+    let long = "x".repeat(1100);
+    skill_file(
+        &local.join("folder"),
+        &format!("name: other\ndescription: {long}"),
+        "",
+    );
+    let global = sb.user_home.join(".agents/skills");
+    skill_file(&global.join("deploy"), "description: ship it", "");
+    let llm = ScriptedLlm::start(vec![text("ok")]).await;
+    let config = sb.config(&llm, Wire::Anthropic, json!({}));
+    let skills = discover(&config.skill_dirs());
+    let got: Vec<(&str, bool)> = skills
+        .iter()
+        .map(|s| (s.name.as_str(), s.model_invocable))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("bom", true),
+            ("pdf", true),
+            ("other", true),
+            ("manual", false),
+            ("deploy", true)
+        ]
+    );
+    run(&agent_from(config), "hi", "nest").await;
+    let system = llm.requests()[0].body["system"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(system.contains("<name>pdf</name>") && system.contains("<name>deploy</name>"));
+    assert!(!system.contains("manual"), "{system}");
+}

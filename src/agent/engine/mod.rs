@@ -161,7 +161,9 @@ async fn locked(
         usage: Usage::default(),
     };
     let result = match config.engine {
-        Engine::Native => native::drive(&mut run, &inner.provider, &inner.tool_specs).await,
+        Engine::Native => {
+            native::drive(&mut run, &inner.provider, &inner.tool_specs, &inner.mcp).await
+        }
         Engine::ClaudeCode => claude_code::drive(&mut run).await,
     };
     *counted = (run.steps, run.usage);

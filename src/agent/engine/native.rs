@@ -10,8 +10,9 @@ use super::super::control::{Role, RunControl};
 use super::super::event::{AgentEvent, Emitter, FailureKind, RunError};
 use super::super::guard::{self, RepeatGuard};
 use super::super::live::{boundary, Ckpt};
-use super::super::{compaction, prompt};
+use super::super::{compaction, project_docs, prompt};
 use super::Run;
+use crate::mcp::Mcp;
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
 use crate::provider::{Delta, ModelRequest, Provider, ProviderError, ToolSpec};
 use crate::session::records::Intervention;
@@ -30,7 +31,13 @@ enum CallsEnd {
 /// What stays fixed through a native run, and the loop's own state.
 struct Loop<'a> {
     provider: &'a Provider,
-    tool_specs: &'a [ToolSpec],
+    /// picogent's own tools.
+    builtin: &'a [ToolSpec],
+    mcp: &'a Mcp,
+    /// The tools offered: the built-in ones, then the MCP servers'. The same at every
+    /// step unless a server announced a change of its list (`mcp_generation`).
+    tool_specs: Vec<ToolSpec>,
+    mcp_generation: u64,
     system: String,
     /// Token estimate of the system prompt and tool definitions.
     fixed_tokens: u64,
@@ -45,8 +52,9 @@ pub(super) async fn drive(
     run: &mut Run<'_>,
     provider: &Provider,
     tool_specs: &[ToolSpec],
+    mcp: &Mcp,
 ) -> Result<String, RunError> {
-    let mut lp = Loop::new(run, provider, tool_specs).await?;
+    let mut lp = Loop::new(run, provider, tool_specs, mcp).await?;
     let cfg = run.config;
     loop {
         let ckpt = lp.ckpt.as_ref();
@@ -61,6 +69,7 @@ pub(super) async fn drive(
                 ),
             ));
         }
+        lp.refresh_tools();
         lp.compact_if_needed(run).await?;
         let msg = lp.model_turn(run).await?;
         let calls: Vec<Call> = msg
@@ -77,6 +86,7 @@ pub(super) async fn drive(
             out: run.out,
             control: run.control,
             cfg,
+            mcp,
         };
         let end = run_calls(
             &calls,
@@ -142,7 +152,8 @@ impl<'a> Loop<'a> {
     async fn new(
         run: &mut Run<'_>,
         provider: &'a Provider,
-        tool_specs: &'a [ToolSpec],
+        builtin: &'a [ToolSpec],
+        mcp: &'a Mcp,
     ) -> Result<Loop<'a>, RunError> {
         let (cfg, req) = (run.config, run.req);
         let ckpt = match cfg.checkpoints {
@@ -166,20 +177,28 @@ impl<'a> Loop<'a> {
             _ => None,
         };
         let role = run.role();
+        let docs = match cfg.project_docs {
+            true => project_docs::prompt_block(&run.work_dir, cfg.home_dir.as_deref()),
+            false => String::new(),
+        };
         let system = prompt::build(
             role.as_deref(),
             &run.work_dir,
             run.sandbox.allowed_paths(),
             run.skills,
+            &docs,
         );
-        let tool_chars: usize = tool_specs
-            .iter()
-            .map(|t| t.description.len() + t.parameters.to_string().len())
-            .sum();
+        // The first run after start waits for the servers' first connection attempts.
+        mcp.ready(run.cancel).await;
+        let mcp_generation = mcp.generation();
+        let tool_specs = [builtin, &mcp.specs()].concat();
         Ok(Loop {
             provider,
+            builtin,
+            mcp,
+            fixed_tokens: fixed_tokens(&system, &tool_specs),
             tool_specs,
-            fixed_tokens: (system.len() + tool_chars) as u64 / 4,
+            mcp_generation,
             system,
             tool_ctx: ToolContext {
                 work_dir: run.work_dir.clone(),
@@ -193,6 +212,16 @@ impl<'a> Loop<'a> {
             repeats: RepeatGuard::default(),
             nudged: false,
         })
+    }
+
+    /// Takes up a changed MCP tool list for the next model call.
+    fn refresh_tools(&mut self) {
+        let generation = self.mcp.generation();
+        if generation != self.mcp_generation {
+            self.mcp_generation = generation;
+            self.tool_specs = [self.builtin, &self.mcp.specs()].concat();
+            self.fixed_tokens = fixed_tokens(&self.system, &self.tool_specs);
+        }
     }
 
     async fn compact_if_needed(&self, run: &mut Run<'_>) -> Result<(), RunError> {
@@ -226,7 +255,7 @@ impl<'a> Loop<'a> {
         let request = ModelRequest {
             system: &self.system,
             messages: &messages,
-            tools: self.tool_specs,
+            tools: &self.tool_specs,
         };
         run.steps += 1;
         let step = run.steps;
@@ -285,7 +314,7 @@ impl<'a> Loop<'a> {
         msg: &AssistantMessage,
     ) -> Result<Option<String>, RunError> {
         let text = msg.text();
-        let names: Vec<&str> = self.tool_specs.iter().map(|t| t.name).collect();
+        let names: Vec<&str> = self.tool_specs.iter().map(|t| t.name.as_ref()).collect();
         if !self.nudged && guard::looks_like_text_tool_call(&text, &names) {
             self.nudged = true;
             run.out.emit(AgentEvent::Notice {
@@ -311,9 +340,19 @@ struct Steer<'a> {
     out: &'a Emitter,
     control: &'a RunControl,
     cfg: &'a crate::config::Config,
+    mcp: &'a Mcp,
 }
 
 type Call = (String, String, serde_json::Value);
+
+/// Token estimate of the system prompt and tool definitions.
+fn fixed_tokens(system: &str, tools: &[ToolSpec]) -> u64 {
+    let tool_chars: usize = tools
+        .iter()
+        .map(|t| t.description.len() + t.parameters.to_string().len())
+        .sum();
+    (system.len() + tool_chars) as u64 / 4
+}
 
 /// Runs one turn's tool calls in order: consecutive read-only calls side by side,
 /// others alone. Every call gets a result in the session, whatever happens. Returns a
@@ -351,6 +390,7 @@ async fn run_calls(
         }
         let batch = &calls[i..j];
         let counts = announce(batch, repeats, &steer, &mut stop);
+        let mcp = steer.mcp;
         let results = futures_util::future::join_all(batch.iter().zip(&counts).map(
             |((_, name, args), (skip, _))| async move {
                 if halted {
@@ -359,6 +399,9 @@ async fn run_calls(
                     ToolOutput::error(
                         "not run: the run is stopping because this call kept repeating",
                     )
+                } else if name.starts_with(crate::mcp::PREFIX) {
+                    // Bounded by the server's timeout_sec, cancelled with the run.
+                    mcp.call(name, args, &ctx.cancel).await
                 } else {
                     tools::execute(name, args, ctx).await
                 }

@@ -1,0 +1,108 @@
+//! Project instructions: the `AGENTS.md` files that apply to a working folder, for the
+//! system prompt.
+//!
+//! A global `~/.picogent/AGENTS.md` comes first; then, from the repository's top folder
+//! (the nearest folder above the working folder with a `.git`; the filesystem root when
+//! there is none) down to the working folder, each folder's `AGENTS.md`, or its
+//! `CLAUDE.md` when it has no `AGENTS.md`. Outermost first, so the nearer file has the
+//! last word. Each file is under a heading naming its path; the whole is capped at
+//! `MAX_BYTES`, cut on a UTF-8 boundary with a note saying what was left out.
+//!
+//! Read once per run, so the system prompt stays the same at every step of it.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The most of all files together that goes into the prompt.
+pub(crate) const MAX_BYTES: usize = 32 * 1024;
+
+/// The files that apply to `work_dir`, in prompt order.
+pub(crate) fn files(work_dir: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(global) = home.map(|h| h.join(".picogent").join("AGENTS.md")) {
+        if global.is_file() {
+            out.push(global);
+        }
+    }
+    let top = work_dir
+        .ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or_else(|| work_dir.ancestors().last().unwrap_or(work_dir));
+    let mut chain: Vec<&Path> = work_dir
+        .ancestors()
+        .take_while(|d| d.starts_with(top))
+        .collect();
+    chain.reverse();
+    for dir in chain {
+        let agents = dir.join("AGENTS.md");
+        let claude = dir.join("CLAUDE.md");
+        if agents.is_file() {
+            out.push(agents);
+        } else if claude.is_file() {
+            out.push(claude);
+        }
+    }
+    out
+}
+
+/// Reads at most `limit` bytes of a regular file.
+fn read_capped(path: &Path, limit: usize) -> std::io::Result<(String, bool)> {
+    let file = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    file.take(limit as u64 + 1).read_to_end(&mut buf)?;
+    let cut = buf.len() > limit;
+    buf.truncate(limit);
+    let text = match String::from_utf8(buf) {
+        Ok(t) => t,
+        // Cut inside a character, or not UTF-8 at all: keep what is valid.
+        Err(e) => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    };
+    Ok((text, cut))
+}
+
+/// The prompt section with the project instructions; empty when no file applies.
+pub(crate) fn prompt_block(work_dir: &Path, home: Option<&Path>) -> String {
+    let files = files(work_dir, home);
+    if files.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "# Project instructions\n\nThese files hold instructions for the project you work in, \
+outermost first; where they disagree, the later (nearer) file wins.",
+    );
+    let mut budget = MAX_BYTES;
+    for (i, path) in files.iter().enumerate() {
+        let (text, cut) = match read_capped(path, budget) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("cannot read {}: {e}", path.display());
+                continue;
+            }
+        };
+        budget -= text.len();
+        out.push_str(&format!("\n\n## {}\n\n{}", path.display(), text.trim_end()));
+        if cut {
+            let left: Vec<String> = files[i + 1..]
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            out.push_str(&format!(
+                "\n\n[Project instructions cut at {} KB: the rest of {}{} left out; read it with the read tool if needed.]",
+                MAX_BYTES / 1024,
+                path.display(),
+                if left.is_empty() {
+                    " was".to_string()
+                } else {
+                    format!(" and {} were", left.join(", "))
+                }
+            ));
+            break;
+        }
+    }
+    out
+}

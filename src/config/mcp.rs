@@ -1,0 +1,258 @@
+//! `mcp_servers`: the MCP servers whose tools the model gets beside picogent's own.
+//!
+//! The file's shape follows Claude Code's and Codex's MCP configuration where they agree,
+//! so an entry can be pasted from either: a stdio server is `{"command", "args"?, "env"?,
+//! "cwd"?}`, a Streamable HTTP one `{"url", "headers"?}`; `type` (`stdio`, `http`) may
+//! say which. `${VAR}` and `${VAR:-default}` in any string are taken from the
+//! environment at load, so secrets stay out of the file; a variable that is not set is
+//! a configuration error naming the server and field.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::types::Env;
+use super::ConfigError;
+
+/// One server as written in agent.json.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileMcpServer {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    enabled: Option<bool>,
+    enabled_tools: Option<Vec<String>>,
+    disabled_tools: Option<Vec<String>>,
+    #[serde(alias = "tool_timeout_sec")]
+    timeout_sec: Option<u64>,
+    startup_timeout_sec: Option<u64>,
+}
+
+/// How picogent reaches a server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum McpTransport {
+    /// A child process speaking JSON-RPC on its stdin and stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Set on top of picogent's environment (secrets removed); a secret listed
+        /// here is passed on.
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP.
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One configured server, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServerConfig {
+    /// `[A-Za-z0-9_-]+`: it becomes part of the tool names (`mcp__<name>__<tool>`).
+    pub name: String,
+    pub transport: McpTransport,
+    /// Only these tools (by the server's names), when given.
+    pub enabled_tools: Option<Vec<String>>,
+    /// Never these tools.
+    pub disabled_tools: Vec<String>,
+    /// Each tool call ends after this long (default `step_timeout_sec`).
+    pub timeout: Duration,
+    /// Connecting and listing the tools ends after this long (default 30 s).
+    pub startup_timeout: Duration,
+}
+
+/// Expands `${VAR}` and `${VAR:-default}` from `env`; `field` names the place for errors.
+fn expand(value: &str, env: &Env, field: &str, origin: &str) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(field_error(
+                origin,
+                field,
+                format!("unclosed ${{ in {value:?}"),
+            ));
+        };
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        match (env.get(name), default) {
+            (Some(v), _) => out.push_str(v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                return Err(field_error(
+                    origin,
+                    field,
+                    format!("environment variable {name} is not set (referenced as ${{{name}}})"),
+                ))
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn field_error(origin: &str, field: &str, message: String) -> ConfigError {
+    ConfigError::Field {
+        path: origin.into(),
+        field: field.into(),
+        message,
+    }
+}
+
+fn expand_map(
+    map: Option<&BTreeMap<String, String>>,
+    env: &Env,
+    field: &str,
+    origin: &str,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| Ok((k.clone(), expand(v, env, &format!("{field}.{k}"), origin)?)))
+        .collect()
+}
+
+/// Resolves the file's `mcp_servers` (in name order); disabled servers are left out.
+/// `file_path` turns a relative `cwd` into one relative to the file's folder.
+pub(super) fn resolve(
+    servers: &BTreeMap<String, FileMcpServer>,
+    env: &Env,
+    origin: &str,
+    step_timeout: Duration,
+    file_path: &dyn Fn(&std::path::Path) -> PathBuf,
+) -> Result<Vec<McpServerConfig>, ConfigError> {
+    let mut out = Vec::new();
+    for (name, s) in servers {
+        let field = format!("mcp_servers.{name}");
+        let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if name.is_empty() || !name.chars().all(valid) || name.contains("__") {
+            return Err(field_error(
+                origin,
+                &field,
+                "a server name must be letters, digits, `_` and `-` (no `__`): it becomes part of the tool names".into(),
+            ));
+        }
+        if s.enabled == Some(false) {
+            continue;
+        }
+        let transport = transport(s, env, &field, origin, file_path)?;
+        let secs = |v: Option<u64>, default: Duration, what: &str| match v {
+            Some(0) => Err(field_error(
+                origin,
+                &format!("{field}.{what}"),
+                "must be greater than 0".into(),
+            )),
+            Some(n) => Ok(Duration::from_secs(n)),
+            None => Ok(default),
+        };
+        out.push(McpServerConfig {
+            name: name.clone(),
+            transport,
+            enabled_tools: s.enabled_tools.clone(),
+            disabled_tools: s.disabled_tools.clone().unwrap_or_default(),
+            timeout: secs(s.timeout_sec, step_timeout, "timeout_sec")?,
+            startup_timeout: secs(
+                s.startup_timeout_sec,
+                Duration::from_secs(30),
+                "startup_timeout_sec",
+            )?,
+        });
+    }
+    Ok(out)
+}
+
+fn transport(
+    s: &FileMcpServer,
+    env: &Env,
+    field: &str,
+    origin: &str,
+    file_path: &dyn Fn(&std::path::Path) -> PathBuf,
+) -> Result<McpTransport, ConfigError> {
+    let kind = s.kind.as_deref();
+    match (kind, &s.command, &s.url) {
+        (Some("sse"), _, _) => Err(field_error(
+            origin,
+            &format!("{field}.type"),
+            "the old SSE transport is not supported; use the server's Streamable HTTP endpoint (`\"type\": \"http\"`)".into(),
+        )),
+        (None | Some("stdio"), Some(command), None) => Ok(McpTransport::Stdio {
+            command: expand(command, env, &format!("{field}.command"), origin)?,
+            args: (s.args.iter().flatten().enumerate())
+                .map(|(i, a)| expand(a, env, &format!("{field}.args[{i}]"), origin))
+                .collect::<Result<_, _>>()?,
+            env: expand_map(s.env.as_ref(), env, &format!("{field}.env"), origin)?,
+            cwd: s.cwd.as_deref().map(file_path),
+        }),
+        (None | Some("http" | "streamable-http" | "streamable_http"), None, Some(url)) => {
+            let url = expand(url, env, &format!("{field}.url"), origin)?;
+            match reqwest::Url::parse(&url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                _ => {
+                    return Err(field_error(
+                        origin,
+                        &format!("{field}.url"),
+                        format!("expected an http:// or https:// URL, got {url:?}"),
+                    ))
+                }
+            }
+            Ok(McpTransport::Http {
+                url,
+                headers: expand_map(s.headers.as_ref(), env, &format!("{field}.headers"), origin)?,
+            })
+        }
+        (Some(k), _, _) if !matches!(k, "stdio" | "http" | "streamable-http" | "streamable_http") => {
+            Err(field_error(
+                origin,
+                &format!("{field}.type"),
+                format!("expected \"stdio\" or \"http\", got {k:?}"),
+            ))
+        }
+        _ => Err(field_error(
+            origin,
+            field,
+            "give either `command` (a stdio server) or `url` (a Streamable HTTP server), not both".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_expand_with_defaults_and_missing_ones_are_named() {
+        let env = Env::from_pairs([("TOKEN", "abc")]);
+        assert_eq!(
+            expand("Bearer ${TOKEN}", &env, "f", "o").unwrap(),
+            "Bearer abc"
+        );
+        assert_eq!(expand("${NOPE:-x}/y", &env, "f", "o").unwrap(), "x/y");
+        let err = expand(
+            "${NOPE}",
+            &env,
+            "mcp_servers.gh.headers.Authorization",
+            "agent.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "agent.json: field `mcp_servers.gh.headers.Authorization`: environment variable NOPE is not set (referenced as ${NOPE})"
+        );
+    }
+}

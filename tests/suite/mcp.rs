@@ -1,0 +1,283 @@
+//! MCP servers as tools, against real servers from the registries: a scripted model
+//! calls their tools and the results reach its next request.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use picogent::agent::Agent;
+use picogent::config::{Config, Env};
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// An agent whose environment (for `${VAR}` in the configuration) has `extra` too.
+fn agent_with_env(sb: &Sandbox, llm: &ScriptedLlm, cfg: Value, extra: &[(&str, &str)]) -> Agent {
+    sb.write_config(llm, Wire::Anthropic, cfg);
+    let mut pairs: Vec<(String, String)> = vec![
+        ("HOME".into(), sb.user_home.display().to_string()),
+        ("PICOGENT_API_KEY".into(), llm::API_KEY.into()),
+    ];
+    pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    agent_from(Config::load(Some(&sb.home), &Env::from_pairs(pairs), &sb.base()).unwrap())
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn alive(pid: &str) -> bool {
+    Path::new(&format!("/proc/{}", pid.trim())).exists()
+}
+
+/// A stdio server-everything started through a shell that records its pid in `dir`
+/// and refuses to start while `dir/down` exists.
+fn everything_stdio(dir: &Path) -> Value {
+    let script = format!(
+        "if [ -e '{d}/down' ]; then exit 1; fi; echo $$ > '{d}/pid'; exec node '{}' stdio",
+        mcp::everything().display(),
+        d = dir.display()
+    );
+    json!({"command": "sh", "args": ["-c", script]})
+}
+
+use crate::common::llm;
+use crate::common::mcp;
+
+#[tokio::test]
+async fn a_stdio_servers_tool_is_offered_called_and_its_result_sent_back() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("mcp__everything__echo", json!({"message": "hello mcp"})),
+        tool("mcp__everything__get-sum", json!({"a": "x", "b": 1})),
+        text("done"),
+    ])
+    .await;
+    let cfg = json!({"mcp_servers": {"everything": everything_stdio(&sb.base())}});
+    let agent = sb.agent(&llm, Wire::Anthropic, cfg);
+    let (events, outcome) = run(&agent, "echo", "m1").await;
+    assert_eq!(final_text(&outcome), "done");
+    let reqs = llm.requests();
+    let names = tool_names(&reqs[0].body);
+    assert_eq!(
+        names[..7],
+        ["read", "write", "edit", "bash", "grep", "find", "ls"]
+    );
+    assert!(
+        names.contains(&"mcp__everything__echo".to_string()),
+        "{names:?}"
+    );
+    let echo = reqs[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp__everything__echo")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        echo["input_schema"]["properties"]["message"]["type"],
+        "string"
+    );
+    assert!(!echo["description"].as_str().unwrap().is_empty());
+    assert_eq!(
+        last_tool_result(&reqs[1].body),
+        ("Echo: hello mcp".to_string(), false)
+    );
+    // A call the server rejects is an error result the model sees.
+    let (text, is_error) = last_tool_result(&reqs[2].body);
+    assert!(is_error, "{text}");
+    // The same tool list at every step.
+    assert_eq!(reqs[0].body["tools"], reqs[2].body["tools"]);
+    let shown: Vec<String> = tool_results(&events).into_iter().map(|r| r.0).collect();
+    assert_eq!(shown, ["mcp__everything__echo", "mcp__everything__get-sum"]);
+    // Dropping the agent kills the server.
+    let pid = std::fs::read_to_string(sb.base().join("pid")).unwrap();
+    assert!(alive(&pid));
+    drop(agent);
+    let t = Instant::now();
+    while alive(&pid) && t.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!alive(&pid), "the MCP server outlived its agent");
+}
+
+#[tokio::test]
+async fn a_streamable_http_server_gets_its_headers_from_the_environment() {
+    let sb = Sandbox::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = tokio::process::Command::new("node")
+        .arg(mcp::everything())
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the HTTP server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let llm = ScriptedLlm::start(vec![
+        tool("mcp__web__get-sum", json!({"a": 2, "b": 3})),
+        text("done"),
+    ])
+    .await;
+    let cfg = json!({"mcp_servers": {"web": {
+        "type": "http",
+        "url": format!("http://127.0.0.1:{port}/mcp"),
+        "headers": {"X-Token": "${MCP_TEST_TOKEN}"},
+        "enabled_tools": ["get-sum", "echo"]
+    }}});
+    let agent = agent_with_env(&sb, &llm, cfg, &[("MCP_TEST_TOKEN", "t0k")]);
+    let (_, outcome) = run(&agent, "sum", "h1").await;
+    assert_eq!(final_text(&outcome), "done");
+    let reqs = llm.requests();
+    let mcp_tools: Vec<String> = tool_names(&reqs[0].body)
+        .into_iter()
+        .filter(|n| n.starts_with("mcp__"))
+        .collect();
+    assert_eq!(mcp_tools, ["mcp__web__echo", "mcp__web__get-sum"]);
+    assert_eq!(
+        last_tool_result(&reqs[1].body),
+        ("The sum of 2 and 3 is 5.".to_string(), false)
+    );
+    assert_eq!(agent.mcp().summary(), [("web".to_string(), Ok(2))]);
+    drop(agent);
+    server.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_python_server_from_pypi_answers() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("mcp__time__get_current_time", json!({"timezone": "UTC"})),
+        text("done"),
+    ])
+    .await;
+    let cfg = json!({"mcp_servers": {"time": {
+        "command": mcp::time_server(),
+        "args": ["--local-timezone", "UTC"],
+        "startup_timeout_sec": 60
+    }}});
+    let agent = sb.agent(&llm, Wire::Anthropic, cfg);
+    let (_, outcome) = run(&agent, "time", "p1").await;
+    assert_eq!(final_text(&outcome), "done");
+    let (text, is_error) = last_tool_result(&llm.requests()[1].body);
+    assert!(!is_error, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["timezone"], "UTC");
+}
+
+#[tokio::test]
+async fn a_call_that_never_answers_times_out_and_the_run_goes_on() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool(
+            "mcp__slow__trigger-long-running-operation",
+            json!({"duration": 60, "steps": 2}),
+        ),
+        text("done"),
+    ])
+    .await;
+    let mut server = everything_stdio(&sb.base());
+    server["timeout_sec"] = json!(1);
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"mcp_servers": {"slow": server}}),
+    );
+    let t = Instant::now();
+    let (_, outcome) = run(&agent, "slow", "t1").await;
+    assert_eq!(final_text(&outcome), "done");
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    assert_eq!(
+        last_tool_result(&llm.requests()[1].body),
+        (
+            "mcp__slow__trigger-long-running-operation timed out after 1 s (MCP server slow, timeout_sec)"
+                .to_string(),
+            true
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_missing_command_leaves_its_tools_out_and_picogent_runs() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![tool("mcp__ghost__anything", json!({})), text("done")]).await;
+    let cfg = json!({"mcp_servers": {"ghost": {"command": "/nonexistent/mcp-server"}}});
+    let agent = sb.agent(&llm, Wire::Anthropic, cfg);
+    let (_, outcome) = run(&agent, "x", "g1").await;
+    assert_eq!(final_text(&outcome), "done");
+    let reqs = llm.requests();
+    assert_eq!(tool_names(&reqs[0].body).len(), 7);
+    let (text, is_error) = last_tool_result(&reqs[1].body);
+    assert!(is_error);
+    assert_eq!(
+        text,
+        "unknown tool \"mcp__ghost__anything\": no configured MCP server offers it"
+    );
+    let summary = agent.mcp().summary();
+    assert_eq!(summary.len(), 1);
+    let why = summary[0].1.clone().unwrap_err();
+    assert!(
+        why.starts_with("cannot start \"/nonexistent/mcp-server\": no such command"),
+        "{why}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_dies_mid_run_fails_calls_until_it_is_restarted() {
+    let sb = Sandbox::new();
+    let base = sb.base();
+    let echo = |m: &str| ("mcp__e__echo".to_string(), json!({"message": m}));
+    let llm = ScriptedLlm::start(vec![
+        tool("mcp__e__echo", json!({"message": "one"})),
+        Turn::StallTools(Duration::from_millis(1500), vec![echo("two")]),
+        Turn::StallTools(Duration::from_secs(4), vec![echo("three")]),
+        text("done"),
+    ])
+    .await;
+    let cfg = json!({"mcp_servers": {"e": everything_stdio(&base)}});
+    let agent = sb.agent(&llm, Wire::Anthropic, cfg);
+    let handle = agent.start(picogent::agent::RunRequest::new("echo", "d1"));
+    llm.wait_requests(2).await;
+    // The server dies and cannot come back while `down` exists.
+    std::fs::write(base.join("down"), "").unwrap();
+    let pid = std::fs::read_to_string(base.join("pid")).unwrap();
+    let pid: i32 = pid.trim().parse().unwrap();
+    // SAFETY: a plain system call on the server's pid.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    llm.wait_requests(3).await;
+    std::fs::remove_file(base.join("down")).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), handle.finish())
+        .await
+        .unwrap();
+    assert_eq!(final_text(&outcome), "done");
+    let reqs = llm.requests();
+    assert_eq!(last_tool_result(&reqs[1].body), ("Echo: one".into(), false));
+    let (text, is_error) = last_tool_result(&reqs[2].body);
+    assert!(is_error, "{text}");
+    assert!(text.starts_with("MCP server e is not running"), "{text}");
+    assert_eq!(
+        last_tool_result(&reqs[3].body),
+        ("Echo: three".into(), false)
+    );
+    let new_pid = std::fs::read_to_string(base.join("pid")).unwrap();
+    assert_ne!(new_pid.trim(), pid.to_string(), "not restarted");
+}

@@ -1,0 +1,91 @@
+//! Project instructions: AGENTS.md (or CLAUDE.md) files in the system prompt.
+
+use serde_json::json;
+
+use crate::common::*;
+
+fn system_of(llm: &ScriptedLlm) -> String {
+    llm.requests()[0].body["system"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn agents_files_from_the_repository_down_to_the_working_folder_outermost_first() {
+    let sb = Sandbox::new();
+    // A repository with AGENTS.md at its top, CLAUDE.md in a folder without AGENTS.md,
+    // and the working folder below; a file above the repository does not apply.
+    let repo = sb.work.join("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::create_dir_all(repo.join("crates/core/src")).unwrap();
+    std::fs::write(sb.work.join("AGENTS.md"), "OUTSIDE-REPO").unwrap();
+    std::fs::write(repo.join("AGENTS.md"), "ROOT-RULES").unwrap();
+    std::fs::write(repo.join("crates/CLAUDE.md"), "CLAUDE-RULES").unwrap();
+    std::fs::write(repo.join("crates/core/AGENTS.md"), "CORE-RULES").unwrap();
+    std::fs::write(repo.join("crates/core/CLAUDE.md"), "CORE-CLAUDE").unwrap();
+    std::fs::create_dir_all(sb.user_home.join(".picogent")).unwrap();
+    std::fs::write(sb.user_home.join(".picogent/AGENTS.md"), "GLOBAL-RULES").unwrap();
+    let work = repo.join("crates/core/src");
+    let llm = ScriptedLlm::start(vec![text("ok"), text("ok")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({"work_dir": work}));
+    run(&agent, "hi", "docs").await;
+    let system = system_of(&llm);
+    let at = |s: &str| {
+        system
+            .find(s)
+            .unwrap_or_else(|| panic!("{s} missing: {system}"))
+    };
+    assert!(at("GLOBAL-RULES") < at("ROOT-RULES"));
+    assert!(at("ROOT-RULES") < at("CLAUDE-RULES"));
+    assert!(at("CLAUDE-RULES") < at("CORE-RULES"));
+    assert!(system.contains(&format!(
+        "## {}\n\nROOT-RULES",
+        repo.join("AGENTS.md").display()
+    )));
+    assert!(!system.contains("OUTSIDE-REPO") && !system.contains("CORE-CLAUDE"));
+    // The same bytes at every step of a run.
+    let llm2 = ScriptedLlm::start(vec![tool("ls", json!({})), text("ok")]).await;
+    let agent = sb.agent(&llm2, Wire::Anthropic, json!({"work_dir": work}));
+    run(&agent, "hi", "docs2").await;
+    let reqs = llm2.requests();
+    assert_eq!(reqs[0].body["system"], reqs[1].body["system"]);
+}
+
+#[tokio::test]
+async fn project_docs_are_capped_with_a_note_and_can_be_turned_off() {
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.work.join(".git")).unwrap();
+    let big = format!("BEGIN{}END", "é".repeat(20 * 1024));
+    std::fs::write(sb.work.join("AGENTS.md"), &big).unwrap();
+    std::fs::create_dir_all(sb.work.join("sub")).unwrap();
+    std::fs::write(sb.work.join("sub/AGENTS.md"), "SUB-RULES").unwrap();
+    let llm = ScriptedLlm::start(vec![text("ok")]).await;
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"work_dir": sb.work.join("sub")}),
+    );
+    run(&agent, "hi", "cap").await;
+    let system = system_of(&llm);
+    assert!(system.contains("BEGIN") && !system.contains("END"));
+    assert!(!system.contains("SUB-RULES"));
+    assert!(system.contains(&format!(
+        "[Project instructions cut at 32 KB: the rest of {} and {} were left out; read it with the read tool if needed.]",
+        sb.work.join("AGENTS.md").display(),
+        sb.work.join("sub/AGENTS.md").display()
+    )));
+    let start = system.find("BEGIN").unwrap();
+    let end = system.find("\n\n[Project instructions cut").unwrap();
+    assert!(end - start <= 32 * 1024, "{} bytes kept", end - start);
+
+    let llm = ScriptedLlm::start(vec![text("ok")]).await;
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"work_dir": sb.work.join("sub"), "project_docs": false}),
+    );
+    run(&agent, "hi", "off").await;
+    let system = system_of(&llm);
+    assert!(!system.contains("BEGIN") && !system.contains("Project instructions"));
+}
