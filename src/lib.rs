@@ -8,6 +8,7 @@ pub mod chat;
 pub mod config;
 pub mod mcp;
 pub mod message;
+mod metrics;
 mod net;
 pub mod provider;
 pub mod session;

@@ -119,6 +119,22 @@ pub enum FailureKind {
     Internal,
 }
 
+impl FailureKind {
+    /// Its name on the wire (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Model => "model",
+            FailureKind::MaxSteps => "max_steps",
+            FailureKind::RepeatLoop => "repeat_loop",
+            FailureKind::OutputLimit => "output_limit",
+            FailureKind::WorkDir => "work_dir",
+            FailureKind::Infrastructure => "infrastructure",
+            FailureKind::Engine => "engine",
+            FailureKind::Internal => "internal",
+        }
+    }
+}
+
 impl Outcome {
     pub fn is_success(&self) -> bool {
         matches!(self, Outcome::Completed { .. })

@@ -128,7 +128,20 @@ fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Router 
         .route("/", get(entry))
         .route("/ws", get(entry))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// Prometheus metrics, behind the chat token when one is set.
+async fn metrics(State(st): State<Arc<ChatState>>, req: Request) -> Response {
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if !st.token_ok(req.uri(), auth) {
+        return (StatusCode::UNAUTHORIZED, "missing or wrong token").into_response();
+    }
+    crate::metrics::response()
 }
 
 fn refuse(status: StatusCode, message: String) -> Response {

@@ -216,6 +216,7 @@ impl Provider {
                 Ok(msg) => return Ok(msg),
                 Err(e) => e,
             };
+            crate::metrics::model_call(self.kind.as_str(), false, Duration::ZERO, None, None);
             if self.switch_token_field(&err) {
                 continue;
             }
@@ -308,6 +309,13 @@ impl Provider {
             input_tokens = msg.usage.input,
             output_tokens = msg.usage.output,
             "model call"
+        );
+        crate::metrics::model_call(
+            provider,
+            true,
+            started.elapsed(),
+            first_token,
+            Some(&msg.usage),
         );
         Ok(msg)
     }

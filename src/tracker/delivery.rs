@@ -83,6 +83,11 @@ impl Delivery {
         false
     }
 
+    /// Reports not yet delivered.
+    pub(super) fn backlog(&self) -> usize {
+        self.outbox.len()
+    }
+
     /// Why results cannot currently be queued, if they cannot.
     pub(super) fn degraded(&self) -> Option<String> {
         let d = lock(&self.degraded);

@@ -46,6 +46,13 @@ pub(crate) fn app(token: String, router: Router) -> axum::Router {
             )),
         )
         .route("/healthz", get(healthz))
+        .route(
+            "/metrics",
+            get(metrics).layer(axum::middleware::from_fn_with_state(
+                ctx.clone(),
+                authorized,
+            )),
+        )
         .layer(DefaultBodyLimit::max(MAX_EVENT_BYTES))
         .with_state(ctx)
 }
@@ -141,6 +148,13 @@ async fn events(State(ctx): State<Arc<Ctx>>, body: axum::body::Body) -> Response
             error(StatusCode::INTERNAL_SERVER_ERROR, "journal", &e.to_string())
         }
     }
+}
+
+/// Prometheus metrics, behind the same token as `/events`.
+async fn metrics(State(ctx): State<Arc<Ctx>>) -> Response {
+    let load = ctx.router.load();
+    crate::metrics::set_load(load.queued, load.active_tasks.len(), ctx.router.backlog());
+    crate::metrics::response()
 }
 
 async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {

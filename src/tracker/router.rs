@@ -599,6 +599,11 @@ impl Router {
     }
 
     /// What the heartbeat says.
+    /// Reports not yet delivered to the tracker.
+    pub(crate) fn backlog(&self) -> usize {
+        self.shared.delivery.backlog()
+    }
+
     pub(crate) fn load(&self) -> Load {
         let st = lock(&self.shared.state);
         let mut active: Vec<String> = st.running.keys().cloned().collect();

@@ -86,6 +86,7 @@ pub(crate) async fn run(
         match connect_once(&opts, &desc, &router, &stop).await? {
             End::Stopped => return Ok(()),
             End::Lost { why, registered } => {
+                crate::metrics::ws_reconnect();
                 if registered {
                     delay = start;
                 }

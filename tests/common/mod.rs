@@ -302,3 +302,27 @@ pub fn last_tool_result(body: &Value) -> (String, bool) {
         block["is_error"].as_bool().unwrap_or(false),
     )
 }
+
+/// Agent mode as a real child process on the agent folder, logging to `daemon.log`.
+pub fn spawn_daemon(sb: &Sandbox) -> tokio::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(sb.base().join("daemon.log"))
+        .unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .arg(&sb.home)
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &sb.user_home)
+        .env("AGENT_TOKEN", tracker::TOKEN)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}

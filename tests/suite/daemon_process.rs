@@ -1,37 +1,11 @@
 //! Agent mode as a real child process: crash recovery and graceful shutdown.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::tracker::{FakeTracker, TOKEN};
+use crate::common::tracker::FakeTracker;
 use crate::common::*;
-
-fn spawn_daemon(sb: &Sandbox) -> tokio::process::Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(sb.base().join("daemon.log"))
-        .unwrap();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .arg(&sb.home)
-        .current_dir(sb.base())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &sb.user_home)
-        .env("AGENT_TOKEN", TOKEN)
-        .env("PICOGENT_API_KEY", llm::API_KEY)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
-}
-
-use crate::common::llm;
 
 fn config(sb: &Sandbox, llm: &ScriptedLlm, tracker: &FakeTracker) {
     sb.write_config(

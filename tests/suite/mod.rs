@@ -10,6 +10,7 @@ mod daemon_process;
 mod hostile_input;
 mod live;
 mod mcp;
+mod metrics;
 mod project_docs;
 mod properties;
 mod providers;

@@ -101,6 +101,7 @@ pub(super) async fn run(
     control: RunControl,
 ) -> Outcome {
     let out = Emitter(tx);
+    crate::metrics::run_started();
     let lock = inner.session_lock(&req.session_id);
     let mut counted = (0, Usage::default());
     let result = tokio::select! {
@@ -201,6 +202,12 @@ fn finish(
             usage,
         },
     };
+    let (status, kind) = match &outcome {
+        Outcome::Completed { .. } => ("completed", None),
+        Outcome::Failed { kind, .. } => ("failed", Some(kind.as_str())),
+        Outcome::Cancelled { .. } => ("cancelled", None),
+    };
+    crate::metrics::run_finished(status, kind, steps);
     match &outcome {
         Outcome::Failed { error, .. } => {
             tracing::warn!(session = %req.session_id, steps, "run failed: {error}")

@@ -480,6 +480,7 @@ async fn record(
     steer: &Steer<'_>,
 ) -> Result<(), RunError> {
     let (id, name, _) = done.call;
+    crate::metrics::tool_call(name, result.is_error);
     if done.count >= guard::WARN_AT && done.count < guard::STOP_AT {
         result
             .text
