@@ -196,3 +196,46 @@ test("pause, instruct and resume; then branch from a checkpoint and compare the 
   await page.waitForSelector('.notice:text-is("preference recorded")');
   await page.close();
 });
+
+test("a reload mid-run shows the history, reattaches and the run finishes; Markdown renders right", async () => {
+  const md = "Run `test_greet.py` with snake_case_name.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n- outer\n  - inner\n\n---\n\nSee [docs](https://example.com/a_(b)) and ~~old~~.\n\n- [x] done";
+  const { url } = await startPicogent([
+    { tool: "write", args: { path: "f.txt", content: "A\n" } },
+    { text: "first" },
+    { tool: "bash", args: { command: "sleep 1.5; echo slept" } },
+    { text: md },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "one");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  await page.fill("#input", "two");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.step[data-state="running"] .label:text-is("Bash: sleep 1.5; echo slept")');
+  await page.reload();
+  // History from the server: the first exchange with its diff step, then the running request.
+  await page.waitForSelector('.msg.user:text-is("one")');
+  await page.waitForSelector('.msg.user:text-is("two")');
+  await page.click('.step .label:text-is("Write: f.txt")');
+  assert.match(await page.textContent(".step .diff .add"), /\+A/);
+  await page.waitForSelector('.msg.assistant[data-state="done"] >> nth=1', { timeout: 20000 });
+  const last = page.locator(".msg.assistant").nth(1);
+  assert.match(await last.locator(".step .term").last().textContent(), /slept/);
+  assert.match(await last.locator(".step .exit").textContent(), /exit code 0/);
+  assert.equal(await last.locator(".md p code").first().textContent(), "test_greet.py");
+  assert.match(await last.locator(".md p").first().textContent(), /snake_case_name/);
+  assert.equal(await last.locator(".md table td").count(), 2);
+  assert.equal(await last.locator(".md ul ul li").textContent(), "inner");
+  assert.equal(await last.locator(".md hr").count(), 1);
+  assert.equal(await last.locator(".md a").first().getAttribute("href"), "https://example.com/a_(b)");
+  assert.equal(await last.locator(".md del").textContent(), "old");
+  assert.equal(await last.locator('.md li.task input[type="checkbox"]').isChecked(), true);
+  // New during nothing running starts a new session; the old one stays in the list.
+  const old = (await page.textContent("#session-id")).replace("session ", "");
+  await page.click("#new-session");
+  assert.equal(await page.textContent("#session-id"), "new session");
+  assert.ok(await page.locator(`#sessions option[value="${old}"]`).count() === 1);
+  await page.close();
+});
