@@ -1,38 +1,54 @@
 //! Frames about a session's branches rather than a running request: `branches` (list
 //! them), `compare` (two side by side, with the diff of their files) and `prefer`
-//! (record which was better). Each gets one answer, of its own `type` or `error`.
+//! (record which was better), and `history` and `delete` ([`history`]'s). Each gets
+//! one answer, of its own `type` or `error`.
 
 use serde_json::Value;
 
+use super::history;
 use super::protocol::{
     BranchSummary, Compare, Outgoing, Prefer, Query, ServerFrame, SessionFrame, SessionRef,
 };
-use super::runs::Outbound;
+use super::runs::{Outbound, Runs};
 use crate::agent::Agent;
 use crate::session::branches;
 use crate::session::records::Preference;
 use crate::session::{Record, Session};
 
 /// Answers a question about a session.
-pub(super) async fn answer(agent: Agent, f: SessionFrame, tx: Outbound) {
+pub(super) async fn answer(agent: Agent, runs: Runs, f: SessionFrame, tx: Outbound) {
     let SessionFrame {
         about: SessionRef { id, session_id },
         query,
     } = f;
-    let frame = reply(&agent, &session_id, query)
+    let frame = reply(&agent, &runs, &session_id, query)
         .await
         .unwrap_or_else(ServerFrame::error);
     tx.send(&Outgoing::new(id, Some(session_id), frame));
 }
 
-async fn reply(agent: &Agent, session: &str, query: Query) -> Result<ServerFrame, String> {
+async fn reply(
+    agent: &Agent,
+    runs: &Runs,
+    session: &str,
+    query: Query,
+) -> Result<ServerFrame, String> {
     let kind = query.kind();
+    if let Query::Delete = query {
+        return history::delete(agent, session, runs).map(|()| ServerFrame::Deleted {
+            content: "deleted".into(),
+        });
+    }
     let s = agent
         .sessions()
         .snapshot(session)
         .map_err(|e| format!("{kind}: {e}"))?;
     match query {
         Query::Branches => Ok(ServerFrame::Branches { content: list(&s) }),
+        Query::History => Ok(ServerFrame::History {
+            content: history::history(&s, session, runs),
+        }),
+        Query::Delete => Err("delete: answered above".into()),
         Query::Compare(c) => {
             compare(agent, &s, session, &c).map(|content| ServerFrame::Compare { content })
         }

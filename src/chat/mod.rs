@@ -12,6 +12,7 @@
 //! non-loopback address without a token is refused at start.
 
 mod branches;
+mod history;
 mod protocol;
 mod requests;
 mod runs;
@@ -312,7 +313,25 @@ fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Conn) {
         Ok(ClientFrame::Subscribe(s)) => requests::subscribe(st, conn, s, tx),
         Ok(ClientFrame::Control(c)) => requests::control(st, conn, c, tx),
         Ok(ClientFrame::Session(f)) => {
-            tokio::spawn(branches::answer(st.agent.clone(), f, tx.clone()));
+            tokio::spawn(branches::answer(
+                st.agent.clone(),
+                st.runs.clone(),
+                f,
+                tx.clone(),
+            ));
+        }
+        Ok(ClientFrame::Sessions(q)) => {
+            let (agent, runs, tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
+            tokio::spawn(async move {
+                let list = tokio::task::spawn_blocking(move || history::sessions(&agent, &runs))
+                    .await
+                    .unwrap_or_default();
+                tx.send(&Outgoing::new(
+                    q.id,
+                    None,
+                    protocol::ServerFrame::Sessions { content: list },
+                ));
+            });
         }
         Err(e) => {
             for f in e.replies() {

@@ -24,6 +24,8 @@ pub(crate) const MAX_FRAME_BYTES: usize = 1 << 20;
 pub(crate) enum ClientFrame {
     /// Replay a request's frames after `seq` `after`, then follow it live.
     Subscribe(Subscribe),
+    /// The server's sessions, newest first.
+    Sessions(Sessions),
     /// A prompt: the one frame without a `type`; it starts a request.
     #[serde(untagged)]
     Prompt(Prompt),
@@ -31,9 +33,21 @@ pub(crate) enum ClientFrame {
     /// control of a running request.
     #[serde(untagged)]
     Control(Control),
-    /// `branches`, `compare`, `prefer`: questions about a session's branches.
+    /// `branches`, `compare`, `prefer`, `history`, `delete`: questions about a
+    /// session.
     #[serde(untagged)]
     Session(SessionFrame),
+}
+
+/// `{type: "sessions", id?}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Sessions {
+    #[serde(
+        default,
+        deserialize_with = "optional_request_id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub(crate) id: Option<String>,
 }
 
 /// `{id, content, sessionId?, workDir?, systemPrompt?, keepAlive?}`.
@@ -187,6 +201,10 @@ pub(crate) enum Query {
     Branches,
     Compare(Compare),
     Prefer(Prefer),
+    /// The session's conversation on its current branch, and its running requests.
+    History,
+    /// Delete the session's file (refused while a request runs in it).
+    Delete,
 }
 
 impl Query {
@@ -196,6 +214,8 @@ impl Query {
             Query::Branches => "branches",
             Query::Compare(_) => "compare",
             Query::Prefer(_) => "prefer",
+            Query::History => "history",
+            Query::Delete => "delete",
         }
     }
 }
@@ -360,6 +380,9 @@ fn typed(kind: &str, v: &Value) -> Result<ClientFrame, String> {
         "branches" => session(v, Q::Branches),
         "compare" => fields(v).and_then(|p| session(v, Q::Compare(p))),
         "prefer" => fields(v).and_then(|p| session(v, Q::Prefer(p))),
+        "history" => session(v, Q::History),
+        "delete" => session(v, Q::Delete),
+        "sessions" => fields(v).map(ClientFrame::Sessions),
         _ => return Err(format!("unknown control frame type {kind:?}")),
     };
     frame.map_err(|e| format!("frame type {kind:?}: {e}"))
@@ -403,8 +426,33 @@ fn session(v: &Value, query: Query) -> Result<ClientFrame, String> {
 pub(crate) enum ServerFrame {
     /// A fragment of the answer, streamed as generated.
     Text { content: String },
-    /// A tool call: `"Read: src/main.rs"`.
-    ToolUse { content: String },
+    /// A tool call: `"Read: src/main.rs"`, with the tool's name, its arguments and
+    /// the call's id (absent only in frames built before they were added).
+    ToolUse {
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        args: Option<Value>,
+        #[serde(default, rename = "callId", skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+    },
+    /// A tool call finished (successfully or not): what the model got back, bounded,
+    /// and the tool's details (`exit_code` for bash, `diff` for write and edit, the
+    /// lines shown for read).
+    ToolOutput {
+        content: String,
+        tool: String,
+        #[serde(rename = "callId")]
+        call_id: String,
+        #[serde(rename = "isError")]
+        is_error: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// A fragment of the model's thinking, when the provider sends it.
+    Thinking { content: String },
+
     /// A tool call that failed: `"<tool>: <error>"`.
     ToolResult { content: String },
     /// An agent, API or protocol error.
@@ -427,6 +475,59 @@ pub(crate) enum ServerFrame {
     Compare { content: Value },
     /// The answer to `prefer`: `"recorded"`.
     Prefer { content: String },
+    /// The answer to `history`.
+    History { content: History },
+    /// The answer to `sessions`.
+    Sessions { content: Vec<SessionInfo> },
+    /// The answer to `delete`: `"deleted"`.
+    Deleted { content: String },
+}
+
+/// A session's conversation on its current branch, as the items a client renders,
+/// and the `keepAlive` requests running in it. `items` stop where the first running
+/// request began: that request's frames come from `subscribe` (`after` 0), so
+/// nothing is shown twice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct History {
+    pub(crate) items: Vec<HistoryItem>,
+    pub(crate) running: Vec<RunningRequest>,
+}
+
+/// One item of a session's history: a prompt, or what its request's frames said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum HistoryItem {
+    /// A person's prompt: a new request starts here.
+    User { content: String },
+    /// A named branch starts here (from checkpoint `step`).
+    Branch { content: String, step: u64 },
+    /// Anything a request's frames say (`text`, `tool_use`, `tool_output`, ...).
+    #[serde(untagged)]
+    Frame(ServerFrame),
+}
+
+/// A running `keepAlive` request: subscribe to it by `runId`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunningRequest {
+    pub(crate) id: String,
+    pub(crate) run_id: String,
+    /// Its prompt.
+    pub(crate) prompt: String,
+    /// Its last frame's `seq` so far.
+    pub(crate) seq: u64,
+}
+
+/// One session in a `sessions` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SessionInfo {
+    pub(crate) id: String,
+    /// The first prompt, on one line.
+    pub(crate) title: String,
+    /// When the file last changed, milliseconds since the epoch.
+    pub(crate) modified: u64,
+    /// A request is running in it.
+    pub(crate) running: bool,
 }
 
 /// One branch in a `branches` answer.
@@ -508,322 +609,5 @@ impl Outgoing {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn round_trip(frame: ClientFrame) {
-        let text = serde_json::to_string(&frame).unwrap();
-        assert_eq!(parse(&text), Ok(frame), "{text}");
-    }
-
-    fn error(v: Value) -> FrameError {
-        parse(&v.to_string()).unwrap_err()
-    }
-
-    fn to(id: &str) -> Target {
-        Target {
-            id: Some(id.into()),
-            run_id: None,
-        }
-    }
-
-    #[test]
-    fn every_client_frame_round_trips() {
-        round_trip(ClientFrame::Prompt(Prompt {
-            id: "m1".into(),
-            content: "hi".into(),
-            session_id: None,
-            work_dir: None,
-            system_prompt: None,
-            keep_alive: false,
-        }));
-        round_trip(ClientFrame::Prompt(Prompt {
-            id: "m2".into(),
-            content: "hi".into(),
-            session_id: Some("s-1".into()),
-            work_dir: Some("/w".into()),
-            system_prompt: Some("be brief".into()),
-            keep_alive: true,
-        }));
-        round_trip(ClientFrame::Subscribe(Subscribe {
-            to: Target {
-                id: None,
-                run_id: Some("run-1".into()),
-            },
-            after: 7,
-        }));
-        let actions = [
-            Action::Cancel,
-            Action::Pause,
-            Action::Resume,
-            Action::Stop,
-            Action::Instruct(Instruct {
-                content: "go on".into(),
-                role: Some(Role::System),
-            }),
-            Action::Instruct(Instruct {
-                content: "go on".into(),
-                role: None,
-            }),
-            Action::Rollback(Rollback { step: 2 }),
-            Action::Branch(Branch {
-                step: 1,
-                content: "try B".into(),
-                name: Some("try-b".into()),
-            }),
-            Action::Branch(Branch {
-                step: 1,
-                content: "try B".into(),
-                name: None,
-            }),
-        ];
-        for action in actions {
-            round_trip(ClientFrame::Control(Control {
-                to: to("m1"),
-                action,
-            }));
-        }
-        let queries = [
-            Query::Branches,
-            Query::Compare(Compare {
-                a: "main".into(),
-                b: "try-b".into(),
-            }),
-            Query::Prefer(Prefer {
-                chosen: "try-b".into(),
-                rejected: "main".into(),
-                note: Some("B is right".into()),
-            }),
-        ];
-        for (n, query) in queries.into_iter().enumerate() {
-            round_trip(ClientFrame::Session(SessionFrame {
-                about: SessionRef {
-                    id: (n > 0).then(|| "q".into()),
-                    session_id: "s".into(),
-                },
-                query,
-            }));
-        }
-    }
-
-    #[test]
-    fn client_frames_have_the_documented_json() {
-        let frame = ClientFrame::Control(Control {
-            to: to("m1"),
-            action: Action::Branch(Branch {
-                step: 3,
-                content: "x".into(),
-                name: None,
-            }),
-        });
-        assert_eq!(
-            serde_json::to_value(&frame).unwrap(),
-            json!({"type": "branch", "id": "m1", "step": 3, "content": "x"})
-        );
-        let frame = parse(r#"{"id": 5, "content": "hi", "keepAlive": true}"#).unwrap();
-        assert_eq!(
-            serde_json::to_value(&frame).unwrap(),
-            json!({"id": "5", "content": "hi", "keepAlive": true})
-        );
-        // Blank optional texts are absent.
-        let frame = parse(r#"{"id": "a", "content": "hi", "workDir": "", "systemPrompt": " "}"#);
-        assert!(matches!(
-            frame,
-            Ok(ClientFrame::Prompt(Prompt {
-                work_dir: None,
-                system_prompt: None,
-                ..
-            }))
-        ));
-    }
-
-    #[test]
-    fn every_server_frame_round_trips_with_todays_fields() {
-        let frames = [
-            ServerFrame::Text {
-                content: "The".into(),
-            },
-            ServerFrame::ToolUse {
-                content: "Read: a.txt".into(),
-            },
-            ServerFrame::ToolResult {
-                content: "read: no such file".into(),
-            },
-            ServerFrame::error("HTTP 400"),
-            ServerFrame::done(),
-            ServerFrame::Retry {
-                content: "overloaded".into(),
-            },
-            ServerFrame::State {
-                content: "paused".into(),
-            },
-            ServerFrame::Instruction {
-                content: "Use B".into(),
-            },
-            ServerFrame::Checkpoint {
-                content: "Step 1: write f.txt".into(),
-                step: 1,
-            },
-            ServerFrame::Rollback {
-                content: "rolled back to step 1".into(),
-                step: 1,
-            },
-            ServerFrame::Branches {
-                content: vec![BranchSummary {
-                    name: "main".into(),
-                    steps: 2,
-                }],
-            },
-            ServerFrame::Compare {
-                content: json!({"shared_steps": 1, "a": {}, "b": {}, "diff": "-A\n+B"}),
-            },
-            ServerFrame::Prefer {
-                content: "recorded".into(),
-            },
-        ];
-        let types = [
-            "text",
-            "tool_use",
-            "tool_result",
-            "error",
-            "done",
-            "retry",
-            "state",
-            "instruction",
-            "checkpoint",
-            "rollback",
-            "branches",
-            "compare",
-            "prefer",
-        ];
-        for (frame, kind) in frames.into_iter().zip(types) {
-            let mut out = Outgoing::new(Some("m1".into()), Some("s".into()), frame);
-            let v: Value = serde_json::from_str(&out.encode()).unwrap();
-            assert_eq!(v["type"], kind);
-            let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-            keys.sort_unstable();
-            let step = matches!(kind, "checkpoint" | "rollback");
-            let want: &[&str] = if step {
-                &["content", "id", "sessionId", "step", "type"]
-            } else {
-                &["content", "id", "sessionId", "type"]
-            };
-            assert_eq!(keys, want, "{v}");
-            assert_eq!(serde_json::from_value::<Outgoing>(v).unwrap(), out);
-            // In a request's log: with `seq` and `runId`.
-            out.seq = Some(4);
-            out.run_id = Some("run-1".into());
-            let text = out.encode();
-            assert!(text.contains(r#""seq":4"#) && text.contains(r#""runId":"run-1""#));
-            assert_eq!(serde_json::from_str::<Outgoing>(&text).unwrap(), out);
-        }
-    }
-
-    #[test]
-    fn a_frame_without_a_request_has_null_id_and_session() {
-        let out = Outgoing::error(None, None, "bad".into());
-        assert_eq!(
-            serde_json::from_str::<Value>(&out.encode()).unwrap(),
-            json!({"id": null, "type": "error", "content": "bad", "sessionId": null})
-        );
-    }
-
-    #[test]
-    fn errors_name_the_frame_type_and_the_field() {
-        let e = error(json!({"type": "pause"}));
-        assert_eq!(
-            e.message,
-            "frame type \"pause\": missing field `id` (the request's, or a keepAlive run's `runId`)"
-        );
-        let e = error(json!({"type": "rollback", "id": "r"}));
-        assert_eq!(
-            (e.id.as_deref(), e.message.as_str()),
-            (Some("r"), "frame type \"rollback\": missing field `step`")
-        );
-        let e = error(json!({"type": "branch", "runId": "run-1", "step": "one", "content": "x"}));
-        assert_eq!(e.id.as_deref(), Some("run-1"));
-        assert!(
-            e.message
-                .starts_with("frame type \"branch\": field `step`: invalid type: string \"one\""),
-            "{}",
-            e.message
-        );
-        let e = error(json!({"type": "instruct", "id": "i", "content": "x", "as": "root"}));
-        assert!(
-            e.message
-                .starts_with("frame type \"instruct\": field `as`: unknown variant `root`"),
-            "{}",
-            e.message
-        );
-        let e = error(json!({"type": "compare", "sessionId": "s", "a": "main"}));
-        assert_eq!(e.message, "frame type \"compare\": missing field `b`");
-        let e = error(json!({"type": "explode", "id": "q"}));
-        assert_eq!(
-            (e.id.as_deref(), e.message.as_str()),
-            (Some("q"), "unknown control frame type \"explode\"")
-        );
-        assert!(!e.ends_request);
-        let e = error(json!({"type": 5}));
-        assert_eq!(e.message, "`type` must be a string, got 5");
-    }
-
-    #[test]
-    fn a_bad_prompt_with_an_id_ends_its_request() {
-        let e = error(json!({"content": "no id"}));
-        assert_eq!(
-            (e.id, e.message.as_str(), e.ends_request),
-            (None, "prompt frame: missing field `id`", false)
-        );
-        let e = error(json!({"id": "x"}));
-        assert_eq!(e.message, "prompt frame: missing field `content`");
-        let kinds: Vec<&str> = e
-            .replies()
-            .iter()
-            .map(|f| match f.frame {
-                ServerFrame::Error { .. } => "error",
-                ServerFrame::Done { .. } => "done",
-                _ => "other",
-            })
-            .collect();
-        assert_eq!(kinds, ["error", "done"]);
-        assert!(e.replies().iter().all(|f| f.id.as_deref() == Some("x")));
-        let e = error(json!({"id": "x", "content": "  "}));
-        assert_eq!(e.message, "prompt frame: `content` is empty");
-        let e = error(json!({"id": "x", "content": "hi", "sessionId": "../up"}));
-        assert!(
-            e.message.contains("invalid sessionId \"../up\""),
-            "{}",
-            e.message
-        );
-        let e = error(json!({"id": "x", "content": "hi", "workDir": 5}));
-        assert!(
-            e.message
-                .starts_with("prompt frame: field `workDir`: invalid type"),
-            "{}",
-            e.message
-        );
-        let e = error(json!({"id": true, "content": "hi"}));
-        assert_eq!(e.id, None);
-        assert!(e.message.contains("field `id`"), "{}", e.message);
-    }
-
-    #[test]
-    fn frames_that_are_not_json_objects_or_too_large_are_refused() {
-        assert!(parse("{not json")
-            .unwrap_err()
-            .message
-            .contains("not valid JSON"));
-        assert_eq!(
-            parse("[1]").unwrap_err().message,
-            "the frame must be a JSON object"
-        );
-        let big = json!({"id": "big", "content": "x".repeat(MAX_FRAME_BYTES)}).to_string();
-        let e = parse(&big).unwrap_err();
-        assert!(
-            e.message.contains("limit is 1 MiB") && e.id.is_none(),
-            "{}",
-            e.message
-        );
-    }
-}
+#[path = "protocol_tests.rs"]
+mod tests;

@@ -59,6 +59,14 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     } else {
         conn.token.child_token()
     };
+    // Where the session's file ends before this request writes to it (history shows
+    // the file up to there and this request's log after).
+    let start_entries = st
+        .agent
+        .sessions()
+        .snapshot(&session)
+        .map(|s| s.entries().len())
+        .unwrap_or(0);
     let Ok(mut runs) = st.runs.lock() else { return };
     let key = own_key(conn, &id);
     if runs.get(&key).is_some_and(|l| !l.is_done()) {
@@ -68,7 +76,7 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         return;
     }
     let request = RunRequest {
-        prompt: content,
+        prompt: content.clone(),
         session_id: session.clone(),
         work_dir,
         system_prompt,
@@ -78,7 +86,15 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     // A keepAlive run outlives its connection, so it also gets an id any client can
     // address it by (`runId` in its frames); other runs stay the connection's.
     let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
-    let log = RunLog::new(id, session, run_id.clone(), token, handle.control.clone());
+    let log = RunLog::new(
+        id,
+        session,
+        run_id.clone(),
+        token,
+        handle.control.clone(),
+        start_entries,
+        content,
+    );
     let keys: Vec<String> = std::iter::once(key).chain(run_id).collect();
     for k in &keys {
         runs.insert(k.clone(), log.clone());

@@ -116,6 +116,12 @@ pub(crate) struct RunLog {
     done: AtomicBool,
     pub(crate) token: CancellationToken,
     pub(crate) control: RunControl,
+    /// How many entries the session had when the request was made: its history up to
+    /// there is the session file's, the rest is this log's.
+    pub(crate) start_entries: usize,
+    /// The prompt, the first entry the request writes (a request queued behind
+    /// another in its session starts writing later than `start_entries`).
+    pub(crate) prompt: String,
 }
 
 impl RunLog {
@@ -125,6 +131,8 @@ impl RunLog {
         run_id: Option<String>,
         token: CancellationToken,
         control: RunControl,
+        start_entries: usize,
+        prompt: String,
     ) -> Arc<RunLog> {
         Arc::new(RunLog {
             id,
@@ -135,7 +143,14 @@ impl RunLog {
             done: AtomicBool::new(false),
             token,
             control,
+            start_entries,
+            prompt,
         })
+    }
+
+    /// The client's id of the request.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
     }
 
     pub(crate) fn is_done(&self) -> bool {
@@ -192,6 +207,11 @@ impl RunLog {
         }
         self.push(ServerFrame::done());
         self.done.store(true, Ordering::Release);
+    }
+
+    /// The last `seq` so far.
+    pub(crate) fn seq(&self) -> u64 {
+        self.frames.lock().map(|k| k.seq).unwrap_or(0)
     }
 
     fn since(&self, after: u64) -> Vec<Logged> {
@@ -258,15 +278,18 @@ pub(crate) fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: Cancellat
 fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
     Some(match ev {
         AgentEvent::TextDelta { text } => ServerFrame::Text { content: text },
-        AgentEvent::ToolCall { summary, .. } => ServerFrame::ToolUse { content: summary },
-        AgentEvent::ToolResult {
-            is_error: true,
+        AgentEvent::ToolCall {
+            id,
             name,
-            output,
-            ..
-        } => ServerFrame::ToolResult {
-            content: format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
+            arguments,
+            summary,
+        } => ServerFrame::ToolUse {
+            content: summary,
+            tool: Some(name),
+            args: Some(arguments),
+            call_id: Some(id),
         },
+        AgentEvent::ThinkingDelta { text } => ServerFrame::Thinking { content: text },
         AgentEvent::Retry { reason, .. } => ServerFrame::Retry { content: reason },
         AgentEvent::State { state } => ServerFrame::State {
             content: serde_json::to_value(state)
@@ -287,6 +310,35 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
     })
 }
 
+/// Bytes of a tool's output a `tool_output` frame carries (the model may have seen more).
+pub(crate) const OUTPUT_BYTES: usize = 64 * 1024;
+
+/// A finished tool call as a `tool_output` frame, its output bounded.
+pub(crate) fn tool_output(
+    call_id: String,
+    tool: String,
+    is_error: bool,
+    output: &str,
+    details: Option<serde_json::Value>,
+) -> ServerFrame {
+    let cut = crate::util::truncate_bytes(output, OUTPUT_BYTES);
+    let content = if cut.len() < output.len() {
+        format!(
+            "{cut}\n… ({} more bytes not shown)",
+            output.len() - cut.len()
+        )
+    } else {
+        cut.to_string()
+    };
+    ServerFrame::ToolOutput {
+        content,
+        tool,
+        call_id,
+        is_error,
+        details,
+    }
+}
+
 /// Turns one run's events into its request's frames; `keys` are the run's entries in
 /// `runs`, removed a while after it ends.
 pub(crate) async fn forward(
@@ -298,6 +350,22 @@ pub(crate) async fn forward(
     while let Some(ev) = handle.events.recv().await {
         match ev {
             AgentEvent::Finished { outcome } => log.finish(Some(outcome)),
+            AgentEvent::ToolResult {
+                id,
+                name,
+                is_error,
+                output,
+                details,
+            } => {
+                // Every result as `tool_output`; a failed one also as `tool_result`,
+                // the frame clients knew before `tool_output`.
+                if is_error {
+                    log.push(ServerFrame::ToolResult {
+                        content: format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
+                    });
+                }
+                log.push(tool_output(id, name, is_error, &output, details));
+            }
             ev => {
                 if let Some(f) = frame_of(ev) {
                     log.push(f);

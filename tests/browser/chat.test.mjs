@@ -92,7 +92,10 @@ test("a message streams an answer with a tool step, rendered safely, and finishe
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
 
   assert.equal(await page.textContent(".msg.user"), "What do the notes say?");
-  assert.equal(await page.textContent(".step summary"), "Read: notes.txt");
+  assert.equal(await page.textContent(".step summary .label"), "Read: notes.txt");
+  assert.equal(await page.getAttribute(".step", "data-state"), "done");
+  await page.click(".step summary");
+  assert.match(await page.textContent(".step .body"), /hello from the notes/);
   assert.equal(await page.locator(".step.error").count(), 0);
   assert.equal(await page.textContent(".msg.assistant .md strong"), "hello");
   assert.equal(await page.textContent(".codeblock code"), "echo hi");
@@ -117,12 +120,21 @@ test("Stop cancels a running request and the tool step shows the error", async (
   await page.waitForSelector('#status[data-state="open"]');
   await page.fill("#input", "Wait a while");
   await page.press("#input", "Enter");
-  await page.waitForSelector(".step summary");
-  assert.equal(await page.textContent(".step summary"), "Bash: sleep 20");
+  await page.waitForSelector('.step[data-state="running"] summary');
+  assert.equal(await page.textContent(".step summary .label"), "Bash: sleep 20");
+  await page.click(".step summary");
+  assert.equal(await page.textContent(".step .body pre.term"), "$ sleep 20");
+  const sent = [];
+  page.on("websocket", () => {});
+  await page.evaluate(() => { const orig = WebSocket.prototype.send; WebSocket.prototype.send = function (d) { (window.sent ||= []).push(JSON.parse(d)); return orig.call(this, d); }; });
+  // Stop asks the run to end after its step, keeping the work; a second click cancels now.
+  await page.click("#stop");
+  await page.waitForSelector('.notice:text-is("stopping after the current step")');
   await page.click("#stop");
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 10000 });
   assert.match(await page.textContent(".msg.assistant .error-line"), /cancelled/);
-  assert.equal(await page.locator(".step.error").count(), 1);
+  assert.deepEqual((await page.evaluate(() => window.sent)).map((f) => f.type), ["stop", "cancel"]);
+  assert.equal(await page.locator('.step[data-state="aborted"], .step.error').count(), 1);
   await page.close();
 });
 
@@ -134,23 +146,30 @@ test("pause, instruct and resume; then branch from a checkpoint and compare the 
     { text: "Done: f.txt says B." },
   ]);
   const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
-  const answers = [];
-  page.on("dialog", (d) => d.accept(answers.shift() ?? ""));
+  page.on("console", (m) => { if (m.type() === "error") console.log("PAGE:", m.text()); });
+  page.on("pageerror", (e) => console.log("PAGE:", e.message));
+  page.on("dialog", () => assert.fail("the page must not use window.prompt"));
   await page.goto(url);
   await page.waitForSelector('#status[data-state="open"]');
   await page.fill("#input", "Make f.txt");
   await page.press("#input", "Enter");
-  await page.waitForSelector('.step summary:text-is("Bash: sleep 1")');
+  await page.waitForSelector('.step summary .label:text-is("Bash: sleep 1")');
   await page.click("#pause");
   await page.waitForSelector('.notice:text-is("paused: waiting before the next step")');
   assert.equal(await page.textContent("#pause"), "Resume");
   await page.fill("#instruction", "Prefer small steps");
-  await page.click("#instruct");
-  // Branch from the checkpoint after step 1, with an instruction and a name.
-  answers.push("Use B instead", "try-b");
+  await page.press("#instruction", "Enter"); // Enter sends it, acknowledged at once
+  await page.waitForSelector('.notice.queued:text-is("instruction queued for the next step: Prefer small steps")');
+  // Branch from the checkpoint after step 1, with an instruction and a name, asked in the page.
   await page.click('.marker[data-step="1"] button.branch');
+  await page.fill('#modal textarea[name="content"]', "Use B instead");
+  await page.fill('#modal input[name="name"]', "try-b");
+  await page.click("#modal button.ok");
   await page.waitForSelector('.notice:text-is("rolled back to step 1")');
   assert.equal(readFileSync(join(tmp, "work/f.txt"), "utf8"), "A\n");
+  // The steps after the checkpoint are greyed out and their buttons inert.
+  assert.ok(await page.locator('.step.rolled-back').count() >= 1);
+  assert.equal(await page.locator('.marker[data-step="2"].rolled-back button:enabled').count(), 0);
   await page.click("#pause"); // Resume
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
   assert.equal(readFileSync(join(tmp, "work/f.txt"), "utf8"), "B\n");
@@ -167,8 +186,56 @@ test("pause, instruct and resume; then branch from a checkpoint and compare the 
   await page.waitForSelector('#compare-view h3:has-text("Compare")');
   assert.match(await page.textContent("#compare-view h3"), /Compare main and try-b/);
   assert.match(await page.textContent("#compare-view pre"), /-A[\s\S]*\+B/);
-  answers.push("B is what we wanted");
+  // The compare view fits the window: its Close button is visible without scrolling.
+  assert.ok(await page.locator("#compare-view button.close").isVisible());
+  const box = await page.locator("#compare-view").boundingBox();
+  assert.ok(box.y + box.height <= 760, JSON.stringify(box));
   await page.click('#compare-view button.better:text-is("try-b is better")');
+  await page.fill('#modal input[name="note"]', "B is what we wanted");
+  await page.click("#modal button.ok");
   await page.waitForSelector('.notice:text-is("preference recorded")');
+  await page.close();
+});
+
+test("a reload mid-run shows the history, reattaches and the run finishes; Markdown renders right", async () => {
+  const md = "Run `test_greet.py` with snake_case_name.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n- outer\n  - inner\n\n---\n\nSee [docs](https://example.com/a_(b)) and ~~old~~.\n\n- [x] done";
+  const { url } = await startPicogent([
+    { tool: "write", args: { path: "f.txt", content: "A\n" } },
+    { text: "first" },
+    { tool: "bash", args: { command: "sleep 1.5; echo slept" } },
+    { text: md },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "one");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  await page.fill("#input", "two");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.step[data-state="running"] .label:text-is("Bash: sleep 1.5; echo slept")');
+  await page.reload();
+  // History from the server: the first exchange with its diff step, then the running request.
+  await page.waitForSelector('.msg.user:text-is("one")');
+  await page.waitForSelector('.msg.user:text-is("two")');
+  await page.click('.step .label:text-is("Write: f.txt")');
+  assert.match(await page.textContent(".step .diff .add"), /\+A/);
+  await page.waitForSelector('.msg.assistant[data-state="done"] >> nth=1', { timeout: 20000 });
+  const last = page.locator(".msg.assistant").nth(1);
+  assert.match(await last.locator(".step .term").last().textContent(), /slept/);
+  assert.match(await last.locator(".step .exit").textContent(), /exit code 0/);
+  assert.equal(await last.locator(".md p code").first().textContent(), "test_greet.py");
+  assert.match(await last.locator(".md p").first().textContent(), /snake_case_name/);
+  assert.equal(await last.locator(".md table td").count(), 2);
+  assert.equal(await last.locator(".md ul ul li").textContent(), "inner");
+  assert.equal(await last.locator(".md hr").count(), 1);
+  assert.equal(await last.locator(".md a").first().getAttribute("href"), "https://example.com/a_(b)");
+  assert.equal(await last.locator(".md del").textContent(), "old");
+  assert.equal(await last.locator('.md li.task input[type="checkbox"]').isChecked(), true);
+  // New during nothing running starts a new session; the old one stays in the list.
+  const old = (await page.textContent("#session-id")).replace("session ", "");
+  await page.click("#new-session");
+  assert.equal(await page.textContent("#session-id"), "new session");
+  assert.ok(await page.locator(`#sessions option[value="${old}"]`).count() === 1);
   await page.close();
 });

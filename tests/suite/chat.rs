@@ -66,6 +66,24 @@ async fn next(ws: &mut Ws) -> Value {
             .unwrap()
             .unwrap();
         if let Message::Text(t) = msg {
+            let v: Value = serde_json::from_str(&t).unwrap();
+            // The detail frames a page renders steps from; these tests follow the rest.
+            if !matches!(v["type"].as_str(), Some("tool_output" | "thinking")) {
+                return v;
+            }
+        }
+    }
+}
+
+/// The next frame, detail frames included.
+async fn next_any(ws: &mut Ws) -> Value {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("no frame for 30 s")
+            .unwrap()
+            .unwrap();
+        if let Message::Text(t) = msg {
             return serde_json::from_str(&t).unwrap();
         }
     }
@@ -746,9 +764,10 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     .await;
     let frames = until_done(&mut ws2, "k1").await;
     let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
+    // Seq 2 is the tool's `tool_output`, which `until_done` passes over.
     assert_eq!(
         seqs,
-        (2..=seqs.len() as u64 + 1).collect::<Vec<_>>(),
+        (3..=seqs.len() as u64 + 2).collect::<Vec<_>>(),
         "{frames:?}"
     );
     let text: String = frames
@@ -1014,4 +1033,118 @@ async fn a_clients_system_prompt_is_added_to_the_agents_role_not_put_in_its_plac
         matches!((role, extra), (Some(r), Some(e)) if r < e),
         "{system}"
     );
+}
+
+/// Frames (detail frames included) until the `done` of request `id`.
+async fn until_done_all(ws: &mut Ws, id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let f = next_any(ws).await;
+        let end = f["id"] == id && f["type"] == "done";
+        out.push(f);
+        if end {
+            return out;
+        }
+    }
+}
+
+/// The next frame of `kind`.
+async fn next_of(ws: &mut Ws, kind: &str) -> Value {
+    loop {
+        let f = next_any(ws).await;
+        if f["type"] == kind {
+            return f;
+        }
+    }
+}
+
+#[tokio::test]
+async fn history_renders_a_session_and_a_running_request_reattaches_from_its_start() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("write", json!({"path": "f.txt", "content": "A\n"})),
+        text("first answer"),
+        tool("bash", json!({"command": "sleep 1; echo slept"})),
+        text("second answer"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "h1", "content": "one", "sessionId": "hist", "keepAlive": true}),
+    )
+    .await;
+    let frames = until_done_all(&mut ws, "h1").await;
+    // Every tool call ends with a `tool_output` carrying its details: the write's diff.
+    let out = frames.iter().find(|f| f["type"] == "tool_output").unwrap();
+    assert_eq!(
+        (&out["tool"], &out["isError"]),
+        (&json!("write"), &json!(false))
+    );
+    assert!(
+        out["details"]["diff"].as_str().unwrap().contains("+A"),
+        "{out}"
+    );
+    let call = frames.iter().find(|f| f["type"] == "tool_use").unwrap();
+    assert_eq!(call["args"], json!({"path": "f.txt", "content": "A\n"}));
+    assert_eq!(call["callId"], out["callId"]);
+
+    send(
+        &mut ws,
+        json!({"id": "h2", "content": "two", "sessionId": "hist", "keepAlive": true}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["type"], "tool_use");
+    drop(ws); // a reload: the keepAlive run goes on
+
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"type": "history", "sessionId": "hist"})).await;
+    let h = next_of(&mut ws, "history").await;
+    let items = h["content"]["items"].as_array().unwrap();
+    let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["user", "tool_use", "tool_output", "text"], "{h}");
+    assert_eq!(items[0]["content"], "one");
+    assert!(items[2]["details"]["diff"].as_str().unwrap().contains("+A"));
+    assert_eq!(items[3]["content"], "first answer");
+    // The running request is not in the items: it is replayed from its start.
+    let running = &h["content"]["running"][0];
+    assert_eq!(
+        (&running["id"], &running["prompt"]),
+        (&json!("h2"), &json!("two"))
+    );
+    send(
+        &mut ws,
+        json!({"type": "subscribe", "runId": running["runId"], "after": 0}),
+    )
+    .await;
+    let frames = until_done_all(&mut ws, "h2").await;
+    let kinds: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds.first(),
+        Some(&"tool_use"),
+        "replayed from seq 1: {kinds:?}"
+    );
+    let bash = frames.iter().find(|f| f["type"] == "tool_output").unwrap();
+    assert_eq!(bash["details"]["exit_code"], 0);
+    assert!(bash["content"].as_str().unwrap().contains("slept"));
+
+    // Finished: the whole conversation is history, and the session is listed.
+    send(&mut ws, json!({"type": "history", "sessionId": "hist"})).await;
+    let h = next_of(&mut ws, "history").await;
+    let users: Vec<&Value> = h["content"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "user")
+        .map(|i| &i["content"])
+        .collect();
+    assert_eq!(users, [&json!("one"), &json!("two")]);
+    assert_eq!(h["content"]["running"], json!([]));
+    send(&mut ws, json!({"type": "sessions"})).await;
+    let s = next_of(&mut ws, "sessions").await;
+    assert_eq!(s["content"][0]["id"], "hist");
+    assert_eq!(s["content"][0]["title"], "one");
+    send(&mut ws, json!({"type": "delete", "sessionId": "hist"})).await;
+    assert_eq!(next_of(&mut ws, "deleted").await["content"], "deleted");
 }

@@ -1,0 +1,256 @@
+//! A session read back for a client: `history` (the conversation on the session's
+//! current branch as the items a page renders, and the `keepAlive` requests running in
+//! it, to `subscribe` to), `sessions` (the server's sessions, newest first) and
+//! `delete`.
+//!
+//! The invariant that makes a reload exact: `history` stops where the first running
+//! request's prompt is in the file, and that request's log holds every frame from its
+//! start (`subscribe` with `after` 0), so no item is shown twice or lost.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use super::protocol::{History, HistoryItem, RunningRequest, ServerFrame, SessionInfo};
+use super::runs::{tool_output, RunLog, Runs};
+use crate::message::{blocks_text, Content, Message};
+use crate::session::records::Intervention;
+use crate::session::{branches, Body, Known, Record, Session};
+
+/// Sessions listed at most.
+const MAX_SESSIONS: usize = 100;
+
+/// The running requests of `session` (each once), oldest first.
+fn running(runs: &Runs, session: &str) -> Vec<Arc<RunLog>> {
+    let Ok(map) = runs.lock() else {
+        return Vec::new();
+    };
+    let mut seen = HashSet::new();
+    let mut out: Vec<Arc<RunLog>> = map
+        .values()
+        .filter(|l| l.session == session && !l.is_done())
+        .filter(|l| seen.insert(Arc::as_ptr(l)))
+        .cloned()
+        .collect();
+    out.sort_by_key(|l| l.start_entries);
+    out
+}
+
+/// Where the first running request's prompt is in the session's entries (the history
+/// ends before it); none running: after the last entry.
+fn cut(s: &Session, running: &[Arc<RunLog>]) -> usize {
+    let entries = s.entries();
+    running
+        .iter()
+        .map(|log| {
+            entries
+                .iter()
+                .enumerate()
+                .skip(log.start_entries)
+                .find(|(_, e)| match &e.body {
+                    Body::Known(Known::Message {
+                        message: Message::User(u),
+                    }) => blocks_text(&u.content) == log.prompt,
+                    _ => false,
+                })
+                .map_or(entries.len(), |(i, _)| i)
+        })
+        .min()
+        .unwrap_or(entries.len())
+}
+
+/// The `history` answer for a session.
+pub(super) fn history(s: &Session, session: &str, runs: &Runs) -> History {
+    let running = running(runs, session);
+    let end = cut(s, &running);
+    History {
+        items: items(s, end),
+        running: running
+            .iter()
+            .filter_map(|l| {
+                Some(RunningRequest {
+                    id: l.id().to_string(),
+                    run_id: l.run_id.clone()?,
+                    prompt: l.prompt.clone(),
+                    seq: l.seq(),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The entries from the root to the one before `end` (on the branch that holds it).
+fn path_before(s: &Session, end: usize) -> Vec<usize> {
+    let Some(last) = end.checked_sub(1) else {
+        return Vec::new();
+    };
+    branches::branches(s)
+        .into_iter()
+        .find_map(|b| {
+            let at = b.path.iter().position(|&i| i == last)?;
+            Some(b.path[..=at].to_vec())
+        })
+        .unwrap_or_default()
+}
+
+/// The items of the conversation up to (not including) entry `end`.
+fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
+    let entries = s.entries();
+    let path = path_before(s, end);
+    let mut out = Vec::new();
+    let frame = HistoryItem::Frame;
+    for (n, &i) in path.iter().enumerate() {
+        let next_is_instruction = path.get(n + 1).is_some_and(|&j| {
+            matches!(
+                Record::of(&entries[j]),
+                Some(Record::Intervention(Intervention::Instruct { .. }))
+            )
+        });
+        match &entries[i].body {
+            Body::Known(Known::Message { message }) => match message {
+                // An instruction is written as a user message, then its record.
+                Message::User(_) if next_is_instruction => {}
+                Message::User(u) => out.push(HistoryItem::User {
+                    content: blocks_text(&u.content),
+                }),
+                Message::Assistant(a) => {
+                    for block in &a.content {
+                        out.push(frame(match block {
+                            Content::Text { text } => ServerFrame::Text {
+                                content: text.clone(),
+                            },
+                            Content::Thinking { thinking, .. } => ServerFrame::Thinking {
+                                content: thinking.clone(),
+                            },
+                            Content::ToolCall {
+                                id,
+                                name,
+                                arguments,
+                            } => ServerFrame::ToolUse {
+                                content: crate::tools::describe_call(name, arguments),
+                                tool: Some(name.clone()),
+                                args: Some(arguments.clone()),
+                                call_id: Some(id.clone()),
+                            },
+                            Content::Image { .. } => continue,
+                        }));
+                    }
+                    if let Some(e) = &a.error_message {
+                        out.push(frame(ServerFrame::error(e.clone())));
+                    }
+                }
+                Message::ToolResult(r) => out.push(frame(tool_output(
+                    r.tool_call_id.clone(),
+                    r.tool_name.clone(),
+                    r.is_error,
+                    &blocks_text(&r.content),
+                    r.details.clone(),
+                ))),
+            },
+            Body::Known(Known::Custom { .. }) => {
+                if let Some(item) = Record::of(&entries[i]).and_then(record_item) {
+                    out.push(item);
+                }
+            }
+            Body::Known(Known::Compaction { .. }) => out.push(frame(ServerFrame::State {
+                content: "compacted".into(),
+            })),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn record_item(r: Record) -> Option<HistoryItem> {
+    let frame = HistoryItem::Frame;
+    Some(match r {
+        Record::Checkpoint(c) => frame(ServerFrame::Checkpoint {
+            content: c.message,
+            step: c.step,
+        }),
+        Record::Rollback(r) => frame(ServerFrame::Rollback {
+            content: format!("rolled back to step {}", r.step),
+            step: r.step,
+        }),
+        Record::Branch(b) => HistoryItem::Branch {
+            content: b.name,
+            step: b.step,
+        },
+        Record::Intervention(Intervention::Instruct { text, .. }) => {
+            frame(ServerFrame::Instruction { content: text })
+        }
+        Record::Intervention(Intervention::Pause { .. }) => frame(ServerFrame::State {
+            content: "paused".into(),
+        }),
+        Record::Intervention(Intervention::Resume { .. }) => frame(ServerFrame::State {
+            content: "running".into(),
+        }),
+        Record::Preference(_) | Record::ClaudeCodeSession(_) => return None,
+    })
+}
+
+/// The server's sessions, newest first: their first prompt as the title.
+pub(super) fn sessions(agent: &crate::agent::Agent, runs: &Runs) -> Vec<SessionInfo> {
+    let dir = agent.config().sessions_dir();
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, u64)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".jsonl")?.to_string();
+            let modified = e
+                .metadata()
+                .ok()?
+                .modified()
+                .ok()?
+                .duration_since(UNIX_EPOCH)
+                .ok()?
+                .as_millis();
+            crate::session::valid_id(&id).then_some((id, modified as u64))
+        })
+        .collect();
+    found.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    found.truncate(MAX_SESSIONS);
+    found
+        .into_iter()
+        .filter_map(|(id, modified)| {
+            let s = agent.sessions().snapshot(&id).ok()?;
+            Some(SessionInfo {
+                title: title(&s).unwrap_or_else(|| id.clone()),
+                running: !running(runs, &id).is_empty(),
+                id,
+                modified,
+            })
+        })
+        .collect()
+}
+
+/// The session's first prompt, on one line.
+fn title(s: &Session) -> Option<String> {
+    s.entries().iter().find_map(|e| match &e.body {
+        Body::Known(Known::Message {
+            message: Message::User(u),
+        }) => Some(crate::util::one_line(&blocks_text(&u.content), 80)),
+        _ => None,
+    })
+}
+
+/// Deletes a session's file, unless a request runs in it.
+pub(super) fn delete(
+    agent: &crate::agent::Agent,
+    session: &str,
+    runs: &Runs,
+) -> Result<(), String> {
+    if !running(runs, session).is_empty() {
+        return Err(format!(
+            "delete: a request is running in session {session}; stop it first"
+        ));
+    }
+    let path = agent
+        .sessions()
+        .path(session)
+        .map_err(|e| format!("delete: {e}"))?;
+    std::fs::remove_file(&path).map_err(|e| format!("delete: {}: {e}", path.display()))
+}
