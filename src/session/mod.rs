@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::message::{Content, Message, ToolResultMessage};
+use crate::message::{Content, Message, StopReason, ToolResultMessage};
 pub use records::Record;
 
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +79,9 @@ pub enum Body {
     Known(Known),
     /// An entry type picogent does not interpret; kept for the tree.
     Other(String),
+    /// An entry of pi's that the model sees as user text (`bashExecution` and `custom`
+    /// messages, `custom_message` entries): its type and that text.
+    UserText(String, String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -450,7 +453,13 @@ impl Session {
                 continue;
             }
             match &e.body {
+                // A turn that ended in an error or was aborted is not replayed, as pi
+                // does: its partial text is not an answer.
+                Body::Known(Known::Message {
+                    message: Message::Assistant(a),
+                }) if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) => {}
                 Body::Known(Known::Message { message }) => out.push((&e.id, Cow::Borrowed(message))),
+                Body::UserText(_, text) => out.push((&e.id, Cow::Owned(Message::user(text.clone())))),
                 Body::Known(Known::BranchSummary { summary, .. }) => out.push((
                     &e.id,
                     Cow::Owned(Message::user(format!(
@@ -505,9 +514,15 @@ fn parse_entry(line: &str) -> Option<Entry> {
         .unwrap_or_default()
         .to_string();
     let kind = v.get("type")?.as_str()?.to_string();
-    let body = match serde_json::from_value::<Known>(v) {
-        Ok(k) => Body::Known(k),
-        Err(_) => Body::Other(kind),
+    let body = match pi_user_text(&kind, &v) {
+        Some(text) => Body::UserText(kind, text),
+        None => match serde_json::from_value::<Known>(v) {
+            Ok(k) => Body::Known(k),
+            Err(_) => {
+                tracing::debug!(entry = %id, kind, "session entry kept but not sent to the model");
+                Body::Other(kind)
+            }
+        },
     };
     Some(Entry {
         id,
@@ -515,6 +530,62 @@ fn parse_entry(line: &str) -> Option<Entry> {
         timestamp,
         body,
     })
+}
+
+/// What pi sends the model for its own entries that are not plain messages: the output
+/// of a `!command` (`bashExecution`), an extension's `custom` message or
+/// `custom_message` entry. `None` for anything else.
+fn pi_user_text(kind: &str, v: &Value) -> Option<String> {
+    let content_text = |c: &Value| match c {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => Some(
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    };
+    match kind {
+        "custom_message" => content_text(v.get("content")?),
+        "message" => {
+            let m = v.get("message")?;
+            match m.get("role")?.as_str()? {
+                "custom" => content_text(m.get("content")?),
+                "bashExecution" if m.get("excludeFromContext") != Some(&Value::Bool(true)) => {
+                    Some(bash_execution_text(m))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// pi's rendering of a `!command` and its output for the model.
+fn bash_execution_text(m: &Value) -> String {
+    let command = m.get("command").and_then(Value::as_str).unwrap_or_default();
+    let mut text = format!("Ran `{command}`\n");
+    match m.get("output").and_then(Value::as_str) {
+        Some(out) if !out.is_empty() => text.push_str(&format!("```\n{out}\n```")),
+        _ => text.push_str("(no output)"),
+    }
+    if m.get("cancelled") == Some(&Value::Bool(true)) {
+        text.push_str("\n\n(command cancelled)");
+    } else if let Some(code) = m
+        .get("exitCode")
+        .and_then(Value::as_i64)
+        .filter(|c| *c != 0)
+    {
+        text.push_str(&format!("\n\nCommand exited with code {code}"));
+    }
+    if m.get("truncated") == Some(&Value::Bool(true)) {
+        if let Some(p) = m.get("fullOutputPath").and_then(Value::as_str) {
+            text.push_str(&format!("\n\n[Output truncated. Full output: {p}]"));
+        }
+    }
+    text
 }
 
 fn summary_message(summary: &str) -> Message {

@@ -299,3 +299,42 @@ fn custom_entries_of_another_shape_or_tool_are_skipped_not_fatal() {
         }
     }
 }
+
+#[test]
+fn pi_entries_the_model_sees_are_sent_as_user_text_and_failed_turns_are_left_out() {
+    use picogent::message::Message as M;
+    let sb = Sandbox::new();
+    let store = SessionStore::new(sb.home.join("sessions"));
+    let path = store.path("pi2").unwrap();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let lines = [
+        r#"{"type":"session","version":3,"id":"pi2","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/x"}"#,
+        r#"{"type":"message","id":"00000001","parentId":null,"timestamp":"t","message":{"role":"user","content":"first","timestamp":1}}"#,
+        r#"{"type":"message","id":"00000002","parentId":"00000001","timestamp":"t","message":{"role":"assistant","content":[{"type":"text","text":"half an answer"}],"api":"x","provider":"x","model":"x","usage":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"aborted","timestamp":2}}"#,
+        r#"{"type":"message","id":"00000003","parentId":"00000002","timestamp":"t","message":{"role":"bashExecution","command":"ls","output":"a.txt","exitCode":2,"cancelled":false,"truncated":false,"timestamp":3}}"#,
+        r#"{"type":"message","id":"00000004","parentId":"00000003","timestamp":"t","message":{"role":"bashExecution","command":"secret","output":"x","exitCode":0,"cancelled":false,"truncated":false,"excludeFromContext":true,"timestamp":4}}"#,
+        r#"{"type":"custom_message","id":"00000005","parentId":"00000004","timestamp":"t","customType":"ext","content":"from an extension","display":true}"#,
+        r#"{"type":"message","id":"00000006","parentId":"00000005","timestamp":"t","message":{"role":"custom","customType":"ext","content":[{"type":"text","text":"custom role"}],"display":false,"timestamp":6}}"#,
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let s = store.snapshot("pi2").unwrap();
+    let texts: Vec<String> = s
+        .context()
+        .messages
+        .iter()
+        .map(|(_, m)| match m.as_ref() {
+            M::User(u) => format!("user: {}", picogent::message::blocks_text(&u.content)),
+            M::Assistant(_) => "assistant".into(),
+            M::ToolResult(_) => "tool".into(),
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            "user: first".to_string(),
+            "user: Ran `ls`\n```\na.txt\n```\n\nCommand exited with code 2".into(),
+            "user: from an extension".into(),
+            "user: custom role".into(),
+        ]
+    );
+}
