@@ -195,6 +195,76 @@ fn load_config(arg: Option<&Path>) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The agent, or why not; a newcomer without a key is pointed at a local model server
+/// when one answers on its usual port.
+async fn new_agent(config: Config) -> anyhow::Result<Agent> {
+    let unset = [
+        "PICOGENT_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "PICOGENT_PROVIDER",
+    ]
+    .iter()
+    .all(|v| std::env::var_os(v).is_none())
+        && config.config_file.is_none();
+    match Agent::new(config) {
+        Ok(a) => Ok(a),
+        Err(e @ picogent::agent::AgentError::Provider(_)) if unset => {
+            match local_model_server().await {
+                Some(hint) => Err(anyhow::anyhow!("{e}\n{hint}")),
+                None => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Looks for a model server on this machine's usual ports: how to use it, if one
+/// answers with its models.
+async fn local_model_server() -> Option<String> {
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(500))
+        .build()
+        .ok()?;
+    let get = |url: String| {
+        let http = http.clone();
+        async move {
+            let resp = http.get(&url).send().await.ok()?;
+            resp.json::<serde_json::Value>().await.ok()
+        }
+    };
+    if let Some(v) = get("http://127.0.0.1:11434/api/tags".into()).await {
+        let models: Vec<&str> = v["models"]
+            .as_array()?
+            .iter()
+            .filter_map(|m| m["name"].as_str())
+            .collect();
+        let first = models.first()?;
+        return Some(format!(
+            "found Ollama at http://127.0.0.1:11434 with models: {}; run with PICOGENT_PROVIDER=ollama PICOGENT_MODEL={first}",
+            models.join(", ")
+        ));
+    }
+    for (port, what) in [(8080, "llama.cpp"), (1234, "LM Studio"), (8000, "vLLM")] {
+        let base = format!("http://127.0.0.1:{port}/v1");
+        let Some(v) = get(format!("{base}/models")).await else {
+            continue;
+        };
+        let models: Vec<&str> = v["data"]
+            .as_array()?
+            .iter()
+            .filter_map(|m| m["id"].as_str())
+            .collect();
+        let Some(first) = models.first() else {
+            continue;
+        };
+        return Some(format!(
+            "found an OpenAI-compatible server ({what}?) at {base} with models: {}; run with PICOGENT_PROVIDER=openai PICOGENT_BASE_URL={base} PICOGENT_MODEL={first}",
+            models.join(", ")
+        ));
+    }
+    None
+}
+
 async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
     let mut config = load_config(arg)?;
     let agent_mode = config.is_agent_mode();
@@ -212,7 +282,7 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
             tracing::warn!("git not found: checkpoints and rollback are off");
         }
     }
-    let agent = Agent::new(config)?;
+    let agent = new_agent(config).await?;
     let stop = tokio_util::sync::CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {
@@ -334,7 +404,7 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("the task is empty");
     }
     let session_id = args.session.unwrap_or_else(picogent::util::new_session_id);
-    let agent = Agent::new(config)?;
+    let agent = new_agent(config).await?;
     let mut handle = agent.start(RunRequest::new(prompt, session_id.clone()));
     let cancel = handle.cancel_token();
     let signals = tokio::spawn(async move {
