@@ -30,6 +30,10 @@ pub(crate) struct ModelRequest<'a> {
     pub(crate) system: &'a str,
     pub(crate) messages: &'a [&'a Message],
     pub(crate) tools: &'a [ToolSpec],
+    /// Set for a conversation that will be continued (the session id): the provider may
+    /// cache its prefix (Anthropic breakpoints, OpenAI's `prompt_cache_key`). `None` for
+    /// one-off calls such as a compaction summary, whose prefix is never sent again.
+    pub(crate) cache_key: Option<&'a str>,
 }
 
 /// What a provider streams while a call is under way.
@@ -249,6 +253,8 @@ impl Provider {
             ttft_ms = first_token.map(|d| d.as_millis() as u64),
             total_ms = started.elapsed().as_millis() as u64,
             input_tokens = msg.usage.input,
+            cache_read_tokens = msg.usage.cache_read,
+            cache_write_tokens = msg.usage.cache_write,
             output_tokens = msg.usage.output,
             "model call"
         );
@@ -267,7 +273,13 @@ impl Provider {
             ),
             ProviderKind::Openai => (
                 format!("{}/chat/completions", self.base_url),
-                openai::request_body(&self.model, self.max_tokens, req),
+                openai::request_body(
+                    &self.model,
+                    self.max_tokens,
+                    req,
+                    req.cache_key
+                        .filter(|_| openai::takes_cache_key(&self.base_url)),
+                ),
             ),
             ProviderKind::Ollama => (
                 format!("{}/api/chat", self.base_url),

@@ -16,10 +16,7 @@ async fn the_prompt_lists_skills_without_their_bodies() {
     let llm = ScriptedLlm::start(vec![text("ok")]).await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
     run(&agent, "hi", "sk").await;
-    let system = llm.requests()[0].body["system"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let system = crate::common::llm::system_text(&llm.requests()[0].body);
     assert!(system.contains("<available_skills>"));
     assert!(system.contains("<name>review</name>"));
     assert!(system

@@ -222,6 +222,7 @@ impl<'a> Loop<'a> {
             system: &self.system,
             messages: &messages,
             tools: self.tool_specs,
+            cache_key: Some(run.session.id()),
         };
         run.steps += 1;
         let step = run.steps;
