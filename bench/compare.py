@@ -13,9 +13,9 @@ missing. Run: `bash bench/compare.sh [--record]` (BENCH_RUNS=10 by default).
 """
 import json, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
 
-from report import ROOT, BIN, emit, table
+from report import ROOT, BIN, TARGET, emit, table
 
-SERVER = os.path.join(ROOT, "target/release/examples/scripted_llm")
+SERVER = os.path.join(TARGET, "release/examples/scripted_llm")
 CACHE = os.path.join(ROOT, "bench/cache")
 RUNS = int(os.environ.get("BENCH_RUNS", "10"))
 PEERS = {"pi": "@mariozechner/pi-coding-agent", "claude": "@anthropic-ai/claude-code@2.1.197", "codex": "@openai/codex"}
@@ -207,7 +207,7 @@ def main():
     idle_rows.append(("picogent chat mode, idle", f"{idle([BIN], env, work):.1f} MB", ""))
     idle_rows.append(("pi --mode rpc, idle", f"{idle([os.path.join(CACHE, 'node_modules/.bin/pi'), '--mode', 'rpc', '--no-session'], {'PATH': os.environ['PATH'], 'HOME': home}, work, 4.0):.1f} MB", ""))
     idle_rows.append(("codex app-server, idle", f"{idle([os.path.join(CACHE, 'node_modules/.bin/codex'), 'app-server'], {'PATH': os.environ['PATH'], 'HOME': home, 'CODEX_HOME': home}, work, 4.0):.1f} MB", ""))
-    load = json.loads(subprocess.run([os.path.join(ROOT, "target/release/examples/chat_load"), BIN, "100"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+    load = json.loads(subprocess.run([os.path.join(TARGET, "release/examples/chat_load"), BIN, "100"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
     idle_rows.append(("picogent chat mode, after 100 chat tasks", f"{load['rss_after_mb']:.1f} MB", "1 s after the last, replay logs still held"))
     idle_rows.append(("picogent agent mode, idle after registration", "see the Agent mode table", "bench/agent.py: also after 1,000 tasks"))
     shutil.rmtree(work, ignore_errors=True)

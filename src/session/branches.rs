@@ -312,6 +312,7 @@ fn node_summary(body: &Body) -> (&str, String) {
         Body::Known(Known::Compaction { summary, .. }) => ("compaction", line(summary)),
         Body::Known(_) => ("other", String::new()),
         Body::Other(t) => (t.as_str(), String::new()),
+        Body::Evicted { .. } => ("message", String::new()),
     }
 }
 
