@@ -15,10 +15,11 @@ def main():
     home = tempfile.mkdtemp(prefix="bench-growth-home-")
     g = growth(home)
     shutil.rmtree(home, ignore_errors=True)
-    base = g[0][2] if g else float("nan")
-    rows = [(str(n), f"{rss:.1f} MB", f"{ms:.2f} ms", f"{ms / base:.2f}x") for n, rss, ms in g]
+    base, base_cpu = (g[0][2], g[0][3]) if g else (float("nan"), float("nan"))
+    rows = [(str(n), f"{rss:.1f} MB", f"{ms:.2f} ms ({ms / base:.2f}x)", f"{cpu:.2f} ms ({cpu / base_cpu:.2f}x)")
+            for n, rss, ms, cpu in g]
     text = table("Growth: per-step cost and RSS through 2,000 steps", "bench/growth.py", rows,
-                 ("steps", "RSS", "wall per step since the previous mark", "vs the 100-step figure"),
+                 ("steps", "RSS", "wall per step since the previous mark (vs 100)", "picogent CPU per step (vs 100)"),
                  command="bash bench/growth.sh --record")
     text += "\nOne `picogent run` session through 2,000 scripted read steps, `context_window` 20,000 (compaction on). Goal: within 1.5x of the 100-step figure at 2,000 steps; RSS under 10 MB.\n"
     emit(text)
