@@ -13,9 +13,9 @@ missing. Run: `bash bench/compare.sh [--record]` (BENCH_RUNS=10 by default).
 """
 import json, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
 
-from report import ROOT, BIN, emit, table
+from report import ROOT, BIN, TARGET, emit, table
 
-SERVER = os.path.join(ROOT, "target/release/examples/scripted_llm")
+SERVER = os.path.join(TARGET, "release/examples/scripted_llm")
 CACHE = os.path.join(ROOT, "bench/cache")
 RUNS = int(os.environ.get("BENCH_RUNS", "10"))
 PEERS = {"pi": "@mariozechner/pi-coding-agent", "claude": "@anthropic-ai/claude-code@2.1.197", "codex": "@openai/codex"}
@@ -146,7 +146,20 @@ def idle(cmd, env, cwd, wait=2.0):
         p.wait()
 
 
+def cpu_ns(pid):
+    """CPU time of all the process's threads so far (scheduler statistics, in ns)."""
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that just ended
+    return total
+
+
 def growth(home, steps=2000):
+    """Per mark: steps, RSS (MB), wall per step (ms) and picogent's own CPU per step (ms),
+    both since the previous mark. The CPU figure leaves out the scripted server."""
     script = [{"tool": "read", "args": {"path": "greet.py", "limit": (i % 50) + 1}} for i in range(steps - 1)] + [{"text": "done"}]
     server, addr = start_server(script)
     work = project()
@@ -157,13 +170,14 @@ def growth(home, steps=2000):
     t0 = time.perf_counter()
     p = subprocess.Popen([BIN, "run", "--dir", work, "go"], env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marks, out = [100, 500, 1000, 2000], []
-    last_t, last_n = t0, 0
+    last_t, last_n, last_cpu = t0, 0, 0
     while p.poll() is None and marks:
         n = stats(addr)["requests"]
         if n >= marks[0]:
-            now = time.perf_counter()
-            out.append((marks[0], rss_mb(p.pid), (now - last_t) / max(1, n - last_n) * 1000))
-            last_t, last_n = now, n
+            now, cpu = time.perf_counter(), cpu_ns(p.pid)
+            per = max(1, n - last_n)
+            out.append((marks[0], rss_mb(p.pid), (now - last_t) / per * 1000, (cpu - last_cpu) / per / 1e6))
+            last_t, last_n, last_cpu = now, n, cpu
             marks.pop(0)
         time.sleep(0.005)
     p.wait()
@@ -207,14 +221,14 @@ def main():
     idle_rows.append(("picogent chat mode, idle", f"{idle([BIN], env, work):.1f} MB", ""))
     idle_rows.append(("pi --mode rpc, idle", f"{idle([os.path.join(CACHE, 'node_modules/.bin/pi'), '--mode', 'rpc', '--no-session'], {'PATH': os.environ['PATH'], 'HOME': home}, work, 4.0):.1f} MB", ""))
     idle_rows.append(("codex app-server, idle", f"{idle([os.path.join(CACHE, 'node_modules/.bin/codex'), 'app-server'], {'PATH': os.environ['PATH'], 'HOME': home, 'CODEX_HOME': home}, work, 4.0):.1f} MB", ""))
-    load = json.loads(subprocess.run([os.path.join(ROOT, "target/release/examples/chat_load"), BIN, "100"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+    load = json.loads(subprocess.run([os.path.join(TARGET, "release/examples/chat_load"), BIN, "100"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
     idle_rows.append(("picogent chat mode, after 100 chat tasks", f"{load['rss_after_mb']:.1f} MB", "1 s after the last, replay logs still held"))
     idle_rows.append(("picogent agent mode, idle after registration", "see the Agent mode table", "bench/agent.py: also after 1,000 tasks"))
     shutil.rmtree(work, ignore_errors=True)
     text += "\n" + "\n".join(table("Idle footprint", "bench/compare.py", idle_rows, ("process", "RSS", "note")).splitlines()[4:]) + "\n"
 
     g = growth(home)
-    g_rows = [(str(n), f"{rss:.1f} MB", f"{ms:.2f} ms") for n, rss, ms in g]
+    g_rows = [(str(n), f"{rss:.1f} MB", f"{ms:.2f} ms") for n, rss, ms, _ in g]
     text += "\n" + "\n".join(table("Growth", "bench/compare.py", g_rows, ("steps", "RSS", "wall per step since the previous mark")).splitlines()[4:]) + "\n"
     text += "\nGrowth: one `picogent run` session through 2,000 scripted read steps with `context_window` 20,000 (compaction on).\n"
     emit(text)

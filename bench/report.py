@@ -3,7 +3,9 @@ and, with --record, put on top of bench/RESULTS.md (earlier results stay below).
 import datetime, os, platform, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target/release/picogent")
+# Where cargo put the release build (CARGO_TARGET_DIR when set, as cargo itself reads it).
+TARGET = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+BIN = os.path.join(TARGET, "release/picogent")
 
 
 def table(title, script, rows, columns=("measure", "value", "note", "target"), command="bash bench/run.sh --record"):

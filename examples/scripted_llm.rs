@@ -1,8 +1,11 @@
 //! The tests' scripted LLM server as a standalone program, for benchmarks:
-//! `scripted_llm SCRIPT.json [--per-conversation]` serves the script's turns over all
-//! three wire formats (starting over when it runs out) and prints `listening on ADDR`
-//! once ready. `GET /_stats` says how many requests came and each conversation's first
-//! request size.
+//! `scripted_llm SCRIPT.json [--per-conversation] [--cache]` serves the script's turns
+//! over all three wire formats (starting over when it runs out) and prints
+//! `listening on ADDR` once ready. `GET /_stats` says how many requests came, each
+//! conversation's first request size, and the input tokens of all requests by how they
+//! were billed (`fresh`, `cache_write`, `cache_read`). `--cache` parses requests to
+//! simulate the APIs' prompt caching (off otherwise, so the server's own cost stays
+//! flat in timing benchmarks; every request then counts as fresh).
 //!
 //! SCRIPT.json is a list of turns: `{"text": "..."}` or `{"tool": "read", "args": {...}}`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -30,6 +33,9 @@ async fn main() {
         .collect();
     let server = llm::ScriptedLlm::start(Vec::new()).await;
     server.light();
+    if std::env::args().any(|a| a == "--cache") {
+        server.cache_in_light_mode();
+    }
     // --per-conversation: every conversation gets the script from its start, chosen by
     // how many assistant turns a request carries, so agents can run side by side.
     if std::env::args().any(|a| a == "--per-conversation") {

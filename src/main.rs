@@ -510,8 +510,10 @@ impl Printer {
                 self.line_break(&mut out);
                 match outcome {
                     Outcome::Completed { steps, usage, .. } => eprintln!(
-                        "done: {steps} steps, {} input / {} output tokens",
-                        usage.input + usage.cache_read,
+                        "done: {steps} steps, {} input ({} read from cache, {} written to cache) / {} output tokens",
+                        usage.input + usage.cache_read + usage.cache_write,
+                        usage.cache_read,
+                        usage.cache_write,
                         usage.output
                     ),
                     Outcome::Failed { error, .. } => eprintln!("error: {error}"),

@@ -66,7 +66,7 @@ pub struct Usage {
     pub input: u64,
     pub output: u64,
     pub cache_read: u64,
-    pub(crate) cache_write: u64,
+    pub cache_write: u64,
     pub(crate) total_tokens: u64,
     pub(crate) cost: Cost,
 }

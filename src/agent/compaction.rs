@@ -137,6 +137,7 @@ pub(crate) async fn summarize(
         system: SYSTEM,
         messages: &[&message],
         tools: &[],
+        cache_key: None,
     };
     let msg = provider.complete(&req, cancel, &mut |_| {}).await?;
     let text = msg.text();

@@ -4,6 +4,17 @@
 //! `content_block_delta`* / `content_block_stop`, then `message_delta` (stop reason,
 //! output usage) and `message_stop`. `ping` may appear anywhere; an `error` event may
 //! arrive mid-stream. Tool input arrives as `input_json_delta` fragments to concatenate.
+//!
+//! Prompt caching: a request for a conversation that goes on (`ModelRequest::cache_key`)
+//! carries `cache_control` breakpoints. The API caches the prefix up to a breakpoint in
+//! its own order (tools, then system, then messages), so one breakpoint on the system
+//! prompt covers tools + system, which never change within a run. Two more sit on the
+//! last block of the newest and of the previous user turn: the newest writes the grown
+//! prefix for the next step, the previous one is exactly the prefix the last step wrote,
+//! so it is read back even when a turn added more blocks than the API's look-back (about
+//! 20 blocks before a breakpoint). Three breakpoints, within the API's limit of four;
+//! they move forward with the conversation, and after a compaction the new prefix is
+//! written again by the same rule.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -16,7 +27,7 @@ use crate::message::{AssistantMessage, Content, Message, StopReason, Usage};
 struct Body<'a> {
     model: &'a str,
     max_tokens: u32,
-    system: &'a str,
+    system: System<'a>,
     messages: Vec<Turn<'a>>,
     // An empty tool list is refused by some servers; leave the field out instead.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -25,6 +36,35 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
 }
+
+/// The system prompt: a plain string, or one text block carrying a breakpoint.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum System<'a> {
+    Plain(&'a str),
+    Cached([SystemBlock<'a>; 1]),
+}
+
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    cache_control: CacheControl,
+}
+
+/// A cache breakpoint: the prefix up to and including this block is cached (5 minutes,
+/// renewed by every read).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+
+/// Breakpoints on user turns, counted from the newest (see the module docs).
+const TURN_BREAKPOINTS: usize = 2;
 
 #[derive(Serialize)]
 struct Tool<'a> {
@@ -44,9 +84,13 @@ struct Turn<'a> {
 enum Block<'a> {
     Text {
         text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
     },
     Image {
         source: ImageSource<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
     },
     Thinking {
         thinking: &'a str,
@@ -61,7 +105,28 @@ enum Block<'a> {
         tool_use_id: &'a str,
         content: Vec<Block<'a>>,
         is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
     },
+}
+
+impl Block<'_> {
+    /// Puts a breakpoint on this block; false for blocks that cannot carry one here
+    /// (thinking, tool use, empty text).
+    fn mark(&mut self) -> bool {
+        let slot = match self {
+            Block::Text {
+                text,
+                cache_control,
+            } if !text.is_empty() => cache_control,
+            Block::Image { cache_control, .. } | Block::ToolResult { cache_control, .. } => {
+                cache_control
+            }
+            _ => return false,
+        };
+        *slot = Some(EPHEMERAL);
+        true
+    }
 }
 
 #[derive(Serialize)]
@@ -88,15 +153,42 @@ pub(crate) fn request_body(
             input_schema: &t.parameters,
         })
         .collect();
+    let cache = req.cache_key.is_some();
+    let mut messages = messages(req.messages);
+    if cache {
+        mark_turns(&mut messages, TURN_BREAKPOINTS);
+    }
+    // An empty text block is refused, with or without a breakpoint.
+    let system = if cache && !req.system.is_empty() {
+        System::Cached([SystemBlock {
+            kind: "text",
+            text: req.system,
+            cache_control: EPHEMERAL,
+        }])
+    } else {
+        System::Plain(req.system)
+    };
     serde_json::to_vec(&Body {
         model,
         max_tokens: sampling.max_tokens,
         temperature: sampling.temperature,
-        system: req.system,
-        messages: messages(req.messages),
+        system,
+        messages,
         tools,
         stream: true,
     })
+}
+
+/// Marks the last markable block of each of the newest `n` user turns.
+fn mark_turns(turns: &mut [Turn<'_>], n: usize) {
+    let user_turns = turns.iter_mut().rev().filter(|t| t.role == "user");
+    for turn in user_turns.take(n) {
+        for block in turn.content.iter_mut().rev() {
+            if block.mark() {
+                break;
+            }
+        }
+    }
 }
 
 /// Converts history to Anthropic messages. Consecutive tool results (and a user message
@@ -123,7 +215,10 @@ fn messages<'a>(history: &[&'a Message]) -> Vec<Turn<'a>> {
                     .content
                     .iter()
                     .filter_map(|b| match b {
-                        Content::Text { text } if !text.is_empty() => Some(Block::Text { text }),
+                        Content::Text { text } if !text.is_empty() => Some(Block::Text {
+                            text,
+                            cache_control: None,
+                        }),
                         Content::Thinking {
                             thinking,
                             signature: Some(signature),
@@ -151,6 +246,7 @@ fn messages<'a>(history: &[&'a Message]) -> Vec<Turn<'a>> {
                     tool_use_id: &r.tool_call_id,
                     content: r.content.iter().filter_map(user_block).collect(),
                     is_error: r.is_error,
+                    cache_control: None,
                 }],
             ),
         }
@@ -160,13 +256,17 @@ fn messages<'a>(history: &[&'a Message]) -> Vec<Turn<'a>> {
 
 fn user_block(b: &Content) -> Option<Block<'_>> {
     match b {
-        Content::Text { text } => Some(Block::Text { text }),
+        Content::Text { text } => Some(Block::Text {
+            text,
+            cache_control: None,
+        }),
         Content::Image { data, mime_type } => Some(Block::Image {
             source: ImageSource {
                 kind: "base64",
                 media_type: mime_type,
                 data,
             },
+            cache_control: None,
         }),
         _ => None,
     }
@@ -312,8 +412,16 @@ impl Assembly {
         if let Some(o) = v["usage"]["output_tokens"].as_u64() {
             self.usage.output = o;
         }
-        if let Some(i) = v["usage"]["input_tokens"].as_u64() {
+        // The final usage repeats the input counts; newer servers send them only here.
+        let u = &v["usage"];
+        if let Some(i) = u["input_tokens"].as_u64() {
             self.usage.input = i;
+        }
+        if let Some(r) = u["cache_read_input_tokens"].as_u64() {
+            self.usage.cache_read = r;
+        }
+        if let Some(w) = u["cache_creation_input_tokens"].as_u64() {
+            self.usage.cache_write = w;
         }
     }
 
@@ -367,5 +475,58 @@ fn finish_block(b: Building) -> Option<Content> {
             arguments: parse_arguments(&json),
         }),
         Building::Other => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(history: &[&Message], cache_key: Option<&str>) -> String {
+        let req = ModelRequest {
+            system: "sys",
+            messages: history,
+            tools: &[],
+            cache_key,
+        };
+        String::from_utf8(
+            request_body("m", &crate::provider::Sampling::max_tokens(10), &req).unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_continued_conversation_has_three_breakpoints_a_one_off_call_none() {
+        let answer = Message::Assistant(AssistantMessage {
+            content: vec![Content::text("ok")],
+            api: String::new(),
+            provider: String::new(),
+            model: String::new(),
+            usage: Usage::default(),
+            stop_reason: StopReason::Stop,
+            error_message: None,
+            timestamp: 0,
+        });
+        let turns: Vec<Message> = (0..10)
+            .map(|i| Message::user(format!("turn {i}")))
+            .collect();
+        let mut history: Vec<&Message> = Vec::new();
+        for t in &turns {
+            history.extend([t, &answer]);
+        }
+        history.pop();
+        let cached = body(&history, Some("s"));
+        assert_eq!(cached.matches("cache_control").count(), 3, "{cached}");
+        for marked in ["turn 8", "turn 9"] {
+            let block = format!(
+                r#"{{"type":"text","text":"{marked}","cache_control":{{"type":"ephemeral"}}}}"#
+            );
+            assert!(cached.contains(&block), "{cached}");
+        }
+        let one_off = body(&history, None);
+        assert_eq!(one_off.matches("cache_control").count(), 0, "{one_off}");
+        // Consecutive user messages merge into one turn: one breakpoint, on its last block.
+        let merged: Vec<&Message> = turns.iter().collect();
+        assert_eq!(body(&merged, Some("s")).matches("cache_control").count(), 2);
     }
 }

@@ -31,6 +31,10 @@ pub(crate) struct ModelRequest<'a> {
     pub(crate) system: &'a str,
     pub(crate) messages: &'a [&'a Message],
     pub(crate) tools: &'a [ToolSpec],
+    /// Set for a conversation that will be continued (the session id): the provider may
+    /// cache its prefix (Anthropic breakpoints, OpenAI's `prompt_cache_key`). `None` for
+    /// one-off calls such as a compaction summary, whose prefix is never sent again.
+    pub(crate) cache_key: Option<&'a str>,
 }
 
 /// What a provider streams while a call is under way.
@@ -126,6 +130,20 @@ pub(crate) struct Sampling {
     /// OpenAI: the output limit goes in `max_completion_tokens` (reasoning models
     /// refuse `max_tokens`).
     pub(crate) completion_tokens: bool,
+}
+
+#[cfg(test)]
+impl Sampling {
+    /// Only an output limit, as unit tests of the request bodies need.
+    pub(crate) fn max_tokens(n: u32) -> Sampling {
+        Sampling {
+            max_tokens: n,
+            temperature: None,
+            keep_alive: None,
+            num_ctx: 0,
+            completion_tokens: false,
+        }
+    }
 }
 
 /// OpenAI models that take `max_completion_tokens` instead of `max_tokens`.
@@ -307,6 +325,8 @@ impl Provider {
             ttft_ms = first_token.map(|d| d.as_millis() as u64),
             total_ms = started.elapsed().as_millis() as u64,
             input_tokens = msg.usage.input,
+            cache_read_tokens = msg.usage.cache_read,
+            cache_write_tokens = msg.usage.cache_write,
             output_tokens = msg.usage.output,
             "model call"
         );
@@ -332,7 +352,13 @@ impl Provider {
             ),
             ProviderKind::Openai => (
                 format!("{}/chat/completions", self.base_url),
-                openai::request_body(&self.model, &self.sampling(), req),
+                openai::request_body(
+                    &self.model,
+                    &self.sampling(),
+                    req,
+                    req.cache_key
+                        .filter(|_| openai::takes_cache_key(&self.base_url)),
+                ),
             ),
             ProviderKind::Ollama => (
                 format!("{}/api/chat", self.base_url),

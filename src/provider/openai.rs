@@ -4,6 +4,14 @@
 //! Tool calls stream as `choices[0].delta.tool_calls[]` fragments keyed by `index`: the
 //! id and name once, then `function.arguments` pieces. The stream ends with
 //! `data: [DONE]`; usage comes in a final chunk because we ask for it.
+//!
+//! Prompt caching: OpenAI caches long prompt prefixes by itself and reports the cached
+//! part as `usage.prompt_tokens_details.cached_tokens` (recorded as `cacheRead`; the
+//! fresh `input` is the rest). A stable `prompt_cache_key` (the session id) routes a
+//! conversation's requests to the same cache; it is sent only to `api.openai.com`,
+//! since compatible servers may refuse fields they do not know. Local servers
+//! (llama.cpp, vLLM, Ollama) reuse their prefix cache when the prompt's start is
+//! byte-identical from step to step, which the loop keeps it.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -26,6 +34,14 @@ struct Body<'a> {
     temperature: Option<f64>,
     stream: bool,
     stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+}
+
+/// Whether the server at `base_url` takes `prompt_cache_key`: OpenAI's own API only.
+pub(crate) fn takes_cache_key(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url)
+        .is_ok_and(|u| u.scheme() == "https" && u.host_str() == Some("api.openai.com"))
 }
 
 #[derive(Serialize)]
@@ -72,6 +88,7 @@ pub(crate) fn request_body(
     model: &str,
     sampling: &super::Sampling,
     req: &ModelRequest<'_>,
+    prompt_cache_key: Option<&str>,
 ) -> serde_json::Result<Vec<u8>> {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     messages.push(Msg::System {
@@ -121,6 +138,7 @@ pub(crate) fn request_body(
         stream_options: StreamOptions {
             include_usage: true,
         },
+        prompt_cache_key,
     })
 }
 
@@ -284,5 +302,52 @@ impl Assembly {
             error_message: None,
             timestamp: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_openai_itself_is_sent_a_prompt_cache_key() {
+        assert!(takes_cache_key("https://api.openai.com/v1"));
+        for other in [
+            "http://api.openai.com/v1",
+            "https://api.openai.com.evil.example/v1",
+            "http://127.0.0.1:8080/v1",
+            "http://localhost:11434/v1",
+            "https://openrouter.ai/api/v1",
+            "not a url",
+        ] {
+            assert!(!takes_cache_key(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn the_cache_key_is_in_the_body_only_when_given() {
+        let user = Message::user("hi");
+        let req = ModelRequest {
+            system: "sys",
+            messages: &[&user],
+            tools: &[],
+            cache_key: Some("session-1"),
+        };
+        let with: Value = serde_json::from_slice(
+            &request_body(
+                "m",
+                &crate::provider::Sampling::max_tokens(10),
+                &req,
+                Some("session-1"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(with["prompt_cache_key"], "session-1");
+        let without: Value = serde_json::from_slice(
+            &request_body("m", &crate::provider::Sampling::max_tokens(10), &req, None).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(without.get("prompt_cache_key"), None);
     }
 }

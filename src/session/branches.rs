@@ -313,6 +313,7 @@ fn node_summary(body: &Body) -> (&str, String) {
         Body::Known(_) => ("other", String::new()),
         Body::Other(t) => (t.as_str(), String::new()),
         Body::UserText(t, text) => (t.as_str(), crate::util::one_line(text, 200)),
+        Body::Evicted { .. } => ("message", String::new()),
     }
 }
 

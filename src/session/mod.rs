@@ -13,7 +13,9 @@
 //! `custom` entries; `branches` reads the tree back as branches, comparisons and exports.
 
 pub mod branches;
+mod evict;
 pub mod records;
+mod repair;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -24,7 +26,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::message::{Content, Message, StopReason, ToolResultMessage};
+use crate::message::{Message, StopReason};
 pub use records::Record;
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +84,13 @@ pub enum Body {
     /// An entry of pi's that the model sees as user text (`bashExecution` and `custom`
     /// messages, `custom_message` entries): its type and that text.
     UserText(String, String),
+    /// A message before the newest compaction, dropped from the writer's memory so a
+    /// long session does not grow it: the entry is the `len` bytes at `offset` in the
+    /// file, read back by `Session::context` when a rollback or branch reaches it.
+    Evicted {
+        offset: u64,
+        len: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +99,12 @@ pub struct Entry {
     pub parent_id: Option<String>,
     timestamp: String,
     pub body: Body,
+}
+
+impl Entry {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
 }
 
 #[derive(Serialize)]
@@ -187,8 +202,10 @@ impl SessionStore {
         };
         let mut line = serde_json::to_vec(&header).map_err(|e| io(std::io::Error::other(e)))?;
         line.push(b'\n');
+        // Readable too: evicted entries are read back from it.
         let mut file = OpenOptions::new()
             .create_new(true)
+            .read(true)
             .append(true)
             .open(&path)
             .map_err(io)?;
@@ -198,6 +215,9 @@ impl SessionStore {
             path,
             file,
             entries: Vec::new(),
+            spans: Vec::new(),
+            size: line.len() as u64,
+            evicted_to: 0,
             index: HashMap::new(),
             leaf: None,
         })
@@ -209,6 +229,12 @@ pub struct Session {
     path: PathBuf,
     file: File,
     entries: Vec<Entry>,
+    /// Where each entry's line is in the file: offset and length.
+    spans: Vec<(u64, usize)>,
+    /// The file's length: where the next line goes.
+    size: u64,
+    /// Entries before this index hold no messages in memory (`Body::Evicted`).
+    evicted_to: usize,
     index: HashMap<String, usize>,
     leaf: Option<String>,
 }
@@ -237,14 +263,20 @@ impl Session {
                 .unwrap_or_default()
         };
         let mut file = if writer {
-            OpenOptions::new().append(true).open(&path).map_err(io)?
+            OpenOptions::new()
+                .read(true)
+                .append(true)
+                .open(&path)
+                .map_err(io)?
         } else {
             File::open(&path).map_err(io)?
         };
+        let mut size = bytes.len() as u64;
         if writer && complete < bytes.len() {
             let torn = &bytes[complete..];
             if serde_json::from_slice::<Value>(torn).is_ok() {
                 file.write_all(b"\n").map_err(io)?;
+                size += 1;
             } else {
                 tracing::warn!(
                     "session file {}: dropping a torn last line ({} bytes)",
@@ -252,13 +284,13 @@ impl Session {
                     torn.len()
                 );
                 file.set_len(complete as u64).map_err(io)?;
+                size = complete as u64;
             }
         }
-        let text = String::from_utf8_lossy(&bytes);
-        let mut lines = text.lines().enumerate();
+        let mut lines = evict::lines_with_offsets(&bytes).enumerate();
         match lines.next() {
-            Some((_, first))
-                if serde_json::from_str::<Header>(first).is_ok_and(|h| h.kind == "session") => {}
+            Some((_, (_, first)))
+                if serde_json::from_str::<Header>(&first).is_ok_and(|h| h.kind == "session") => {}
             _ => {
                 return Err(SessionError::Corrupt {
                     path,
@@ -267,12 +299,16 @@ impl Session {
             }
         }
         let mut entries = Vec::new();
-        for (n, line) in lines {
+        let mut spans = Vec::new();
+        for (n, (span, line)) in lines {
             if line.trim().is_empty() {
                 continue;
             }
-            match parse_entry(line) {
-                Some(e) => entries.push(e),
+            match parse_entry(&line) {
+                Some(e) => {
+                    entries.push(e);
+                    spans.push(span);
+                }
                 None => {
                     tracing::warn!(
                         "session file {}: line {} is not an entry, skipped",
@@ -288,14 +324,24 @@ impl Session {
             .map(|(i, e)| (e.id.clone(), i))
             .collect();
         let leaf = entries.last().map(|e| e.id.clone());
-        Ok(Session {
+        let mut session = Session {
             id: id.into(),
             path,
             file,
             entries,
+            spans,
+            size,
+            evicted_to: 0,
             index,
             leaf,
-        })
+        };
+        if writer {
+            let kept = session.path_to_leaf().first().map(|e| e.id.clone());
+            if let Some(kept) = kept {
+                session.evict_before(&kept);
+            }
+        }
+        Ok(session)
     }
 
     /// Makes what was appended so far survive a power loss; the sync itself runs on a
@@ -368,6 +414,15 @@ impl Session {
                 path: self.path.clone(),
                 source,
             })?;
+        self.spans.push((self.size, bytes.len() - 1));
+        self.size += bytes.len() as u64;
+        let kept = match &known {
+            Known::Compaction {
+                first_kept_entry_id,
+                ..
+            } => Some(first_kept_entry_id.clone()),
+            _ => None,
+        };
         self.index.insert(id.clone(), self.entries.len());
         self.entries.push(Entry {
             id: id.clone(),
@@ -376,6 +431,9 @@ impl Session {
             body: Body::Known(known),
         });
         self.leaf = Some(id.clone());
+        if let Some(kept) = kept {
+            self.evict_before(&kept);
+        }
         Ok(id)
     }
 
@@ -403,10 +461,13 @@ impl Session {
         self.append(Known::Message { message })
     }
 
-    /// Entries from the root to the leaf.
+    /// The entries the model's context is built from, oldest first: from the first
+    /// entry the newest compaction on the path kept (or the root) to the leaf. The walk
+    /// stops there, so its cost follows the context, not the session's length.
     fn path_to_leaf(&self) -> Vec<&Entry> {
         let mut out = Vec::new();
         let mut cur = self.leaf.as_deref();
+        let mut first_kept: Option<&str> = None;
         while let Some(id) = cur {
             // A cycle in a hand-edited file must not loop forever.
             if out.len() > self.entries.len() {
@@ -415,6 +476,19 @@ impl Session {
             let Some(&i) = self.index.get(id) else { break };
             let e = &self.entries[i];
             out.push(e);
+            if first_kept == Some(e.id.as_str()) {
+                break;
+            }
+            if let (
+                None,
+                Body::Known(Known::Compaction {
+                    first_kept_entry_id,
+                    ..
+                }),
+            ) = (first_kept, &e.body)
+            {
+                first_kept = Some(first_kept_entry_id);
+            }
             cur = e.parent_id.as_deref();
         }
         out.reverse();
@@ -460,6 +534,11 @@ impl Session {
                 }) if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) => {}
                 Body::Known(Known::Message { message }) => out.push((&e.id, Cow::Borrowed(message))),
                 Body::UserText(_, text) => out.push((&e.id, Cow::Owned(Message::user(text.clone())))),
+                Body::Evicted { offset, len } => {
+                    if let Some(m) = self.read_back(*offset, *len) {
+                        out.push((&e.id, Cow::Owned(m)));
+                    }
+                }
                 Body::Known(Known::BranchSummary { summary, .. }) => out.push((
                     &e.id,
                     Cow::Owned(Message::user(format!(
@@ -472,7 +551,7 @@ impl Session {
         // Repair may insert synthetic results, so find the compaction point again by id.
         let first_fresh: Option<&str> =
             fresh_from_entry.and_then(|f| out.get(f).map(|(id, _)| *id));
-        let messages = repair(out);
+        let messages = repair::repair(out);
         let fresh_from = match (fresh_from_entry, first_fresh) {
             (Some(_), Some(id)) => messages
                 .iter()
@@ -592,57 +671,4 @@ fn summary_message(summary: &str) -> Message {
     Message::user(format!(
         "The conversation so far was summarized to fit the context window:\n<summary>\n{summary}\n</summary>"
     ))
-}
-
-/// Makes history valid for every provider: each tool call is followed by exactly one
-/// result (a synthetic "aborted" one where the run was interrupted), results without a
-/// call are dropped, and failed empty assistant turns are left out.
-fn repair<'a>(messages: Vec<(&'a str, Cow<'a, Message>)>) -> Vec<(&'a str, Cow<'a, Message>)> {
-    let mut out: Vec<(&'a str, Cow<'a, Message>)> = Vec::with_capacity(messages.len());
-    let mut open: Vec<(String, String)> = Vec::new(); // calls awaiting a result
-    let close_open = |out: &mut Vec<(&'a str, Cow<'a, Message>)>,
-                      open: &mut Vec<(String, String)>| {
-        for (call_id, name) in open.drain(..) {
-            out.push((
-                "",
-                Cow::Owned(Message::ToolResult(ToolResultMessage {
-                    tool_call_id: call_id,
-                    tool_name: name,
-                    content: vec![Content::text(
-                        "aborted: the run was interrupted before this tool call finished",
-                    )],
-                    details: None,
-                    is_error: true,
-                    timestamp: crate::util::now_millis(),
-                })),
-            ));
-        }
-    };
-    for (id, m) in messages {
-        match m.as_ref() {
-            Message::ToolResult(r) => {
-                if let Some(pos) = open.iter().position(|(c, _)| *c == r.tool_call_id) {
-                    open.remove(pos);
-                    out.push((id, m));
-                }
-            }
-            Message::Assistant(a) => {
-                close_open(&mut out, &mut open);
-                if a.content.is_empty() {
-                    continue;
-                }
-                open = a
-                    .tool_calls()
-                    .map(|(c, n, _)| (c.to_string(), n.to_string()))
-                    .collect();
-                out.push((id, m));
-            }
-            Message::User(_) => {
-                close_open(&mut out, &mut open);
-                out.push((id, m));
-            }
-        }
-    }
-    close_open(&mut out, &mut open);
-    out
 }

@@ -1,7 +1,9 @@
 //! A scripted LLM server that speaks the three wire formats byte-faithfully: Anthropic
 //! SSE (`message_start` … `message_stop`, `input_json_delta` fragments), OpenAI Chat
 //! Completions SSE (tool-call deltas, usage chunk, `[DONE]`) and Ollama NDJSON. It
-//! serves scripted turns in order, injects faults, and records every request.
+//! serves scripted turns in order, injects faults, and records every request. It
+//! caches prompts by the APIs' rules (`llm_cache.rs`) and reports the cached tokens in
+//! its usage as the real APIs do.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -16,6 +18,11 @@ use axum::routing::post;
 use axum::Router;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
+
+#[path = "llm_cache.rs"]
+mod cache;
+#[allow(unused_imports)] // the benchmark server uses only part of it
+pub use cache::{CacheUse, PromptCache, LIFETIME, MIN_CACHEABLE_TOKENS};
 
 pub const API_KEY: &str = "test-key";
 pub const SUMMARY: &str = "SUMMARY: the user asked for file reads; a.txt and b.txt were read.";
@@ -65,6 +72,20 @@ pub fn text(s: &str) -> Turn {
     Turn::Text(s.to_string())
 }
 
+/// An Anthropic request's system prompt, sent as a string or as text blocks (with a
+/// cache breakpoint).
+pub fn system_text(body: &Value) -> String {
+    match &body["system"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
 pub fn tool(name: &str, args: Value) -> Turn {
     Turn::Tools(String::new(), vec![(name.to_string(), args)])
 }
@@ -74,6 +95,8 @@ pub struct Recorded {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Value,
+    /// How the request's input tokens split between fresh, cache write and cache read.
+    pub cache: CacheUse,
 }
 
 #[derive(Default)]
@@ -91,6 +114,11 @@ struct Script {
     first_request_bytes: Vec<usize>,
     requests: Vec<Recorded>,
     call_seq: usize,
+    cache: PromptCache,
+    /// Light mode parses bodies for the cache only when asked (benchmarks of cost).
+    cache_in_light: bool,
+    /// Input tokens of every request so far, by how they were billed.
+    totals: CacheUse,
 }
 
 #[derive(Clone)]
@@ -130,6 +158,21 @@ impl ScriptedLlm {
 
     pub fn light(&self) {
         self.state.lock().unwrap().light = true;
+    }
+
+    /// Light mode: still parse Anthropic and OpenAI requests to simulate prompt caching.
+    pub fn cache_in_light_mode(&self) {
+        self.state.lock().unwrap().cache_in_light = true;
+    }
+
+    /// Moves the prompt cache's clock forward (its entries live `LIFETIME`).
+    pub fn advance_clock(&self, by: Duration) {
+        self.state.lock().unwrap().cache.advance(by);
+    }
+
+    /// Input tokens of every request so far, by how they were billed.
+    pub fn cache_totals(&self) -> CacheUse {
+        self.state.lock().unwrap().totals
     }
 
     /// Serves every conversation the same script, by its position in the conversation.
@@ -180,6 +223,7 @@ impl ScriptedLlm {
         path: &str,
         headers: HeaderMap,
         body: Value,
+        cache: CacheUse,
     ) -> (Option<Turn>, usize) {
         let mut s = state.lock().unwrap();
         // No tools (or an empty list): a side request, such as picogent's compaction
@@ -206,6 +250,7 @@ impl ScriptedLlm {
                 path: path.into(),
                 headers,
                 body,
+                cache,
             });
         }
         s.call_seq += 1;
@@ -279,23 +324,74 @@ fn parse_body(s: &Arc<Mutex<Script>>, body: &Bytes) -> (Value, usize) {
 /// Benchmarks: how many requests came, and each conversation's first request size.
 async fn stats(State(s): Shared) -> axum::Json<Value> {
     let st = s.lock().unwrap();
-    axum::Json(json!({"requests": st.call_seq, "first_request_bytes": st.first_request_bytes}))
+    let t = st.totals;
+    axum::Json(
+        json!({"requests": st.call_seq, "first_request_bytes": st.first_request_bytes,
+        "input": {"fresh": t.fresh, "cache_write": t.write, "cache_read": t.read}}),
+    )
 }
 
-async fn anthropic(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let (body, tokens) = parse_body(&s, &body);
+/// How the request's input splits under prompt caching (Anthropic and OpenAI; others
+/// have no cache here); an error is the API's refusal (HTTP 400).
+fn cache_use(
+    s: &Arc<Mutex<Script>>,
+    wire: Wire,
+    raw: &Bytes,
+    body: &Value,
+    total: usize,
+) -> Result<CacheUse, String> {
+    let mut st = s.lock().unwrap();
+    let uncached = CacheUse {
+        fresh: total,
+        ..Default::default()
+    };
+    let parsed;
+    let body = match (st.light, st.cache_in_light, wire) {
+        (_, _, Wire::Ollama | Wire::Responses) | (true, false, _) => {
+            st.totals.fresh += total;
+            return Ok(uncached);
+        }
+        (true, true, _) => {
+            parsed = serde_json::from_slice(raw).unwrap_or(Value::Null);
+            &parsed
+        }
+        (false, _, _) => body,
+    };
+    let u = match wire {
+        Wire::Anthropic => st.cache.anthropic(body, total)?,
+        _ => {
+            let read = st.cache.openai(body, total);
+            CacheUse {
+                fresh: total - read,
+                write: 0,
+                read,
+            }
+        }
+    };
+    st.totals.fresh += u.fresh;
+    st.totals.write += u.write;
+    st.totals.read += u.read;
+    Ok(u)
+}
+
+async fn anthropic(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
+    let (body, tokens) = parse_body(&s, &raw);
     if !authorized(&headers) {
         return error_response(401, None, "invalid x-api-key");
     }
     if headers.get("anthropic-version").is_none() {
         return error_response(400, None, "anthropic-version header is required");
     }
-    let (turn, seq) = ScriptedLlm::next(&s, "/v1/messages", headers, body);
-    respond(Wire::Anthropic, turn, seq, tokens)
+    let usage = match cache_use(&s, Wire::Anthropic, &raw, &body, tokens) {
+        Ok(u) => u,
+        Err(m) => return error_response(400, None, &m),
+    };
+    let (turn, seq) = ScriptedLlm::next(&s, "/v1/messages", headers, body, usage);
+    respond(Wire::Anthropic, turn, seq, usage)
 }
 
-async fn openai(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let (body, tokens) = parse_body(&s, &body);
+async fn openai(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
+    let (body, tokens) = parse_body(&s, &raw);
     if !authorized(&headers) {
         return error_response(401, None, "Incorrect API key provided");
     }
@@ -309,24 +405,31 @@ async fn openai(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
             "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
         );
     }
-    let (turn, seq) = ScriptedLlm::next(&s, "/v1/chat/completions", headers, body);
-    respond(Wire::OpenAi, turn, seq, tokens)
+    let usage = match cache_use(&s, Wire::OpenAi, &raw, &body, tokens) {
+        Ok(u) => u,
+        Err(m) => return error_response(400, None, &m),
+    };
+    let (turn, seq) = ScriptedLlm::next(&s, "/v1/chat/completions", headers, body, usage);
+    respond(Wire::OpenAi, turn, seq, usage)
 }
 
-async fn responses(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let (body, tokens) = parse_body(&s, &body);
-    let (turn, seq) = ScriptedLlm::next(&s, "/v1/responses", headers, body);
-    respond(Wire::Responses, turn, seq, tokens)
+async fn responses(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
+    let (body, tokens) = parse_body(&s, &raw);
+    let usage = cache_use(&s, Wire::Responses, &raw, &body, tokens).unwrap_or_default();
+    let (turn, seq) = ScriptedLlm::next(&s, "/v1/responses", headers, body, usage);
+    respond(Wire::Responses, turn, seq, usage)
 }
 
-async fn ollama(State(s): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let (body, tokens) = parse_body(&s, &body);
-    let (turn, seq) = ScriptedLlm::next(&s, "/api/chat", headers, body);
-    respond(Wire::Ollama, turn, seq, tokens)
+async fn ollama(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
+    let (body, tokens) = parse_body(&s, &raw);
+    let usage = cache_use(&s, Wire::Ollama, &raw, &body, tokens).unwrap_or_default();
+    let (turn, seq) = ScriptedLlm::next(&s, "/api/chat", headers, body, usage);
+    respond(Wire::Ollama, turn, seq, usage)
 }
 
-/// `tokens` is the request size in tokens (4 bytes each), reported back as input usage.
-fn respond(wire: Wire, turn: Option<Turn>, seq: usize, tokens: usize) -> Response {
+/// `tokens` is how the request's size in tokens (4 bytes each) splits under prompt
+/// caching, reported back as input usage.
+fn respond(wire: Wire, turn: Option<Turn>, seq: usize, tokens: CacheUse) -> Response {
     let Some(turn) = turn else {
         return error_response(400, None, "the scripted server has no more turns");
     };
@@ -406,13 +509,13 @@ fn encode(
     text: &str,
     calls: &[(String, Value)],
     seq: usize,
-    tokens: usize,
+    tokens: CacheUse,
 ) -> Vec<String> {
     match wire {
         Wire::Anthropic => anthropic_events(text, calls, seq, tokens),
         Wire::OpenAi => openai_chunks(text, calls, seq, tokens),
-        Wire::Ollama => ollama_lines(text, calls, tokens),
-        Wire::Responses => responses_events(text, calls, seq, tokens),
+        Wire::Ollama => ollama_lines(text, calls, tokens.fresh),
+        Wire::Responses => responses_events(text, calls, seq, tokens.fresh),
     }
 }
 
@@ -420,13 +523,14 @@ fn anthropic_events(
     text: &str,
     calls: &[(String, Value)],
     seq: usize,
-    tokens: usize,
+    tokens: CacheUse,
 ) -> Vec<String> {
     let mut out = vec![sse(
         "message_start",
         json!({"type": "message_start", "message": {"id": format!("msg_{seq}"), "type": "message", "role": "assistant",
             "model": "claude-scripted", "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": tokens, "output_tokens": 1}}}),
+            "usage": {"input_tokens": tokens.fresh, "cache_creation_input_tokens": tokens.write,
+                "cache_read_input_tokens": tokens.read, "output_tokens": 1}}}),
     )];
     out.push(sse("ping", json!({"type": "ping"})));
     let mut index = 0;
@@ -465,7 +569,12 @@ fn anthropic_events(
     out
 }
 
-fn openai_chunks(text: &str, calls: &[(String, Value)], seq: usize, tokens: usize) -> Vec<String> {
+fn openai_chunks(
+    text: &str,
+    calls: &[(String, Value)],
+    seq: usize,
+    tokens: CacheUse,
+) -> Vec<String> {
     let chunk = |delta: Value, finish: Value| {
         format!(
             "data: {}\n\n",
@@ -498,7 +607,8 @@ fn openai_chunks(text: &str, calls: &[(String, Value)], seq: usize, tokens: usiz
     out.push(format!(
         "data: {}\n\n",
         json!({"id": format!("chatcmpl-{seq}"), "object": "chat.completion.chunk", "created": 1, "model": "gpt-scripted",
-            "choices": [], "usage": {"prompt_tokens": tokens, "completion_tokens": 20, "total_tokens": tokens + 20}})
+            "choices": [], "usage": {"prompt_tokens": tokens.fresh + tokens.read, "completion_tokens": 20,
+                "total_tokens": tokens.fresh + tokens.read + 20, "prompt_tokens_details": {"cached_tokens": tokens.read}}})
     ));
     out.push("data: [DONE]\n\n".into());
     out

@@ -99,7 +99,7 @@ async fn read_edit_bash_answer_through_each_provider() {
         match wire {
             Wire::Responses => unreachable!("picogent has no Responses provider"),
             Wire::Anthropic => {
-                assert!(last["system"].as_str().unwrap().contains("Working folder"));
+                assert!(crate::common::llm::system_text(last).contains("Working folder"));
                 assert_eq!(last["tools"].as_array().unwrap().len(), 7);
                 assert_eq!(last["stream"], true);
                 assert_eq!(reqs[0].headers["x-api-key"], API_KEY);

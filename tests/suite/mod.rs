@@ -1,6 +1,7 @@
 mod agent_loop;
 mod agent_mode;
 mod attacks;
+mod caching;
 mod chat;
 mod claude_code;
 mod cli;

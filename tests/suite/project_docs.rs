@@ -5,10 +5,7 @@ use serde_json::json;
 use crate::common::*;
 
 fn system_of(llm: &ScriptedLlm) -> String {
-    llm.requests()[0].body["system"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    crate::common::llm::system_text(&llm.requests()[0].body)
 }
 
 #[tokio::test]

@@ -338,3 +338,86 @@ fn pi_entries_the_model_sees_are_sent_as_user_text_and_failed_turns_are_left_out
         ]
     );
 }
+
+/// The messages of a context, for comparing two views of one session (without the
+/// time stamps synthetic messages such as the summary get when they are made).
+fn context_messages(s: &picogent::session::Session) -> Vec<(String, serde_json::Value)> {
+    s.context()
+        .messages
+        .iter()
+        .map(|(id, m)| {
+            let mut v = serde_json::to_value(m.as_ref()).unwrap();
+            v["timestamp"] = json!(0);
+            (id.to_string(), v)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_writer_keeps_only_messages_since_the_last_compaction_in_memory() {
+    let sb = Sandbox::new();
+    let body: String = (0..100)
+        .map(|i| format!("line {i} {}\n", "x".repeat(50)))
+        .collect();
+    let names = ["a", "b", "c", "d", "e", "f"];
+    for name in names {
+        sb.write(&format!("{name}.txt"), &body);
+    }
+    let mut script: Vec<Turn> = names
+        .iter()
+        .map(|n| tool("read", json!({"path": format!("{n}.txt")})))
+        .collect();
+    script.push(text("all read"));
+    let llm = ScriptedLlm::start(script).await;
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"context_window": 8000, "max_tokens": 1000}),
+    );
+    run(&agent, "read all six files", "ev").await;
+    let store = SessionStore::new(sb.home.join("sessions"));
+    let reader = store.snapshot("ev").unwrap();
+    let mut writer = store.open("ev", &sb.work).unwrap();
+    // Every message before the newest compaction's first kept entry is out of memory,
+    // none after it.
+    let comp = writer
+        .entries()
+        .iter()
+        .rev()
+        .find_map(|e| match &e.body {
+            Body::Known(Known::Compaction {
+                first_kept_entry_id,
+                ..
+            }) => Some(first_kept_entry_id.clone()),
+            _ => None,
+        })
+        .expect("the run compacted");
+    let kept_at = writer
+        .entries()
+        .iter()
+        .position(|e| e.id() == comp)
+        .unwrap();
+    let is_message = |b: &Body| matches!(b, Body::Known(Known::Message { .. }));
+    let evicted = |b: &Body| matches!(b, Body::Evicted { .. });
+    let (before, after) = writer.entries().split_at(kept_at);
+    assert!(before.iter().any(|e| evicted(&e.body)));
+    assert!(!before.iter().any(|e| is_message(&e.body)));
+    assert!(!after.iter().any(|e| evicted(&e.body)));
+    // The model sees the same, and so does a branch from before the compaction, whose
+    // messages are read back from the file.
+    assert_eq!(context_messages(&writer), context_messages(&reader));
+    let first = reader.entries()[0].id().to_string();
+    let mut reader = reader;
+    for s in [&mut writer, &mut reader] {
+        s.branch_from(Some(&first)).unwrap();
+    }
+    let early = context_messages(&writer);
+    assert_eq!(early.len(), 1);
+    assert_eq!(early, context_messages(&reader));
+    // Appending after a branch into evicted history keeps working, and a new writer
+    // reads the file the same way.
+    writer.append_message(Message::user("again")).unwrap();
+    drop(writer);
+    let again = store.open("ev", &sb.work).unwrap();
+    assert_eq!(context_messages(&again).len(), 2);
+}

@@ -16,10 +16,7 @@ async fn the_prompt_lists_skills_without_their_bodies() {
     let llm = ScriptedLlm::start(vec![text("ok")]).await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
     run(&agent, "hi", "sk").await;
-    let system = llm.requests()[0].body["system"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let system = crate::common::llm::system_text(&llm.requests()[0].body);
     assert!(system.contains("<available_skills>"));
     assert!(system.contains("<name>review</name>"));
     assert!(system
@@ -94,7 +91,7 @@ async fn a_skill_reached_through_a_symlink_is_readable_under_allowed_paths() {
     let (_, outcome) = run(&agent, "make a pdf", "sl").await;
     assert_eq!(final_text(&outcome), "done");
     let reqs = llm.requests();
-    let system = reqs[0].body["system"].as_str().unwrap().to_string();
+    let system = crate::common::llm::system_text(&reqs[0].body);
     assert!(system.contains(&format!("<location>{}</location>", real.display())));
     let (read, read_err) = last_tool_result(&reqs[1].body);
     assert!(!read_err && read.contains("PDF-SKILL-BODY"), "{read}");
@@ -109,10 +106,7 @@ async fn the_prompt_says_relative_paths_resolve_against_the_skill_folder() {
     let llm = ScriptedLlm::start(vec![text("ok")]).await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
     run(&agent, "hi", "rel").await;
-    let system = llm.requests()[0].body["system"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let system = crate::common::llm::system_text(&llm.requests()[0].body);
     assert!(system.contains(
         "A skill's relative paths (scripts/x.py, reference.md) are relative to the skill's folder"
     ));
@@ -164,10 +158,7 @@ async fn skills_come_from_agents_folders_nested_groups_and_lenient_front_matter(
         ]
     );
     run(&agent_from(config), "hi", "nest").await;
-    let system = llm.requests()[0].body["system"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let system = crate::common::llm::system_text(&llm.requests()[0].body);
     assert!(system.contains("<name>pdf</name>") && system.contains("<name>deploy</name>"));
     assert!(!system.contains("manual"), "{system}");
 }

@@ -70,7 +70,6 @@ pub(super) async fn drive(
             ));
         }
         lp.refresh_tools();
-        lp.compact_if_needed(run).await?;
         let msg = lp.model_turn(run).await?;
         let calls: Vec<Call> = msg
             .tool_calls()
@@ -224,38 +223,47 @@ impl<'a> Loop<'a> {
         }
     }
 
-    async fn compact_if_needed(&self, run: &mut Run<'_>) -> Result<(), RunError> {
-        let cfg = run.config;
-        let plan = {
-            let ctx = run.session.context();
-            let needed = compaction::estimate(&ctx, self.fixed_tokens) + u64::from(cfg.max_tokens);
-            (needed > cfg.context_window).then(|| (plan_compaction(cfg, &ctx), needed))
-        };
-        match plan {
-            Some((plan, needed)) => {
-                compact(
-                    self.provider,
-                    &mut run.session,
-                    plan,
-                    run.cancel,
-                    run.out,
-                    needed,
-                )
-                .await
-            }
-            None => Ok(()),
-        }
+    /// The tokens the next request would need, when that overflows the window.
+    fn overflow(
+        &self,
+        cfg: &crate::config::Config,
+        ctx: &crate::session::Context<'_>,
+    ) -> Option<u64> {
+        let needed = compaction::estimate(ctx, self.fixed_tokens) + u64::from(cfg.max_tokens);
+        (needed > cfg.context_window).then_some(needed)
     }
 
-    /// One model call, streamed as events, recorded in the session.
+    /// Summarises older history so the next request fits.
+    async fn compact(&self, run: &mut Run<'_>, needed: u64) -> Result<(), RunError> {
+        let plan = plan_compaction(run.config, &run.session.context());
+        compact(
+            self.provider,
+            &mut run.session,
+            plan,
+            run.cancel,
+            run.out,
+            needed,
+        )
+        .await
+    }
+
+    /// One model call, streamed as events, recorded in the session; first a compaction
+    /// when the request would overflow the window. The context is built once a step
+    /// (twice when compacting): its cost follows the conversation's size.
     async fn model_turn(&self, run: &mut Run<'_>) -> Result<AssistantMessage, RunError> {
         let out = run.out;
-        let ctx = run.session.context();
+        let mut ctx = run.session.context();
+        if let Some(needed) = self.overflow(run.config, &ctx) {
+            drop(ctx);
+            self.compact(run, needed).await?;
+            ctx = run.session.context();
+        }
         let messages: Vec<&Message> = ctx.messages.iter().map(|(_, m)| m.as_ref()).collect();
         let request = ModelRequest {
             system: &self.system,
             messages: &messages,
             tools: &self.tool_specs,
+            cache_key: Some(run.session.id()),
         };
         run.steps += 1;
         let step = run.steps;
