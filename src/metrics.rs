@@ -112,9 +112,31 @@ pub(crate) fn run_finished(outcome: &str, kind: Option<&str>, steps: u32) {
     METRICS.steps.inc_by(u64::from(steps));
 }
 
-pub(crate) fn tool_call(tool: &str, is_error: bool) {
+/// A tool name as a label: names come from the model, so only tool-like names of a
+/// bounded length pass (the exposition format does not escape label values).
+fn tool_label(tool: &str) -> String {
+    let ok = !tool.is_empty()
+        && tool.len() <= 64
+        && tool
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        tool.to_string()
+    } else {
+        "other".into()
+    }
+}
+
+/// A tool call ended; `known`: the tool exists (an invented name counts as `unknown`,
+/// so a model cannot grow the label set).
+pub(crate) fn tool_call(tool: &str, known: bool, is_error: bool) {
+    let tool = if known {
+        tool_label(tool)
+    } else {
+        "unknown".into()
+    };
     let labels = vec![
-        ("tool", tool.to_string()),
+        ("tool", tool),
         ("result", if is_error { "error" } else { "ok" }.to_string()),
     ];
     METRICS.tool_calls.get_or_create(&labels).inc();

@@ -97,7 +97,13 @@ impl Checkpoints {
 
     /// Snapshots the folder; returns the commit, or the current one when nothing changed.
     pub fn snapshot(&self, message: &str) -> Result<String, CheckpointError> {
-        self.guard()?;
+        // A repository the agent made in the folder is neither entered nor tracked.
+        let nested = self.guard()?;
+        if !nested.is_empty() {
+            let mut args = vec!["rm", "-r", "--cached", "--quiet", "--ignore-unmatch", "--"];
+            args.extend(nested.iter().map(String::as_str));
+            self.git(&args)?;
+        }
         self.git(&["add", "--all", "."])?;
         if !self.excludes.is_empty() {
             // Repositories from before the exclusions may still track them.
@@ -169,8 +175,12 @@ impl Checkpoints {
     }
 
     /// Restores the repository's own config and attributes before git reads them.
-    fn guard(&self) -> Result<(), CheckpointError> {
-        let changed = git::restore_own_repository(&self.git_dir, &self.excludes).map_err(|e| {
+    /// Restores picogent's own files of the repository; the repositories nested in the
+    /// folder, which it excludes (git would run their `status`, with their own filters).
+    fn guard(&self) -> Result<Vec<String>, CheckpointError> {
+        let nested = git::nested_repositories(&self.work_tree);
+        let excludes: Vec<String> = self.excludes.iter().chain(&nested).cloned().collect();
+        let changed = git::restore_own_repository(&self.git_dir, &excludes).map_err(|e| {
             CheckpointError::Git {
                 args: "(restore config)".into(),
                 message: format!("{}: {e}", self.git_dir.display()),
@@ -183,7 +193,7 @@ impl Checkpoints {
                 changed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             );
         }
-        Ok(())
+        Ok(nested)
     }
 
     pub fn git_dir(&self) -> &Path {

@@ -57,6 +57,8 @@ pub struct RunRequest {
 pub(crate) struct WorktreeRun {
     /// The checkout's top folder (canonical).
     pub(crate) checkout: PathBuf,
+    /// The repository's git folder (canonical; may lie outside the checkout).
+    pub(crate) repository: PathBuf,
     /// The worktree's top folder (canonical).
     pub(crate) worktree: PathBuf,
 }

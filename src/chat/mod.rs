@@ -142,6 +142,21 @@ async fn metrics(State(st): State<Arc<ChatState>>, req: Request) -> Response {
     if !st.token_ok(req.uri(), auth) {
         return (StatusCode::UNAUTHORIZED, "missing or wrong token").into_response();
     }
+    // Without a token only this machine's own names: a web page that rebinds its DNS
+    // name to 127.0.0.1 cannot read it.
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let name = host.rsplit_once(':').map_or(host, |(n, _)| n);
+    if st.token.is_none() && !matches!(name, "127.0.0.1" | "localhost" | "[::1]") {
+        return (
+            StatusCode::FORBIDDEN,
+            "metrics are served to this machine only",
+        )
+            .into_response();
+    }
     crate::metrics::response()
 }
 

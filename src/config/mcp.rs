@@ -90,6 +90,8 @@ fn expand(value: &str, env: &Env, field: &str, origin: &str) -> Result<String, C
             Some((n, d)) => (n, Some(d)),
             None => (inner, None),
         };
+        // Whatever a server is given by name stays out of commands' environments.
+        crate::config::secrets::mark_secret(name);
         match (env.get(name), default) {
             (Some(v), _) => out.push_str(v),
             (None, Some(d)) => out.push_str(d),

@@ -23,14 +23,35 @@ const SECRET_VARS: &[&str] = &[
 /// The names `.env` defined: picogent's configuration, which commands never see.
 static ENV_FILE_NAMES: OnceLock<Vec<String>> = OnceLock::new();
 
-/// Whether a variable is kept from commands: `*_API_KEY`, one of the tokens picogent
-/// reads, or anything picogent's `.env` defined.
+/// Variables the configuration hands to someone (`${VAR}` in `mcp_servers`).
+static REFERENCED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Marks a variable the configuration passes on as secret: commands never inherit it.
+pub(crate) fn mark_secret(name: &str) {
+    let mut names = REFERENCED.lock().unwrap_or_else(|p| p.into_inner());
+    if !names.iter().any(|n| n == name) {
+        names.push(name.to_string());
+    }
+}
+
+/// Whether a variable is kept from commands: `*_API_KEY`, `*_TOKEN`, anything named
+/// like a secret or password, one of the tokens picogent reads, a variable the
+/// configuration passes on (`${VAR}`), or anything picogent's `.env` defined.
 pub(crate) fn is_secret(name: &str) -> bool {
-    name.ends_with("_API_KEY")
+    let upper = name.to_ascii_uppercase();
+    upper.ends_with("_API_KEY")
+        || upper.ends_with("_TOKEN")
+        || upper.contains("SECRET")
+        || upper.contains("PASSWORD")
         || SECRET_VARS.contains(&name)
         || ENV_FILE_NAMES
             .get()
             .is_some_and(|names| names.iter().any(|n| n == name))
+        || REFERENCED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|n| n == name)
 }
 
 /// Loads `path` (a `.env` file) into the environment, variables already set winning,

@@ -462,6 +462,7 @@ impl Router {
             request.work_dir = Some(t.work_dir.clone());
             request.worktree = Some(WorktreeRun {
                 checkout: w.checkout().to_path_buf(),
+                repository: w.repository().to_path_buf(),
                 worktree: t.path.clone(),
             });
         }

@@ -398,3 +398,115 @@ async fn shared_mode_is_the_default_outside_a_repository_and_can_be_forced_insid
     assert!(!c.contains("dirty.txt") && !c.contains("Branch"), "{c}");
     d.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_repository_nested_in_the_worktree_never_runs_its_filters_in_picogents_git() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let marker = sb.base().join("nested-ran");
+    let plant = format!(
+        "git init -q sub && echo one > sub/f.txt && git -C sub add f.txt && \
+         git -C sub -c user.name=a -c user.email=a@b commit -qm x && \
+         git -C sub config filter.z.clean 'touch {m}; cat' && \
+         git -C sub config filter.z.required true && \
+         echo '* filter=z' > sub/.git/info/attributes",
+        m = marker.display()
+    );
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": plant})),
+        text("Planted."),
+        tool(
+            "bash",
+            json!({"command": "echo two > sub/f.txt && touch sub/f.txt"}),
+        ),
+        text("Touched."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"allowed_paths": [sb.work]}));
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "n1", "Nest")).await;
+    tracker.wait_status("n1", "review", 30).await;
+    let msg = json!({"id": "e2", "type": "chat.message", "data": {"task_id": "n1",
+        "message": {"id": "m1", "content": "again"}}});
+    tracker.deliver(&cb, &msg).await;
+    tracker
+        .wait_for(30, "the reply", |t| t.comments("n1").len() >= 2)
+        .await;
+    assert!(
+        !marker.exists(),
+        "a nested repository's filter ran in picogent's git"
+    );
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn no_push_to_a_repository_inside_the_allowed_paths() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let inside = sb.work.join("mirror.git");
+    git(
+        &sb.work,
+        &["init", "-q", "--bare", inside.to_str().unwrap()],
+    );
+    git(
+        &sb.work,
+        &["remote", "add", "origin", inside.to_str().unwrap()],
+    );
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.per_conversation(writer_script(&sb));
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(
+        &llm,
+        &tracker,
+        json!({"push": true, "allowed_paths": [sb.work]}),
+    );
+    let cb = tracker.callback_url().await;
+    tracker
+        .deliver(&cb, &assigned("e1", "q1", "Push inside"))
+        .await;
+    tracker.wait_status("q1", "review", 30).await;
+    let c = comment_of(&tracker, "q1", 0);
+    assert!(c.contains("inside the agent's allowed paths"), "{c}");
+    assert!(Command::new("git")
+        .args([
+            "--git-dir",
+            inside.to_str().unwrap(),
+            "rev-parse",
+            "--verify",
+            "-q",
+            "picogent/q1"
+        ])
+        .output()
+        .unwrap()
+        .stdout
+        .is_empty());
+    d.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shared_mode_reads_the_status_without_running_planted_filters() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let marker = sb.base().join("shared-ran");
+    let touch = format!("touch {}; cat", marker.display());
+    git(&sb.work, &["config", "filter.evil.clean", &touch]);
+    git(&sb.work, &["config", "filter.evil.required", "true"]);
+    std::fs::write(sb.work.join(".git/info/attributes"), "* filter=evil\n").unwrap();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo changed > shared.txt"})),
+        text("Done."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"workspace": "shared"}));
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "f1", "Change")).await;
+    tracker.wait_status("f1", "review", 30).await;
+    assert!(
+        !marker.exists(),
+        "a planted filter ran in picogent's git status"
+    );
+    assert!(comment_of(&tracker, "f1", 0).contains("- `shared.txt`"));
+    d.stop().await.unwrap();
+}

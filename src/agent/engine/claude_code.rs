@@ -464,7 +464,7 @@ fn on_tool_results(
 ) {
     for mut r in results {
         r.tool_name = names.get(&r.tool_call_id).cloned().unwrap_or_default();
-        crate::metrics::tool_call(&r.tool_name, r.is_error);
+        crate::metrics::tool_call(&r.tool_name, true, r.is_error);
         run.out.emit(AgentEvent::ToolResult {
             id: r.tool_call_id.clone(),
             name: r.tool_name.clone(),

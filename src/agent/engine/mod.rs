@@ -130,7 +130,11 @@ async fn locked(
         .clone()
         .unwrap_or_else(|| config.work_dir.clone());
     let sandbox = match &req.worktree {
-        Some(w) => Arc::new(inner.sandbox.for_worktree(&w.checkout, &w.worktree)),
+        Some(w) => Arc::new(
+            inner
+                .sandbox
+                .for_worktree(&w.checkout, &w.repository, &w.worktree),
+        ),
         None => inner.sandbox.clone(),
     };
     let work_dir = sandbox.check_work_dir(&requested).map_err(|e| {

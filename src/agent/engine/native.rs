@@ -86,6 +86,7 @@ pub(super) async fn drive(
             control: run.control,
             cfg,
             mcp,
+            known_tools: &lp.tool_specs,
         };
         let end = run_calls(
             &calls,
@@ -349,6 +350,8 @@ struct Steer<'a> {
     control: &'a RunControl,
     cfg: &'a crate::config::Config,
     mcp: &'a Mcp,
+    /// The tools offered this turn (a call to another name is unknown).
+    known_tools: &'a [ToolSpec],
 }
 
 type Call = (String, String, serde_json::Value);
@@ -488,7 +491,8 @@ async fn record(
     steer: &Steer<'_>,
 ) -> Result<(), RunError> {
     let (id, name, _) = done.call;
-    crate::metrics::tool_call(name, result.is_error);
+    let known = steer.known_tools.iter().any(|t| t.name == name.as_str());
+    crate::metrics::tool_call(name, known, result.is_error);
     if done.count >= guard::WARN_AT && done.count < guard::STOP_AT {
         result
             .text

@@ -32,6 +32,24 @@ const PINNED: &[&str] = &[
     "tag.gpgsign=false",
     "protocol.allow=never",
     "submodule.recurse=false",
+    // A repository nested in the tree (a gitlink) is not entered: its configuration
+    // and attributes are the agent's and could name a filter.
+    "diff.ignoreSubmodules=all",
+    "status.submoduleSummary=false",
+];
+
+/// The only variables a git picogent runs inherits (no key or token reaches it).
+const KEPT_VARS: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "SSH_AUTH_SOCK",
 ];
 
 /// The `info/attributes` of picogent's own repositories: no filter, diff or merge
@@ -79,6 +97,12 @@ pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confine
 /// settings that run programs pinned, no system or global configuration, no variable
 /// of picogent's environment pointing git elsewhere, names taken literally.
 pub fn harden(cmd: &mut Command) {
+    cmd.env_clear();
+    for var in KEPT_VARS {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
     for setting in PINNED {
         cmd.args(["-c", setting]);
     }
@@ -159,4 +183,31 @@ pub(crate) fn restore_own_repository(
         }
     }
     Ok(changed)
+}
+
+/// Folders below `top` that hold a `.git` of their own (relative, `/`-separated); the
+/// walk does not enter them, nor follow links.
+pub(crate) fn nested_repositories(top: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![top.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(kind) = e.file_type() else { continue };
+            if !kind.is_dir() || e.file_name() == ".git" {
+                continue;
+            }
+            let path = e.path();
+            if std::fs::symlink_metadata(path.join(".git")).is_ok() {
+                if let Ok(rel) = path.strip_prefix(top) {
+                    found.push(rel.to_string_lossy().into_owned());
+                }
+            } else {
+                stack.push(path);
+            }
+        }
+    }
+    found
 }

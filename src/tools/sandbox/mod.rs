@@ -176,9 +176,20 @@ impl Sandbox {
     /// one that covers the whole checkout covers the worktree too, and the checkout
     /// itself becomes read-only, so the run cannot change the user's files, index or
     /// branches.
-    pub fn for_worktree(&self, top: &Path, tree: &Path) -> Sandbox {
+    pub fn for_worktree(&self, top: &Path, common: &Path, tree: &Path) -> Sandbox {
         let mut s = self.clone();
+        // The checkout and the repository (which may lie elsewhere) are never the run's
+        // to write, even when nothing else is restricted: a planted hook, filter or
+        // `commondir` there would run with picogent's git.
+        for p in [top, common] {
+            if !s.read_only.iter().any(|r| p.starts_with(r)) {
+                s.read_only.push(p.to_path_buf());
+            }
+        }
         if self.allowed.is_empty() {
+            if let Some(c) = &mut s.confinement {
+                c.read_only = s.read_only.clone();
+            }
             return s;
         }
         let mut allowed: Vec<PathBuf> = Vec::new();
@@ -194,9 +205,6 @@ impl Sandbox {
             allowed.push(moved);
         }
         allowed.dedup();
-        if self.inside_allowed(top) || self.allowed.iter().any(|a| a.starts_with(top)) {
-            s.read_only.push(top.to_path_buf());
-        }
         s.allowed = allowed;
         if let Some(c) = &mut s.confinement {
             c.writable = Some(s.allowed.clone());

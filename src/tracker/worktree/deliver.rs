@@ -32,17 +32,26 @@ impl Worktrees {
         summary: &str,
         end: RunEnd,
     ) -> Result<Delivered, WorktreeError> {
-        let _one = lock(&self.lock);
-        let mut add = self.tree_git(tree);
-        add.args(["add", "--all", "--", "."]);
-        run(add)?;
-        let mut changed = self.tree_git(tree);
-        changed.args(["diff", "--cached", "--quiet"]);
-        let committed = if run(changed).is_ok() {
-            None
-        } else {
-            Some(self.commit(tree, title, summary, end)?)
+        let committed = {
+            let _one = lock(&self.lock);
+            let mut add = self.tree_git(tree);
+            // A repository the agent made inside the worktree is left out: git would
+            // run its `status` there, with that repository's own filters.
+            add.env_remove("GIT_LITERAL_PATHSPECS")
+                .args(["add", "--all", "--", ":(literal)."]);
+            for nested in crate::tools::sandbox::git::nested_repositories(&tree.path) {
+                add.arg(format!(":(exclude,literal){nested}"));
+            }
+            run(add)?;
+            let mut changed = self.tree_git(tree);
+            changed.args(["diff", "--cached", "--quiet", "--ignore-submodules=all"]);
+            if run(changed).is_ok() {
+                None
+            } else {
+                Some(self.commit(tree, title, summary, end)?)
+            }
         };
+        // Pushing can take long (a slow remote): other tasks are not held up by it.
         let slug = &tree.slug;
         let mut record = self.read_record(slug);
         let owed = committed.is_some() || record.as_ref().is_some_and(|r| r.push_pending);
@@ -115,13 +124,15 @@ impl Worktrees {
             "HEAD^",
             "HEAD",
         ]);
-        let diff = run(diff)?;
+        // Only what a comment can show is kept, whatever the agent wrote.
+        let diff = super::run_bounded(diff, DIFF_LIMIT + 1)?;
         Ok((commit, stat, diff))
     }
 
     /// Pushes the task's branch with the machine's own git credentials (global
     /// configuration allowed; programs named by the repository's configuration are not).
     fn push_branch(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
+        self.check_remote(tree, remote)?;
         let mut cmd = self.tree_git(tree);
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
         cmd.env_remove("GIT_CONFIG_GLOBAL");
@@ -132,7 +143,10 @@ impl Worktrees {
             "protocol.https.allow=always".into(),
             "protocol.ssh.allow=always".into(),
             "protocol.git.allow=always".into(),
-            "core.sshCommand=ssh".into(),
+            // Never a prompt, never a hang on a dead host.
+            "core.sshCommand=ssh -o BatchMode=yes -o ConnectTimeout=30".into(),
+            "http.lowSpeedLimit=1000".into(),
+            "http.lowSpeedTime=60".into(),
             format!("remote.{remote}.receivepack=git-receive-pack"),
             "credential.helper=".into(),
         ] {
@@ -140,6 +154,32 @@ impl Worktrees {
         }
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
         run(cmd).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+impl Worktrees {
+    /// A remote on this machine inside the agent's allowed paths is refused: pushing
+    /// to it would run hooks the agent could have planted there.
+    fn check_remote(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
+        let mut cmd = self.tree_git(tree);
+        cmd.args(["remote", "get-url", "--push", remote]);
+        let url = run(cmd).map_err(|e| e.to_string())?;
+        let local = match url.strip_prefix("file://") {
+            Some(p) => Some(p.to_string()),
+            None if !url.contains("://") && !url.split('/').next().unwrap_or("").contains(':') => {
+                Some(url.clone())
+            }
+            None => None,
+        };
+        let Some(path) = local else { return Ok(()) };
+        let path = std::fs::canonicalize(self.top.join(&path)).unwrap_or_else(|_| path.into());
+        if self.allowed.iter().any(|a| path.starts_with(a)) {
+            return Err(format!(
+                "remote {remote} is a repository inside the agent's allowed paths ({}); picogent does not push there, since the agent could have planted hooks in it",
+                path.display()
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -205,9 +245,8 @@ impl Delivered {
                 let shown = crate::util::truncate_bytes(diff, DIFF_LIMIT);
                 let cut = if shown.len() < diff.len() {
                     format!(
-                        "\n_(The diff is cut at {} KB of {} KB; the branch has all of it.)_",
-                        DIFF_LIMIT / 1000,
-                        diff.len() / 1000
+                        "\n_(The diff is cut at {} KB; the branch has all of it.)_",
+                        DIFF_LIMIT / 1000
                     )
                 } else {
                     String::new()

@@ -19,9 +19,7 @@ impl Worktrees {
         let admin = match self.admin_of(&path).filter(|_| path.is_dir()) {
             Some(admin) => admin,
             None => {
-                let mut prune = self.repo_git();
-                prune.args(["worktree", "prune"]);
-                run(prune)?;
+                self.prune_ours();
                 if std::fs::symlink_metadata(&path).is_ok() {
                     return Err(WorktreeError::Setup(format!(
                         "{} exists but is not a worktree of {}; move it away and send the task again",
@@ -145,9 +143,7 @@ impl Worktrees {
             run(cmd)?;
             tracing::info!(worktree = %path.display(), "removed a task's worktree; its branch is kept");
         }
-        let mut prune = self.repo_git();
-        prune.args(["worktree", "prune"]);
-        run(prune)?;
+        self.prune_ours();
         let record = self.record_path(slug);
         match std::fs::remove_file(&record) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WorktreeError::Io(record, e)),

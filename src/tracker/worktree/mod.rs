@@ -89,6 +89,8 @@ pub(crate) struct Worktrees {
     /// Where the tasks' records are kept.
     records: PathBuf,
     base: Option<String>,
+    /// The agent's allowed paths (canonical): no push goes to a remote inside them.
+    allowed: Vec<PathBuf>,
     author: (String, String),
     push: Option<String>,
     retention: Duration,
@@ -136,18 +138,58 @@ fn run(mut cmd: Command) -> Result<String, WorktreeError> {
     })
 }
 
+/// Runs a git command and keeps at most `limit` bytes of its output (the rest is read
+/// and dropped, so the command is not stopped by a full pipe).
+fn run_bounded(mut cmd: Command, limit: usize) -> Result<String, WorktreeError> {
+    use std::io::Read;
+    let failed = |message: String| WorktreeError::Git {
+        args: "diff".into(),
+        message,
+    };
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| failed(format!("cannot run git: {e}")))?;
+    let mut kept = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        let mut out = out.take(limit as u64);
+        let _ = out.read_to_end(&mut kept);
+        let _ = std::io::copy(&mut out.into_inner(), &mut std::io::sink());
+    }
+    let status = child.wait().map_err(|e| failed(e.to_string()))?;
+    if !status.success() {
+        return Err(failed(format!("exited with {status}")));
+    }
+    Ok(String::from_utf8_lossy(&kept).into_owned())
+}
+
 /// The task's name in branch and folder names: `[A-Za-z0-9._-]`, with a hash when
 /// anything had to change so two tasks never share one.
 pub(crate) fn task_slug(task_id: &str) -> String {
-    let session = crate::tracker::router::session_for(task_id);
-    let slug = session.trim_start_matches("task-").replace("..", "._");
-    let slug = slug.trim_start_matches(['.', '-']).to_string();
-    let slug = slug.trim_end_matches(".lock").to_string();
-    if slug.is_empty() {
-        "task".into()
-    } else {
-        slug
+    // Only characters no git ref rule or shell option cares about, and never the same
+    // slug for two ids: anything changed gets the id's hash.
+    let clean: String = task_id
+        .chars()
+        .take(60)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let plain = !clean.is_empty() && clean == task_id && !clean.starts_with('-');
+    if plain {
+        return clean;
     }
+    let hash = task_id.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    format!("{}-{hash:016x}", clean.trim_start_matches('-'))
+        .trim_start_matches('-')
+        .to_string()
 }
 
 impl Worktrees {
@@ -231,6 +273,11 @@ impl Worktrees {
             root,
             records,
             base: cfg.base_branch.clone(),
+            allowed: cfg
+                .allowed_paths
+                .iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok())
+                .collect(),
             author: (
                 cfg.name.clone(),
                 cfg.git_email
@@ -247,6 +294,11 @@ impl Worktrees {
     /// The checkout's top folder.
     pub(crate) fn checkout(&self) -> &Path {
         &self.top
+    }
+
+    /// The repository's common git folder.
+    pub(crate) fn repository(&self) -> &Path {
+        &self.common
     }
 
     /// A git command on the repository itself (no work tree), with no filter or
@@ -270,21 +322,31 @@ impl Worktrees {
 
     /// Empties every filter and diff driver and reads attributes from no tree.
     fn neutral(&self, cmd: &mut Command) {
-        for driver in self.drivers() {
-            // Empty: no program, and a `required` filter no longer required.
-            for key in [
-                "clean", "smudge", "process", "required", "textconv", "command", "driver",
-            ] {
-                cmd.args(["-c", &format!("{driver}.{key}=")]);
-            }
-        }
-        cmd.arg(format!("--attr-source={EMPTY_TREE}"));
+        neutral(cmd, &self.top, Some(&self.common));
     }
+}
 
-    /// Every `filter.X`, `diff.X` and `merge.X` the repository's configuration defines.
-    fn drivers(&self) -> Vec<String> {
-        let mut cmd = git(&self.top);
-        cmd.arg(format!("--git-dir={}", self.common.display()));
+/// Empties every filter and diff driver the repository at `top` (git folder `git_dir`,
+/// else found from `top`) defines, and reads attributes from no tree.
+fn neutral(cmd: &mut Command, top: &Path, git_dir: Option<&Path>) {
+    for driver in drivers(top, git_dir) {
+        // Empty: no program, and a `required` filter no longer required.
+        for key in [
+            "clean", "smudge", "process", "required", "textconv", "command", "driver",
+        ] {
+            cmd.args(["-c", &format!("{driver}.{key}=")]);
+        }
+    }
+    cmd.arg(format!("--attr-source={EMPTY_TREE}"));
+}
+
+/// Every `filter.X`, `diff.X` and `merge.X` a repository's configuration defines.
+fn drivers(top: &Path, git_dir: Option<&Path>) -> Vec<String> {
+    {
+        let mut cmd = git(top);
+        if let Some(d) = git_dir {
+            cmd.arg(format!("--git-dir={}", d.display()));
+        }
         cmd.args([
             "config",
             "--name-only",
@@ -300,7 +362,9 @@ impl Worktrees {
         names.dedup();
         names
     }
+}
 
+impl Worktrees {
     fn record_path(&self, slug: &str) -> PathBuf {
         self.records.join(format!("{slug}.json"))
     }
@@ -314,6 +378,23 @@ impl Worktrees {
         let path = self.record_path(slug);
         let text = serde_json::to_string(r).unwrap_or_default();
         std::fs::write(&path, text).map_err(|e| WorktreeError::Io(path, e))
+    }
+
+    /// Removes the repository's records of picogent's own worktrees whose folder is
+    /// gone (what `git worktree prune` does, but never for the user's worktrees).
+    fn prune_ours(&self) {
+        let Ok(entries) = std::fs::read_dir(self.common.join("worktrees")) else {
+            return;
+        };
+        for admin in entries.flatten().map(|e| e.path()) {
+            let Ok(gitdir) = std::fs::read_to_string(admin.join("gitdir")) else {
+                continue;
+            };
+            let tree = Path::new(gitdir.trim()).parent().map(Path::to_path_buf);
+            if tree.is_some_and(|t| t.starts_with(&self.root) && !t.exists()) {
+                let _ = std::fs::remove_dir_all(&admin);
+            }
+        }
     }
 
     /// The git folder the repository keeps for the worktree at `path`, if any.
@@ -402,5 +483,50 @@ impl Worktrees {
     pub(crate) async fn discard(self: &Arc<Self>, task_id: &str) {
         let (me, task) = (self.clone(), task_id.to_string());
         let _ = tokio::task::spawn_blocking(move || me.remove(&task)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::task_slug;
+
+    #[test]
+    fn task_slugs_are_safe_and_never_shared() {
+        let ids = [
+            "x",
+            "task-x",
+            "task-task-x",
+            "a",
+            "a.lock",
+            ".a",
+            "-a",
+            "a..b",
+            "a._b",
+            "",
+            "task",
+            ".",
+            "../x",
+            "-rf",
+            "@{u}",
+            "a.",
+            "T 1",
+            "t_1",
+        ];
+        let slugs: Vec<String> = ids.iter().map(|i| task_slug(i)).collect();
+        for (i, s) in ids.iter().zip(&slugs) {
+            assert!(
+                !s.is_empty()
+                    && !s.starts_with('-')
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+                "{i:?} -> {s:?}"
+            );
+        }
+        let mut unique = slugs.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), slugs.len(), "{slugs:?}");
+        assert_eq!(task_slug("t-12"), "t-12");
+        assert!(task_slug(&"y".repeat(500)).len() < 100);
     }
 }

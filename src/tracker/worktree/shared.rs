@@ -33,36 +33,24 @@ impl SharedFolder {
 
     fn status(&self) -> Status {
         let mut cmd = git(&self.top);
-        // Reading only: the user's index is not refreshed, and no attribute names a
-        // filter (the folder is the agent's to write).
-        cmd.env("GIT_OPTIONAL_LOCKS", "0")
-            .arg(format!("--attr-source={}", super::EMPTY_TREE))
-            .args([
-                "status",
-                "--porcelain=v1",
-                "-z",
-                "--untracked-files=all",
-                "--no-renames",
-            ]);
+        // The repository is the agent's to write: no filter or driver it names runs,
+        // nothing nested is entered, and the user's index is not refreshed.
+        super::neutral(&mut cmd, &self.top, None);
+        cmd.env("GIT_OPTIONAL_LOCKS", "0").args([
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--no-renames",
+            "--ignore-submodules=all",
+        ]);
         let Ok(out) = run(cmd) else {
             return Status::new();
         };
-        let paths: Vec<String> = out
-            .split('\0')
+        out.split('\0')
             .filter_map(|l| l.get(3..))
             .filter(|p| !p.is_empty())
-            .map(str::to_string)
-            .collect();
-        let mut hash = git(&self.top);
-        hash.args(["hash-object", "--no-filters", "--stdin-paths"]);
-        let present: Vec<&String> = paths
-            .iter()
-            .filter(|p| self.top.join(p).is_file())
-            .collect();
-        let hashes = hash_paths(hash, &present);
-        paths
-            .iter()
-            .map(|p| (p.clone(), hashes.get(p).cloned()))
+            .map(|p| (p.to_string(), content_hash(&self.top.join(p))))
             .collect()
     }
 
@@ -108,36 +96,40 @@ impl SharedFolder {
     }
 }
 
-/// `git hash-object --stdin-paths` for `paths`: path → hash.
-fn hash_paths(mut cmd: std::process::Command, paths: &[&String]) -> HashMap<String, String> {
-    use std::io::Write;
-    if paths.is_empty() {
-        return HashMap::new();
+/// A hash of what a path holds, to see whether a run changed it: a file's bytes (read
+/// without following a final symlink: a link's own target is hashed), none when gone.
+fn content_hash(path: &Path) -> Option<String> {
+    use std::hash::{DefaultHasher, Hasher};
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let mut h = DefaultHasher::new();
+    if meta.file_type().is_symlink() {
+        h.write(
+            std::fs::read_link(path)
+                .ok()?
+                .as_os_str()
+                .as_encoded_bytes(),
+        );
+    } else if meta.is_file() {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Not a FIFO swapped in after the check, not through a link; at most 64 MB
+        // read (the size and change time stand for the rest).
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(path)
+            .ok()?;
+        if let Ok(modified) = meta.modified() {
+            h.write(format!("{modified:?}").as_bytes());
+        }
+        let mut f = std::io::Read::take(f, 64 << 20);
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            match std::io::Read::read(&mut f, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => h.write(buf.get(..n).unwrap_or_default()),
+                Err(_) => return None,
+            }
+        }
     }
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    let Ok(mut child) = cmd.spawn() else {
-        return HashMap::new();
-    };
-    let input: String = paths.iter().map(|p| format!("{p}\n")).collect();
-    // Written from a thread: git answers line by line and a large list would fill
-    // both pipes.
-    let writer = child.stdin.take().map(|mut stdin| {
-        std::thread::spawn(move || {
-            let _ = stdin.write_all(input.as_bytes());
-        })
-    });
-    let out = child.wait_with_output();
-    if let Some(w) = writer {
-        let _ = w.join();
-    }
-    let Ok(out) = out else {
-        return HashMap::new();
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .zip(paths)
-        .map(|(h, p)| (p.to_string(), h.to_string()))
-        .collect()
+    Some(format!("{:016x}-{}", h.finish(), meta.len()))
 }
