@@ -371,6 +371,27 @@ impl Agent {
         s.append_record(record)
     }
 
+    /// Deletes a session: its file, its checkpoint repository and its private outputs,
+    /// under the session's lock (a run starting in it waits, then starts afresh).
+    pub(crate) async fn delete_session(&self, id: &str) -> Result<(), session::SessionError> {
+        let lock = self.inner.session_lock(id);
+        let _guard = lock.lock().await;
+        let path = self.inner.sessions.path(id)?;
+        std::fs::remove_file(&path).map_err(|source| session::SessionError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let checkpoints = self
+            .inner
+            .config
+            .state_dir()
+            .join("checkpoints")
+            .join(format!("{id}.git"));
+        let _ = std::fs::remove_dir_all(checkpoints);
+        let _ = std::fs::remove_dir_all(self.inner.output_dir.join(id));
+        Ok(())
+    }
+
     /// Starts a run. Events stream on the handle; dropping the receiver does not stop
     /// the run (cancel it for that).
     pub fn start(&self, req: RunRequest) -> RunHandle {

@@ -35,13 +35,17 @@ async fn reply(
 ) -> Result<ServerFrame, String> {
     let kind = query.kind();
     if let Query::Delete = query {
-        return history::delete(agent, session, runs).map(|()| ServerFrame::Deleted {
-            content: "deleted".into(),
-        });
+        return history::delete(agent, session, runs)
+            .await
+            .map(|()| ServerFrame::Deleted {
+                content: "deleted".into(),
+            });
     }
-    let s = agent
-        .sessions()
-        .snapshot(session)
+    // Reading a long session is blocking work: off the runtime's threads.
+    let (store, id) = (agent.sessions().clone(), session.to_string());
+    let s = tokio::task::spawn_blocking(move || store.snapshot(&id))
+        .await
+        .map_err(|e| format!("{kind}: {e}"))?
         .map_err(|e| format!("{kind}: {e}"))?;
     match query {
         Query::Branches => Ok(ServerFrame::Branches { content: list(&s) }),

@@ -60,11 +60,24 @@ fn cut(s: &Session, running: &[Arc<RunLog>]) -> usize {
 }
 
 /// The `history` answer for a session.
+/// A history reply is kept under this size: the oldest items go first.
+const MAX_HISTORY_BYTES: usize = 4 << 20;
+
+/// Drops the oldest items until the history fits in `MAX_HISTORY_BYTES`.
+fn bounded(mut items: Vec<HistoryItem>) -> Vec<HistoryItem> {
+    let size = |items: &[HistoryItem]| serde_json::to_vec(items).map_or(0, |v| v.len());
+    while items.len() > 1 && size(&items) > MAX_HISTORY_BYTES {
+        let drop = (items.len() / 10).max(1);
+        items.drain(..drop);
+    }
+    items
+}
+
 pub(super) fn history(s: &Session, session: &str, runs: &Runs) -> History {
     let running = running(runs, session);
     let end = cut(s, &running);
     History {
-        items: items(s, end),
+        items: bounded(items(s, end)),
         running: running
             .iter()
             .filter_map(|l| {
@@ -237,8 +250,8 @@ fn title(s: &Session) -> Option<String> {
     })
 }
 
-/// Deletes a session's file, unless a request runs in it.
-pub(super) fn delete(
+/// Deletes a session, unless a request of this server runs in it.
+pub(super) async fn delete(
     agent: &crate::agent::Agent,
     session: &str,
     runs: &Runs,
@@ -248,9 +261,8 @@ pub(super) fn delete(
             "delete: a request is running in session {session}; stop it first"
         ));
     }
-    let path = agent
-        .sessions()
-        .path(session)
-        .map_err(|e| format!("delete: {e}"))?;
-    std::fs::remove_file(&path).map_err(|e| format!("delete: {}: {e}", path.display()))
+    agent
+        .delete_session(session)
+        .await
+        .map_err(|e| format!("delete: {e}"))
 }
