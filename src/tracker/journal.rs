@@ -6,11 +6,17 @@
 //!
 //! The file is append-only between compactions; a compaction rewrites it (to a temp
 //! file, synced, then renamed) with only the remembered ids and unfinished events.
+//!
+//! Group commit: an accepted event is written under the journal's lock, then the
+//! lock is released and the caller waits for a sync that covers its write (`GroupSync`).
+//! Events arriving together share one sync instead of queueing one sync each; none is
+//! acknowledged before a sync that includes it has finished.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -38,9 +44,85 @@ pub(crate) struct Pending {
     pub(crate) attempts: u32,
 }
 
+/// Syncs the journal for many writers at once: each waits until a sync that started
+/// after its write has finished, and one writer syncs for all who wait.
+pub(crate) struct GroupSync {
+    state: Mutex<SyncState>,
+    done: Condvar,
+}
+
+struct SyncState {
+    /// The journal file as last opened (a compaction replaces it).
+    file: Arc<File>,
+    /// Writes made, and the highest one a finished sync covers.
+    written: u64,
+    synced: u64,
+    syncing: bool,
+}
+
+impl GroupSync {
+    fn new(file: Arc<File>) -> Arc<GroupSync> {
+        Arc::new(GroupSync {
+            state: Mutex::new(SyncState {
+                file,
+                written: 0,
+                synced: 0,
+                syncing: false,
+            }),
+            done: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SyncState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a write; its number, to wait for.
+    fn wrote(&self) -> u64 {
+        let mut s = self.lock();
+        s.written += 1;
+        s.written
+    }
+
+    /// A compaction wrote (and synced) everything so far into a new file.
+    fn replaced(&self, file: Arc<File>) {
+        let mut s = self.lock();
+        s.file = file;
+        s.synced = s.written;
+        self.done.notify_all();
+    }
+
+    /// Returns once write `n` is on disk: syncing for everyone when no sync runs,
+    /// else waiting for the running one (and the next, if it started too early).
+    pub(crate) fn wait(&self, n: u64) -> io::Result<()> {
+        let mut s = self.lock();
+        loop {
+            if s.synced >= n {
+                return Ok(());
+            }
+            if !s.syncing {
+                s.syncing = true;
+                let (file, upto) = (s.file.clone(), s.written);
+                drop(s);
+                let result = file.sync_data();
+                s = self.lock();
+                s.syncing = false;
+                if result.is_ok() {
+                    s.synced = s.synced.max(upto);
+                }
+                self.done.notify_all();
+                result?;
+                continue;
+            }
+            s = self.done.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
 pub(crate) struct Journal {
     path: PathBuf,
-    file: File,
+    file: Arc<File>,
+    sync: Arc<GroupSync>,
     /// id → when it was accepted.
     seen: HashMap<String, i64>,
     pending: Vec<Pending>,
@@ -90,9 +172,10 @@ impl Journal {
         }
         let cutoff = crate::util::now_millis() - REMEMBER_MS;
         seen.retain(|id, at| *at >= cutoff || pending.iter().any(|p| &p.envelope.id == id));
-        let file = open_append(&path)?;
+        let file = Arc::new(open_append(&path)?);
         let mut j = Journal {
             path,
+            sync: GroupSync::new(file.clone()),
             file,
             seen,
             pending,
@@ -114,7 +197,7 @@ impl Journal {
     fn append(&mut self, rec: &Record, sync: bool) -> io::Result<()> {
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, rec)?;
-        self.file.write_all(&line)?;
+        (&*self.file).write_all(&line)?;
         if sync {
             self.file.sync_data()?;
         }
@@ -123,9 +206,20 @@ impl Journal {
     }
 
     /// Records an event durably. `Ok(false)` when its id was accepted before.
+    #[cfg(test)]
     pub(crate) fn accept(&mut self, env: &Envelope) -> io::Result<bool> {
+        match self.accept_unsynced(env)? {
+            Some(n) => self.sync.wait(n).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Writes an event without waiting for the disk: the write's number, to wait for
+    /// with `sync().wait(n)` (without holding the journal) before acknowledging it;
+    /// `None` when its id was accepted before.
+    pub(crate) fn accept_unsynced(&mut self, env: &Envelope) -> io::Result<Option<u64>> {
         if self.seen.contains_key(&env.id) {
-            return Ok(false);
+            return Ok(None);
         }
         let at = crate::util::now_millis();
         self.append(
@@ -133,14 +227,26 @@ impl Journal {
                 event: env.clone(),
                 at,
             },
-            true,
+            false,
         )?;
+        let n = self.sync.wrote();
         self.seen.insert(env.id.clone(), at);
         self.pending.push(Pending {
             envelope: env.clone(),
             attempts: 0,
         });
-        Ok(true)
+        Ok(Some(n))
+    }
+
+    /// The group sync writers wait on.
+    pub(crate) fn sync(&self) -> Arc<GroupSync> {
+        self.sync.clone()
+    }
+
+    /// Forgets an event whose write could not be synced, so a redelivery is taken.
+    pub(crate) fn forget(&mut self, id: &str) {
+        self.seen.remove(id);
+        self.pending.retain(|p| p.envelope.id != id);
     }
 
     /// Notes that work for the event started; returns the attempt number. Not synced:
@@ -215,7 +321,8 @@ impl Journal {
             }
         }
         crate::util::atomic_rewrite(&self.path, &buf)?;
-        self.file = open_append(&self.path)?;
+        self.file = Arc::new(open_append(&self.path)?);
+        self.sync.replaced(self.file.clone());
         self.appended = 0;
         Ok(())
     }
@@ -267,5 +374,36 @@ mod tests {
         drop(j);
         let j = Journal::open(dir.path()).unwrap();
         assert_eq!(j.pending().len(), 1);
+    }
+
+    #[test]
+    fn concurrent_accepts_share_syncs_and_all_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Arc::new(Mutex::new(Journal::open(dir.path()).unwrap()));
+        let threads: Vec<_> = (0..16)
+            .map(|t| {
+                let j = j.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25 {
+                        let e = env(&format!("e{t}-{i}"));
+                        let (n, sync) = {
+                            let mut j = j.lock().unwrap();
+                            (j.accept_unsynced(&e).unwrap(), j.sync())
+                        };
+                        sync.wait(n.unwrap()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let sync = j.lock().unwrap().sync();
+        let s = sync.lock();
+        assert_eq!((s.written, s.synced), (400, 400));
+        drop(s);
+        drop(j);
+        let j = Journal::open(dir.path()).unwrap();
+        assert_eq!(j.pending().len(), 400);
     }
 }

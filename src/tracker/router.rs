@@ -187,10 +187,21 @@ impl Router {
         }
         let journal = self.shared.journal.clone();
         let env2 = env.clone();
-        let new = tokio::task::spawn_blocking(move || lock(&journal).accept(&env2))
-            .await
-            .map_err(|e| AcceptError::Journal(e.to_string()))?
-            .map_err(|e| AcceptError::Journal(e.to_string()))?;
+        // Written under the journal's lock, synced after it (events arriving together
+        // share one sync); acknowledged only once on disk.
+        let new = tokio::task::spawn_blocking(move || {
+            let (n, sync) = {
+                let mut j = lock(&journal);
+                (j.accept_unsynced(&env2)?, j.sync())
+            };
+            let Some(n) = n else { return Ok(false) };
+            sync.wait(n)
+                .inspect_err(|_| lock(&journal).forget(&env2.id))?;
+            Ok::<bool, std::io::Error>(true)
+        })
+        .await
+        .map_err(|e| AcceptError::Journal(e.to_string()))?
+        .map_err(|e| AcceptError::Journal(e.to_string()))?;
         if !new {
             return Ok(Accepted::Duplicate);
         }
