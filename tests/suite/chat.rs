@@ -1148,3 +1148,134 @@ async fn history_renders_a_session_and_a_running_request_reattaches_from_its_sta
     send(&mut ws, json!({"type": "delete", "sessionId": "hist"})).await;
     assert_eq!(next_of(&mut ws, "deleted").await["content"], "deleted");
 }
+
+#[tokio::test]
+async fn a_person_labels_steps_and_rates_a_run_and_the_exports_use_them() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("write", json!({"path": "g.txt", "content": "wrong\n"})),
+        tool("bash", json!({"command": "true"})),
+        text("all done"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "a1", "content": "make g", "sessionId": "ann", "keepAlive": true}),
+    )
+    .await;
+    let frames = until_done(&mut ws, "a1").await;
+    let calls: Vec<String> = frames
+        .iter()
+        .filter(|f| f["type"] == "tool_use")
+        .map(|f| f["callId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(calls.len(), 2, "{frames:?}");
+
+    send(&mut ws, json!({"type": "label", "id": "l1", "sessionId": "ann", "callId": calls[0], "label": "incorrect", "note": "wrong content"})).await;
+    let f = next(&mut ws).await;
+    assert_eq!(
+        (f["type"].as_str(), f["content"].as_str(), f["id"].as_str()),
+        (Some("annotated"), Some("recorded"), Some("l1")),
+        "{f}"
+    );
+    send(
+        &mut ws,
+        json!({"type": "label", "sessionId": "ann", "callId": calls[1], "label": "unsure"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["content"], "recorded");
+    // Changing one's mind: the last label for a step wins.
+    send(
+        &mut ws,
+        json!({"type": "label", "sessionId": "ann", "callId": calls[1], "label": "correct"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["content"], "recorded");
+    send(&mut ws, json!({"type": "rate", "sessionId": "ann", "run": "a1", "rating": "partial", "note": "half right"})).await;
+    assert_eq!(next(&mut ws).await["type"], "annotated");
+    // Refusals: an unknown step, a label that is not a verdict, a rating that is not one.
+    send(
+        &mut ws,
+        json!({"type": "label", "sessionId": "ann", "callId": "nope", "label": "correct"}),
+    )
+    .await;
+    let f = next(&mut ws).await;
+    assert_eq!(f["type"], "error", "{f}");
+    assert!(f["content"].as_str().unwrap().contains("no step"), "{f}");
+    send(
+        &mut ws,
+        json!({"type": "label", "sessionId": "ann", "callId": calls[0], "label": "great"}),
+    )
+    .await;
+    let f = next(&mut ws).await;
+    assert!(
+        f["type"] == "error" && f["content"].as_str().unwrap().contains("label"),
+        "{f}"
+    );
+    send(
+        &mut ws,
+        json!({"type": "rate", "sessionId": "ann", "rating": "meh"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["type"], "error");
+
+    // The history still renders (annotations are not conversation).
+    send(&mut ws, json!({"type": "history", "sessionId": "ann"})).await;
+    assert_eq!(next_of(&mut ws, "history").await["type"], "history");
+
+    let s = picogent::session::SessionStore::new(sb.home.join("sessions"))
+        .snapshot("ann")
+        .unwrap();
+    let ann = picogent::session::branches::export(&s, "annotations").unwrap();
+    let rows: Vec<(String, Value, Value)> = ann
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap().to_string(),
+                r["label"].clone(),
+                r["rating"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("step_label".into(), json!("incorrect"), Value::Null),
+            ("step_label".into(), json!("unsure"), Value::Null),
+            ("step_label".into(), json!("correct"), Value::Null),
+            ("run_rating".into(), Value::Null, json!("partial")),
+        ]
+    );
+    assert_eq!(ann[0]["call_id"], calls[0].as_str());
+    assert_eq!(ann[0]["note"], "wrong content");
+    assert_eq!(ann[0]["branch"], "main");
+    assert_eq!(ann[0]["step"], 0);
+    assert_eq!(ann[0]["content"]["args_summary"], "Write: g.txt");
+    assert_eq!(
+        (ann[3]["run"].as_str(), ann[3]["note"].as_str()),
+        (Some("a1"), Some("half right"))
+    );
+
+    let prm = picogent::session::branches::export(&s, "prm").unwrap();
+    let labels: Vec<(u64, &str, &str)> = prm
+        .iter()
+        .map(|l| {
+            (
+                l["step"].as_u64().unwrap(),
+                l["label"].as_str().unwrap(),
+                l["source"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        labels,
+        vec![
+            (0, "error", "person"),
+            (1, "correct", "person"),
+            (2, "correct", "rule")
+        ]
+    );
+    assert_eq!(prm[0]["note"], "wrong content");
+}
