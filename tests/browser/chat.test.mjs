@@ -239,3 +239,43 @@ test("a reload mid-run shows the history, reattaches and the run finishes; Markd
   assert.ok(await page.locator(`#sessions option[value="${old}"]`).count() === 1);
   await page.close();
 });
+
+test("a person labels a step and rates the run; export --format annotations lists them", async () => {
+  const { url, tmp } = await startPicogent([
+    { tool: "write", args: { path: "g.txt", content: "wrong\n" } },
+    { tool: "bash", args: { command: "true" } },
+    { text: "Done." },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  page.on("dialog", () => assert.fail("the page must not use window.prompt"));
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Make g");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  const session = (await page.textContent("#session-id")).replace("session ", "");
+  await page.click('.step .label:text-is("Write: g.txt")');
+  await page.click('.step[data-tool="write"] button.label-incorrect');
+  assert.equal(await page.getAttribute('.step[data-tool="write"]', "data-label"), "incorrect");
+  // Alt+A approves the newest step (the bash one) from the keyboard.
+  await page.keyboard.press("Alt+KeyA");
+  assert.equal(await page.getAttribute('.step[data-tool="bash"]', "data-label"), "correct");
+  await page.click(".msg.assistant .rate-partial");
+  await page.fill('#modal textarea[name="note"]', "half right");
+  await page.click("#modal button.ok");
+  assert.equal(await page.getAttribute(".msg.assistant .rate-partial", "aria-pressed"), "true");
+  let rows = [];
+  for (let i = 0; i < 100 && rows.length < 3; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    const out = await new Promise((ok, fail) => {
+      const p = spawn(join(target, "debug/picogent"), ["export", "--session", session, "--format", "annotations"],
+        { cwd: join(tmp, "work"), env: { PATH: process.env.PATH, HOME: tmp }, stdio: ["ignore", "pipe", "inherit"] });
+      let s = ""; p.stdout.on("data", (d) => (s += d)); p.on("exit", () => ok(s)); p.on("error", fail);
+    });
+    rows = out.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  }
+  assert.deepEqual(rows.map((r) => [r.kind, r.label ?? r.rating]), [["step_label", "incorrect"], ["step_label", "correct"], ["run_rating", "partial"]]);
+  assert.equal(rows[0].content.args_summary, "Write: g.txt");
+  assert.equal(rows[2].note, "half right");
+  await page.close();
+});
