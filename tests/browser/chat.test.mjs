@@ -41,7 +41,7 @@ async function waitHttp(url, ms) {
 }
 
 /** Starts the scripted model with `script` and picogent's chat mode in a fresh folder. */
-async function startPicogent(script) {
+async function startPicogent(script, extraEnv = {}) {
   const tmp = mkdtempSync(join(tmpdir(), "picogent-browser-"));
   const work = join(tmp, "work");
   mkdirSync(work);
@@ -57,7 +57,7 @@ async function startPicogent(script) {
     env: {
       PATH: process.env.PATH, HOME: tmp, RUST_LOG: "warn",
       PICOGENT_PROVIDER: "anthropic", PICOGENT_BASE_URL: "http://" + addr, PICOGENT_API_KEY: "test-key",
-      PICOGENT_PORT: String(port),
+      PICOGENT_PORT: String(port), ...extraEnv,
     },
   });
   children.push(pg);
@@ -277,5 +277,22 @@ test("a person labels a step and rates the run; export --format annotations list
   assert.deepEqual(rows.map((r) => [r.kind, r.label ?? r.rating]), [["step_label", "incorrect"], ["step_label", "correct"], ["run_rating", "partial"]]);
   assert.equal(rows[0].content.args_summary, "Write: g.txt");
   assert.equal(rows[2].note, "half right");
+  await page.close();
+});
+
+test("a refused handshake shows its reason, and a token admits the page", async () => {
+  const { url } = await startPicogent([{ text: "in" }], { PICOGENT_CHAT_TOKEN: "tok-123" });
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  await page.goto(url);
+  await page.waitForSelector('#status-detail:text-is("token required")', { timeout: 10000 });
+  assert.notEqual(await page.getAttribute("#status", "data-state"), "open");
+  assert.equal(await page.isVisible("#token"), true, "the settings open with the token field");
+  await page.fill("#token", "tok-123");
+  await page.dispatchEvent("#token", "change");
+  await page.waitForSelector('#status[data-state="open"]', { timeout: 20000 });
+  await page.fill("#input", "hello");
+  await page.click("#send");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  assert.match(await page.textContent(".msg.assistant .md"), /in/);
   await page.close();
 });

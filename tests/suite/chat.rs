@@ -50,6 +50,43 @@ async fn connect_with(
     }
 }
 
+/// A refused handshake, as `(HTTP status, reason)`: a request refused over HTTP, or an
+/// upgrade accepted only to be closed at once with code 4003 (read as 403) or 4001
+/// (401). The close is the only frame: a prompt sent first is not handled.
+async fn refusal(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut ws = match connect_with(addr, path, headers).await {
+        Err(status) => return (status, String::new()),
+        Ok(ws) => ws,
+    };
+    let _ = ws
+        .send(Message::Text(
+            json!({"id": "x", "content": "hi"}).to_string().into(),
+        ))
+        .await;
+    let first = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("the refused connection was neither closed nor answered");
+    let (code, reason) = match first {
+        Some(Ok(Message::Close(Some(f)))) => (u16::from(f.code), f.reason.to_string()),
+        other => panic!("a refused handshake's first frame must be its close: {other:?}"),
+    };
+    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+        assert!(
+            matches!(m, Message::Close(_)),
+            "a frame after the close: {m:?}"
+        );
+    }
+    match code {
+        4003 => (403, reason),
+        4001 => (401, reason),
+        other => panic!("unexpected close code {other}"),
+    }
+}
+
 async fn connect(c: &Chat) -> Ws {
     connect_with(c.addr, "/ws", &[]).await.unwrap()
 }
@@ -381,21 +418,16 @@ async fn foreign_origins_are_refused_and_own_or_listed_ones_admitted() {
     let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
     cfg.allowed_origins = vec!["https://tools.example".into(), "null".into()];
     let c = start(cfg).await;
-    assert_eq!(
-        connect_with(c.addr, "/ws", &[("origin", "https://evil.example")])
-            .await
-            .err(),
-        Some(403)
-    );
+    let (status, reason) = refusal(c.addr, "/ws", &[("origin", "https://evil.example")]).await;
+    assert_eq!(status, 403);
+    assert_eq!(reason, "origin not allowed: set PICOGENT_ALLOWED_ORIGINS");
     // A DNS-rebinding page: Host and Origin agree, but neither is this server.
     let rebinding = [
         ("origin", "http://evil.example:3100"),
         ("host", "evil.example:3100"),
     ];
-    assert_eq!(
-        connect_with(c.addr, "/ws", &rebinding).await.err(),
-        Some(403)
-    );
+    assert_eq!(refusal(c.addr, "/ws", &rebinding).await.0, 403);
+    assert_eq!(llm.request_count(), 0, "a refused connection ran a prompt");
     let own = format!("http://127.0.0.1:{}", c.addr.port());
     assert!(connect_with(c.addr, "/ws", &[("origin", &own)])
         .await
@@ -423,11 +455,18 @@ async fn the_chat_token_is_required_when_set() {
     let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
     cfg.chat_token = Some("s3cret/+=".into());
     let c = start(cfg).await;
-    assert_eq!(connect_with(c.addr, "/ws", &[]).await.err(), Some(401));
-    assert_eq!(
-        connect_with(c.addr, "/ws?token=wrong", &[]).await.err(),
-        Some(401)
-    );
+    let (status, reason) = refusal(c.addr, "/ws", &[]).await;
+    assert_eq!((status, reason.as_str()), (401, "token required"));
+    assert_eq!(refusal(c.addr, "/ws?token=wrong", &[]).await.0, 401);
+    // Not a valid WebSocket upgrade: refused over HTTP as before.
+    let plain = reqwest::Client::new()
+        .get(format!("http://{}/ws?token=wrong", c.addr))
+        .header("upgrade", "websocket")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status().as_u16(), 401);
+    assert_eq!(llm.request_count(), 0, "a refused connection ran a prompt");
     assert!(connect_with(c.addr, "/ws?token=s3cret%2F%2B%3D", &[])
         .await
         .is_ok());
@@ -480,6 +519,12 @@ async fn the_page_and_health_are_served_over_plain_http() {
     let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
     let page = reqwest::get(format!("http://{}/", c.addr)).await.unwrap();
     assert_eq!(page.status(), 200);
+    // Another origin may not frame the page.
+    assert_eq!(
+        page.headers()["content-security-policy"],
+        "frame-ancestors 'self'"
+    );
+    assert_eq!(page.headers()["x-frame-options"], "SAMEORIGIN");
     assert!(page.headers()["content-type"]
         .to_str()
         .unwrap()
