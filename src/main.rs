@@ -40,7 +40,7 @@ struct Cli {
 enum Command {
     /// Run the agent once on one prompt, streaming its steps; exit 0 when it finished.
     Run(RunArgs),
-    /// Export a session's branches as JSONL: trajectory, tree, dpo or prm.
+    /// Export a session's branches as JSONL: trajectory, tree, dpo, prm or annotations.
     Export(ExportArgs),
     /// Show what this machine's kernel enforces for commands, layer by layer, and
     /// attack a throwaway setup to show it working; exit 0 when every attack failed.

@@ -1,18 +1,19 @@
 //! Frames about a session's branches rather than a running request: `branches` (list
 //! them), `compare` (two side by side, with the diff of their files) and `prefer`
-//! (record which was better), and `history` and `delete` ([`history`]'s). Each gets
+//! (record which was better), `label` and `rate` (a person's annotations), and `history` and `delete` ([`history`]'s). Each gets
 //! one answer, of its own `type` or `error`.
 
 use serde_json::Value;
 
 use super::history;
 use super::protocol::{
-    BranchSummary, Compare, Outgoing, Prefer, Query, ServerFrame, SessionFrame, SessionRef,
+    BranchSummary, Compare, Label, Outgoing, Prefer, Query, Rate, ServerFrame, SessionFrame,
+    SessionRef,
 };
 use super::runs::{Outbound, Runs};
 use crate::agent::Agent;
 use crate::session::branches;
-use crate::session::records::Preference;
+use crate::session::records::{Preference, RunRating, StepLabel};
 use crate::session::{Record, Session};
 
 /// Answers a question about a session.
@@ -61,6 +62,15 @@ async fn reply(
             drop(s);
             prefer(agent, session, p).await
         }
+        Query::Label(l) => {
+            known_call(&s, &l.call_id)?;
+            drop(s);
+            label(agent, session, l).await
+        }
+        Query::Rate(r) => {
+            drop(s);
+            rate(agent, session, r).await
+        }
     }
 }
 
@@ -83,6 +93,25 @@ fn known_branches(s: &Session, names: &[&str]) -> Result<(), String> {
             all.join(", ")
         )),
         None => Ok(()),
+    }
+}
+
+/// The call is one of the session's tool calls (on any branch).
+fn known_call(s: &Session, call: &str) -> Result<(), String> {
+    let found = s.entries().iter().any(|e| match &e.body {
+        crate::session::Body::Known(crate::session::Known::Message {
+            message: crate::message::Message::Assistant(a),
+        }) => a.content.iter().any(
+            |c| matches!(c, crate::message::Content::ToolCall { id, .. } if id.as_str() == call),
+        ),
+        _ => false,
+    });
+    if found {
+        Ok(())
+    } else {
+        Err(format!(
+            "label: no step with callId {call:?} in this session"
+        ))
     }
 }
 
@@ -123,5 +152,41 @@ async fn prefer(agent: &Agent, session: &str, p: Prefer) -> Result<ServerFrame, 
             content: "recorded".into(),
         }),
         Err(e) => Err(format!("prefer: {e}")),
+    }
+}
+
+/// Records a person's label on a step, for the `annotations` and `prm` exports.
+async fn label(agent: &Agent, session: &str, l: Label) -> Result<ServerFrame, String> {
+    let record = Record::StepLabel(StepLabel {
+        call_id: l.call_id,
+        label: l.label,
+        note: l.note.filter(|n| !n.trim().is_empty()),
+        time: crate::util::now_iso(),
+    });
+    annotate(agent, session, &record, "label").await
+}
+
+/// Records a person's rating of a run, for the `annotations` export.
+async fn rate(agent: &Agent, session: &str, r: Rate) -> Result<ServerFrame, String> {
+    let record = Record::RunRating(RunRating {
+        run: r.run,
+        rating: r.rating,
+        note: r.note.filter(|n| !n.trim().is_empty()),
+        time: crate::util::now_iso(),
+    });
+    annotate(agent, session, &record, "rate").await
+}
+
+async fn annotate(
+    agent: &Agent,
+    session: &str,
+    record: &Record,
+    kind: &str,
+) -> Result<ServerFrame, String> {
+    match agent.annotate(session, record).await {
+        Ok(_) => Ok(ServerFrame::Annotated {
+            content: "recorded".into(),
+        }),
+        Err(e) => Err(format!("{kind}: {e}")),
     }
 }

@@ -198,7 +198,10 @@ fn record_item(r: Record) -> Option<HistoryItem> {
         Record::Intervention(Intervention::Resume { .. }) => frame(ServerFrame::State {
             content: "running".into(),
         }),
-        Record::Preference(_) | Record::ClaudeCodeSession(_) => return None,
+        Record::Preference(_)
+        | Record::ClaudeCodeSession(_)
+        | Record::StepLabel(_)
+        | Record::RunRating(_) => return None,
     })
 }
 

@@ -20,7 +20,7 @@ mod runs;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -165,6 +165,66 @@ fn refuse(status: StatusCode, message: String) -> Response {
     (status, message).into_response()
 }
 
+/// Why a WebSocket handshake is refused.
+#[derive(Clone, Copy)]
+enum Refusal {
+    Origin,
+    Token,
+}
+
+impl Refusal {
+    /// The HTTP status for a request that is not a valid upgrade, and the close code
+    /// and reason for one that is (a browser cannot read an HTTP refusal; it can read
+    /// these).
+    fn parts(self) -> (StatusCode, u16, &'static str) {
+        match self {
+            Refusal::Origin => (
+                StatusCode::FORBIDDEN,
+                4003,
+                "origin not allowed: set PICOGENT_ALLOWED_ORIGINS",
+            ),
+            Refusal::Token => (StatusCode::UNAUTHORIZED, 4001, "token required"),
+        }
+    }
+}
+
+/// Refuses a handshake so a browser can show why: a valid upgrade is accepted and at
+/// once closed with the refusal's code and reason, without reading a frame from it (no
+/// frame is handled, no run can start); any other request gets the HTTP status.
+async fn refuse_upgrade(
+    mut parts: axum::http::request::Parts,
+    st: &Arc<ChatState>,
+    why: Refusal,
+    log: String,
+) -> Response {
+    let (status, code, reason) = why.parts();
+    let ws = match WebSocketUpgrade::from_request_parts(&mut parts, st).await {
+        Ok(ws) => ws,
+        Err(_) => return refuse(status, log),
+    };
+    tracing::warn!("chat handshake refused: {log}");
+    ws.max_message_size(1024)
+        .on_upgrade(move |mut socket| async move {
+            let close = CloseFrame {
+                code,
+                reason: reason.into(),
+            };
+            if socket.send(Message::Close(Some(close))).await.is_err() {
+                return;
+            }
+            // Wait briefly for the client's closing handshake, discarding whatever it
+            // sends, so the close frame is read before the connection drops.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+                while let Some(Ok(m)) = socket.recv().await {
+                    if matches!(m, Message::Close(_)) {
+                        break;
+                    }
+                }
+            })
+            .await;
+        })
+}
+
 impl ChatState {
     fn origin_ok(&self, origin: &str, host: Option<&str>) -> bool {
         let origin = origin.trim_end_matches('/');
@@ -203,7 +263,15 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
             )
                 .into_response();
         }
-        return Html(CLIENT_HTML).into_response();
+        // Another origin may not frame the page and drive its buttons.
+        return (
+            [
+                (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'self'"),
+                (header::X_FRAME_OPTIONS, "SAMEORIGIN"),
+            ],
+            Html(CLIENT_HTML),
+        )
+            .into_response();
     }
     let (mut parts, _) = req.into_parts();
     // One readable Origin or none: two, or one that is not text, is refused rather
@@ -228,10 +296,8 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
             .get(header::HOST)
             .and_then(|v| v.to_str().ok());
         if !st.origin_ok(origin, host) {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                format!("origin {origin} may not use this chat server; add it to PICOGENT_ALLOWED_ORIGINS to allow it"),
-            );
+            let log = format!("origin {origin} may not use this chat server; add it to PICOGENT_ALLOWED_ORIGINS to allow it");
+            return refuse_upgrade(parts, &st, Refusal::Origin, log).await;
         }
     }
     let auth = parts
@@ -239,10 +305,8 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     if !st.token_ok(&parts.uri, auth) {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong chat token (PICOGENT_CHAT_TOKEN)".into(),
-        );
+        let log = "missing or wrong chat token (PICOGENT_CHAT_TOKEN)".to_string();
+        return refuse_upgrade(parts, &st, Refusal::Token, log).await;
     }
     let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &st).await {
         Ok(ws) => ws,

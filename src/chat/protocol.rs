@@ -33,8 +33,8 @@ pub(crate) enum ClientFrame {
     /// control of a running request.
     #[serde(untagged)]
     Control(Control),
-    /// `branches`, `compare`, `prefer`, `history`, `delete`: questions about a
-    /// session.
+    /// `branches`, `compare`, `prefer`, `label`, `rate`, `history`, `delete`:
+    /// questions about a session.
     #[serde(untagged)]
     Session(SessionFrame),
 }
@@ -201,6 +201,10 @@ pub(crate) enum Query {
     Branches,
     Compare(Compare),
     Prefer(Prefer),
+    /// A person's label on one step.
+    Label(Label),
+    /// A person's rating of a run.
+    Rate(Rate),
     /// The session's conversation on its current branch, and its running requests.
     History,
     /// Delete the session's file (refused while a request runs in it).
@@ -214,6 +218,8 @@ impl Query {
             Query::Branches => "branches",
             Query::Compare(_) => "compare",
             Query::Prefer(_) => "prefer",
+            Query::Label(_) => "label",
+            Query::Rate(_) => "rate",
             Query::History => "history",
             Query::Delete => "delete",
         }
@@ -232,6 +238,28 @@ pub(crate) struct Compare {
 pub(crate) struct Prefer {
     pub(crate) chosen: String,
     pub(crate) rejected: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) note: Option<String>,
+}
+
+/// `label`: `{callId, label: "correct"|"incorrect"|"unsure", note?}`, a step (its
+/// tool call's id) and a person's verdict on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Label {
+    pub(crate) call_id: String,
+    pub(crate) label: crate::session::records::StepVerdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) note: Option<String>,
+}
+
+/// `rate`: `{rating: "success"|"partial"|"failure", run?, note?}`, a person's rating
+/// of a run (`run`: its `runId` or request id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Rate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) run: Option<String>,
+    pub(crate) rating: crate::session::records::RunOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) note: Option<String>,
 }
@@ -380,6 +408,8 @@ fn typed(kind: &str, v: &Value) -> Result<ClientFrame, String> {
         "branches" => session(v, Q::Branches),
         "compare" => fields(v).and_then(|p| session(v, Q::Compare(p))),
         "prefer" => fields(v).and_then(|p| session(v, Q::Prefer(p))),
+        "label" => fields(v).and_then(|p| session(v, Q::Label(p))),
+        "rate" => fields(v).and_then(|p| session(v, Q::Rate(p))),
         "history" => session(v, Q::History),
         "delete" => session(v, Q::Delete),
         "sessions" => fields(v).map(ClientFrame::Sessions),
@@ -475,6 +505,8 @@ pub(crate) enum ServerFrame {
     Compare { content: Value },
     /// The answer to `prefer`: `"recorded"`.
     Prefer { content: String },
+    /// The answer to `label` and `rate`: `"recorded"`.
+    Annotated { content: String },
     /// The answer to `history`.
     History { content: History },
     /// The answer to `sessions`.

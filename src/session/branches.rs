@@ -1,6 +1,6 @@
 //! Reading a session as a tree of branches: the paths from the root to every tip, their
 //! names, steps and human interventions, and the comparisons and exports built on
-//! them (`picogent export`: trajectory, tree, dpo, prm).
+//! them (`picogent export`: trajectory, tree, dpo, prm, annotations).
 //!
 //! A branch is the path to a tip (an entry without children). The first path in the
 //! file is `main`; a path that starts at a `branch` entry takes its name; any other
@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::records::Preference;
+use super::records::{Preference, RunRating, StepLabel, StepVerdict};
 use super::{Body, Known, Record, Session};
 use crate::message::{blocks_text, Content, Message};
 
@@ -28,6 +28,9 @@ pub(crate) enum Step {
     /// A tool call with its result (absent when the call never finished).
     Tool {
         entry_id: String,
+        /// The tool call's id, which a person's step label names.
+        #[serde(skip)]
+        call_id: String,
         tool: String,
         args_summary: String,
         result_summary: Option<String>,
@@ -124,6 +127,7 @@ pub(crate) fn steps(session: &Session, path: &[usize]) -> Vec<Step> {
                     };
                     out.push(Step::Tool {
                         entry_id: entries[i].id.clone(),
+                        call_id: id.clone(),
                         tool: name.clone(),
                         args_summary: crate::tools::describe_call(name, arguments),
                         result_summary: r
@@ -266,6 +270,26 @@ fn preferences(session: &Session) -> Vec<Preference> {
         .collect()
 }
 
+/// A person's step labels by call id: the last one given for a call wins.
+fn step_labels(session: &Session) -> HashMap<String, StepLabel> {
+    session
+        .records()
+        .filter_map(|(_, r)| match r {
+            Record::StepLabel(l) => Some((l.call_id.clone(), l)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The prm label a person's verdict gives.
+fn verdict_label(v: StepVerdict) -> &'static str {
+    match v {
+        StepVerdict::Correct => "correct",
+        StepVerdict::Incorrect => "error",
+        StepVerdict::Unsure => "unsure",
+    }
+}
+
 /// The export lines for one format.
 pub fn export(session: &Session, format: &str) -> Result<Vec<Value>, String> {
     let all = branches(session);
@@ -274,8 +298,9 @@ pub fn export(session: &Session, format: &str) -> Result<Vec<Value>, String> {
         "tree" => Ok(vec![tree(session, &all)]),
         "dpo" => Ok(dpo(session, &all)),
         "prm" => Ok(prm(session, &all)),
+        "annotations" => Ok(annotations(session, &all)),
         other => Err(format!(
-            "unknown export format {other:?}; use trajectory, tree, dpo or prm"
+            "unknown export format {other:?}; use trajectory, tree, dpo, prm or annotations"
         )),
     }
 }
@@ -368,8 +393,50 @@ fn dpo(session: &Session, all: &[Branch]) -> Vec<Value> {
     out
 }
 
-/// Step labels: every step of the accepted branch is correct; the first step of any
-/// other branch after it leaves the accepted one is an error.
+/// One line per step label and run rating a person gave, in the order given; a step
+/// label names its branch, step number and step when the call is on a branch.
+fn annotations(session: &Session, all: &[Branch]) -> Vec<Value> {
+    let id = session.id();
+    let mut out = Vec::new();
+    for (e, r) in session.records() {
+        match r {
+            Record::StepLabel(l) => {
+                let found = all.iter().find_map(|b| {
+                    steps(session, &b.path)
+                        .into_iter()
+                        .enumerate()
+                        .find(|(_, s)| matches!(s, Step::Tool { call_id, .. } if *call_id == l.call_id))
+                        .map(|(n, s)| (b.name.clone(), n, s))
+                });
+                let (branch, step, content) = match found {
+                    Some((b, n, s)) => (json!(b), json!(n), json!(s)),
+                    None => (Value::Null, Value::Null, Value::Null),
+                };
+                out.push(json!({
+                    "session": id, "kind": "step_label", "entry_id": e.id,
+                    "call_id": l.call_id, "branch": branch, "step": step,
+                    "label": l.label, "note": l.note, "time": l.time, "content": content,
+                }));
+            }
+            Record::RunRating(RunRating {
+                run,
+                rating,
+                note,
+                time,
+            }) => out.push(json!({
+                "session": id, "kind": "run_rating", "entry_id": e.id,
+                "run": run, "rating": rating, "note": note, "time": time,
+            })),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Step labels: a person's label where one was given (`source: "person"`); otherwise
+/// every step of the accepted branch is correct and the first step of any other branch
+/// after it leaves the accepted one is an error (`source: "rule"`). Later steps of
+/// another branch build on an error and are labelled only by a person.
 fn prm(session: &Session, all: &[Branch]) -> Vec<Value> {
     let id = session.id();
     // The accepted branch: the chosen one of the last preference, else the newest.
@@ -380,18 +447,50 @@ fn prm(session: &Session, all: &[Branch]) -> Vec<Value> {
     let Some(acc) = accepted.and_then(|n| all.iter().find(|b| b.name == n)) else {
         return Vec::new();
     };
+    let labels = step_labels(session);
+    let person = |s: &Step| match s {
+        Step::Tool { call_id, .. } => labels.get(call_id),
+        Step::Text { .. } => None,
+    };
+    let line = |branch: &str,
+                n: usize,
+                label: &str,
+                source: &str,
+                note: Option<&String>,
+                s: &Step| {
+        json!({"session": id, "branch": branch, "step": n, "label": label, "source": source, "note": note, "content": s})
+    };
     let mut out = Vec::new();
     for (n, s) in steps(session, &acc.path).into_iter().enumerate() {
-        out.push(
-            json!({"session": id, "branch": acc.name, "step": n, "label": "correct", "content": s}),
-        );
+        out.push(match person(&s) {
+            Some(l) => line(
+                &acc.name,
+                n,
+                verdict_label(l.label),
+                "person",
+                l.note.as_ref(),
+                &s,
+            ),
+            None => line(&acc.name, n, "correct", "rule", None, &s),
+        });
     }
     for b in all.iter().filter(|b| b.name != acc.name) {
         let common = shared(&acc.path, &b.path);
         let before = steps(session, &b.path[..common]).len();
-        // Later steps build on an error and are not labelled.
-        if let Some(first) = steps(session, &b.path[common..]).into_iter().next() {
-            out.push(json!({"session": id, "branch": b.name, "step": before, "label": "error", "content": first}));
+        for (k, s) in steps(session, &b.path[common..]).into_iter().enumerate() {
+            let n = before + k;
+            match person(&s) {
+                Some(l) => out.push(line(
+                    &b.name,
+                    n,
+                    verdict_label(l.label),
+                    "person",
+                    l.note.as_ref(),
+                    &s,
+                )),
+                None if k == 0 => out.push(line(&b.name, n, "error", "rule", None, &s)),
+                None => {}
+            }
         }
     }
     out

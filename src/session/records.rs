@@ -1,6 +1,6 @@
 //! picogent's own records in a session: checkpoints, rollbacks, branches, interventions,
-//! preferences and the Claude Code session id, each one typed variant of `Record`. They
-//! are stored as pi's `custom` entries (`customType` + `data`), so pi and other tools
+//! preferences, step labels, run ratings and the Claude Code session id, each one typed
+//! variant of `Record`. They are stored as pi's `custom` entries (`customType` + `data`), so pi and other tools
 //! keep and ignore them. This is the one place they are turned into entries and read
 //! back: a custom entry of another tool is not a record, and one of ours with an
 //! unexpected shape (a hand-edited file) is skipped with a warning.
@@ -62,6 +62,45 @@ pub struct Preference {
     pub(crate) time: String,
 }
 
+/// A person's verdict on one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepVerdict {
+    Correct,
+    Incorrect,
+    Unsure,
+}
+
+/// A person's label on one step (a tool call, by its call id); the last one wins.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepLabel {
+    pub(crate) call_id: String,
+    pub(crate) label: StepVerdict,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) note: Option<String>,
+    pub(crate) time: String,
+}
+
+/// How a run went, in a person's view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    Success,
+    Partial,
+    Failure,
+}
+
+/// A person's rating of a run (the request's `runId` or id when the client knows it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRating {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) run: Option<String>,
+    pub(crate) rating: RunOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) note: Option<String>,
+    pub(crate) time: String,
+}
+
 /// The Claude Code session this session continues (`--resume`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClaudeCodeSession {
@@ -78,16 +117,20 @@ pub enum Record {
     Intervention(Intervention),
     Preference(Preference),
     ClaudeCodeSession(ClaudeCodeSession),
+    StepLabel(StepLabel),
+    RunRating(RunRating),
 }
 
 /// The `customType`s that are ours.
-const OURS: [&str; 6] = [
+const OURS: [&str; 8] = [
     "checkpoint",
     "rollback",
     "branch",
     "intervention",
     "preference",
     "claude_code_session",
+    "step_label",
+    "run_rating",
 ];
 
 impl Record {
@@ -143,6 +186,8 @@ impl Record {
             Record::Intervention(_) => "intervention",
             Record::Preference(_) => "preference",
             Record::ClaudeCodeSession(_) => "claude_code_session",
+            Record::StepLabel(_) => "step_label",
+            Record::RunRating(_) => "run_rating",
         }
     }
 }
@@ -182,6 +227,18 @@ mod tests {
                 time: "t".into(),
             }),
             Record::ClaudeCodeSession(ClaudeCodeSession { id: "x".into() }),
+            Record::StepLabel(StepLabel {
+                call_id: "c1".into(),
+                label: StepVerdict::Incorrect,
+                note: Some("wrong file".into()),
+                time: "t".into(),
+            }),
+            Record::RunRating(RunRating {
+                run: None,
+                rating: RunOutcome::Partial,
+                note: None,
+                time: "t".into(),
+            }),
         ];
         for r in all {
             let Known::Custom { custom_type, data } = r.to_custom() else {
@@ -201,5 +258,7 @@ mod tests {
         assert_eq!(Record::from_custom("e", "other-tool", &v), None);
         let v = serde_json::json!({"kind": "dance"});
         assert_eq!(Record::from_custom("e", "intervention", &v), None);
+        let v = serde_json::json!({"call_id": "c", "label": "great", "time": "t"});
+        assert_eq!(Record::from_custom("e", "step_label", &v), None);
     }
 }

@@ -41,7 +41,7 @@ async function waitHttp(url, ms) {
 }
 
 /** Starts the scripted model with `script` and picogent's chat mode in a fresh folder. */
-async function startPicogent(script) {
+async function startPicogent(script, extraEnv = {}) {
   const tmp = mkdtempSync(join(tmpdir(), "picogent-browser-"));
   const work = join(tmp, "work");
   mkdirSync(work);
@@ -57,7 +57,7 @@ async function startPicogent(script) {
     env: {
       PATH: process.env.PATH, HOME: tmp, RUST_LOG: "warn",
       PICOGENT_PROVIDER: "anthropic", PICOGENT_BASE_URL: "http://" + addr, PICOGENT_API_KEY: "test-key",
-      PICOGENT_PORT: String(port),
+      PICOGENT_PORT: String(port), ...extraEnv,
     },
   });
   children.push(pg);
@@ -237,5 +237,62 @@ test("a reload mid-run shows the history, reattaches and the run finishes; Markd
   await page.click("#new-session");
   assert.equal(await page.textContent("#session-id"), "new session");
   assert.ok(await page.locator(`#sessions option[value="${old}"]`).count() === 1);
+  await page.close();
+});
+
+test("a person labels a step and rates the run; export --format annotations lists them", async () => {
+  const { url, tmp } = await startPicogent([
+    { tool: "write", args: { path: "g.txt", content: "wrong\n" } },
+    { tool: "bash", args: { command: "true" } },
+    { text: "Done." },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  page.on("dialog", () => assert.fail("the page must not use window.prompt"));
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Make g");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  const session = (await page.textContent("#session-id")).replace("session ", "");
+  await page.click('.step .label:text-is("Write: g.txt")');
+  await page.click('.step[data-tool="write"] button.label-incorrect');
+  assert.equal(await page.getAttribute('.step[data-tool="write"]', "data-label"), "incorrect");
+  // Alt+A approves the newest step (the bash one) from the keyboard.
+  await page.keyboard.press("Alt+KeyA");
+  assert.equal(await page.getAttribute('.step[data-tool="bash"]', "data-label"), "correct");
+  await page.click(".msg.assistant .rate-partial");
+  await page.fill('#modal textarea[name="note"]', "half right");
+  await page.click("#modal button.ok");
+  assert.equal(await page.getAttribute(".msg.assistant .rate-partial", "aria-pressed"), "true");
+  let rows = [];
+  for (let i = 0; i < 100 && rows.length < 3; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    const out = await new Promise((ok, fail) => {
+      const p = spawn(join(target, "debug/picogent"), ["export", "--session", session, "--format", "annotations"],
+        { cwd: join(tmp, "work"), env: { PATH: process.env.PATH, HOME: tmp }, stdio: ["ignore", "pipe", "inherit"] });
+      let s = ""; p.stdout.on("data", (d) => (s += d)); p.on("exit", () => ok(s)); p.on("error", fail);
+    });
+    rows = out.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  }
+  assert.deepEqual(rows.map((r) => [r.kind, r.label ?? r.rating]), [["step_label", "incorrect"], ["step_label", "correct"], ["run_rating", "partial"]]);
+  assert.equal(rows[0].content.args_summary, "Write: g.txt");
+  assert.equal(rows[2].note, "half right");
+  await page.close();
+});
+
+test("a refused handshake shows its reason, and a token admits the page", async () => {
+  const { url } = await startPicogent([{ text: "in" }], { PICOGENT_CHAT_TOKEN: "tok-123" });
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  await page.goto(url);
+  await page.waitForSelector('#status-detail:text-is("token required")', { timeout: 10000 });
+  assert.notEqual(await page.getAttribute("#status", "data-state"), "open");
+  assert.equal(await page.isVisible("#token"), true, "the settings open with the token field");
+  await page.fill("#token", "tok-123");
+  await page.press("#token", "Tab"); // its change reconnects at once
+  await page.waitForSelector('#status[data-state="open"]', { timeout: 20000 });
+  await page.fill("#input", "hello");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  assert.match(await page.textContent(".msg.assistant .md"), /in/);
   await page.close();
 });

@@ -50,6 +50,43 @@ async fn connect_with(
     }
 }
 
+/// A refused handshake, as `(HTTP status, reason)`: a request refused over HTTP, or an
+/// upgrade accepted only to be closed at once with code 4003 (read as 403) or 4001
+/// (401). The close is the only frame: a prompt sent first is not handled.
+async fn refusal(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut ws = match connect_with(addr, path, headers).await {
+        Err(status) => return (status, String::new()),
+        Ok(ws) => ws,
+    };
+    let _ = ws
+        .send(Message::Text(
+            json!({"id": "x", "content": "hi"}).to_string().into(),
+        ))
+        .await;
+    let first = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("the refused connection was neither closed nor answered");
+    let (code, reason) = match first {
+        Some(Ok(Message::Close(Some(f)))) => (u16::from(f.code), f.reason.to_string()),
+        other => panic!("a refused handshake's first frame must be its close: {other:?}"),
+    };
+    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+        assert!(
+            matches!(m, Message::Close(_)),
+            "a frame after the close: {m:?}"
+        );
+    }
+    match code {
+        4003 => (403, reason),
+        4001 => (401, reason),
+        other => panic!("unexpected close code {other}"),
+    }
+}
+
 async fn connect(c: &Chat) -> Ws {
     connect_with(c.addr, "/ws", &[]).await.unwrap()
 }
@@ -381,21 +418,16 @@ async fn foreign_origins_are_refused_and_own_or_listed_ones_admitted() {
     let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
     cfg.allowed_origins = vec!["https://tools.example".into(), "null".into()];
     let c = start(cfg).await;
-    assert_eq!(
-        connect_with(c.addr, "/ws", &[("origin", "https://evil.example")])
-            .await
-            .err(),
-        Some(403)
-    );
+    let (status, reason) = refusal(c.addr, "/ws", &[("origin", "https://evil.example")]).await;
+    assert_eq!(status, 403);
+    assert_eq!(reason, "origin not allowed: set PICOGENT_ALLOWED_ORIGINS");
     // A DNS-rebinding page: Host and Origin agree, but neither is this server.
     let rebinding = [
         ("origin", "http://evil.example:3100"),
         ("host", "evil.example:3100"),
     ];
-    assert_eq!(
-        connect_with(c.addr, "/ws", &rebinding).await.err(),
-        Some(403)
-    );
+    assert_eq!(refusal(c.addr, "/ws", &rebinding).await.0, 403);
+    assert_eq!(llm.request_count(), 0, "a refused connection ran a prompt");
     let own = format!("http://127.0.0.1:{}", c.addr.port());
     assert!(connect_with(c.addr, "/ws", &[("origin", &own)])
         .await
@@ -423,11 +455,18 @@ async fn the_chat_token_is_required_when_set() {
     let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
     cfg.chat_token = Some("s3cret/+=".into());
     let c = start(cfg).await;
-    assert_eq!(connect_with(c.addr, "/ws", &[]).await.err(), Some(401));
-    assert_eq!(
-        connect_with(c.addr, "/ws?token=wrong", &[]).await.err(),
-        Some(401)
-    );
+    let (status, reason) = refusal(c.addr, "/ws", &[]).await;
+    assert_eq!((status, reason.as_str()), (401, "token required"));
+    assert_eq!(refusal(c.addr, "/ws?token=wrong", &[]).await.0, 401);
+    // Not a valid WebSocket upgrade: refused over HTTP as before.
+    let plain = reqwest::Client::new()
+        .get(format!("http://{}/ws?token=wrong", c.addr))
+        .header("upgrade", "websocket")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status().as_u16(), 401);
+    assert_eq!(llm.request_count(), 0, "a refused connection ran a prompt");
     assert!(connect_with(c.addr, "/ws?token=s3cret%2F%2B%3D", &[])
         .await
         .is_ok());
@@ -480,6 +519,12 @@ async fn the_page_and_health_are_served_over_plain_http() {
     let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
     let page = reqwest::get(format!("http://{}/", c.addr)).await.unwrap();
     assert_eq!(page.status(), 200);
+    // Another origin may not frame the page.
+    assert_eq!(
+        page.headers()["content-security-policy"],
+        "frame-ancestors 'self'"
+    );
+    assert_eq!(page.headers()["x-frame-options"], "SAMEORIGIN");
     assert!(page.headers()["content-type"]
         .to_str()
         .unwrap()
@@ -1147,4 +1192,135 @@ async fn history_renders_a_session_and_a_running_request_reattaches_from_its_sta
     assert_eq!(s["content"][0]["title"], "one");
     send(&mut ws, json!({"type": "delete", "sessionId": "hist"})).await;
     assert_eq!(next_of(&mut ws, "deleted").await["content"], "deleted");
+}
+
+#[tokio::test]
+async fn a_person_labels_steps_and_rates_a_run_and_the_exports_use_them() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("write", json!({"path": "g.txt", "content": "wrong\n"})),
+        tool("bash", json!({"command": "true"})),
+        text("all done"),
+    ])
+    .await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(
+        &mut ws,
+        json!({"id": "a1", "content": "make g", "sessionId": "ann", "keepAlive": true}),
+    )
+    .await;
+    let frames = until_done(&mut ws, "a1").await;
+    let calls: Vec<String> = frames
+        .iter()
+        .filter(|f| f["type"] == "tool_use")
+        .map(|f| f["callId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(calls.len(), 2, "{frames:?}");
+
+    send(&mut ws, json!({"type": "label", "id": "l1", "sessionId": "ann", "callId": calls[0], "label": "incorrect", "note": "wrong content"})).await;
+    let f = next(&mut ws).await;
+    assert_eq!(
+        (f["type"].as_str(), f["content"].as_str(), f["id"].as_str()),
+        (Some("annotated"), Some("recorded"), Some("l1")),
+        "{f}"
+    );
+    send(
+        &mut ws,
+        json!({"type": "label", "sessionId": "ann", "callId": calls[1], "label": "unsure"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["content"], "recorded");
+    // Changing one's mind: the last label for a step wins.
+    send(
+        &mut ws,
+        json!({"type": "label", "sessionId": "ann", "callId": calls[1], "label": "correct"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["content"], "recorded");
+    send(&mut ws, json!({"type": "rate", "sessionId": "ann", "run": "a1", "rating": "partial", "note": "half right"})).await;
+    assert_eq!(next(&mut ws).await["type"], "annotated");
+    // Refusals: an unknown step, a label that is not a verdict, a rating that is not one.
+    send(
+        &mut ws,
+        json!({"type": "label", "sessionId": "ann", "callId": "nope", "label": "correct"}),
+    )
+    .await;
+    let f = next(&mut ws).await;
+    assert_eq!(f["type"], "error", "{f}");
+    assert!(f["content"].as_str().unwrap().contains("no step"), "{f}");
+    send(
+        &mut ws,
+        json!({"type": "label", "sessionId": "ann", "callId": calls[0], "label": "great"}),
+    )
+    .await;
+    let f = next(&mut ws).await;
+    assert!(
+        f["type"] == "error" && f["content"].as_str().unwrap().contains("label"),
+        "{f}"
+    );
+    send(
+        &mut ws,
+        json!({"type": "rate", "sessionId": "ann", "rating": "meh"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["type"], "error");
+
+    // The history still renders (annotations are not conversation).
+    send(&mut ws, json!({"type": "history", "sessionId": "ann"})).await;
+    assert_eq!(next_of(&mut ws, "history").await["type"], "history");
+
+    let s = picogent::session::SessionStore::new(sb.home.join("sessions"))
+        .snapshot("ann")
+        .unwrap();
+    let ann = picogent::session::branches::export(&s, "annotations").unwrap();
+    let rows: Vec<(String, Value, Value)> = ann
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap().to_string(),
+                r["label"].clone(),
+                r["rating"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("step_label".into(), json!("incorrect"), Value::Null),
+            ("step_label".into(), json!("unsure"), Value::Null),
+            ("step_label".into(), json!("correct"), Value::Null),
+            ("run_rating".into(), Value::Null, json!("partial")),
+        ]
+    );
+    assert_eq!(ann[0]["call_id"], calls[0].as_str());
+    assert_eq!(ann[0]["note"], "wrong content");
+    assert_eq!(ann[0]["branch"], "main");
+    assert_eq!(ann[0]["step"], 0);
+    assert_eq!(ann[0]["content"]["args_summary"], "Write: g.txt");
+    assert_eq!(
+        (ann[3]["run"].as_str(), ann[3]["note"].as_str()),
+        (Some("a1"), Some("half right"))
+    );
+
+    let prm = picogent::session::branches::export(&s, "prm").unwrap();
+    let labels: Vec<(u64, &str, &str)> = prm
+        .iter()
+        .map(|l| {
+            (
+                l["step"].as_u64().unwrap(),
+                l["label"].as_str().unwrap(),
+                l["source"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        labels,
+        vec![
+            (0, "error", "person"),
+            (1, "correct", "person"),
+            (2, "correct", "rule")
+        ]
+    );
+    assert_eq!(prm[0]["note"], "wrong content");
 }
