@@ -14,6 +14,7 @@
 
 pub mod branches;
 mod evict;
+pub mod find;
 pub mod records;
 mod repair;
 
