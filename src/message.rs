@@ -20,6 +20,9 @@ pub enum Content {
             skip_serializing_if = "Option::is_none"
         )]
         signature: Option<String>,
+        /// Anthropic's redacted thinking: `signature` holds its opaque data.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        redacted: bool,
     },
     ToolCall {
         id: String,

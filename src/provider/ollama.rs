@@ -174,6 +174,7 @@ impl Assembly {
             content.push(Content::Thinking {
                 thinking: self.thinking,
                 signature: None,
+                redacted: false,
             });
         }
         if !self.text.is_empty() {

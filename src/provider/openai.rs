@@ -64,14 +64,14 @@ enum Msg<'a> {
         tool_calls: Vec<Call<'a>>,
     },
     Tool {
-        tool_call_id: &'a str,
+        tool_call_id: std::borrow::Cow<'a, str>,
         content: String,
     },
 }
 
 #[derive(Serialize)]
 struct Call<'a> {
-    id: &'a str,
+    id: std::borrow::Cow<'a, str>,
     #[serde(rename = "type")]
     kind: &'static str,
     function: CallFunction<'a>,
@@ -103,7 +103,7 @@ pub(crate) fn request_body(
                 let tool_calls: Vec<Call<'_>> = a
                     .tool_calls()
                     .map(|(id, name, args)| Call {
-                        id,
+                        id: super::wire_call_id(id),
                         kind: "function",
                         function: CallFunction {
                             name,
@@ -121,7 +121,7 @@ pub(crate) fn request_body(
                 });
             }
             Message::ToolResult(r) => messages.push(Msg::Tool {
-                tool_call_id: &r.tool_call_id,
+                tool_call_id: super::wire_call_id(&r.tool_call_id),
                 content: blocks_text(&r.content),
             }),
         }
@@ -267,6 +267,7 @@ impl Assembly {
             content.push(Content::Thinking {
                 thinking: self.thinking,
                 signature: None,
+                redacted: false,
             });
         }
         if !self.text.is_empty() {

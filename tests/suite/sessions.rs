@@ -421,3 +421,62 @@ async fn a_writer_keeps_only_messages_since_the_last_compaction_in_memory() {
     let again = store.open("ev", &sb.work).unwrap();
     assert_eq!(context_messages(&again).len(), 2);
 }
+
+/// An assistant line of a pi session with `content` from `api`/`model`.
+fn assistant_line(
+    id: &str,
+    parent: &str,
+    api: &str,
+    model: &str,
+    content: serde_json::Value,
+) -> String {
+    json!({"type":"message","id":id,"parentId":parent,"timestamp":"t","message":{
+        "role":"assistant","content":content,"api":api,"provider":"x","model":model,
+        "usage":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,
+            "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+        "stopReason":"toolUse","timestamp":2}})
+    .to_string()
+}
+
+#[tokio::test]
+async fn content_from_another_provider_is_converted_before_it_is_sent() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("done")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    let dir = sb.home.join("sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lines = [
+        r#"{"type":"session","version":3,"id":"mixed","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/x"}"#.to_string(),
+        r#"{"type":"message","id":"00000001","parentId":null,"timestamp":"t","message":{"role":"user","content":"go","timestamp":1}}"#.to_string(),
+        assistant_line("00000002", "00000001", "openai-responses", "gpt-5", json!([
+            {"type":"thinking","thinking":"openai reasoning","thinkingSignature":"{\"id\":\"rs_1\"}"},
+            {"type":"toolCall","id":"call_x|fc_y","name":"bash","arguments":{"command":"true"}}])),
+        r#"{"type":"message","id":"00000003","parentId":"00000002","timestamp":"t","message":{"role":"toolResult","toolCallId":"call_x|fc_y","toolName":"bash","content":[{"type":"text","text":"ok"}],"isError":false,"timestamp":3}}"#.to_string(),
+        assistant_line("00000004", "00000003", "anthropic-messages", "scripted", json!([
+            {"type":"thinking","thinking":"","thinkingSignature":"opaque","redacted":true},
+            {"type":"thinking","thinking":"signed","thinkingSignature":"sig"},
+            {"type":"toolCall","id":"toolu_1","name":"bash","arguments":{"command":"true"}}])),
+        r#"{"type":"message","id":"00000005","parentId":"00000004","timestamp":"t","message":{"role":"toolResult","toolCallId":"toolu_1","toolName":"bash","content":[{"type":"text","text":"ok"}],"isError":false,"timestamp":5}}"#.to_string(),
+    ];
+    std::fs::write(dir.join("mixed.jsonl"), lines.join("\n") + "\n").unwrap();
+    run(&agent, "continue", "mixed").await;
+    let msgs = llm.requests()[0].body["messages"].clone();
+    let first = &msgs[1]["content"];
+    assert_eq!(
+        first[0],
+        json!({"type":"text","text":"openai reasoning"}),
+        "{msgs}"
+    );
+    assert_eq!(first[1]["id"], "call_x_fc_y");
+    assert_eq!(msgs[2]["content"][0]["tool_use_id"], "call_x_fc_y");
+    let second = &msgs[3]["content"];
+    assert_eq!(
+        second[0],
+        json!({"type":"redacted_thinking","data":"opaque"}),
+        "{msgs}"
+    );
+    assert_eq!(
+        second[1],
+        json!({"type":"thinking","thinking":"signed","signature":"sig"})
+    );
+}

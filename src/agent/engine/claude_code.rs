@@ -79,6 +79,7 @@ fn parse_line(line: &str) -> Line {
                             Some("thinking") => Some(Content::Thinking {
                                 thinking: b["thinking"].as_str().unwrap_or_default().to_string(),
                                 signature: None,
+                                redacted: false,
                             }),
                             Some("tool_use") => Some(Content::ToolCall {
                                 id: b["id"].as_str().unwrap_or_default().to_string(),
