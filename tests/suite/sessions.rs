@@ -480,3 +480,56 @@ async fn content_from_another_provider_is_converted_before_it_is_sent() {
         json!({"type":"thinking","thinking":"signed","signature":"sig"})
     );
 }
+
+#[tokio::test]
+async fn version_1_and_2_pi_files_are_migrated_as_pi_migrates_them() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("still here")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    let dir = sb.home.join("sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Version 1: no ids, a compaction keeping entries from index 3 (the header is 0).
+    let v1 = [
+        r#"{"type":"session","id":"old1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/x"}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"forgotten","timestamp":1}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"also forgotten","timestamp":2}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"kept","timestamp":3}}"#,
+        r#"{"type":"compaction","timestamp":"t","summary":"the early part","firstKeptEntryIndex":3,"tokensBefore":10}"#,
+    ];
+    std::fs::write(dir.join("old1.jsonl"), v1.join("\n") + "\n").unwrap();
+    let store = SessionStore::new(&dir);
+    let texts: Vec<String> = store
+        .snapshot("old1")
+        .unwrap()
+        .context()
+        .messages
+        .iter()
+        .map(|(_, m)| match m.as_ref() {
+            Message::User(u) => picogent::message::blocks_text(&u.content),
+            _ => "other".into(),
+        })
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts[0].contains("the early part"), "{texts:?}");
+    assert_eq!(texts[1], "kept");
+    // Continuing it rewrites the file as version 3 with a linear chain.
+    run(&agent, "more", "old1").await;
+    let lines = session_lines(&dir.join("old1.jsonl"));
+    assert_eq!(lines[0]["version"], 3);
+    for pair in lines[1..].windows(2) {
+        assert_eq!(pair[1]["parentId"], pair[0]["id"], "{lines:?}");
+    }
+    assert_eq!(lines[4]["firstKeptEntryId"], lines[3]["id"]);
+    // Version 2: hookMessage is now the custom role (sent as user text).
+    let v2 = [
+        r#"{"type":"session","version":2,"id":"old2","timestamp":"t","cwd":"/x"}"#,
+        r#"{"type":"message","id":"00000001","parentId":null,"timestamp":"t","message":{"role":"hookMessage","customType":"h","content":"from a hook","display":true,"timestamp":1}}"#,
+    ];
+    std::fs::write(dir.join("old2.jsonl"), v2.join("\n") + "\n").unwrap();
+    let s = store.snapshot("old2").unwrap();
+    let ctx = s.context();
+    match ctx.messages[0].1.as_ref() {
+        Message::User(u) => assert_eq!(picogent::message::blocks_text(&u.content), "from a hook"),
+        other => panic!("{other:?}"),
+    }
+}
