@@ -85,7 +85,8 @@ struct RunArgs {
     /// work_dir, that file's folder; with no configuration file, the current folder).
     #[arg(long, value_name = "WORKDIR")]
     dir: Option<PathBuf>,
-    /// Continue (or start) this session instead of a new one.
+    /// Continue (or start) this session: a file path, the id in its header or a unique
+    /// prefix of either, in picogent's sessions folder or pi's (~/.pi/agent/sessions).
     #[arg(long, value_name = "ID")]
     session: Option<String>,
     /// Print every event as a JSON line instead of readable text.

@@ -349,6 +349,7 @@ struct Assembly {
     content: Vec<(usize, Content)>,
     usage: Usage,
     model: String,
+    response_id: Option<String>,
     stop: StopReason,
 }
 
@@ -360,6 +361,7 @@ impl Assembly {
     /// `message_start`: the model and the usage so far.
     fn start(&mut self, m: &Value) {
         self.model = m["model"].as_str().unwrap_or_default().to_string();
+        self.response_id = m["id"].as_str().map(str::to_string);
         let u = &m["usage"];
         self.usage.input = u["input_tokens"].as_u64().unwrap_or(0);
         self.usage.cache_read = u["cache_read_input_tokens"].as_u64().unwrap_or(0);
@@ -478,6 +480,7 @@ impl Assembly {
             usage,
             stop_reason: self.stop,
             error_message: None,
+            response_id: self.response_id,
             timestamp: 0,
         }
     }
@@ -545,6 +548,7 @@ mod tests {
             usage: Usage::default(),
             stop_reason: StopReason::Stop,
             error_message: None,
+            response_id: None,
             timestamp: 0,
         });
         let turns: Vec<Message> = (0..10)

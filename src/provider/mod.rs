@@ -5,6 +5,7 @@
 mod anthropic;
 mod ollama;
 mod openai;
+mod price;
 mod retry;
 mod stream;
 
@@ -318,6 +319,7 @@ impl Provider {
             msg.model = self.model.clone();
         }
         msg.timestamp = crate::util::now_millis();
+        msg.usage.cost = price::cost(&[&msg.model, &self.model], &msg.usage);
         tracing::info!(
             provider,
             model = %self.model,

@@ -201,6 +201,7 @@ impl Assembly {
             usage,
             stop_reason,
             error_message: None,
+            response_id: None,
             timestamp: 0,
         }
     }

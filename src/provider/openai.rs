@@ -198,6 +198,7 @@ struct Assembly {
     calls: Vec<(u64, PartialCall)>,
     usage: Usage,
     model: String,
+    response_id: Option<String>,
     finish: Option<String>,
 }
 
@@ -206,6 +207,9 @@ impl Assembly {
     fn chunk(&mut self, v: &Value, on_delta: &mut (dyn FnMut(Delta) + Send)) {
         if let Some(m) = v["model"].as_str() {
             self.model = m.to_string();
+        }
+        if let Some(id) = v["id"].as_str() {
+            self.response_id = Some(id.to_string());
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             self.usage.input = u["prompt_tokens"].as_u64().unwrap_or(0);
@@ -301,6 +305,7 @@ impl Assembly {
             usage,
             stop_reason,
             error_message: None,
+            response_id: self.response_id,
             timestamp: 0,
         }
     }

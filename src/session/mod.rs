@@ -16,6 +16,7 @@ pub mod branches;
 mod evict;
 pub mod find;
 mod migrate;
+mod model;
 pub mod records;
 mod repair;
 

@@ -21,14 +21,23 @@ async fn the_session_file_has_the_pi_v3_shape() {
     let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
     run(&agent, "What does a.txt say?", "shape").await;
     let lines = session_lines(&sb.home.join("sessions/shape.jsonl"));
-    assert_eq!(lines.len(), 5);
+    assert_eq!(lines.len(), 6);
     let h = &lines[0];
     assert_eq!(
         (h["type"].as_str(), h["version"].as_u64(), h["id"].as_str()),
         (Some("session"), Some(3), Some("shape"))
     );
     assert_eq!(h["cwd"], sb.work.display().to_string());
-    let mut parent = serde_json::Value::Null;
+    // A new session starts with the model it uses, as pi's do.
+    assert_eq!(lines[1]["type"], "model_change");
+    assert_eq!(
+        (&lines[1]["provider"], &lines[1]["modelId"]),
+        (&json!("anthropic"), &json!("scripted-model"))
+    );
+    assert_eq!(lines[1]["parentId"], serde_json::Value::Null);
+    let mut parent = lines[1]["id"].clone();
+    // The rest without it: the messages.
+    let lines: Vec<serde_json::Value> = [&lines[..1], &lines[2..]].concat();
     for l in &lines[1..] {
         assert_eq!(l["type"], "message");
         let id = l["id"].as_str().unwrap();
@@ -406,7 +415,8 @@ async fn a_writer_keeps_only_messages_since_the_last_compaction_in_memory() {
     // The model sees the same, and so does a branch from before the compaction, whose
     // messages are read back from the file.
     assert_eq!(context_messages(&writer), context_messages(&reader));
-    let first = reader.entries()[0].id().to_string();
+    // The first message (the session starts with its model_change, as pi's do).
+    let first = reader.entries()[1].id().to_string();
     let mut reader = reader;
     for s in [&mut writer, &mut reader] {
         s.branch_from(Some(&first)).unwrap();
@@ -532,4 +542,46 @@ async fn version_1_and_2_pi_files_are_migrated_as_pi_migrates_them() {
         Message::User(u) => assert_eq!(picogent::message::blocks_text(&u.content), "from a hook"),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn model_changes_response_ids_and_costs_are_written_as_pi_writes_them() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("one"), text("two"), text("three")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    run(&agent, "first", "models").await;
+    run(&agent, "second", "models").await;
+    let other = sb.agent(&llm, Wire::Anthropic, json!({"model": "claude-sonnet-4-6"}));
+    run(&other, "third", "models").await;
+    let lines = session_lines(&sb.home.join("sessions/models.jsonl"));
+    let changes: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "model_change")
+        .map(|l| l["modelId"].as_str().unwrap())
+        .collect();
+    // One when the session started, one when the model changed; none between.
+    assert_eq!(changes, ["scripted-model", "claude-sonnet-4-6"]);
+    let answers: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["message"]["role"] == "assistant")
+        .map(|l| &l["message"])
+        .collect();
+    assert_eq!(answers.len(), 3);
+    assert!(
+        answers[0]["responseId"]
+            .as_str()
+            .unwrap()
+            .starts_with("msg_"),
+        "{}",
+        answers[0]
+    );
+    // The scripted model has no price; claude-sonnet-4-6 costs $3 / $15 per million.
+    assert_eq!(answers[0]["usage"]["cost"]["total"], 0.0);
+    let u = &answers[2]["usage"];
+    let expected = u["input"].as_f64().unwrap() * 3e-6
+        + u["output"].as_f64().unwrap() * 15e-6
+        + u["cacheRead"].as_f64().unwrap() * 0.3e-6
+        + u["cacheWrite"].as_f64().unwrap() * 3.75e-6;
+    let total = u["cost"]["total"].as_f64().unwrap();
+    assert!(expected > 0.0 && (total - expected).abs() < 1e-12, "{u}");
 }

@@ -454,6 +454,7 @@ fn on_assistant(
                 StopReason::Stop
             },
             error_message: None,
+            response_id: None,
             timestamp: crate::util::now_millis(),
         }));
 }
