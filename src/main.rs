@@ -85,7 +85,8 @@ struct RunArgs {
     /// work_dir, that file's folder; with no configuration file, the current folder).
     #[arg(long, value_name = "WORKDIR")]
     dir: Option<PathBuf>,
-    /// Continue (or start) this session instead of a new one.
+    /// Continue (or start) this session: a file path, the id in its header or a unique
+    /// prefix of either, in picogent's sessions folder or pi's (~/.pi/agent/sessions).
     #[arg(long, value_name = "ID")]
     session: Option<String>,
     /// Print every event as a JSON line instead of readable text.
@@ -403,7 +404,10 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     if prompt.trim().is_empty() {
         anyhow::bail!("the task is empty");
     }
-    let session_id = args.session.unwrap_or_else(picogent::util::new_session_id);
+    let session_id = match &args.session {
+        Some(arg) => pick_session(&mut config, arg)?,
+        None => picogent::util::new_session_id(),
+    };
     let agent = new_agent(config).await?;
     let mut handle = agent.start(RunRequest::new(prompt, session_id.clone()));
     let cancel = handle.cancel_token();
@@ -435,6 +439,27 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         Outcome::Failed { .. } => ExitCode::from(1),
         Outcome::Cancelled { .. } => ExitCode::from(LAST_SIGNAL.load(Ordering::Relaxed)),
     })
+}
+
+/// `--session ARG` resolved to an id, pointing the config at the folder of a session
+/// found outside picogent's own (a pi session file).
+fn pick_session(config: &mut Config, arg: &str) -> anyhow::Result<String> {
+    use picogent::session::find;
+    let own = config.own_sessions_dir();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let pi = home.as_deref().map(find::pi_sessions_dir);
+    match find::resolve(arg, &own, pi.as_deref())? {
+        find::Found::Existing { dir, id } => {
+            if dir != own && std::fs::canonicalize(&own).ok().as_ref() != Some(&dir) {
+                config.session_dir = Some(dir);
+            }
+            Ok(id)
+        }
+        find::Found::New(id) => {
+            eprintln!("new session {id}");
+            Ok(id)
+        }
+    }
 }
 
 /// Prints run events for a person (or as JSON lines with --json).

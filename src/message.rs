@@ -20,6 +20,9 @@ pub enum Content {
             skip_serializing_if = "Option::is_none"
         )]
         signature: Option<String>,
+        /// Anthropic's redacted thinking: `signature` holds its opaque data.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        redacted: bool,
     },
     ToolCall {
         id: String,
@@ -53,11 +56,11 @@ pub(crate) enum StopReason {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub(crate) struct Cost {
-    input: f64,
-    output: f64,
-    cache_read: f64,
-    cache_write: f64,
-    total: f64,
+    pub(crate) input: f64,
+    pub(crate) output: f64,
+    pub(crate) cache_read: f64,
+    pub(crate) cache_write: f64,
+    pub(crate) total: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -111,6 +114,9 @@ pub struct AssistantMessage {
     pub(crate) stop_reason: StopReason,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) error_message: Option<String>,
+    /// The provider's id for the response, when it sends one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) response_id: Option<String>,
     #[serde(default)]
     pub(crate) timestamp: i64,
 }

@@ -607,6 +607,7 @@ impl Config {
             allowed_origins: s.allowed_origins(),
             env_file: Some(cwd.join(".env")).filter(|p| p.is_file()),
             secrets_in_file: f.token.is_some() || f.api_key.is_some(),
+            session_dir: None,
             home_dir: s.home_dir.clone(),
             config_file,
             agent_home,

@@ -127,6 +127,9 @@ pub struct Config {
     pub(crate) home_dir: Option<PathBuf>,
     /// The file itself holds a token or API key (start-up warns about it).
     pub secrets_in_file: bool,
+    /// The folder of a session continued from elsewhere (`run --session` given a pi
+    /// file): sessions are read and written there instead of `sessions/`.
+    pub session_dir: Option<PathBuf>,
 }
 
 /// Model aliases of spec §1; anything else passes through unchanged.
@@ -200,6 +203,14 @@ impl Config {
 
     /// Where session files live: `agentHome/sessions`, else `~/.picogent/sessions`.
     pub fn sessions_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.session_dir {
+            return dir.clone();
+        }
+        self.own_sessions_dir()
+    }
+
+    /// picogent's own sessions folder, whatever `session_dir` says.
+    pub fn own_sessions_dir(&self) -> PathBuf {
         match (&self.agent_home, &self.home_dir) {
             (Some(h), _) => h.join("sessions"),
             (None, Some(home)) => home.join(".picogent").join("sessions"),

@@ -96,13 +96,16 @@ enum Block<'a> {
         thinking: &'a str,
         signature: &'a str,
     },
+    RedactedThinking {
+        data: &'a str,
+    },
     ToolUse {
-        id: &'a str,
+        id: std::borrow::Cow<'a, str>,
         name: &'a str,
         input: &'a Value,
     },
     ToolResult {
-        tool_use_id: &'a str,
+        tool_use_id: std::borrow::Cow<'a, str>,
         content: Vec<Block<'a>>,
         is_error: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,7 +157,7 @@ pub(crate) fn request_body(
         })
         .collect();
     let cache = req.cache_key.is_some();
-    let mut messages = messages(req.messages);
+    let mut messages = messages(req.messages, model);
     if cache {
         mark_turns(&mut messages, TURN_BREAKPOINTS);
     }
@@ -193,7 +196,7 @@ fn mark_turns(turns: &mut [Turn<'_>], n: usize) {
 
 /// Converts history to Anthropic messages. Consecutive tool results (and a user message
 /// after them) merge into one `user` turn, as the API wants strict alternation.
-fn messages<'a>(history: &[&'a Message]) -> Vec<Turn<'a>> {
+fn messages<'a>(history: &[&'a Message], model: &str) -> Vec<Turn<'a>> {
     let mut out: Vec<Turn<'a>> = Vec::with_capacity(history.len());
     let mut push = |role: &'static str, blocks: Vec<Block<'a>>| {
         if blocks.is_empty() {
@@ -211,39 +214,18 @@ fn messages<'a>(history: &[&'a Message]) -> Vec<Turn<'a>> {
         match m {
             Message::User(u) => push("user", u.content.iter().filter_map(user_block).collect()),
             Message::Assistant(a) => {
+                let same = same_model(a, model);
                 let blocks = a
                     .content
                     .iter()
-                    .filter_map(|b| match b {
-                        Content::Text { text } if !text.is_empty() => Some(Block::Text {
-                            text,
-                            cache_control: None,
-                        }),
-                        Content::Thinking {
-                            thinking,
-                            signature: Some(signature),
-                        } => Some(Block::Thinking {
-                            thinking,
-                            signature,
-                        }),
-                        Content::ToolCall {
-                            id,
-                            name,
-                            arguments,
-                        } => Some(Block::ToolUse {
-                            id,
-                            name,
-                            input: arguments,
-                        }),
-                        _ => None,
-                    })
+                    .filter_map(|b| assistant_block(b, same))
                     .collect();
                 push("assistant", blocks)
             }
             Message::ToolResult(r) => push(
                 "user",
                 vec![Block::ToolResult {
-                    tool_use_id: &r.tool_call_id,
+                    tool_use_id: super::wire_call_id(&r.tool_call_id),
                     content: r.content.iter().filter_map(user_block).collect(),
                     is_error: r.is_error,
                     cache_control: None,
@@ -252,6 +234,54 @@ fn messages<'a>(history: &[&'a Message]) -> Vec<Turn<'a>> {
         }
     }
     out
+}
+
+/// Whether an assistant turn came from this model, so its thinking signatures hold.
+fn same_model(a: &crate::message::AssistantMessage, model: &str) -> bool {
+    a.api == "anthropic-messages"
+        && (a.model == model || a.model.starts_with(model) || model.starts_with(&a.model))
+}
+
+/// One assistant block as pi sends it: redacted thinking back as `redacted_thinking`
+/// and signed thinking as it was, for the same model only; other thinking as text.
+fn assistant_block(b: &Content, same: bool) -> Option<Block<'_>> {
+    match b {
+        Content::Text { text } if !text.is_empty() => Some(Block::Text {
+            text,
+            cache_control: None,
+        }),
+        Content::Thinking {
+            signature: Some(data),
+            redacted: true,
+            ..
+        } => same.then_some(Block::RedactedThinking { data }),
+        Content::Thinking {
+            thinking,
+            signature: Some(signature),
+            redacted: false,
+        } if same && !signature.trim().is_empty() => Some(Block::Thinking {
+            thinking,
+            signature,
+        }),
+        Content::Thinking {
+            thinking,
+            redacted: false,
+            ..
+        } if !thinking.trim().is_empty() => Some(Block::Text {
+            text: thinking,
+            cache_control: None,
+        }),
+        Content::ToolCall {
+            id,
+            name,
+            arguments,
+        } => Some(Block::ToolUse {
+            id: super::wire_call_id(id),
+            name,
+            input: arguments,
+        }),
+        _ => None,
+    }
 }
 
 fn user_block(b: &Content) -> Option<Block<'_>> {
@@ -276,6 +306,7 @@ fn user_block(b: &Content) -> Option<Block<'_>> {
 enum Building {
     Text(String),
     Thinking(String, Option<String>),
+    Redacted(String),
     Tool {
         id: String,
         name: String,
@@ -318,6 +349,7 @@ struct Assembly {
     content: Vec<(usize, Content)>,
     usage: Usage,
     model: String,
+    response_id: Option<String>,
     stop: StopReason,
 }
 
@@ -329,6 +361,7 @@ impl Assembly {
     /// `message_start`: the model and the usage so far.
     fn start(&mut self, m: &Value) {
         self.model = m["model"].as_str().unwrap_or_default().to_string();
+        self.response_id = m["id"].as_str().map(str::to_string);
         let u = &m["usage"];
         self.usage.input = u["input_tokens"].as_u64().unwrap_or(0);
         self.usage.cache_read = u["cache_read_input_tokens"].as_u64().unwrap_or(0);
@@ -347,6 +380,9 @@ impl Assembly {
                 Building::Text(t)
             }
             Some("thinking") => Building::Thinking(String::new(), None),
+            Some("redacted_thinking") => {
+                Building::Redacted(b["data"].as_str().unwrap_or_default().to_string())
+            }
             Some("tool_use") => Building::Tool {
                 id: b["id"].as_str().unwrap_or_default().to_string(),
                 name: b["name"].as_str().unwrap_or_default().to_string(),
@@ -444,6 +480,7 @@ impl Assembly {
             usage,
             stop_reason: self.stop,
             error_message: None,
+            response_id: self.response_id,
             timestamp: 0,
         }
     }
@@ -468,6 +505,12 @@ fn finish_block(b: Building) -> Option<Content> {
         Building::Thinking(thinking, signature) => Some(Content::Thinking {
             thinking,
             signature,
+            redacted: false,
+        }),
+        Building::Redacted(data) => Some(Content::Thinking {
+            thinking: String::new(),
+            signature: Some(data),
+            redacted: true,
         }),
         Building::Tool { id, name, json } => Some(Content::ToolCall {
             id,
@@ -505,6 +548,7 @@ mod tests {
             usage: Usage::default(),
             stop_reason: StopReason::Stop,
             error_message: None,
+            response_id: None,
             timestamp: 0,
         });
         let turns: Vec<Message> = (0..10)

@@ -5,6 +5,7 @@
 mod anthropic;
 mod ollama;
 mod openai;
+mod price;
 mod retry;
 mod stream;
 
@@ -318,6 +319,7 @@ impl Provider {
             msg.model = self.model.clone();
         }
         msg.timestamp = crate::util::now_millis();
+        msg.usage.cost = price::cost(&[&msg.model, &self.model], &msg.usage);
         tracing::info!(
             provider,
             model = %self.model,
@@ -491,4 +493,23 @@ fn parse_arguments(raw: &str) -> Value {
         return Value::Object(Default::default());
     }
     serde_json::from_str(raw).unwrap_or_else(|_| serde_json::json!({ "_raw": raw }))
+}
+
+/// A tool-call id as every API accepts it (`^[a-zA-Z0-9_-]{1,64}$`), as pi rewrites
+/// ids from another provider (OpenAI Responses' `call_x|fc_y`): other characters become
+/// `_`. The same function on the call and its result keeps the two paired.
+pub(crate) fn wire_call_id(id: &str) -> std::borrow::Cow<'_, str> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if !id.is_empty() && id.len() <= 64 && id.chars().all(ok) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut out: String = id
+        .chars()
+        .map(|c| if ok(c) { c } else { '_' })
+        .take(64)
+        .collect();
+    if out.is_empty() {
+        out.push('_');
+    }
+    std::borrow::Cow::Owned(out)
 }

@@ -174,6 +174,7 @@ impl Assembly {
             content.push(Content::Thinking {
                 thinking: self.thinking,
                 signature: None,
+                redacted: false,
             });
         }
         if !self.text.is_empty() {
@@ -200,6 +201,7 @@ impl Assembly {
             usage,
             stop_reason,
             error_message: None,
+            response_id: None,
             timestamp: 0,
         }
     }

@@ -64,14 +64,14 @@ enum Msg<'a> {
         tool_calls: Vec<Call<'a>>,
     },
     Tool {
-        tool_call_id: &'a str,
+        tool_call_id: std::borrow::Cow<'a, str>,
         content: String,
     },
 }
 
 #[derive(Serialize)]
 struct Call<'a> {
-    id: &'a str,
+    id: std::borrow::Cow<'a, str>,
     #[serde(rename = "type")]
     kind: &'static str,
     function: CallFunction<'a>,
@@ -103,7 +103,7 @@ pub(crate) fn request_body(
                 let tool_calls: Vec<Call<'_>> = a
                     .tool_calls()
                     .map(|(id, name, args)| Call {
-                        id,
+                        id: super::wire_call_id(id),
                         kind: "function",
                         function: CallFunction {
                             name,
@@ -121,7 +121,7 @@ pub(crate) fn request_body(
                 });
             }
             Message::ToolResult(r) => messages.push(Msg::Tool {
-                tool_call_id: &r.tool_call_id,
+                tool_call_id: super::wire_call_id(&r.tool_call_id),
                 content: blocks_text(&r.content),
             }),
         }
@@ -198,6 +198,7 @@ struct Assembly {
     calls: Vec<(u64, PartialCall)>,
     usage: Usage,
     model: String,
+    response_id: Option<String>,
     finish: Option<String>,
 }
 
@@ -206,6 +207,9 @@ impl Assembly {
     fn chunk(&mut self, v: &Value, on_delta: &mut (dyn FnMut(Delta) + Send)) {
         if let Some(m) = v["model"].as_str() {
             self.model = m.to_string();
+        }
+        if let Some(id) = v["id"].as_str() {
+            self.response_id = Some(id.to_string());
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             self.usage.input = u["prompt_tokens"].as_u64().unwrap_or(0);
@@ -267,6 +271,7 @@ impl Assembly {
             content.push(Content::Thinking {
                 thinking: self.thinking,
                 signature: None,
+                redacted: false,
             });
         }
         if !self.text.is_empty() {
@@ -300,6 +305,7 @@ impl Assembly {
             usage,
             stop_reason,
             error_message: None,
+            response_id: self.response_id,
             timestamp: 0,
         }
     }

@@ -14,6 +14,9 @@
 
 pub mod branches;
 mod evict;
+pub mod find;
+mod migrate;
+mod model;
 pub mod records;
 mod repair;
 
@@ -248,6 +251,16 @@ impl Session {
             source,
         };
         let bytes = std::fs::read(&path).map_err(io)?;
+        let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+        let bytes = match bytes.get(..whole).and_then(migrate::migrate) {
+            Some(migrated) => {
+                if writer {
+                    rewrite(&path, &migrated).map_err(io)?;
+                }
+                migrated
+            }
+            None => bytes,
+        };
         // A last line without its newline was being written when the process died
         // (or, for a reader, is being written right now).
         let complete = match bytes.iter().rposition(|b| *b == b'\n') {
@@ -665,6 +678,15 @@ fn bash_execution_text(m: &Value) -> String {
         }
     }
     text
+}
+
+/// Replaces a file's content at once (a migrated session, as pi rewrites it).
+fn rewrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".migrating");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
 }
 
 fn summary_message(summary: &str) -> Message {

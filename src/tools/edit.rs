@@ -72,7 +72,14 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
         body.to_string()
     };
     let updated = apply(&text, &a.edits, &a.path)?;
-    let diff = similar::TextDiff::from_lines(&text, &updated)
+    let lines = similar::TextDiff::from_lines(&text, &updated);
+    // The first line that differs, numbered in the new file, as pi's details have it.
+    let first_changed = lines
+        .ops()
+        .iter()
+        .find(|op| op.tag() != similar::DiffTag::Equal)
+        .map(|op| op.new_range().start + 1);
+    let diff = lines
         .unified_diff()
         .context_radius(3)
         .header(&a.path, &a.path)
@@ -100,7 +107,7 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
         a.path,
         if n == 1 { "" } else { "s" }
     ))
-    .with_details(json!({"path": path, "diff": diff})))
+    .with_details(json!({"path": path, "diff": diff, "firstChangedLine": first_changed})))
 }
 
 /// Applies the edits to LF-normalised text, or says which edit failed and why.

@@ -241,3 +241,101 @@ async fn completions_are_printed_for_each_shell() {
         );
     }
 }
+
+const PI_UUID: &str = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+
+/// A pi session file where pi keeps it: `~/.pi/agent/sessions/<cwd>/<time>_<uuid>.jsonl`.
+fn pi_session_file(sb: &Sandbox) -> std::path::PathBuf {
+    let dir = sb.user_home.join(".pi/agent/sessions/--work--");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("2026-01-01T00-00-00-000Z_{PI_UUID}.jsonl"));
+    let lines = [
+        format!(r#"{{"type":"session","version":3,"id":"{PI_UUID}","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/work"}}"#),
+        r#"{"type":"message","id":"00000001","parentId":null,"timestamp":"t","message":{"role":"user","content":"remember the word ostrich","timestamp":1}}"#.to_string(),
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+#[tokio::test]
+async fn session_accepts_a_pi_id_prefix_a_path_and_a_new_name() {
+    let sb = Sandbox::new();
+    let pi_file = pi_session_file(&sb);
+    let llm = ScriptedLlm::start(vec![text("ostrich"), text("again"), text("fresh")]).await;
+    let env = provider_env(&llm, Wire::Anthropic);
+    let dir = sb.work.display().to_string();
+    // A prefix of the UUID in pi's header finds pi's file and continues it there.
+    let out = picogent(
+        &sb,
+        &["run", "--dir", &dir, "--session", "0193a1b2", "which word?"],
+        &env,
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let first = serde_json::to_string(&llm.requests()[0].body["messages"]).unwrap();
+    assert!(first.contains("remember the word ostrich"), "{first}");
+    let lines = session_lines(&pi_file);
+    assert!(lines.len() >= 4, "{lines:?}");
+    // The file's path works too.
+    let path = pi_file.display().to_string();
+    let out = picogent(
+        &sb,
+        &["run", "--dir", &dir, "--session", &path, "and now?"],
+        &env,
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let second = serde_json::to_string(&llm.requests()[1].body["messages"]).unwrap();
+    assert!(second.contains("which word?"), "{second}");
+    // A name that matches nothing starts a new session and says so.
+    let out = picogent(
+        &sb,
+        &["run", "--dir", &dir, "--session", "fresh-one", "hi"],
+        &env,
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("new session fresh-one"),
+        "{stderr}"
+    );
+    assert!(sb
+        .user_home
+        .join(".picogent/sessions/fresh-one.jsonl")
+        .is_file());
+}
+
+#[tokio::test]
+async fn an_ambiguous_session_prefix_is_an_error_listing_the_matches() {
+    let sb = Sandbox::new();
+    let own = sb.user_home.join(".picogent/sessions");
+    std::fs::create_dir_all(&own).unwrap();
+    for id in ["abc1", "abc2"] {
+        let header =
+            format!(r#"{{"type":"session","version":3,"id":"{id}","timestamp":"t","cwd":"/x"}}"#);
+        std::fs::write(own.join(format!("{id}.jsonl")), header + "\n").unwrap();
+    }
+    let llm = ScriptedLlm::start(vec![text("never")]).await;
+    let dir = sb.work.display().to_string();
+    let env = provider_env(&llm, Wire::Anthropic);
+    let out = picogent(&sb, &["run", "--dir", &dir, "--session", "abc", "hi"], &env).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("abc1.jsonl") && stderr.contains("abc2.jsonl"),
+        "{stderr}"
+    );
+    assert_eq!(llm.request_count(), 0);
+    let out = picogent(
+        &sb,
+        &["run", "--dir", &dir, "--session", "no/such", "hi"],
+        &env,
+    )
+    .await;
+    assert!(!out.status.success());
+}

@@ -21,14 +21,23 @@ async fn the_session_file_has_the_pi_v3_shape() {
     let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
     run(&agent, "What does a.txt say?", "shape").await;
     let lines = session_lines(&sb.home.join("sessions/shape.jsonl"));
-    assert_eq!(lines.len(), 5);
+    assert_eq!(lines.len(), 6);
     let h = &lines[0];
     assert_eq!(
         (h["type"].as_str(), h["version"].as_u64(), h["id"].as_str()),
         (Some("session"), Some(3), Some("shape"))
     );
     assert_eq!(h["cwd"], sb.work.display().to_string());
-    let mut parent = serde_json::Value::Null;
+    // A new session starts with the model it uses, as pi's do.
+    assert_eq!(lines[1]["type"], "model_change");
+    assert_eq!(
+        (&lines[1]["provider"], &lines[1]["modelId"]),
+        (&json!("anthropic"), &json!("scripted-model"))
+    );
+    assert_eq!(lines[1]["parentId"], serde_json::Value::Null);
+    let mut parent = lines[1]["id"].clone();
+    // The rest without it: the messages.
+    let lines: Vec<serde_json::Value> = [&lines[..1], &lines[2..]].concat();
     for l in &lines[1..] {
         assert_eq!(l["type"], "message");
         let id = l["id"].as_str().unwrap();
@@ -406,7 +415,8 @@ async fn a_writer_keeps_only_messages_since_the_last_compaction_in_memory() {
     // The model sees the same, and so does a branch from before the compaction, whose
     // messages are read back from the file.
     assert_eq!(context_messages(&writer), context_messages(&reader));
-    let first = reader.entries()[0].id().to_string();
+    // The first message (the session starts with its model_change, as pi's do).
+    let first = reader.entries()[1].id().to_string();
     let mut reader = reader;
     for s in [&mut writer, &mut reader] {
         s.branch_from(Some(&first)).unwrap();
@@ -420,4 +430,158 @@ async fn a_writer_keeps_only_messages_since_the_last_compaction_in_memory() {
     drop(writer);
     let again = store.open("ev", &sb.work).unwrap();
     assert_eq!(context_messages(&again).len(), 2);
+}
+
+/// An assistant line of a pi session with `content` from `api`/`model`.
+fn assistant_line(
+    id: &str,
+    parent: &str,
+    api: &str,
+    model: &str,
+    content: serde_json::Value,
+) -> String {
+    json!({"type":"message","id":id,"parentId":parent,"timestamp":"t","message":{
+        "role":"assistant","content":content,"api":api,"provider":"x","model":model,
+        "usage":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,
+            "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+        "stopReason":"toolUse","timestamp":2}})
+    .to_string()
+}
+
+#[tokio::test]
+async fn content_from_another_provider_is_converted_before_it_is_sent() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("done")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    let dir = sb.home.join("sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lines = [
+        r#"{"type":"session","version":3,"id":"mixed","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/x"}"#.to_string(),
+        r#"{"type":"message","id":"00000001","parentId":null,"timestamp":"t","message":{"role":"user","content":"go","timestamp":1}}"#.to_string(),
+        assistant_line("00000002", "00000001", "openai-responses", "gpt-5", json!([
+            {"type":"thinking","thinking":"openai reasoning","thinkingSignature":"{\"id\":\"rs_1\"}"},
+            {"type":"toolCall","id":"call_x|fc_y","name":"bash","arguments":{"command":"true"}}])),
+        r#"{"type":"message","id":"00000003","parentId":"00000002","timestamp":"t","message":{"role":"toolResult","toolCallId":"call_x|fc_y","toolName":"bash","content":[{"type":"text","text":"ok"}],"isError":false,"timestamp":3}}"#.to_string(),
+        assistant_line("00000004", "00000003", "anthropic-messages", "scripted", json!([
+            {"type":"thinking","thinking":"","thinkingSignature":"opaque","redacted":true},
+            {"type":"thinking","thinking":"signed","thinkingSignature":"sig"},
+            {"type":"toolCall","id":"toolu_1","name":"bash","arguments":{"command":"true"}}])),
+        r#"{"type":"message","id":"00000005","parentId":"00000004","timestamp":"t","message":{"role":"toolResult","toolCallId":"toolu_1","toolName":"bash","content":[{"type":"text","text":"ok"}],"isError":false,"timestamp":5}}"#.to_string(),
+    ];
+    std::fs::write(dir.join("mixed.jsonl"), lines.join("\n") + "\n").unwrap();
+    run(&agent, "continue", "mixed").await;
+    let msgs = llm.requests()[0].body["messages"].clone();
+    let first = &msgs[1]["content"];
+    assert_eq!(
+        first[0],
+        json!({"type":"text","text":"openai reasoning"}),
+        "{msgs}"
+    );
+    assert_eq!(first[1]["id"], "call_x_fc_y");
+    assert_eq!(msgs[2]["content"][0]["tool_use_id"], "call_x_fc_y");
+    let second = &msgs[3]["content"];
+    assert_eq!(
+        second[0],
+        json!({"type":"redacted_thinking","data":"opaque"}),
+        "{msgs}"
+    );
+    assert_eq!(
+        second[1],
+        json!({"type":"thinking","thinking":"signed","signature":"sig"})
+    );
+}
+
+#[tokio::test]
+async fn version_1_and_2_pi_files_are_migrated_as_pi_migrates_them() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("still here")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    let dir = sb.home.join("sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Version 1: no ids, a compaction keeping entries from index 3 (the header is 0).
+    let v1 = [
+        r#"{"type":"session","id":"old1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/x"}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"forgotten","timestamp":1}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"also forgotten","timestamp":2}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"kept","timestamp":3}}"#,
+        r#"{"type":"compaction","timestamp":"t","summary":"the early part","firstKeptEntryIndex":3,"tokensBefore":10}"#,
+    ];
+    std::fs::write(dir.join("old1.jsonl"), v1.join("\n") + "\n").unwrap();
+    let store = SessionStore::new(&dir);
+    let texts: Vec<String> = store
+        .snapshot("old1")
+        .unwrap()
+        .context()
+        .messages
+        .iter()
+        .map(|(_, m)| match m.as_ref() {
+            Message::User(u) => picogent::message::blocks_text(&u.content),
+            _ => "other".into(),
+        })
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts[0].contains("the early part"), "{texts:?}");
+    assert_eq!(texts[1], "kept");
+    // Continuing it rewrites the file as version 3 with a linear chain.
+    run(&agent, "more", "old1").await;
+    let lines = session_lines(&dir.join("old1.jsonl"));
+    assert_eq!(lines[0]["version"], 3);
+    for pair in lines[1..].windows(2) {
+        assert_eq!(pair[1]["parentId"], pair[0]["id"], "{lines:?}");
+    }
+    assert_eq!(lines[4]["firstKeptEntryId"], lines[3]["id"]);
+    // Version 2: hookMessage is now the custom role (sent as user text).
+    let v2 = [
+        r#"{"type":"session","version":2,"id":"old2","timestamp":"t","cwd":"/x"}"#,
+        r#"{"type":"message","id":"00000001","parentId":null,"timestamp":"t","message":{"role":"hookMessage","customType":"h","content":"from a hook","display":true,"timestamp":1}}"#,
+    ];
+    std::fs::write(dir.join("old2.jsonl"), v2.join("\n") + "\n").unwrap();
+    let s = store.snapshot("old2").unwrap();
+    let ctx = s.context();
+    match ctx.messages[0].1.as_ref() {
+        Message::User(u) => assert_eq!(picogent::message::blocks_text(&u.content), "from a hook"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn model_changes_response_ids_and_costs_are_written_as_pi_writes_them() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("one"), text("two"), text("three")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
+    run(&agent, "first", "models").await;
+    run(&agent, "second", "models").await;
+    let other = sb.agent(&llm, Wire::Anthropic, json!({"model": "claude-sonnet-4-6"}));
+    run(&other, "third", "models").await;
+    let lines = session_lines(&sb.home.join("sessions/models.jsonl"));
+    let changes: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "model_change")
+        .map(|l| l["modelId"].as_str().unwrap())
+        .collect();
+    // One when the session started, one when the model changed; none between.
+    assert_eq!(changes, ["scripted-model", "claude-sonnet-4-6"]);
+    let answers: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["message"]["role"] == "assistant")
+        .map(|l| &l["message"])
+        .collect();
+    assert_eq!(answers.len(), 3);
+    assert!(
+        answers[0]["responseId"]
+            .as_str()
+            .unwrap()
+            .starts_with("msg_"),
+        "{}",
+        answers[0]
+    );
+    // The scripted model has no price; claude-sonnet-4-6 costs $3 / $15 per million.
+    assert_eq!(answers[0]["usage"]["cost"]["total"], 0.0);
+    let u = &answers[2]["usage"];
+    let expected = u["input"].as_f64().unwrap() * 3e-6
+        + u["output"].as_f64().unwrap() * 15e-6
+        + u["cacheRead"].as_f64().unwrap() * 0.3e-6
+        + u["cacheWrite"].as_f64().unwrap() * 3.75e-6;
+    let total = u["cost"]["total"].as_f64().unwrap();
+    assert!(expected > 0.0 && (total - expected).abs() < 1e-12, "{u}");
 }

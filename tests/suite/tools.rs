@@ -128,6 +128,7 @@ async fn edit_applies_several_edits_and_answers_with_a_diff() {
     assert!(!out.is_error, "{out:?}");
     assert_eq!(sb.read("m.rs"), "fn a2() {}\nfn b() {}\nfn c2() {}\n");
     assert!(out.text.contains("-fn a() {}\n+fn a2() {}"), "{}", out.text);
+    assert_eq!(out.details.as_ref().unwrap()["firstChangedLine"], 1);
     // The flat form works too.
     let out = call(
         &c,
@@ -136,6 +137,7 @@ async fn edit_applies_several_edits_and_answers_with_a_diff() {
     )
     .await;
     assert!(!out.is_error, "{out:?}");
+    assert_eq!(out.details.unwrap()["firstChangedLine"], 2);
 }
 
 #[tokio::test]

@@ -79,6 +79,7 @@ fn parse_line(line: &str) -> Line {
                             Some("thinking") => Some(Content::Thinking {
                                 thinking: b["thinking"].as_str().unwrap_or_default().to_string(),
                                 signature: None,
+                                redacted: false,
                             }),
                             Some("tool_use") => Some(Content::ToolCall {
                                 id: b["id"].as_str().unwrap_or_default().to_string(),
@@ -453,6 +454,7 @@ fn on_assistant(
                 StopReason::Stop
             },
             error_message: None,
+            response_id: None,
             timestamp: crate::util::now_millis(),
         }));
 }

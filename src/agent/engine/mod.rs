@@ -145,6 +145,7 @@ async fn locked(
         Engine::Native => (inner.provider.kind().as_str(), inner.provider.model()),
         Engine::ClaudeCode => ("claude-code", config.model.as_str()),
     };
+    session.note_model(provider, model)?;
     out.emit(AgentEvent::Started {
         session_id: req.session_id.clone(),
         provider: provider.into(),

@@ -553,6 +553,7 @@ fn record_failed_turn(
                 StopReason::Error
             },
             error_message: Some(err.to_string()),
+            response_id: None,
             timestamp: crate::util::now_millis(),
         }))
         .map(|_| ())

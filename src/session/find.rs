@@ -1,0 +1,139 @@
+//! `--session ARG`: a session file's path, the id in its header (pi's UUID), or a
+//! unique prefix of either, looked up in picogent's sessions folder and then in pi's
+//! (`~/.pi/agent/sessions/<cwd>/<time>_<uuid>.jsonl`).
+
+use std::path::{Path, PathBuf};
+
+use super::valid_id;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    #[error("--session {arg:?} matches several sessions: {}", list(.matches))]
+    Ambiguous { arg: String, matches: Vec<PathBuf> },
+    #[error("--session {0:?} matches no session and is not a valid new session name (letters, digits, '.', '_' and '-')")]
+    NoMatch(String),
+    #[error("--session file {}: its name is not a usable session id", .0.display())]
+    BadFileName(PathBuf),
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
+}
+
+/// Where the session to run lives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    /// An existing file: its folder and its id there (the file's name without `.jsonl`).
+    Existing { dir: PathBuf, id: String },
+    /// Nothing matched: a new session of that name in picogent's folder.
+    New(String),
+}
+
+/// pi's sessions folder under `home`.
+pub fn pi_sessions_dir(home: &Path) -> PathBuf {
+    home.join(".pi").join("agent").join("sessions")
+}
+
+/// Resolves `arg` against picogent's folder (`own`) and pi's (`pi`).
+pub fn resolve(arg: &str, own: &Path, pi: Option<&Path>) -> Result<Found, FindError> {
+    if valid_id(arg) && own.join(format!("{arg}.jsonl")).is_file() {
+        return Ok(Found::Existing {
+            dir: own.to_path_buf(),
+            id: arg.to_string(),
+        });
+    }
+    let as_path = Path::new(arg);
+    if (arg.contains('/') || arg.ends_with(".jsonl")) && as_path.is_file() {
+        return existing(as_path);
+    }
+    let mut files = jsonl_files(own, 0);
+    if let Some(pi) = pi {
+        files.extend(jsonl_files(pi, 2));
+    }
+    let named: Vec<(PathBuf, String, Option<String>)> = files
+        .into_iter()
+        .map(|p| {
+            let stem = stem(&p).unwrap_or_default();
+            let header = header_id(&p);
+            (p, stem, header)
+        })
+        .collect();
+    let exact: Vec<&PathBuf> = named
+        .iter()
+        .filter(|(_, s, h)| s == arg || h.as_deref() == Some(arg))
+        .map(|(p, _, _)| p)
+        .collect();
+    let matches = if exact.is_empty() {
+        named
+            .iter()
+            .filter(|(_, s, h)| {
+                s.starts_with(arg) || h.as_deref().is_some_and(|h| h.starts_with(arg))
+            })
+            .map(|(p, _, _)| p)
+            .collect()
+    } else {
+        exact
+    };
+    match matches.as_slice() {
+        [] if valid_id(arg) => Ok(Found::New(arg.to_string())),
+        [] => Err(FindError::NoMatch(arg.to_string())),
+        [one] => existing(one),
+        many => Err(FindError::Ambiguous {
+            arg: arg.to_string(),
+            matches: many.iter().map(|p| p.to_path_buf()).collect(),
+        }),
+    }
+}
+
+fn stem(path: &Path) -> Option<String> {
+    path.file_name()?
+        .to_str()?
+        .strip_suffix(".jsonl")
+        .map(str::to_string)
+}
+
+fn existing(path: &Path) -> Result<Found, FindError> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let bad = || FindError::BadFileName(path.clone());
+    let id = stem(&path).filter(|s| valid_id(s)).ok_or_else(bad)?;
+    let dir = path.parent().ok_or_else(bad)?.to_path_buf();
+    Ok(Found::Existing { dir, id })
+}
+
+/// The `.jsonl` files in `dir` and, `depth` levels down, in its subfolders.
+fn jsonl_files(dir: &Path, depth: u32) -> Vec<PathBuf> {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in read.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() && depth > 0 {
+            out.extend(jsonl_files(&path, depth - 1));
+        } else if kind.is_file() && path.extension().is_some_and(|e| e == "jsonl") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The `id` in a file's header line, if it has one.
+fn header_id(path: &Path) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let file = std::fs::File::open(path).ok()?;
+    let mut first = String::new();
+    std::io::BufReader::new(file)
+        .take(64 * 1024)
+        .read_line(&mut first)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&first).ok()?;
+    if v["type"] != "session" {
+        return None;
+    }
+    v["id"].as_str().map(str::to_string)
+}
