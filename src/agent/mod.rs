@@ -377,19 +377,30 @@ impl Agent {
         let lock = self.inner.session_lock(id);
         let _guard = lock.lock().await;
         let path = self.inner.sessions.path(id)?;
-        std::fs::remove_file(&path).map_err(|source| session::SessionError::Io {
-            path: path.clone(),
-            source,
-        })?;
         let checkpoints = self
             .inner
             .config
             .state_dir()
             .join("checkpoints")
             .join(format!("{id}.git"));
-        let _ = std::fs::remove_dir_all(checkpoints);
-        let _ = std::fs::remove_dir_all(self.inner.output_dir.join(id));
-        Ok(())
+        let outputs = self.inner.output_dir.join(id);
+        // A checkpoint repository can be large: removed off the runtime's threads.
+        let removed = tokio::task::spawn_blocking(move || {
+            std::fs::remove_file(&path).map_err(|source| session::SessionError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let _ = std::fs::remove_dir_all(checkpoints);
+            let _ = std::fs::remove_dir_all(outputs);
+            Ok(())
+        })
+        .await;
+        removed.unwrap_or_else(|e| {
+            Err(session::SessionError::Io {
+                path: self.inner.sessions.path(id).unwrap_or_default(),
+                source: std::io::Error::other(e),
+            })
+        })
     }
 
     /// Starts a run. Events stream on the handle; dropping the receiver does not stop

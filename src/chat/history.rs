@@ -65,11 +65,18 @@ const MAX_HISTORY_BYTES: usize = 4 << 20;
 
 /// Drops the oldest items until the history fits in `MAX_HISTORY_BYTES`.
 fn bounded(mut items: Vec<HistoryItem>) -> Vec<HistoryItem> {
-    let size = |items: &[HistoryItem]| serde_json::to_vec(items).map_or(0, |v| v.len());
-    while items.len() > 1 && size(&items) > MAX_HISTORY_BYTES {
-        let drop = (items.len() / 10).max(1);
-        items.drain(..drop);
+    // Each item is measured once (plus its comma); the oldest go until the rest fit.
+    let sizes: Vec<usize> = items
+        .iter()
+        .map(|i| serde_json::to_vec(i).map_or(0, |v| v.len() + 1))
+        .collect();
+    let mut total: usize = sizes.iter().sum::<usize>() + 1;
+    let mut drop = 0;
+    while drop + 1 < items.len() && total > MAX_HISTORY_BYTES {
+        total -= sizes.get(drop).copied().unwrap_or(0);
+        drop += 1;
     }
+    items.drain(..drop);
     items
 }
 

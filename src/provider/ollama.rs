@@ -169,17 +169,7 @@ impl Assembly {
 
     /// The message, given the final line (`"done": true`) with the stop reason and usage.
     fn finish(self, last: &Value) -> AssistantMessage {
-        let mut content = Vec::new();
-        if !self.thinking.is_empty() {
-            content.push(Content::Thinking {
-                thinking: self.thinking,
-                signature: None,
-                redacted: false,
-            });
-        }
-        if !self.text.is_empty() {
-            content.push(Content::Text { text: self.text });
-        }
+        let mut content = super::stream::thinking_and_text(self.thinking, self.text);
         let has_calls = !self.calls.is_empty();
         content.extend(self.calls);
         let stop_reason = match last["done_reason"].as_str() {

@@ -266,17 +266,7 @@ impl Assembly {
 
     /// The message: thinking, text, then tool calls in index order.
     fn finish(mut self) -> AssistantMessage {
-        let mut content = Vec::new();
-        if !self.thinking.is_empty() {
-            content.push(Content::Thinking {
-                thinking: self.thinking,
-                signature: None,
-                redacted: false,
-            });
-        }
-        if !self.text.is_empty() {
-            content.push(Content::Text { text: self.text });
-        }
+        let mut content = super::stream::thinking_and_text(self.thinking, self.text);
         self.calls.sort_by_key(|(i, _)| *i);
         let has_calls = !self.calls.is_empty();
         for (n, (_, c)) in self.calls.into_iter().enumerate() {

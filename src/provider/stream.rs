@@ -20,6 +20,24 @@ const MAX_LINE: usize = 32 << 20;
 /// A call ends after this many idle timeouts in all, however the stream goes on.
 const DEADLINE_FACTOR: u32 = 20;
 
+/// The start of an assembled answer: its thinking (unsigned) and text, each only
+/// when there is some. OpenAI-compatible and Ollama streams build it the same way.
+pub(crate) fn thinking_and_text(thinking: String, text: String) -> Vec<crate::message::Content> {
+    use crate::message::Content;
+    let mut content = Vec::new();
+    if !thinking.is_empty() {
+        content.push(Content::Thinking {
+            thinking,
+            signature: None,
+            redacted: false,
+        });
+    }
+    if !text.is_empty() {
+        content.push(Content::Text { text });
+    }
+    content
+}
+
 pub(crate) struct LineReader {
     body: ByteStream,
     buf: Vec<u8>,
