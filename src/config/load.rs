@@ -395,6 +395,15 @@ impl Sources<'_> {
             }
             t => t,
         };
+        // Ollama takes a duration ("5m", "-1") or a number of seconds; null means unset.
+        if let Some(v) = &self.file.keep_alive {
+            if !(v.is_null() || v.is_string() || v.is_number()) {
+                return Err(self.field_error(
+                    "keep_alive",
+                    format!("expected a duration such as \"5m\" or a number of seconds, got {v}"),
+                ));
+            }
+        }
         Ok(ModelSettings {
             provider,
             engine,
@@ -553,7 +562,7 @@ impl Config {
             api_key: m.api_key,
             auth_token: m.auth_token,
             temperature: m.temperature,
-            keep_alive: f.keep_alive.clone(),
+            keep_alive: f.keep_alive.clone().filter(|v| !v.is_null()),
             capabilities: f
                 .capabilities
                 .clone()
@@ -612,5 +621,28 @@ impl Config {
             config_file,
             agent_home,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `agent.example.json` promises every field with its default: the field list comes
+    /// from serde itself (the unknown-field error names every expected field).
+    #[test]
+    fn the_example_lists_every_field() {
+        let err = serde_json::from_str::<super::FileConfig>(r#"{"no such field": 1}"#)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let expected: Vec<&str> = err.split('`').skip(3).step_by(2).collect();
+        assert!(expected.len() > 30, "{err}");
+        let example = include_str!("../../agent.example.json");
+        let keys: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(example).unwrap_or_default();
+        let missing: Vec<_> = expected
+            .iter()
+            .filter(|f| !keys.contains_key(**f))
+            .collect();
+        assert!(missing.is_empty(), "agent.example.json lacks {missing:?}");
     }
 }

@@ -64,7 +64,7 @@ pub struct Config {
     /// Sampling temperature for every provider (provider default when unset).
     pub(crate) temperature: Option<f64>,
     /// Ollama: how long the model stays loaded after a call (`"5m"`, seconds, `-1`).
-    pub(crate) keep_alive: Option<serde_json::Value>,
+    pub keep_alive: Option<serde_json::Value>,
     pub capabilities: Vec<String>,
     pub max_concurrent_tasks: usize,
     pub heartbeat_interval_sec: u64,

@@ -1,7 +1,9 @@
 //! `edit`: exact-text replacements. Each `oldText` must occur exactly once in the file
 //! as it was before the call and edits must not overlap, so a batch of edits means the
 //! same thing whatever order it is applied in. Line endings (LF or CRLF) and a UTF-8
-//! BOM are kept; the answer is a short unified diff.
+//! BOM are kept; the answer is a short unified diff. The `details` carry the diff as pi
+//! writes it (numbered lines, four lines of context, `...` for skipped ones) with
+//! `firstChangedLine`, so pi renders picogent's edits as its own.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 
@@ -73,12 +75,7 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
     };
     let updated = apply(&text, &a.edits, &a.path)?;
     let lines = similar::TextDiff::from_lines(&text, &updated);
-    // The first line that differs, numbered in the new file, as pi's details have it.
-    let first_changed = lines
-        .ops()
-        .iter()
-        .find(|op| op.tag() != similar::DiffTag::Equal)
-        .map(|op| op.new_range().start + 1);
+    let (numbered, first_changed) = numbered_diff(&text, &updated, &lines);
     let diff = lines
         .unified_diff()
         .context_radius(3)
@@ -107,7 +104,95 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
         a.path,
         if n == 1 { "" } else { "s" }
     ))
-    .with_details(json!({"path": path, "diff": diff, "firstChangedLine": first_changed})))
+    .with_details(json!({"path": path, "diff": numbered, "firstChangedLine": first_changed})))
+}
+
+/// Lines of context pi shows around a change.
+const CONTEXT: usize = 4;
+
+/// pi's rendering of an edit: `+<n> line` for added lines (numbered in the new file),
+/// `-<n> line` for removed ones (numbered in the old), ` <n> line` for up to four lines of
+/// context around each change and `   ...` where lines are skipped; numbers padded to
+/// the widest. Returns it with the first changed line, numbered in the new file.
+fn numbered_diff<'a>(
+    old: &str,
+    new: &str,
+    diff: &'a similar::TextDiff<'a, 'a, 'a, str>,
+) -> (String, Option<usize>) {
+    let width = old
+        .split('\n')
+        .count()
+        .max(new.split('\n').count())
+        .to_string()
+        .len();
+    let line = |sign: char, n: usize, text: &str| {
+        format!(
+            "{sign}{n:>width$} {}",
+            text.strip_suffix('\n').unwrap_or(text)
+        )
+    };
+    let skipped = format!(" {:width$} ...", "");
+    // The diff as pi's parts: runs of equal, removed and added lines, in order.
+    let mut parts: Vec<(similar::ChangeTag, Vec<&'a str>)> = Vec::new();
+    for change in diff.iter_all_changes() {
+        match parts.last_mut() {
+            Some((tag, lines)) if *tag == change.tag() => lines.push(change.value()),
+            _ => parts.push((change.tag(), vec![change.value()])),
+        }
+    }
+    let (mut out, mut first) = (Vec::new(), None);
+    let (mut old_n, mut new_n, mut last_was_change) = (1usize, 1usize, false);
+    for (i, (tag, lines)) in parts.iter().enumerate() {
+        if *tag != similar::ChangeTag::Equal {
+            first.get_or_insert(new_n);
+            for l in lines {
+                if *tag == similar::ChangeTag::Insert {
+                    out.push(line('+', new_n, l));
+                    new_n += 1;
+                } else {
+                    out.push(line('-', old_n, l));
+                    old_n += 1;
+                }
+            }
+            last_was_change = true;
+            continue;
+        }
+        let next_is_change = parts.get(i + 1).is_some();
+        if !last_was_change && !next_is_change {
+            old_n += lines.len();
+            new_n += lines.len();
+            continue;
+        }
+        let skip_start = if last_was_change {
+            0
+        } else {
+            lines.len().saturating_sub(CONTEXT)
+        };
+        let shown = lines.get(skip_start..).unwrap_or_default();
+        let skip_end = if next_is_change {
+            0
+        } else {
+            shown.len().saturating_sub(CONTEXT)
+        };
+        let shown = shown.get(..shown.len() - skip_end).unwrap_or_default();
+        if skip_start > 0 {
+            out.push(skipped.clone());
+            old_n += skip_start;
+            new_n += skip_start;
+        }
+        for l in shown {
+            out.push(line(' ', old_n, l));
+            old_n += 1;
+            new_n += 1;
+        }
+        if skip_end > 0 {
+            out.push(skipped.clone());
+            old_n += skip_end;
+            new_n += skip_end;
+        }
+        last_was_change = false;
+    }
+    (out.join("\n"), first)
 }
 
 /// Applies the edits to LF-normalised text, or says which edit failed and why.

@@ -309,4 +309,13 @@ fn openai_and_ollama_need_a_model_and_anthropic_reads_its_clients_variables() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("temperature"), "{e}");
+    write(&sb.home, "agent.json", r#"{"keep_alive": {"minutes": 5}}"#);
+    let e = Config::load(Some(&sb.home), &Env::default(), &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("keep_alive") && e.contains("5m"), "{e}");
+    // null is unset, as everywhere in agent.json.
+    write(&sb.home, "agent.json", r#"{"keep_alive": null}"#);
+    let c = Config::load(Some(&sb.home), &Env::default(), &sb.base()).unwrap();
+    assert_eq!(c.keep_alive, None);
 }

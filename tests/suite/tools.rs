@@ -140,6 +140,52 @@ async fn edit_applies_several_edits_and_answers_with_a_diff() {
     assert_eq!(out.details.unwrap()["firstChangedLine"], 2);
 }
 
+/// The details carry the diff as pi renders it; the expected strings come from pi's own
+/// `generateDiffString` (coding-agent, diff 8) run on the same texts.
+#[tokio::test]
+async fn edit_details_are_the_numbered_diff_pi_renders() {
+    let sb = Sandbox::new();
+    let c = ctx(&sb);
+    let lines = |n: usize| (1..=n).map(|i| format!("l{i}\n")).collect::<String>();
+    let cases: [(String, Value, &str, u64); 3] = [
+        (
+            lines(12),
+            json!({"oldText": "l7\n", "newText": "L7\n"}),
+            "    ...\n  3 l3\n  4 l4\n  5 l5\n  6 l6\n- 7 l7\n+ 7 L7\n  8 l8\n  9 l9\n 10 l10\n 11 l11\n    ...",
+            7,
+        ),
+        (
+            lines(30),
+            json!({"edits": [
+                {"oldText": "l2\nl3\n", "newText": "l2\nX\nY\n"},
+                {"oldText": "l19\nl20\n", "newText": "l19\n"},
+                {"oldText": "l25", "newText": "Z"}
+            ]}),
+            "  1 l1\n  2 l2\n- 3 l3\n+ 3 X\n+ 4 Y\n  4 l4\n  5 l5\n  6 l6\n  7 l7\n  8 l8\n  9 l9\n 10 l10\n 11 l11\n 12 l12\n 13 l13\n 14 l14\n 15 l15\n 16 l16\n 17 l17\n 18 l18\n 19 l19\n-20 l20\n 21 l21\n 22 l22\n 23 l23\n 24 l24\n-25 l25\n+25 Z\n 26 l26\n 27 l27\n 28 l28\n 29 l29\n    ...",
+            3,
+        ),
+        (
+            "a\nb\nc".into(),
+            json!({"edits": [
+                {"oldText": "a\nb\nc", "newText": "start\na\nb"}
+            ]}),
+            "+1 start\n 1 a\n-2 b\n-3 c\n+3 b",
+            1,
+        ),
+    ];
+    for (i, (old, edit, want, first)) in cases.into_iter().enumerate() {
+        let path = format!("pi{i}.txt");
+        sb.write(&path, &old);
+        let mut args = edit;
+        args["path"] = json!(path);
+        let out = call(&c, "edit", args).await;
+        assert!(!out.is_error, "{out:?}");
+        let d = out.details.expect("details");
+        assert_eq!(d["diff"], want, "case {i}");
+        assert_eq!(d["firstChangedLine"], first, "case {i}");
+    }
+}
+
 #[tokio::test]
 async fn edit_refuses_missing_ambiguous_and_overlapping_edits() {
     let sb = Sandbox::new();
