@@ -110,9 +110,11 @@ fn main() -> ExitCode {
         .err()
         .map(|e| e.to_string());
     let cli = Cli::parse();
-    // `picogent run` keeps the terminal for the answer: only warnings and errors log.
+    // `picogent run` keeps the terminal for the answer: only warnings and errors log,
+    // and not those it prints itself from the run's events (retries, the failure).
     let quiet = matches!(cli.command, Some(Command::Run(_)));
-    init_logging(if quiet { "warn" } else { "info" });
+    let run_filter = format!("warn,{}=off", picogent::util::REPORTED);
+    init_logging(if quiet { &run_filter } else { "info" });
     if let Some(e) = env_error {
         return fail(&format!("cannot load ./.env: {e}"), 2);
     }
@@ -128,7 +130,9 @@ fn main() -> ExitCode {
             Some(Command::Completions { shell }) => {
                 use clap::CommandFactory;
                 let mut cmd = Cli::command();
-                clap_complete::generate(shell, &mut cmd, "picogent", &mut std::io::stdout());
+                let mut script = Vec::new();
+                clap_complete::generate(shell, &mut cmd, "picogent", &mut script);
+                write_stdout(&script)?;
                 Ok(ExitCode::SUCCESS)
             }
             None => serve(cli.config.as_deref()).await,
@@ -156,6 +160,18 @@ async fn sandbox_check(args: SandboxCheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Writes a command's output; a reader that went away (`| head`) is not an error.
+fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("cannot write to stdout"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (else `default`), in colour only on a
@@ -336,7 +352,7 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     match &args.output {
         Some(path) => std::fs::write(path, text)
             .with_context(|| format!("cannot write {}", path.display()))?,
-        None => print!("{text}"),
+        None => write_stdout(text.as_bytes())?,
     }
     eprintln!(
         "{} line(s) of {} for session {}",

@@ -2,6 +2,10 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The log target of warnings that are also reported as events of a run (a retry, a
+/// failed run): a front door that shows the events itself can mute it.
+pub const REPORTED: &str = "picogent::reported";
+
 pub(crate) fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -246,7 +246,9 @@ impl Provider {
                 return Err(err);
             }
             let delay = self.retry.delay(attempt, err.retry_after());
+            // Also an event (`Delta::Retry`): `picogent run` shows it itself and mutes this target.
             tracing::warn!(
+                target: crate::util::REPORTED,
                 provider = self.kind.as_str(),
                 attempt,
                 delay_ms = delay.as_millis() as u64,

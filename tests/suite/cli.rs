@@ -138,17 +138,30 @@ async fn help_documents_every_mode() {
 #[tokio::test]
 async fn run_is_quiet_by_default_and_errors_print_once() {
     let sb = Sandbox::new();
+    // Without RUST_LOG, as a person runs it.
+    let run = |llm: &ScriptedLlm| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"));
+        cmd.args(["run", "--dir", &sb.work.display().to_string(), "Say it"])
+            .current_dir(sb.base())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &sb.user_home);
+        for (k, v) in provider_env(llm, Wire::Anthropic) {
+            cmd.env(k, v);
+        }
+        cmd.output()
+    };
+    // A retried 529, then a 400 that ends the run: each said once, not also as a log line.
+    let llm = ScriptedLlm::start(vec![Turn::Status(529, Some(1)), Turn::Status(400, None)]).await;
+    let out = run(&llm).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.matches("HTTP 400").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("HTTP 529").count(), 1, "{stderr}");
+    assert!(stderr.contains("[retry 1 in"), "{stderr}");
+
     let llm = ScriptedLlm::start(vec![text("Quiet.")]).await;
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"));
-    cmd.args(["run", "--dir", &sb.work.display().to_string(), "Say it"])
-        .current_dir(sb.base())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &sb.user_home);
-    for (k, v) in provider_env(&llm, Wire::Anthropic) {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().await.unwrap();
+    let out = run(&llm).await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "Quiet.\n");
@@ -240,6 +253,20 @@ async fn completions_are_printed_for_each_shell() {
             "{shell}: {text}"
         );
     }
+    // A reader that stops early (`| head -1`) is no error, and nothing panics.
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("panicked"),
+        "{stderr}"
+    );
 }
 
 const PI_UUID: &str = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";

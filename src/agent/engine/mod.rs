@@ -215,7 +215,7 @@ fn finish(
     crate::metrics::run_finished(status, kind, steps);
     match &outcome {
         Outcome::Failed { error, .. } => {
-            tracing::warn!(session = %req.session_id, steps, "run failed: {error}")
+            tracing::warn!(target: crate::util::REPORTED, session = %req.session_id, steps, "run failed: {error}")
         }
         _ => tracing::info!(session = %req.session_id, steps, "run ended"),
     }
