@@ -28,16 +28,19 @@ pub(super) fn handle(st: &Arc<ChatState>, conn: &Conn, r: Rewind, tx: &Outbound)
             }) => (step, name, content.map(|c| (c, keep_alive))),
         };
         let reply = |frame| Outgoing::new(id.clone(), Some(session_id.clone()), frame);
+        // A refused branch with `content` is a request that ends here: `done` follows.
+        let refuse = |message: String| {
+            tx.send(&reply(ServerFrame::error(format!("{kind}: {message}"))));
+            if then.is_some() {
+                tx.send(&reply(ServerFrame::done()));
+            }
+        };
         if let Some(busy) = busy(&st, &session_id) {
-            tx.send(&reply(ServerFrame::error(format!("{kind}: {busy}"))));
-            return;
+            return refuse(busy);
         }
         let rewound = match st.agent.rewind(&session_id, step, name).await {
             Ok(r) => r,
-            Err(e) => {
-                tx.send(&reply(ServerFrame::error(format!("{kind}: {e}"))));
-                return;
-            }
+            Err(e) => return refuse(e.to_string()),
         };
         tx.send(&reply(ServerFrame::Rollback {
             content: format!("rolled back to step {step}"),

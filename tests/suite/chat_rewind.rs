@@ -201,6 +201,7 @@ async fn rollback_by_session_is_refused_while_a_run_is_active_or_without_the_che
         json!({"type": "rollback", "id": "x", "sessionId": "busy", "step": 1}),
         json!({"type": "branch", "id": "x", "sessionId": "busy", "step": 1, "content": "y"}),
     ] {
+        let starts_request = frame["content"].is_string();
         send(&mut ws, frame).await;
         let f = next_of(&mut ws, "error").await;
         let msg = f["content"].as_str().unwrap();
@@ -208,6 +209,14 @@ async fn rollback_by_session_is_refused_while_a_run_is_active_or_without_the_che
             f["id"] == "x" && msg.contains("running") && msg.contains("runId"),
             "{f}"
         );
+        // A refused branch that would have started a request ends it.
+        if starts_request {
+            let f = next(&mut ws).await;
+            assert_eq!(
+                (f["id"].as_str(), f["type"].as_str()),
+                (Some("x"), Some("done"))
+            );
+        }
     }
     assert_eq!(sb.read("f.txt"), "A\n");
     send(&mut ws, json!({"type": "cancel", "id": "r1"})).await;
