@@ -209,9 +209,9 @@ impl Checkpoints {
     /// since then (up to its last checkpoint), with their line counts, and the diff
     /// (cut at 100 KB). Read-only: nothing is snapshotted or restored.
     pub fn preview(&self, commit: &str) -> Result<Preview, CheckpointError> {
+        self.guard()?;
         self.git(&["cat-file", "-e", &format!("{commit}^{{commit}}")])
             .map_err(|_| CheckpointError::Unknown(commit.into()))?;
-        self.guard()?;
         let base = [
             "diff",
             "--no-color",
