@@ -199,4 +199,82 @@ impl Checkpoints {
     pub fn git_dir(&self) -> &Path {
         &self.git_dir
     }
+
+    /// The folder this repository snapshots.
+    pub fn work_tree(&self) -> &Path {
+        &self.work_tree
+    }
+
+    /// What a rollback to `commit` changes: the files the session's steps changed
+    /// since then (up to its last checkpoint), with their line counts, and the diff
+    /// (cut at 100 KB). Read-only: nothing is snapshotted or restored.
+    pub fn preview(&self, commit: &str) -> Result<Preview, CheckpointError> {
+        self.guard()?;
+        self.git(&["cat-file", "-e", &format!("{commit}^{{commit}}")])
+            .map_err(|_| CheckpointError::Unknown(commit.into()))?;
+        let base = [
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-renames",
+        ];
+        let with = |extra: &[&str]| {
+            let mut args: Vec<&str> = base.to_vec();
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&[commit, "HEAD"]);
+            self.git(&args)
+        };
+        let status = with(&["--name-status", "-z"])?;
+        let counts = with(&["--numstat", "-z"])?;
+        let mut lines = std::collections::HashMap::new();
+        // numstat -z: "<added>\t<removed>\t<path>\0" per file ("-" for binary files).
+        for rec in counts.split('\0').filter(|r| !r.is_empty()) {
+            let mut f = rec.splitn(3, '\t');
+            if let (Some(a), Some(r), Some(path)) = (f.next(), f.next(), f.next()) {
+                lines.insert(path.to_string(), (a.parse().ok(), r.parse().ok()));
+            }
+        }
+        let mut files = Vec::new();
+        let mut fields = status.split('\0').filter(|f| !f.is_empty());
+        while let (Some(st), Some(path)) = (fields.next(), fields.next()) {
+            let (added, removed) = lines.get(path).copied().unwrap_or((None, None));
+            files.push(PreviewFile {
+                path: path.to_string(),
+                status: match st {
+                    "A" => "added",
+                    "D" => "deleted",
+                    _ => "modified",
+                }
+                .to_string(),
+                added,
+                removed,
+            });
+        }
+        let diff = with(&[])?;
+        Ok(Preview {
+            files,
+            diff: crate::util::truncate_bytes(&diff, 100 * 1024).to_string(),
+        })
+    }
+}
+
+/// What a rollback would change: [`Checkpoints::preview`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Preview {
+    pub files: Vec<PreviewFile>,
+    pub diff: String,
+}
+
+/// One file a rollback puts back: how the session's steps changed it since the
+/// checkpoint (`added`: the rollback deletes it; `deleted`: it comes back), and the
+/// lines they added and removed (none for a binary file).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PreviewFile {
+    pub path: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed: Option<u64>,
 }

@@ -64,6 +64,7 @@ impl RunState {
 }
 
 pub use crate::message::Role;
+use crate::session::Record;
 
 #[derive(Debug)]
 pub(crate) struct Instruction {
@@ -80,6 +81,9 @@ struct Inner {
     /// A requested rollback to this checkpoint step (and the name of the branch it
     /// starts, if any), done by the paused run itself.
     rollback: Mutex<Option<(u64, Option<String>)>>,
+    /// A person's labels and ratings sent while the run holds the session: the run
+    /// writes them at its next boundary (even while paused) and tells each receipt.
+    annotations: Mutex<VecDeque<(Record, tokio::sync::oneshot::Sender<()>)>>,
     stop: CancellationToken,
 }
 
@@ -96,6 +100,7 @@ impl Default for RunControl {
                 state: watch::channel(RunState::Running).0,
                 instructions: Mutex::new(VecDeque::new()),
                 rollback: Mutex::new(None),
+                annotations: Mutex::new(VecDeque::new()),
                 stop: CancellationToken::new(),
             }),
         }
@@ -110,6 +115,8 @@ pub(crate) enum Boundary {
     /// Roll back to this checkpoint step (starting the named branch), then wait again
     /// (the run stays paused).
     Rollback(u64, Option<String>),
+    /// Write the queued annotations, then wait again.
+    Annotate,
 }
 
 impl RunControl {
@@ -237,6 +244,43 @@ impl RunControl {
         Ok(())
     }
 
+    /// Queues a person's label or rating for the run to write into its session at
+    /// its next boundary. The receipt resolves once it is written and synced, and fails
+    /// when the run ends first (the caller then writes it itself).
+    pub(crate) fn annotate(
+        &self,
+        record: Record,
+    ) -> Result<tokio::sync::oneshot::Receiver<()>, InvalidTransition> {
+        let refused = InvalidTransition {
+            from: self.state(),
+            action: Action::Resume,
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // As for instructions: checked under the queue's lock, which `end` drains under.
+        let Ok(mut q) = self.inner.annotations.lock() else {
+            return Err(refused);
+        };
+        if self.state().is_over() {
+            return Err(refused);
+        }
+        q.push_back((record, tx));
+        drop(q);
+        // Wake a paused boundary.
+        self.inner.state.send_modify(|_| {});
+        Ok(rx)
+    }
+
+    pub(crate) fn take_annotations(&self) -> Vec<(Record, tokio::sync::oneshot::Sender<()>)> {
+        match self.inner.annotations.lock() {
+            Ok(mut q) => q.drain(..).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn has_annotations(&self) -> bool {
+        self.inner.annotations.lock().is_ok_and(|q| !q.is_empty())
+    }
+
     fn take_rollback(&self) -> Option<(u64, Option<String>)> {
         self.inner.rollback.lock().ok().and_then(|mut r| r.take())
     }
@@ -255,9 +299,10 @@ impl RunControl {
     /// Marks the run over (finished or failed); later requests are refused.
     pub(crate) fn end(&self, failed: bool) {
         let _ = self.transition(if failed { Action::Fail } else { Action::Finish });
-        // Instructions the run never read: their receipts fail now, not whenever the
-        // last handle is dropped.
+        // Instructions and annotations the run never read: their receipts fail now,
+        // not whenever the last handle is dropped.
         self.take_instructions();
+        self.take_annotations();
     }
 
     /// Waits while paused. `Stop` when the operator stopped the run or `cancel` fired.
@@ -269,6 +314,9 @@ impl RunControl {
             }
             if let Some((step, name)) = self.take_rollback() {
                 return Boundary::Rollback(step, name);
+            }
+            if self.has_annotations() {
+                return Boundary::Annotate;
             }
             if *rx.borrow_and_update() != RunState::Paused {
                 return Boundary::Continue;

@@ -6,6 +6,7 @@ use tokio_util::sync::CancellationToken;
 use super::checkpoint::Checkpoints;
 use super::control::{Boundary, RunControl, RunState};
 use super::event::{AgentEvent, Emitter, FailureKind, RunError};
+use super::rewind::RewindError;
 use crate::session::records::{self, Intervention};
 use crate::session::{Record, Session};
 
@@ -45,6 +46,7 @@ impl Ckpt {
             step,
             commit: commit.clone(),
             message: message.clone(),
+            dir: Some(self.repo.work_tree().display().to_string()),
         }))?;
         self.next_step += 1;
         out.emit(AgentEvent::Checkpoint {
@@ -65,29 +67,37 @@ impl Ckpt {
         step: u64,
         out: &Emitter,
     ) -> Result<bool, RunError> {
-        let Some((entry_id, data)) = session.checkpoint(step) else {
-            out.emit(AgentEvent::Notice {
-                message: format!("rollback refused: no checkpoint {step} in this session"),
-            });
-            return Ok(false);
-        };
-        let (entry_id, commit) = (entry_id.to_string(), data.commit);
-        let repo = self.repo.clone();
-        let c = commit.clone();
-        tokio::task::spawn_blocking(move || repo.restore(&c))
-            .await
-            .map_err(|e| {
-                RunError::Stop(FailureKind::Infrastructure, format!("rollback failed: {e}"))
-            })?
-            .map_err(|e| {
-                RunError::Stop(FailureKind::Infrastructure, format!("rollback failed: {e}"))
-            })?;
-        let from = session.leaf().map(str::to_string);
-        session.branch_from(Some(&entry_id))?;
-        session.append_record(&Record::Rollback(records::Rollback { step, commit, from }))?;
-        out.emit(AgentEvent::RolledBack { step, entry_id });
-        Ok(true)
+        match super::rewind::restore(&self.repo, session, step).await {
+            Ok(Some(entry_id)) => {
+                out.emit(AgentEvent::RolledBack { step, entry_id });
+                Ok(true)
+            }
+            Ok(None) => {
+                out.emit(AgentEvent::Notice {
+                    message: format!("rollback refused: no checkpoint {step} in this session"),
+                });
+                Ok(false)
+            }
+            Err(RewindError::Session(e)) => Err(e.into()),
+            Err(e) => Err(RunError::Stop(
+                FailureKind::Infrastructure,
+                format!("rollback failed: {e}"),
+            )),
+        }
     }
+}
+
+/// Writes the labels and ratings a person sent meanwhile, then tells their senders.
+async fn write_annotations(control: &RunControl, session: &mut Session) -> Result<(), RunError> {
+    let queued = control.take_annotations();
+    for (record, _) in &queued {
+        session.append_record(record)?;
+    }
+    session.sync().await?;
+    for (_, receipt) in queued {
+        let _ = receipt.send(());
+    }
+    Ok(())
 }
 
 /// Waits at a step boundary while the run is paused, saying so, and carries out
@@ -114,6 +124,7 @@ pub(super) async fn boundary(
         match control.boundary(cancel).await {
             Boundary::Stop => return Err(RunError::Cancelled),
             Boundary::Continue => break,
+            Boundary::Annotate => write_annotations(control, session).await?,
             Boundary::Rollback(step, branch) => match ckpt {
                 Some(c) => {
                     // A refused rollback changes nothing: what the run was about to do

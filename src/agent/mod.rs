@@ -7,7 +7,8 @@
 //! picogent's own loop (`engine::native`) or the Claude Code CLI (`engine::claude_code`).
 //! Around it: `event` (what a run emits and how it ends), `control` (the run's state
 //! machine: pause, resume, stop, instruct, rollback) and `live` (the native loop's side
-//! of it at step boundaries), `checkpoint` (git snapshots of the working folder),
+//! of it at step boundaries), `checkpoint` (git snapshots of the working folder), `rewind`
+//! (going back to a checkpoint, live or between runs),
 //! `compaction` (the context window), `guard` (repeats, tool calls written as text),
 //! `prompt` (the system prompt), `project_docs` (AGENTS.md) and `skills` (SKILL.md
 //! discovery).
@@ -21,6 +22,7 @@ mod guard;
 mod live;
 mod project_docs;
 mod prompt;
+mod rewind;
 pub mod skills;
 
 use std::collections::HashMap;

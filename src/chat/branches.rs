@@ -1,7 +1,8 @@
 //! Frames about a session's branches rather than a running request: `branches` (list
 //! them), `compare` (two side by side, with the diff of their files) and `prefer`
-//! (record which was better), `label` and `rate` (a person's annotations), and `history` and `delete` ([`history`]'s). Each gets
-//! one answer, of its own `type` or `error`.
+//! (record which was better), `label` and `rate` (a person's annotations), `preview`
+//! (what a rollback would change), and `history` and `delete` ([`history`]'s). Each
+//! gets one answer, of its own `type` or `error`.
 
 use serde_json::Value;
 
@@ -42,6 +43,15 @@ async fn reply(
                 content: "deleted".into(),
             });
     }
+    if let Query::Preview(p) = query {
+        return match agent.rollback_preview(session, p.step).await {
+            Ok(content) => Ok(ServerFrame::Preview {
+                content,
+                step: p.step,
+            }),
+            Err(e) => Err(format!("preview: {e}")),
+        };
+    }
     // Reading a long session is blocking work: off the runtime's threads.
     let (store, id) = (agent.sessions().clone(), session.to_string());
     let s = tokio::task::spawn_blocking(move || store.snapshot(&id))
@@ -53,7 +63,7 @@ async fn reply(
         Query::History => Ok(ServerFrame::History {
             content: history::history(&s, session, runs),
         }),
-        Query::Delete => Err("delete: answered above".into()),
+        Query::Delete | Query::Preview(_) => Err(format!("{kind}: answered above")),
         Query::Compare(c) => {
             compare(agent, &s, session, &c).map(|content| ServerFrame::Compare { content })
         }
@@ -65,11 +75,11 @@ async fn reply(
         Query::Label(l) => {
             known_call(&s, &l.call_id)?;
             drop(s);
-            label(agent, session, l).await
+            label(agent, runs, session, l).await
         }
         Query::Rate(r) => {
             drop(s);
-            rate(agent, session, r).await
+            rate(agent, runs, session, r).await
         }
     }
 }
@@ -156,37 +166,49 @@ async fn prefer(agent: &Agent, session: &str, p: Prefer) -> Result<ServerFrame, 
 }
 
 /// Records a person's label on a step, for the `annotations` and `prm` exports.
-async fn label(agent: &Agent, session: &str, l: Label) -> Result<ServerFrame, String> {
+async fn label(agent: &Agent, runs: &Runs, session: &str, l: Label) -> Result<ServerFrame, String> {
     let record = Record::StepLabel(StepLabel {
         call_id: l.call_id,
         label: l.label,
         note: l.note.filter(|n| !n.trim().is_empty()),
         time: crate::util::now_iso(),
     });
-    annotate(agent, session, &record, "label").await
+    annotate(agent, runs, session, record, "label").await
 }
 
 /// Records a person's rating of a run, for the `annotations` export.
-async fn rate(agent: &Agent, session: &str, r: Rate) -> Result<ServerFrame, String> {
+async fn rate(agent: &Agent, runs: &Runs, session: &str, r: Rate) -> Result<ServerFrame, String> {
     let record = Record::RunRating(RunRating {
         run: r.run,
         rating: r.rating,
         note: r.note.filter(|n| !n.trim().is_empty()),
         time: crate::util::now_iso(),
     });
-    annotate(agent, session, &record, "rate").await
+    annotate(agent, runs, session, record, "rate").await
 }
 
+/// Writes an annotation: a request running in the session writes it at its next step
+/// boundary (it holds the session); otherwise, or when that run ends first, it is
+/// appended under the session's lock.
 async fn annotate(
     agent: &Agent,
+    runs: &Runs,
     session: &str,
-    record: &Record,
+    record: Record,
     kind: &str,
 ) -> Result<ServerFrame, String> {
-    match agent.annotate(session, record).await {
-        Ok(_) => Ok(ServerFrame::Annotated {
-            content: "recorded".into(),
-        }),
+    let recorded = || ServerFrame::Annotated {
+        content: "recorded".into(),
+    };
+    if let Some(log) = history::running(runs, session).first() {
+        if let Ok(receipt) = log.control.annotate(record.clone()) {
+            if receipt.await.is_ok() {
+                return Ok(recorded());
+            }
+        }
+    }
+    match agent.annotate(session, &record).await {
+        Ok(_) => Ok(recorded()),
         Err(e) => Err(format!("{kind}: {e}")),
     }
 }

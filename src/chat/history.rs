@@ -21,7 +21,7 @@ use crate::session::{branches, Body, Known, Record, Session};
 const MAX_SESSIONS: usize = 100;
 
 /// The running requests of `session` (each once), oldest first.
-fn running(runs: &Runs, session: &str) -> Vec<Arc<RunLog>> {
+pub(super) fn running(runs: &Runs, session: &str) -> Vec<Arc<RunLog>> {
     let Ok(map) = runs.lock() else {
         return Vec::new();
     };
@@ -205,10 +205,16 @@ fn record_item(r: Record) -> Option<HistoryItem> {
         Record::Intervention(Intervention::Resume { .. }) => frame(ServerFrame::State {
             content: "running".into(),
         }),
-        Record::Preference(_)
-        | Record::ClaudeCodeSession(_)
-        | Record::StepLabel(_)
-        | Record::RunRating(_) => return None,
+        Record::StepLabel(l) => HistoryItem::Label {
+            call_id: l.call_id,
+            label: l.label,
+            note: l.note,
+        },
+        Record::RunRating(r) => HistoryItem::Rating {
+            rating: r.rating,
+            note: r.note,
+        },
+        Record::Preference(_) | Record::ClaudeCodeSession(_) => return None,
     })
 }
 

@@ -2,8 +2,9 @@
 //! and `/ws`, and `GET /healthz`, on one port. This file owns the handshake and the
 //! connection loop; what a frame says is [`protocol`]'s (every client and server frame,
 //! spec §7 plus the live-control extensions), what it does is [`requests`]' (prompts,
-//! `subscribe`, live control) and [`branches`]' (`branches`, `compare`, `prefer`), and
-//! a request's frames and their replay are [`runs`]'.
+//! `subscribe`, live control), [`rewind`]'s (rollback and branch between runs) and
+//! [`branches`]' (`branches`, `compare`, `prefer`, ...), and a request's frames and
+//! their replay are [`runs`]'.
 //!
 //! A WebSocket here runs shell commands on this machine, so the handshake is guarded: a
 //! browser `Origin` must be the server's own (or listed in `PICOGENT_ALLOWED_ORIGINS`),
@@ -15,6 +16,7 @@ mod branches;
 mod history;
 mod protocol;
 mod requests;
+mod rewind;
 mod runs;
 
 use std::net::{IpAddr, SocketAddr};
@@ -391,6 +393,7 @@ fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Conn) {
         Ok(ClientFrame::Prompt(p)) => requests::start(st, conn, p, tx),
         Ok(ClientFrame::Subscribe(s)) => requests::subscribe(st, conn, s, tx),
         Ok(ClientFrame::Control(c)) => requests::control(st, conn, c, tx),
+        Ok(ClientFrame::Rewind(r)) => rewind::handle(st, conn, r, tx),
         Ok(ClientFrame::Session(f)) => {
             tokio::spawn(branches::answer(
                 st.agent.clone(),

@@ -33,10 +33,14 @@ pub(crate) enum ClientFrame {
     /// control of a running request.
     #[serde(untagged)]
     Control(Control),
-    /// `branches`, `compare`, `prefer`, `label`, `rate`, `history`, `delete`:
-    /// questions about a session.
+    /// `branches`, `compare`, `prefer`, `label`, `rate`, `history`, `delete`,
+    /// `preview`: questions about a session.
     #[serde(untagged)]
     Session(SessionFrame),
+    /// `rollback` and `branch` addressed by `sessionId` (without a `runId`): a
+    /// session whose run has ended goes back to a checkpoint.
+    #[serde(untagged)]
+    Rewind(Rewind),
 }
 
 /// `{type: "sessions", id?}`.
@@ -171,6 +175,49 @@ pub(crate) struct Branch {
     pub(crate) name: Option<String>,
 }
 
+/// `rollback` or `branch` of a session between runs: `{type, id?, sessionId, ...}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Rewind {
+    #[serde(flatten)]
+    pub(crate) about: SessionRef,
+    #[serde(flatten)]
+    pub(crate) action: RewindAction,
+}
+
+/// What a [`Rewind`] does, by its `type`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub(crate) enum RewindAction {
+    /// `{step}`: files and conversation go back; the next prompt continues there.
+    Rollback(Rollback),
+    Branch(NewBranch),
+}
+
+impl RewindAction {
+    /// Its `type`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            RewindAction::Rollback(_) => "rollback",
+            RewindAction::Branch(_) => "branch",
+        }
+    }
+}
+
+/// `branch` between runs: `{step, name?, content?, keepAlive?}`, a rollback that names
+/// the new path; with `content` (never blank) a request starts there, under the
+/// frame's `id` (then required), as a prompt would.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NewBranch {
+    pub(crate) step: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) content: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) keep_alive: bool,
+}
+
 /// A question about a session: `{type, id?, sessionId, ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct SessionFrame {
@@ -209,6 +256,8 @@ pub(crate) enum Query {
     History,
     /// Delete the session's file (refused while a request runs in it).
     Delete,
+    /// Which files a rollback to a checkpoint would put back.
+    Preview(PreviewQuery),
 }
 
 impl Query {
@@ -222,8 +271,15 @@ impl Query {
             Query::Rate(_) => "rate",
             Query::History => "history",
             Query::Delete => "delete",
+            Query::Preview(_) => "preview",
         }
     }
+}
+
+/// `preview`: `{step}`, a checkpoint of the session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct PreviewQuery {
+    pub(crate) step: u64,
 }
 
 /// `compare`: `{a, b}`, two branch names.
@@ -403,6 +459,7 @@ fn typed(kind: &str, v: &Value) -> Result<ClientFrame, String> {
         "resume" => control(v, A::Resume),
         "stop" => control(v, A::Stop),
         "instruct" => fields(v).and_then(|p| control(v, A::Instruct(p))),
+        "rollback" | "branch" if to_session(v) => rewind(kind, v),
         "rollback" => fields(v).and_then(|p| control(v, A::Rollback(p))),
         "branch" => fields(v).and_then(|p| control(v, A::Branch(p))),
         "branches" => session(v, Q::Branches),
@@ -412,6 +469,7 @@ fn typed(kind: &str, v: &Value) -> Result<ClientFrame, String> {
         "rate" => fields(v).and_then(|p| session(v, Q::Rate(p))),
         "history" => session(v, Q::History),
         "delete" => session(v, Q::Delete),
+        "preview" => fields(v).and_then(|p| session(v, Q::Preview(p))),
         "sessions" => fields(v).map(ClientFrame::Sessions),
         _ => return Err(format!("unknown control frame type {kind:?}")),
     };
@@ -439,6 +497,34 @@ fn control(v: &Value, action: Action) -> Result<ClientFrame, String> {
         _ => {}
     }
     Ok(ClientFrame::Control(Control { to, action }))
+}
+
+/// A `rollback` or `branch` with a `sessionId` and no `runId` is about a session
+/// between runs; otherwise it steers a running request.
+fn to_session(v: &Value) -> bool {
+    v.get("sessionId").is_some() && v.get("runId").is_none()
+}
+
+fn rewind(kind: &str, v: &Value) -> Result<ClientFrame, String> {
+    let about: SessionRef = fields(v)?;
+    let action = if kind == "rollback" {
+        RewindAction::Rollback(fields(v)?)
+    } else {
+        let b: NewBranch = fields(v)?;
+        match &b.content {
+            Some(c) if c.trim().is_empty() => {
+                return Err("`content` (the instruction for the new path) is empty".into())
+            }
+            Some(_) if about.id.is_none() => {
+                return Err(
+                    "a branch with `content` starts a request: give the frame an `id`".into(),
+                )
+            }
+            _ => {}
+        }
+        RewindAction::Branch(b)
+    };
+    Ok(ClientFrame::Rewind(Rewind { about, action }))
 }
 
 fn session(v: &Value, query: Query) -> Result<ClientFrame, String> {
@@ -513,6 +599,11 @@ pub(crate) enum ServerFrame {
     Sessions { content: Vec<SessionInfo> },
     /// The answer to `delete`: `"deleted"`.
     Deleted { content: String },
+    /// The answer to `preview`: the files a rollback to checkpoint `step` puts back.
+    Preview {
+        content: crate::agent::checkpoint::Preview,
+        step: u64,
+    },
 }
 
 /// A session's conversation on its current branch, as the items a client renders,
@@ -533,6 +624,20 @@ pub(crate) enum HistoryItem {
     User { content: String },
     /// A named branch starts here (from checkpoint `step`).
     Branch { content: String, step: u64 },
+    /// A person's label on the step with `callId` (a later one for a step wins).
+    Label {
+        #[serde(rename = "callId")]
+        call_id: String,
+        label: crate::session::records::StepVerdict,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
+    /// A person's rating of the run it is in (or follows).
+    Rating {
+        rating: crate::session::records::RunOutcome,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
     /// Anything a request's frames say (`text`, `tool_use`, `tool_output`, ...).
     #[serde(untagged)]
     Frame(ServerFrame),

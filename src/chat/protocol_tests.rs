@@ -86,6 +86,7 @@ fn every_client_frame_round_trips() {
             rejected: "main".into(),
             note: Some("B is right".into()),
         }),
+        Query::Preview(PreviewQuery { step: 2 }),
     ];
     for (n, query) in queries.into_iter().enumerate() {
         round_trip(ClientFrame::Session(SessionFrame {
@@ -96,6 +97,60 @@ fn every_client_frame_round_trips() {
             query,
         }));
     }
+}
+
+#[test]
+fn rollback_and_branch_by_session_id_are_about_a_session_between_runs() {
+    let about = |id: Option<&str>| SessionRef {
+        id: id.map(str::to_string),
+        session_id: "s".into(),
+    };
+    let frames = [
+        Rewind {
+            about: about(None),
+            action: RewindAction::Rollback(Rollback { step: 1 }),
+        },
+        Rewind {
+            about: about(Some("b1")),
+            action: RewindAction::Branch(NewBranch {
+                step: 2,
+                name: Some("try-b".into()),
+                content: Some("use B".into()),
+                keep_alive: true,
+            }),
+        },
+        Rewind {
+            about: about(None),
+            action: RewindAction::Branch(NewBranch {
+                step: 0,
+                name: None,
+                content: None,
+                keep_alive: false,
+            }),
+        },
+    ];
+    for f in frames {
+        round_trip(ClientFrame::Rewind(f));
+    }
+    assert_eq!(
+        parse(r#"{"type": "rollback", "sessionId": "s", "step": 1}"#),
+        Ok(ClientFrame::Rewind(Rewind {
+            about: about(None),
+            action: RewindAction::Rollback(Rollback { step: 1 }),
+        }))
+    );
+    // A runId addresses the running request, whatever else the frame says.
+    assert!(matches!(
+        parse(r#"{"type": "rollback", "sessionId": "s", "runId": "run-1", "step": 1}"#),
+        Ok(ClientFrame::Control(_))
+    ));
+    let e = error(json!({"type": "branch", "sessionId": "s", "step": 1, "content": "x"}));
+    assert!(e.message.contains("`id`"), "{e}");
+    let e =
+        error(json!({"type": "branch", "id": "b", "sessionId": "s", "step": 1, "content": " "}));
+    assert!(e.message.contains("empty"), "{e}");
+    let e = error(json!({"type": "rollback", "sessionId": "s"}));
+    assert!(e.message.contains("step"), "{e}");
 }
 
 #[test]

@@ -17,6 +17,10 @@ pub struct Checkpoint {
     pub step: u64,
     pub commit: String,
     pub message: String,
+    /// The folder snapshotted (absent in sessions from before it was recorded): a
+    /// rollback after the run restores this folder, not whatever the next run uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
 }
 
 /// Files and conversation went back to checkpoint `step`; `from` is the leaf before.
@@ -203,6 +207,7 @@ mod tests {
                 step: 2,
                 commit: "abc".into(),
                 message: "edit a.txt".into(),
+                dir: Some("/w".into()),
             }),
             Record::Rollback(Rollback {
                 step: 1,

@@ -3,8 +3,9 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync } from "node:fs";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, existsSync } from "node:fs";
 import { createServer } from "node:net";
+import { createServer as createHttpServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join, dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -277,6 +278,12 @@ test("a person labels a step and rates the run; export --format annotations list
   assert.deepEqual(rows.map((r) => [r.kind, r.label ?? r.rating]), [["step_label", "incorrect"], ["step_label", "correct"], ["run_rating", "partial"]]);
   assert.equal(rows[0].content.args_summary, "Write: g.txt");
   assert.equal(rows[2].note, "half right");
+  // After a reload the labels and the rating are shown again, from the history.
+  await page.reload();
+  await page.waitForSelector('.msg.assistant[data-state="done"] .rate-partial');
+  assert.equal(await page.getAttribute('.step[data-tool="write"]', "data-label"), "incorrect");
+  assert.equal(await page.getAttribute('.step[data-tool="bash"]', "data-label"), "correct");
+  assert.equal(await page.getAttribute(".msg.assistant .rate-partial", "aria-pressed"), "true");
   await page.close();
 });
 
@@ -294,5 +301,93 @@ test("a refused handshake shows its reason, and a token admits the page", async 
   await page.press("#input", "Enter");
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
   assert.match(await page.textContent(".msg.assistant .md"), /in/);
+  await page.close();
+});
+
+test("a page from another origin is refused and shows why", async () => {
+  const { url } = await startPicogent([{ text: "never" }]);
+  // The same page, served from another origin (another port of this machine).
+  const html = await (await fetch(url)).text();
+  const other = createHttpServer((req, res) => { res.writeHead(200, { "content-type": "text/html" }); res.end(html); });
+  await new Promise((ok) => other.listen(0, "127.0.0.1", ok));
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  const server = url.replace("http://", "ws://") + "ws";
+  await page.addInitScript((ws) => localStorage.setItem("picogent.server", JSON.stringify(ws)), server);
+  await page.goto(`http://127.0.0.1:${other.address().port}/`);
+  await page.waitForSelector('#status-detail:text-is("origin not allowed: set PICOGENT_ALLOWED_ORIGINS")', { timeout: 10000 });
+  assert.notEqual(await page.getAttribute("#status", "data-state"), "open");
+  assert.equal(await page.isDisabled("#send"), true);
+  await page.close();
+  other.close();
+});
+
+test("New during a run sends the next message into a new session", async () => {
+  const { url } = await startPicogent([
+    { tool: "bash", args: { command: "sleep 2" } },
+    { text: "second answer" },
+    { text: "first done" },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.evaluate(() => { const orig = WebSocket.prototype.send; WebSocket.prototype.send = function (d) { (window.sent ||= []).push(JSON.parse(d)); return orig.call(this, d); }; });
+  await page.fill("#input", "first");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.step[data-state="running"] .label:text-is("Bash: sleep 2")');
+  const old = (await page.textContent("#session-id")).replace("session ", "");
+  await page.click("#new-session");
+  assert.equal(await page.textContent("#session-id"), "new session");
+  await page.fill("#input", "second");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  assert.match(await page.textContent(".msg.assistant .md"), /second answer/);
+  const frame = (await page.evaluate(() => window.sent)).find((f) => f.content === "second");
+  assert.equal(frame.sessionId, undefined, JSON.stringify(frame));
+  const now = (await page.textContent("#session-id")).replace("session ", "");
+  assert.notEqual(now, old);
+  assert.deepEqual(await page.locator(".msg.user").allTextContents(), ["second"]);
+  await page.close();
+});
+
+test("after a run has finished, Rollback previews the files, restores them, and the next message continues there", async () => {
+  const { url, tmp } = await startPicogent([
+    { tool: "write", args: { path: "f.txt", content: "A\n" } },
+    { tool: "write", args: { path: "new.txt", content: "N\n" } },
+    { tool: "write", args: { path: "f.txt", content: "B\n" } },
+    { text: "Done: f.txt says B." },
+    { text: "Continued from A." },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  page.on("dialog", () => assert.fail("the page must not use window dialogs"));
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Make f.txt");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  assert.equal(readFileSync(join(tmp, "work/f.txt"), "utf8"), "B\n");
+  await page.click('.marker[data-step="1"] button.rollback');
+  // The confirmation lists the files the rollback puts back, from the checkpoint's diff.
+  await page.waitForSelector("#modal .preview-files li");
+  const files = await page.locator("#modal .preview-files li").allTextContents();
+  assert.equal(files.length, 2, files.join(" | "));
+  assert.match(files[0], /^f\.txt · modified: restored \(\+1 −1\)$/);
+  assert.match(files[1], /^new\.txt · created since: deleted/);
+  assert.equal(readFileSync(join(tmp, "work/f.txt"), "utf8"), "B\n", "the preview changes nothing");
+  await page.click("#modal button.ok");
+  await page.waitForSelector('.notice:text-is("rolled back to step 1")');
+  assert.equal(readFileSync(join(tmp, "work/f.txt"), "utf8"), "A\n");
+  assert.equal(existsSync(join(tmp, "work/new.txt")), false);
+  // What came after the checkpoint is greyed out and inert.
+  assert.equal(await page.locator(".step.rolled-back").count(), 2);
+  assert.equal(await page.locator(".marker.rolled-back button:enabled").count(), 0);
+  assert.equal(await page.locator('.marker[data-step="1"]:not(.rolled-back) button.rollback:enabled').count(), 1);
+  await page.fill("#input", "Go on");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"] >> nth=1', { timeout: 20000 });
+  assert.match(await page.locator(".msg.assistant").nth(1).textContent(), /Continued from A/);
+  // A reload shows the session from the checkpoint on: the rolled-back steps are gone.
+  await page.reload();
+  await page.waitForSelector('.msg.user:text-is("Go on")');
+  assert.equal(await page.locator('.step .label:text-is("Write: new.txt")').count(), 0);
   await page.close();
 });

@@ -12,15 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::*;
 
-type Ws =
+pub(super) type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-struct Chat {
+pub(super) struct Chat {
     addr: std::net::SocketAddr,
     _stop: tokio_util::sync::DropGuard,
 }
 
-async fn start(config: Config) -> Chat {
+pub(super) async fn start(config: Config) -> Chat {
     let listener = chat::bind("127.0.0.1", 0, config.chat_token.as_deref())
         .await
         .unwrap();
@@ -87,15 +87,15 @@ async fn refusal(
     }
 }
 
-async fn connect(c: &Chat) -> Ws {
+pub(super) async fn connect(c: &Chat) -> Ws {
     connect_with(c.addr, "/ws", &[]).await.unwrap()
 }
 
-async fn send(ws: &mut Ws, v: Value) {
+pub(super) async fn send(ws: &mut Ws, v: Value) {
     ws.send(Message::Text(v.to_string().into())).await.unwrap();
 }
 
-async fn next(ws: &mut Ws) -> Value {
+pub(super) async fn next(ws: &mut Ws) -> Value {
     loop {
         let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
             .await
@@ -127,7 +127,7 @@ async fn next_any(ws: &mut Ws) -> Value {
 }
 
 /// Frames until the `done` of request `id` (frames of other requests included).
-async fn until_done(ws: &mut Ws, id: &str) -> Vec<Value> {
+pub(super) async fn until_done(ws: &mut Ws, id: &str) -> Vec<Value> {
     let mut out = Vec::new();
     loop {
         let f = next(ws).await;
@@ -1094,7 +1094,7 @@ async fn until_done_all(ws: &mut Ws, id: &str) -> Vec<Value> {
 }
 
 /// The next frame of `kind`.
-async fn next_of(ws: &mut Ws, kind: &str) -> Value {
+pub(super) async fn next_of(ws: &mut Ws, kind: &str) -> Value {
     loop {
         let f = next_any(ws).await;
         if f["type"] == kind {

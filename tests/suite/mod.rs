@@ -3,6 +3,8 @@ mod agent_mode;
 mod attacks;
 mod caching;
 mod chat;
+mod chat_annotate;
+mod chat_rewind;
 mod claude_code;
 mod cli;
 mod config;

@@ -248,6 +248,7 @@ fn custom_entries_of_another_shape_or_tool_are_skipped_not_fatal() {
         step: 0,
         commit: "c0".into(),
         message: "start".into(),
+        dir: None,
     });
     let good_id = s.append_record(&good).unwrap();
     let leaf = s.leaf().unwrap().to_string();

@@ -1,0 +1,138 @@
+// Streaming cost of client.html in real Chromium: a 35 KB Markdown answer arrives as
+// 16-character `text` frames over a real WebSocket, as fast as the socket carries them,
+// then `done`. Measured in the page: how long after its last fragment arrived the whole
+// answer is rendered, and the longest main-thread task (PerformanceObserver
+// "longtask") during the stream.
+//
+//   node bench/stream.mjs [runs]
+//
+// It needs tests/browser's playwright-core and Debian's chromium, as the browser test
+// does; CLIENT_HTML=path measures another version of the page, PROFILE=1 also prints
+// the longest call of the page's frame handler, text flush and finish per run.
+//
+// The server here is a minimal WebSocket server (no picogent, no model): it serves the
+// page and speaks only the frames the page needs, so the figure is the page's own.
+import { createServer } from "node:http";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const require = createRequire(join(root, "tests/browser/package.json"));
+const { chromium } = require("playwright-core");
+const html = readFileSync(process.env.CLIENT_HTML || join(root, "client.html"));
+const runs = Number(process.argv[2] || 5);
+
+/** About 35 KB of Markdown: paragraphs with code spans, lists, a table, code blocks. */
+function answer() {
+  const parts = [];
+  for (let i = 0; parts.join("").length < 35 * 1024; i++) {
+    parts.push(`## Part ${i}\n\nThe function \`parse_item_${i}\` reads **bold** and _emphasis_ with a [link](https://example.com/a_(${i})).\n\n`);
+    parts.push(`- first point about snake_case_name_${i}\n- second point\n  - nested detail\n\n`);
+    parts.push(`| key | value |\n|---|---|\n| a${i} | ${i * 7} |\n\n`);
+    parts.push("```rust\nfn main() {\n    println!(\"" + i + "\");\n}\n```\n\n");
+  }
+  return parts.join("") + "THE-END";
+}
+
+/** A server WebSocket frame (text, unmasked). */
+function frame(text) {
+  const body = Buffer.from(text);
+  const n = body.length;
+  const head = n < 126 ? Buffer.from([0x81, n])
+    : n < 65536 ? Buffer.from([0x81, 126, n >> 8, n & 255])
+    : Buffer.concat([Buffer.from([0x81, 127]), (() => { const b = Buffer.alloc(8); b.writeBigUInt64BE(BigInt(n)); return b; })()]);
+  return Buffer.concat([head, body]);
+}
+
+/** Client frames (masked) out of `buf`: [texts, rest]. */
+function readFrames(buf) {
+  const out = [];
+  for (;;) {
+    if (buf.length < 2) break;
+    let len = buf[1] & 127, off = 2;
+    if (len === 126) { if (buf.length < 4) break; len = buf.readUInt16BE(2); off = 4; }
+    else if (len === 127) { if (buf.length < 10) break; len = Number(buf.readBigUInt64BE(2)); off = 10; }
+    if (buf.length < off + 4 + len) break;
+    const mask = buf.subarray(off, off + 4), data = Buffer.from(buf.subarray(off + 4, off + 4 + len));
+    for (let i = 0; i < data.length; i++) data[i] ^= mask[i % 4];
+    if ((buf[0] & 15) === 1) out.push(data.toString());
+    buf = buf.subarray(off + 4 + len);
+  }
+  return [out, buf];
+}
+
+const text = answer();
+const server = createServer((req, res) => { res.writeHead(200, { "content-type": "text/html" }); res.end(html); });
+server.on("upgrade", (req, socket) => {
+  const accept = createHash("sha1").update(req.headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest("base64");
+  socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+  let buf = Buffer.alloc(0);
+  socket.on("data", (d) => {
+    let texts;
+    [texts, buf] = readFrames(Buffer.concat([buf, d]));
+    for (const t of texts) {
+      const f = JSON.parse(t);
+      if (f.type === "sessions") { socket.write(frame(JSON.stringify({ id: null, type: "sessions", content: [], sessionId: null }))); continue; }
+      if (f.type || !f.content) continue;
+      // A prompt: the answer in 16-character fragments, then done.
+      let seq = 0;
+      const chunks = [];
+      for (let i = 0; i < text.length; i += 16) {
+        chunks.push(frame(JSON.stringify({ id: f.id, type: "text", content: text.slice(i, i + 16), sessionId: "bench", seq: ++seq })));
+      }
+      chunks.push(frame(JSON.stringify({ id: f.id, type: "done", content: "", sessionId: "bench", seq: ++seq })));
+      socket.write(Buffer.concat(chunks));
+    }
+  });
+  socket.on("error", () => {});
+});
+await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
+const url = `http://127.0.0.1:${server.address().port}/`;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
+});
+const results = [];
+for (let run = 0; run < runs; run++) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.evaluate(() => {
+    window.bench = { longest: 0, tasks: 0, flush: 0, msg: 0, entries: [] };
+    const wrap = (name) => { const f = window[name]; window[name] = function (...a) { const t = performance.now(); try { return f.apply(this, a); } finally { const d = performance.now() - t; window.bench[name] = Math.max(window.bench[name] || 0, d); } }; };
+    wrap("flushText"); wrap("onFrame"); wrap("finish");
+    new PerformanceObserver((l) => { for (const e of l.getEntries()) { window.bench.tasks++; window.bench.longest = Math.max(window.bench.longest, e.duration); window.bench.entries.push([Math.round(e.startTime), Math.round(e.duration)]); } })
+      .observe({ type: "longtask", buffered: false });
+    ws.addEventListener("message", (m) => {
+      const b = window.bench;
+      if (b.first === undefined) b.first = performance.now();
+      // The last fragment is the frame before `done`.
+      if (m.data.includes('"type":"done"')) b.last = b.previous; else b.previous = performance.now();
+    });
+  });
+  await page.fill("#input", "write a long answer");
+  await page.press("#input", "Enter");
+  await page.waitForFunction(() => {
+    const box = document.querySelector(".msg.assistant");
+    if (!window.bench.last || !box || box.dataset.state !== "done" || !box.textContent.includes("THE-END")) return false;
+    window.bench.rendered ??= performance.now();
+    return true;
+  }, null, { polling: "raf", timeout: 120000 });
+  // Let a long task that ended the render be reported.
+  await page.waitForTimeout(200);
+  const b = await page.evaluate(() => window.bench);
+  const blocks = await page.locator(".msg.assistant .md > *").count();
+  if (process.env.PROFILE) console.log(JSON.stringify({ flush: b.flushText, frame: b.onFrame, finish: b.finish, long: b.entries, first: b.first, last: b.last }));
+  results.push({ afterLast: b.rendered - b.last, total: b.rendered - b.first, longest: b.longest, tasks: b.tasks, blocks });
+  await page.close();
+}
+await browser.close();
+server.close();
+const ms = (x) => x.toFixed(0) + " ms";
+for (const r of results) console.log(`rendered ${ms(r.afterLast)} after the last fragment (${ms(r.total)} after the first); longest main-thread task ${ms(r.longest)} (${r.tasks} over 50 ms); ${r.blocks} blocks`);
+const worst = (k) => Math.max(...results.map((r) => r[k]));
+console.log(`${text.length} bytes in ${Math.ceil(text.length / 16)} fragments, ${runs} runs: worst ${ms(worst("afterLast"))} after the last fragment, longest task ${ms(worst("longest"))}`);
