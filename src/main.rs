@@ -536,6 +536,7 @@ impl Printer {
                 attempt,
                 delay_ms,
                 reason,
+                ..
             } => {
                 self.line_break(&mut out);
                 eprintln!("[retry {attempt} in {delay_ms} ms: {reason}]");

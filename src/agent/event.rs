@@ -43,7 +43,10 @@ pub enum AgentEvent {
     /// A model call failed and is being retried; text streamed since the last
     /// `Usage` for this step is void and will be streamed again.
     Retry {
+        /// The attempt that failed (1 is the first call).
         attempt: u32,
+        /// Attempts allowed in all.
+        of: u32,
         delay_ms: u64,
         reason: String,
     },

@@ -576,7 +576,16 @@ pub(crate) enum ServerFrame {
     /// The request finished: always its last frame; `content` is empty.
     Done { content: String },
     /// The model call is being retried; text since the last tool step is void.
-    Retry { content: String },
+    /// `attempt` of `of` is the one about to be made, `delayMs` from now.
+    Retry {
+        content: String,
+        #[serde(default)]
+        attempt: u32,
+        #[serde(default)]
+        of: u32,
+        #[serde(default, rename = "delayMs")]
+        delay_ms: u64,
+    },
     /// The run's state: `running`, `paused`, `finished` or `failed`.
     State { content: String },
     /// An instruction was written into the conversation.

@@ -203,6 +203,9 @@ fn every_server_frame_round_trips_with_todays_fields() {
         ServerFrame::done(),
         ServerFrame::Retry {
             content: "overloaded".into(),
+            attempt: 2,
+            of: 5,
+            delay_ms: 1000,
         },
         ServerFrame::State {
             content: "paused".into(),

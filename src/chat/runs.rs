@@ -290,7 +290,17 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
             call_id: Some(id),
         },
         AgentEvent::ThinkingDelta { text } => ServerFrame::Thinking { content: text },
-        AgentEvent::Retry { reason, .. } => ServerFrame::Retry { content: reason },
+        AgentEvent::Retry {
+            attempt,
+            of,
+            delay_ms,
+            reason,
+        } => ServerFrame::Retry {
+            content: reason,
+            attempt: attempt + 1,
+            of,
+            delay_ms,
+        },
         AgentEvent::State { state } => ServerFrame::State {
             content: serde_json::to_value(state)
                 .ok()

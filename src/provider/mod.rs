@@ -46,6 +46,8 @@ pub(crate) enum Delta {
     /// A failed attempt is being retried; text already streamed for it is void.
     Retry {
         attempt: u32,
+        /// Attempts allowed in all (the first and its retries).
+        of: u32,
         delay: Duration,
         reason: String,
     },
@@ -256,6 +258,7 @@ impl Provider {
             );
             on_delta(Delta::Retry {
                 attempt,
+                of: self.retry.max_retries + 1,
                 delay,
                 reason: err.to_string(),
             });

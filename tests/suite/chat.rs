@@ -223,6 +223,31 @@ async fn model_errors_and_tool_errors_become_frames() {
 }
 
 #[tokio::test]
+async fn a_retried_model_call_says_which_attempt_comes_next_and_when() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![Turn::Status(529, Some(1200)), text("back")]).await;
+    let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
+    let mut ws = connect(&c).await;
+    send(&mut ws, json!({"id": "r1", "content": "hi"})).await;
+    let frames = until_done(&mut ws, "r1").await;
+    let retry = frames
+        .iter()
+        .find(|f| f["type"] == "retry")
+        .expect("a retry frame");
+    assert!(
+        retry["content"].as_str().unwrap().contains("HTTP 529"),
+        "{retry}"
+    );
+    // The second attempt of those the retry policy allows, 1.2 s away as the server asked.
+    assert_eq!(retry["attempt"], 2, "{retry}");
+    assert!(retry["of"].as_u64().is_some_and(|n| n > 2), "{retry}");
+    assert_eq!(retry["delayMs"], 1200, "{retry}");
+    assert!(of(&frames, "r1")
+        .iter()
+        .any(|(k, t)| k == "text" && t.contains("back")));
+}
+
+#[tokio::test]
 async fn invalid_frames_get_errors_and_the_connection_stays_usable() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![text("fine")]).await;

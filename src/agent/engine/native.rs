@@ -279,12 +279,14 @@ impl<'a> Loop<'a> {
                 Delta::Thinking(text) => out.emit(AgentEvent::ThinkingDelta { text }),
                 Delta::Retry {
                     attempt,
+                    of,
                     delay,
                     reason,
                 } => {
                     partial.clear();
                     out.emit(AgentEvent::Retry {
                         attempt,
+                        of,
                         delay_ms: delay.as_millis() as u64,
                         reason,
                     })
