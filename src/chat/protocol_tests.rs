@@ -255,11 +255,18 @@ fn every_server_frame_round_trips_with_todays_fields() {
         assert_eq!(v["type"], kind);
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
-        let step = matches!(kind, "checkpoint" | "rollback");
-        let want: &[&str] = if step {
-            &["content", "id", "sessionId", "step", "type"]
-        } else {
-            &["content", "id", "sessionId", "type"]
+        let want: &[&str] = match kind {
+            "checkpoint" | "rollback" => &["content", "id", "sessionId", "step", "type"],
+            "retry" => &[
+                "attempt",
+                "content",
+                "delayMs",
+                "id",
+                "of",
+                "sessionId",
+                "type",
+            ],
+            _ => &["content", "id", "sessionId", "type"],
         };
         assert_eq!(keys, want, "{v}");
         assert_eq!(serde_json::from_value::<Outgoing>(v).unwrap(), out);

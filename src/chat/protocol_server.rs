@@ -1,0 +1,224 @@
+//! Frames the server sends: every one is a [`ServerFrame`] inside an [`Outgoing`] (its
+//! `id`, `sessionId`, and in a request's log its `seq` and `runId`), built and
+//! serialised only here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a frame the server sends says: its `type` and `content` (and `step`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum ServerFrame {
+    /// A fragment of the answer, streamed as generated.
+    Text { content: String },
+    /// A tool call: `"Read: src/main.rs"`, with the tool's name, its arguments and
+    /// the call's id (absent only in frames built before they were added).
+    ToolUse {
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        args: Option<Value>,
+        #[serde(default, rename = "callId", skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+    },
+    /// A tool call finished (successfully or not): what the model got back, bounded,
+    /// and the tool's details (`exit_code` for bash, `diff` for write and edit, the
+    /// lines shown for read).
+    ToolOutput {
+        content: String,
+        tool: String,
+        #[serde(rename = "callId")]
+        call_id: String,
+        #[serde(rename = "isError")]
+        is_error: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// A fragment of the model's thinking, when the provider sends it.
+    Thinking { content: String },
+
+    /// A tool call that failed: `"<tool>: <error>"`.
+    ToolResult { content: String },
+    /// An agent, API or protocol error.
+    Error { content: String },
+    /// The request finished: always its last frame; `content` is empty.
+    Done { content: String },
+    /// The model call is being retried; text since the last tool step is void.
+    /// `attempt` of `of` is the one about to be made, `delayMs` from now.
+    Retry {
+        content: String,
+        #[serde(default)]
+        attempt: u32,
+        #[serde(default)]
+        of: u32,
+        #[serde(default, rename = "delayMs")]
+        delay_ms: u64,
+    },
+    /// The run's state: `running`, `paused`, `finished` or `failed`.
+    State { content: String },
+    /// An instruction was written into the conversation.
+    Instruction { content: String },
+    /// The working folder was snapshotted as checkpoint `step`.
+    Checkpoint { content: String, step: u64 },
+    /// Files and conversation went back to checkpoint `step`.
+    Rollback { content: String, step: u64 },
+    /// The answer to `branches`.
+    Branches { content: Vec<BranchSummary> },
+    /// The answer to `compare`: `{shared_steps, a, b, diff?}` (see the README).
+    Compare { content: Value },
+    /// The answer to `prefer`: `"recorded"`.
+    Prefer { content: String },
+    /// The answer to `label` and `rate`: `"recorded"`.
+    Annotated { content: String },
+    /// The answer to `history`.
+    History { content: History },
+    /// The answer to `sessions`.
+    Sessions { content: Vec<SessionInfo> },
+    /// The answer to `delete`: `"deleted"`.
+    Deleted { content: String },
+    /// The answer to `preview`: the files a rollback to checkpoint `step` puts back.
+    Preview {
+        content: crate::agent::checkpoint::Preview,
+        step: u64,
+    },
+}
+
+/// A session's conversation on its current branch, as the items a client renders,
+/// and the `keepAlive` requests running in it. `items` stop where the first running
+/// request began: that request's frames come from `subscribe` (`after` 0), so
+/// nothing is shown twice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct History {
+    pub(crate) items: Vec<HistoryItem>,
+    pub(crate) running: Vec<RunningRequest>,
+}
+
+/// One item of a session's history: a prompt, or what its request's frames said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum HistoryItem {
+    /// A person's prompt: a new request starts here.
+    User { content: String },
+    /// A named branch starts here (from checkpoint `step`).
+    Branch { content: String, step: u64 },
+    /// A person's label on the step with `callId` (a later one for a step wins).
+    Label {
+        #[serde(rename = "callId")]
+        call_id: String,
+        label: crate::session::records::StepVerdict,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
+    /// A person's rating of the run it is in (or follows).
+    Rating {
+        rating: crate::session::records::RunOutcome,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
+    /// Anything a request's frames say (`text`, `tool_use`, `tool_output`, ...).
+    #[serde(untagged)]
+    Frame(ServerFrame),
+}
+
+/// A running `keepAlive` request: subscribe to it by `runId`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunningRequest {
+    pub(crate) id: String,
+    pub(crate) run_id: String,
+    /// Its prompt.
+    pub(crate) prompt: String,
+    /// Its last frame's `seq` so far.
+    pub(crate) seq: u64,
+}
+
+/// One session in a `sessions` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SessionInfo {
+    pub(crate) id: String,
+    /// The first prompt, on one line.
+    pub(crate) title: String,
+    /// When the file last changed, milliseconds since the epoch.
+    pub(crate) modified: u64,
+    /// A request is running in it.
+    pub(crate) running: bool,
+}
+
+/// One branch in a `branches` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct BranchSummary {
+    pub(crate) name: String,
+    pub(crate) steps: usize,
+}
+
+impl ServerFrame {
+    pub(crate) fn error(message: impl Into<String>) -> ServerFrame {
+        ServerFrame::Error {
+            content: message.into(),
+        }
+    }
+
+    pub(crate) fn done() -> ServerFrame {
+        ServerFrame::Done {
+            content: String::new(),
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self, ServerFrame::Done { .. })
+    }
+}
+
+/// A server frame on the wire: `{id, type, content, step?, sessionId, seq?, runId?}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Outgoing {
+    /// The request (or question) it answers; null when the frame had none.
+    pub(crate) id: Option<String>,
+    #[serde(flatten)]
+    pub(crate) frame: ServerFrame,
+    /// The request's session; null when there is none (a bad frame).
+    pub(crate) session_id: Option<String>,
+    /// The frame's place in its request's log (frames of a request only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) seq: Option<u64>,
+    /// A `keepAlive` request's server-issued id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) run_id: Option<String>,
+}
+
+impl Outgoing {
+    pub(crate) fn new(
+        id: Option<String>,
+        session_id: Option<String>,
+        frame: ServerFrame,
+    ) -> Outgoing {
+        Outgoing {
+            id,
+            frame,
+            session_id,
+            seq: None,
+            run_id: None,
+        }
+    }
+
+    /// An `error` frame.
+    pub(crate) fn error(
+        id: Option<String>,
+        session_id: Option<String>,
+        message: String,
+    ) -> Outgoing {
+        Outgoing::new(id, session_id, ServerFrame::error(message))
+    }
+
+    /// The frame's JSON text.
+    pub(crate) fn encode(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            // Not reachable (every field is a string, a number or JSON), but a frame
+            // must not vanish without a trace.
+            tracing::error!("a chat frame could not be serialised: {e}");
+            r#"{"id":null,"type":"error","content":"internal error: a frame could not be serialised","sessionId":null}"#.into()
+        })
+    }
+}
