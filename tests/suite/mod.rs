@@ -3,6 +3,7 @@ mod agent_mode;
 mod attacks;
 mod caching;
 mod chat;
+mod checkpoints;
 mod claude_code;
 mod cli;
 mod config;
