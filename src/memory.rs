@@ -25,8 +25,10 @@ static CHANGES: AtomicU64 = AtomicU64::new(0);
 
 /// How long the server must have been idle before memory is trimmed.
 const QUIET: Duration = Duration::from_secs(2);
+/// The second trim: after tokio's blocking threads, idle for 10 s, have exited.
+const LATE: Duration = Duration::from_secs(12);
 
-/// Arenas glibc may create: with two, 30 s after a 200-session burst RSS was 17.4 MB
+/// Arenas glibc may create: with two, 30 s after a 200-session burst RSS was 17.8 MB
 /// against 19.1 MB uncapped and 21.0 MB with one (bench/RESULTS.md).
 const ARENAS: i32 = 2;
 
@@ -57,13 +59,14 @@ pub fn limit_arenas() {
     }
 }
 
-/// Returns freed memory to the system once work has stopped for [`QUIET`], once per
-/// burst, until `stop`.
+/// Returns freed memory to the system once work has stopped for [`QUIET`], and again
+/// after [`LATE`] (the runtime's idle blocking threads have exited by then, freeing
+/// their caches and stacks), until `stop`.
 pub async fn trim_when_idle(stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The activity count last seen, when it last changed, and at the last trim.
-    let (mut seen, mut since, mut trimmed) = (0, tokio::time::Instant::now(), 0);
+    // The activity count last seen and when it last changed; the trims done since.
+    let (mut seen, mut since, mut done) = (0, tokio::time::Instant::now(), 2);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -71,13 +74,18 @@ pub async fn trim_when_idle(stop: CancellationToken) {
         }
         let now = CHANGES.load(Ordering::Acquire);
         if now != seen {
-            (seen, since) = (now, tokio::time::Instant::now());
+            (seen, since, done) = (now, tokio::time::Instant::now(), 0);
             continue;
         }
-        if now == trimmed || HELD.load(Ordering::Acquire) > 0 || since.elapsed() < QUIET {
+        let due = match done {
+            0 => QUIET,
+            1 => LATE,
+            _ => continue,
+        };
+        if HELD.load(Ordering::Acquire) > 0 || since.elapsed() < due {
             continue;
         }
-        trimmed = now;
+        done += 1;
         // It walks every heap under its lock: not on the runtime's threads.
         let _ = tokio::task::spawn_blocking(trim).await;
     }
