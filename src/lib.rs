@@ -7,6 +7,7 @@ pub mod agent;
 pub mod chat;
 pub mod config;
 pub mod mcp;
+pub mod memory;
 pub mod message;
 mod metrics;
 mod net;

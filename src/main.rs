@@ -103,6 +103,8 @@ fn main() -> ExitCode {
     if args.nth(1).is_some_and(|a| a == "sandbox-exec") {
         return picogent::tools::confine::helper_main(args);
     }
+    // Fewer allocator arenas, so what a burst frees can be given back (`memory`).
+    picogent::memory::limit_arenas();
     // Keys and tokens out of /proc/<pid>/environ, while still single-threaded.
     config::secrets::hide_from_proc();
     // Only ./.env, never a parent's; variables already set win.
@@ -309,12 +311,16 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
         wait_for_signal().await;
         std::process::exit(130);
     });
-    if agent_mode {
+    let trim = tokio::spawn(picogent::memory::trim_when_idle(stop.clone()));
+    let served = if agent_mode {
         picogent::tracker::daemon::run(agent, picogent::tracker::daemon::Timing::default(), stop)
-            .await?;
+            .await
+            .map_err(anyhow::Error::from)
     } else {
-        chat(agent, stop).await?;
-    }
+        chat(agent, stop).await
+    };
+    trim.abort();
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 

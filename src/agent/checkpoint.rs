@@ -11,14 +11,20 @@
 //! Rollback restores what the session's own steps changed since a checkpoint (deleting
 //! files they created; another session's files in the same folder are left alone);
 //! the tip it left is kept under `refs/picogent/abandoned/` so no path is ever lost.
+//!
+//! Sessions in one folder share its object store and its scans
+//! (`checkpoint_store`): the session's repository holds its branch, its config and
+//! the index a rollback works in, and reads the objects through `alternates`.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
+use super::checkpoint_store::{self as store, Store};
 use crate::tools::confine::Confinement;
 use crate::tools::sandbox::git;
 use crate::tools::Sandbox;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CheckpointError {
     #[error("checkpoints need git, which was not found ({0}); install git or set \"checkpoints\": false")]
     NoGit(String),
@@ -27,6 +33,9 @@ pub enum CheckpointError {
     #[error("no checkpoint {0}")]
     Unknown(String),
 }
+
+/// A commit and its tree.
+type Head = (String, String);
 
 #[derive(Clone)]
 pub struct Checkpoints {
@@ -37,6 +46,11 @@ pub struct Checkpoints {
     /// picogent's own files inside the folder (configuration, `.env`, state, sessions),
     /// relative to it: never snapshotted, never restored.
     excludes: Vec<String>,
+    /// The folder's store, shared with the other sessions in it.
+    store: Arc<Store>,
+    /// The session's last commit and its tree, once known (`None` inside: no commit
+    /// yet); shared by the clones a run hands to blocking threads.
+    head: Arc<Mutex<Option<Option<Head>>>>,
 }
 
 impl Checkpoints {
@@ -47,9 +61,16 @@ impl Checkpoints {
         work_tree: &Path,
         sandbox: &Sandbox,
     ) -> Result<Checkpoints, CheckpointError> {
-        let git_dir = state_dir
-            .join("checkpoints")
-            .join(format!("{session_id}.git"));
+        // Absolute: the sessions' `alternates` name the store by it.
+        let checkpoints = std::path::absolute(state_dir.join("checkpoints"))
+            .unwrap_or_else(|_| state_dir.join("checkpoints"));
+        let git_dir = checkpoints.join(format!("{session_id}.git"));
+        let io = |what: &Path, e: std::io::Error| CheckpointError::Git {
+            args: "init".into(),
+            message: format!("{}: {e}", what.display()),
+        };
+        let store = Store::for_folder(&checkpoints, work_tree).map_err(|e| io(&checkpoints, e))?;
+        let created = store::create_repository(&git_dir).map_err(|e| io(&git_dir, e))?;
         let c = Checkpoints {
             git_dir,
             work_tree: work_tree.to_path_buf(),
@@ -63,25 +84,20 @@ impl Checkpoints {
                     .collect(),
                 Err(_) => Vec::new(),
             },
+            store,
+            head: Arc::new(Mutex::new(created.then_some(None))),
         };
-        if !c.git_dir.join("HEAD").exists() {
-            std::fs::create_dir_all(&c.git_dir).map_err(|e| CheckpointError::Git {
-                args: "init".into(),
-                message: format!("{}: {e}", c.git_dir.display()),
-            })?;
-            c.git(&["init", "--quiet"])?;
-            git::restore_own_repository(&c.git_dir, &c.excludes).map_err(|e| {
-                CheckpointError::Git {
-                    args: "init".into(),
-                    message: format!("{}: {e}", c.git_dir.display()),
-                }
-            })?;
-        }
+        c.guard_own()?;
         Ok(c)
     }
 
     fn git(&self, args: &[&str]) -> Result<String, CheckpointError> {
-        let out = git::command(&self.git_dir, &self.work_tree, self.confine.as_ref())
+        self.git_in(&self.git_dir, args)
+    }
+
+    /// git on `git_dir` (the session's repository or the folder's store).
+    fn git_in(&self, git_dir: &Path, args: &[&str]) -> Result<String, CheckpointError> {
+        let out = git::command(git_dir, &self.work_tree, self.confine.as_ref())
             .args(args)
             .stdin(std::process::Stdio::null())
             .output()
@@ -97,28 +113,77 @@ impl Checkpoints {
 
     /// Snapshots the folder; returns the commit, or the current one when nothing changed.
     pub fn snapshot(&self, message: &str) -> Result<String, CheckpointError> {
+        let tree = self.store.tree(|first| self.scan(first))?;
+        self.guard_own()?;
+        let mut head = self.head.lock().unwrap_or_else(|p| p.into_inner());
+        let last = match head.clone() {
+            Some(h) => h,
+            None => self.read_head(),
+        };
+        if let Some((commit, t)) = &last {
+            if *t == tree {
+                *head = Some(last.clone());
+                return Ok(commit.clone());
+            }
+        }
+        let parent = last.as_ref().map(|(c, _)| c.as_str());
+        let fail = |e: std::io::Error| CheckpointError::Git {
+            args: "commit".into(),
+            message: format!("{}: {e}", self.store.git_dir.display()),
+        };
+        let commit = self.store.commit(&tree, parent, message).map_err(fail)?;
+        if !store::set_head(&self.git_dir, &commit).map_err(fail)? {
+            self.git(&["update-ref", "HEAD", &commit])?;
+        }
+        *head = Some(Some((commit.clone(), tree)));
+        Ok(commit)
+    }
+
+    /// The session's last commit and its tree, from git (`None`: no commit yet).
+    fn read_head(&self) -> Option<Head> {
+        let out = self
+            .git(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+            .ok()?;
+        let tree = self
+            .git(&["rev-parse", "--verify", "--quiet", "HEAD^{tree}"])
+            .ok()?;
+        Some((out, tree))
+    }
+
+    /// git on the folder's store, waiting a little while another process (another
+    /// picogent on the same state folder) holds the store's index.
+    fn git_store(&self, args: &[&str]) -> Result<String, CheckpointError> {
+        let deadline = std::time::Instant::now() + store::INDEX_WAIT;
+        loop {
+            match self.git_in(&self.store.git_dir, args) {
+                Err(CheckpointError::Git { message, .. })
+                    if message.contains("index.lock") && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One scan of the folder into its store's index: the tree it holds now.
+    fn scan(&self, first: bool) -> Result<String, CheckpointError> {
+        let store = self.store.git_dir.clone();
         // A repository the agent made in the folder is neither entered nor tracked.
-        let nested = self.guard()?;
+        let nested = self.guard(&store, None)?;
         if !nested.is_empty() {
             let mut args = vec!["rm", "-r", "--cached", "--quiet", "--ignore-unmatch", "--"];
             args.extend(nested.iter().map(String::as_str));
-            self.git(&args)?;
+            self.git_store(&args)?;
         }
-        self.git(&["add", "--all", "."])?;
-        if !self.excludes.is_empty() {
+        self.git_store(&["add", "--all", "."])?;
+        if first && !self.excludes.is_empty() {
             // Repositories from before the exclusions may still track them.
             let mut args = vec!["rm", "-r", "--cached", "--quiet", "--ignore-unmatch", "--"];
             args.extend(self.excludes.iter().map(String::as_str));
-            self.git(&args)?;
+            self.git_store(&args)?;
         }
-        let has_head = self
-            .git(&["rev-parse", "--verify", "--quiet", "HEAD"])
-            .is_ok();
-        let changed = !has_head || self.git(&["diff", "--cached", "--quiet"]).is_err();
-        if changed {
-            self.git(&["commit", "--quiet", "--allow-empty", "-m", message])?;
-        }
-        self.git(&["rev-parse", "HEAD"])
+        self.git_store(&["write-tree"])
     }
 
     /// Restores what this session's steps changed since `commit`, keeping the current
@@ -131,6 +196,11 @@ impl Checkpoints {
         let own_tip = self.git(&["rev-parse", "HEAD"])?;
         // Whatever is in the folder now (even unsnapshotted changes) is kept first.
         let tip = self.snapshot("Before rollback")?;
+        // No scan of the folder while its files are put back; the session's index
+        // starts as the folder is now, so `rm` finds what it removes.
+        let _work = self.store.working();
+        *self.head.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.git(&["read-tree", &tip])?;
         if tip != commit {
             let name = format!("refs/picogent/abandoned/{}", crate::util::now_millis());
             self.git(&["update-ref", &name, &tip])?;
@@ -153,7 +223,8 @@ impl Checkpoints {
             }
         }
         for chunk in added.chunks(200) {
-            let mut args = vec!["rm", "-q", "-r", "--ignore-unmatch", "--"];
+            // Forced: the index was read from a commit, without the files' stat data.
+            let mut args = vec!["rm", "-q", "-r", "-f", "--ignore-unmatch", "--"];
             args.extend(chunk.iter().copied());
             self.git(&args)?;
         }
@@ -169,31 +240,46 @@ impl Checkpoints {
 
     /// The difference between two checkpoints' trees, cut at 100 KB.
     pub fn diff(&self, a: &str, b: &str) -> Result<String, CheckpointError> {
-        self.guard()?;
+        self.guard_own()?;
         let d = self.git(&["diff", "--no-color", "--no-ext-diff", "--no-textconv", a, b])?;
         Ok(crate::util::truncate_bytes(&d, 100 * 1024).to_string())
     }
 
-    /// Restores the repository's own config and attributes before git reads them.
-    /// Restores picogent's own files of the repository; the repositories nested in the
-    /// folder, which it excludes (git would run their `status`, with their own filters).
-    fn guard(&self) -> Result<Vec<String>, CheckpointError> {
-        let nested = git::nested_repositories(&self.work_tree);
+    /// Restores a repository's own config and attributes before git reads them:
+    /// picogent's own files of the repository, its `alternates` (`objects`, for a
+    /// session's: the store's), and for the store the repositories nested in the
+    /// folder, which it excludes (git would run their `status`, with their own
+    /// filters), returned.
+    fn guard(
+        &self,
+        git_dir: &Path,
+        objects: Option<&Path>,
+    ) -> Result<Vec<String>, CheckpointError> {
+        let nested = match objects {
+            Some(_) => Vec::new(),
+            None => git::nested_repositories(&self.work_tree),
+        };
         let excludes: Vec<String> = self.excludes.iter().chain(&nested).cloned().collect();
-        let changed = git::restore_own_repository(&self.git_dir, &excludes).map_err(|e| {
+        let changed = git::restore_own_repository(git_dir, &excludes, objects).map_err(|e| {
             CheckpointError::Git {
                 args: "(restore config)".into(),
-                message: format!("{}: {e}", self.git_dir.display()),
+                message: format!("{}: {e}", git_dir.display()),
             }
         })?;
         if !changed.is_empty() {
             tracing::warn!(
-                repository = %self.git_dir.display(),
+                repository = %git_dir.display(),
                 "something changed picogent's checkpoint repository ({}); restored",
                 changed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             );
         }
         Ok(nested)
+    }
+
+    /// [`Self::guard`] for the session's own repository.
+    fn guard_own(&self) -> Result<(), CheckpointError> {
+        let objects = self.store.git_dir.join("objects");
+        self.guard(&self.git_dir, Some(&objects)).map(drop)
     }
 
     pub fn git_dir(&self) -> &Path {
@@ -209,7 +295,7 @@ impl Checkpoints {
     /// since then (up to its last checkpoint), with their line counts, and the diff
     /// (cut at 100 KB). Read-only: nothing is snapshotted or restored.
     pub fn preview(&self, commit: &str) -> Result<Preview, CheckpointError> {
-        self.guard()?;
+        self.guard_own()?;
         self.git(&["cat-file", "-e", &format!("{commit}^{{commit}}")])
             .map_err(|_| CheckpointError::Unknown(commit.into()))?;
         let base = [

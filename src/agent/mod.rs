@@ -14,6 +14,7 @@
 //! discovery).
 
 pub mod checkpoint;
+mod checkpoint_store;
 mod compaction;
 pub mod control;
 mod engine;
@@ -135,6 +136,19 @@ impl Inner {
         };
         map.retain(|_, l| Arc::strong_count(l) > 1);
         map.entry(id.to_string()).or_default().clone()
+    }
+
+    /// Gives a session's lock back; the last holder's removes it from the map, so
+    /// nothing of a finished burst stays behind.
+    fn release_session_lock(&self, id: &str, lock: Arc<tokio::sync::Mutex<()>>) {
+        drop(lock);
+        let mut map = match self.session_locks.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if map.get(id).is_some_and(|l| Arc::strong_count(l) == 1) {
+            map.remove(id);
+        }
     }
 }
 

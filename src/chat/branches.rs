@@ -65,7 +65,12 @@ async fn reply(
         }),
         Query::Delete | Query::Preview(_) => Err(format!("{kind}: answered above")),
         Query::Compare(c) => {
-            compare(agent, &s, session, &c).map(|content| ServerFrame::Compare { content })
+            // The diff runs git: off the runtime's threads too.
+            let (agent, session) = (agent.clone(), session.to_string());
+            tokio::task::spawn_blocking(move || compare(&agent, &s, &session, &c))
+                .await
+                .map_err(|e| format!("{kind}: {e}"))?
+                .map(|content| ServerFrame::Compare { content })
         }
         Query::Prefer(p) => {
             known_branches(&s, &[&p.chosen, &p.rejected])?;

@@ -329,6 +329,7 @@ struct Conn {
 }
 
 async fn connection(st: Arc<ChatState>, socket: WebSocket) {
+    let _busy = crate::memory::Busy::new();
     let (mut sink, mut stream) = socket.split();
     let (sender, mut rx) = tokio::sync::mpsc::channel(runs::OUTBOUND_FRAMES);
     let writer = tokio::spawn(async move {

@@ -21,6 +21,10 @@ use crate::agent::{AgentEvent, Outcome, RunHandle};
 const MAX_FRAMES: usize = 20_000;
 /// Bytes of frames kept per request, whatever their number.
 const MAX_LOG_BYTES: usize = 8 << 20;
+/// Frames a request's live stream holds for a follower that has not taken them yet;
+/// one further behind catches up from the log. Small: every request allocates all
+/// of its slots at once, so 1,024 of them made a 200-session burst ~16 MB larger.
+const LIVE_FRAMES: usize = 64;
 /// How long a finished request stays available for replay.
 const KEEP_FINISHED: Duration = Duration::from_secs(600);
 
@@ -139,7 +143,7 @@ impl RunLog {
             session,
             run_id,
             frames: Mutex::new(Kept::default()),
-            live: broadcast::channel(1024).0,
+            live: broadcast::channel(LIVE_FRAMES).0,
             done: AtomicBool::new(false),
             token,
             control,

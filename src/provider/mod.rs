@@ -185,6 +185,9 @@ impl Provider {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            // A burst of runs opens a connection each; only a few stay open for reuse
+            // afterwards (each idle one holds its buffers, 200 held ~8 MB).
+            .pool_max_idle_per_host(8)
             .user_agent(concat!("picogent/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {e}")))?;

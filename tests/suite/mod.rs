@@ -5,6 +5,7 @@ mod caching;
 mod chat;
 mod chat_annotate;
 mod chat_rewind;
+mod checkpoints;
 mod claude_code;
 mod cli;
 mod config;

@@ -102,6 +102,7 @@ pub(super) async fn run(
 ) -> Outcome {
     let out = Emitter(tx);
     crate::metrics::run_started();
+    let _busy = crate::memory::Busy::new();
     let lock = inner.session_lock(&req.session_id);
     let mut counted = (0, Usage::default());
     let result = tokio::select! {
@@ -112,6 +113,7 @@ pub(super) async fn run(
         }
         _ = cancel.cancelled() => Err(RunError::Cancelled),
     };
+    inner.release_session_lock(&req.session_id, lock);
     finish(&req, &out, &control, result, counted)
 }
 

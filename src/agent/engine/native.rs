@@ -158,13 +158,16 @@ impl<'a> Loop<'a> {
         let (cfg, req) = (run.config, run.req);
         let ckpt = match cfg.checkpoints {
             Some(true) => {
-                let repo = Checkpoints::open(
-                    &cfg.state_dir(),
-                    &req.session_id,
-                    &run.work_dir,
-                    &run.sandbox,
-                )
-                .map_err(|e| RunError::Stop(FailureKind::Infrastructure, e.to_string()))?;
+                // Files and perhaps git: off the runtime's threads.
+                let (state, id) = (cfg.state_dir(), req.session_id.clone());
+                let (work, sandbox) = (run.work_dir.clone(), run.sandbox.clone());
+                let repo = tokio::task::spawn_blocking(move || {
+                    Checkpoints::open(&state, &id, &work, &sandbox).map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r)
+                .map_err(|e| RunError::Stop(FailureKind::Infrastructure, e))?;
                 let next_step = (0..)
                     .find(|n| run.session.checkpoint(*n).is_none())
                     .unwrap_or(0);

@@ -32,6 +32,10 @@ const PINNED: &[&str] = &[
     "tag.gpgsign=false",
     "protocol.allow=never",
     "submodule.recurse=false",
+    // Checkpoints share one object store per folder that only picogent's refs in
+    // other repositories keep alive: nothing may prune it.
+    "gc.auto=0",
+    "maintenance.auto=false",
     // A repository nested in the tree (a gitlink) is not entered: its configuration
     // and attributes are the agent's and could name a filter.
     "diff.ignoreSubmodules=all",
@@ -135,11 +139,13 @@ pub fn harden(cmd: &mut Command) {
 
 /// Puts picogent's own repository back as picogent made it: its `config`,
 /// `info/attributes` and `info/exclude` (picogent's own files in the folder, given
-/// relative to it), and none of the files that would point git elsewhere. Returns
-/// what had been changed (for a warning).
+/// relative to it), its `objects/info/alternates` (`objects`, another of picogent's
+/// object stores, or none), and none of the files that would point git elsewhere.
+/// Returns what had been changed (for a warning).
 pub(crate) fn restore_own_repository(
     git_dir: &Path,
     excludes: &[String],
+    objects: Option<&Path>,
 ) -> std::io::Result<Vec<PathBuf>> {
     let mut changed = Vec::new();
     let info = git_dir.join("info");
@@ -159,11 +165,24 @@ pub(crate) fn restore_own_repository(
             line
         })
         .collect();
-    for (path, want) in [
-        (git_dir.join("config"), OWN_CONFIG),
-        (info.join("attributes"), NEUTRAL_ATTRIBUTES),
-        (info.join("exclude"), exclude.as_str()),
-    ] {
+    let mut own = vec![
+        (git_dir.join("config"), OWN_CONFIG.to_string()),
+        (info.join("attributes"), NEUTRAL_ATTRIBUTES.to_string()),
+        (info.join("exclude"), exclude),
+    ];
+    let alternates = git_dir.join("objects/info/alternates");
+    match objects {
+        Some(o) => {
+            std::fs::create_dir_all(git_dir.join("objects/info"))?;
+            own.push((alternates, format!("{}\n", o.display())));
+        }
+        None if std::fs::symlink_metadata(&alternates).is_ok() => {
+            std::fs::remove_file(&alternates)?;
+            changed.push(alternates);
+        }
+        None => {}
+    }
+    for (path, want) in own {
         let meta = std::fs::symlink_metadata(&path);
         let same = meta.as_ref().is_ok_and(|m| m.is_file())
             && std::fs::read(&path).is_ok_and(|b| b == want.as_bytes());
@@ -175,7 +194,7 @@ pub(crate) fn restore_own_repository(
             std::fs::write(&path, want)?;
         }
     }
-    for extra in ["commondir", "objects/info/alternates", "config.worktree"] {
+    for extra in ["commondir", "config.worktree"] {
         let p = git_dir.join(extra);
         if std::fs::symlink_metadata(&p).is_ok() {
             std::fs::remove_file(&p)?;

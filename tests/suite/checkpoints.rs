@@ -1,0 +1,115 @@
+//! Checkpoints under load: many sessions in one folder share its object store and
+//! its scans, and still each get their own history and their own rollback.
+
+use std::path::Path;
+
+use picogent::agent::checkpoint::Checkpoints;
+use picogent::tools::Sandbox as PathSandbox;
+
+use crate::common::Sandbox;
+
+/// git's answer about `rev` in a session's repository (objects read through its
+/// `alternates`).
+fn git_at(repo: &Checkpoints, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg(format!("--git-dir={}", repo.git_dir().display()))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Runs `f` for every session at once, each on its own thread; their results in order.
+fn all_at_once<T: Send>(
+    repos: &[Checkpoints],
+    f: impl Fn(usize, &Checkpoints) -> T + Sync,
+) -> Vec<T> {
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = repos
+            .iter()
+            .enumerate()
+            .map(|(i, r)| scope.spawn(move || f(i, r)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn files_of(repo: &Checkpoints, commit: &str) -> Vec<String> {
+    git_at(repo, &["ls-tree", "-r", "--name-only", commit])
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn many_sessions_snapshot_one_folder_at_once() {
+    let sb = Sandbox::new();
+    let state = sb.home.join("state");
+    let none = PathSandbox::default();
+    sb.write("shared.txt", "before\n");
+    let repos: Vec<Checkpoints> = (0..24)
+        .map(|i| Checkpoints::open(&state, &format!("s{i}"), &sb.work, &none).unwrap())
+        .collect();
+
+    // Every session's first checkpoint, all at once.
+    let starts = all_at_once(&repos, |_, r| r.snapshot("start").unwrap());
+    for (r, start) in repos.iter().zip(&starts) {
+        assert_eq!(files_of(r, start), ["shared.txt"]);
+        assert_eq!(git_at(r, &["rev-parse", "HEAD"]), *start);
+    }
+
+    // Session 0 writes a file; then every session snapshots at once, and session 0's
+    // checkpoint has its file (a scan that began before it asked would not).
+    sb.write("mine.txt", "made by session 0\n");
+    let firsts = all_at_once(&repos, |_, r| r.snapshot("step 1").unwrap());
+    assert_eq!(files_of(&repos[0], &firsts[0]), ["mine.txt", "shared.txt"]);
+    assert_eq!(
+        git_at(&repos[0], &["rev-parse", &format!("{}^", firsts[0])]),
+        starts[0]
+    );
+
+    // Then the others each write their own file and snapshot, all at once: each
+    // checkpoint holds its own session's file, on its own branch.
+    let seconds = all_at_once(&repos[1..], |i, r| {
+        let name = format!("s{}.txt", i + 1);
+        std::fs::write(sb.work.join(&name), format!("by {}\n", i + 1)).unwrap();
+        (name, r.snapshot("step 2").unwrap())
+    });
+    for ((r, (name, commit)), first) in repos[1..].iter().zip(&seconds).zip(&firsts[1..]) {
+        assert!(files_of(r, commit).contains(name), "{name} not in {commit}");
+        assert_eq!(git_at(r, &["rev-parse", "HEAD"]), *commit);
+        assert_eq!(git_at(r, &["rev-parse", &format!("{commit}^")]), *first);
+    }
+
+    // Rolling session 0 back to its start removes only what it made.
+    repos[0].restore(&starts[0]).unwrap();
+    assert!(!sb.work.join("mine.txt").exists());
+    assert_eq!(sb.read("shared.txt"), "before\n");
+    for (name, _) in &seconds {
+        assert!(
+            Path::new(&sb.work.join(name)).exists(),
+            "{name} was removed"
+        );
+    }
+    assert_eq!(git_at(&repos[0], &["rev-parse", "HEAD"]), starts[0]);
+    // Its abandoned tip (the folder as it was) stays readable.
+    let abandoned = git_at(
+        &repos[0],
+        &[
+            "for-each-ref",
+            "--format=%(objectname)",
+            "refs/picogent/abandoned",
+        ],
+    );
+    let kept = files_of(&repos[0], &abandoned);
+    assert!(kept.contains(&"mine.txt".to_string()), "{kept:?}");
+    // The others' checkpoints are untouched, and they go on from where they were.
+    sb.write("s1.txt", "changed again\n");
+    let third = repos[1].snapshot("step 3").unwrap();
+    assert_eq!(
+        git_at(&repos[1], &["rev-parse", &format!("{third}^")]),
+        seconds[0].1
+    );
+}
