@@ -7,7 +7,6 @@
 //! The folder restored is the one the checkpoint snapshotted, whatever the agent's
 //! working folder is now.
 
-use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::{CheckpointError, Checkpoints, Preview};
@@ -72,14 +71,9 @@ pub(crate) struct Rewound {
 
 /// The working folder in a session file's header.
 fn header_cwd(path: &Path) -> Option<PathBuf> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut first = String::new();
-    std::io::BufReader::new(file)
-        .take(64 * 1024)
-        .read_line(&mut first)
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_str(&first).ok()?;
-    v["cwd"].as_str().map(PathBuf::from)
+    crate::session::find::header(path)?["cwd"]
+        .as_str()
+        .map(PathBuf::from)
 }
 
 impl Agent {

@@ -124,6 +124,11 @@ fn jsonl_files(dir: &Path, depth: u32) -> Vec<PathBuf> {
 
 /// The `id` in a file's header line, if it has one.
 fn header_id(path: &Path) -> Option<String> {
+    header(path)?["id"].as_str().map(str::to_string)
+}
+
+/// A session file's header line (its first 64 KB at most), without reading the rest.
+pub(crate) fn header(path: &Path) -> Option<serde_json::Value> {
     use std::io::{BufRead, Read};
     let file = std::fs::File::open(path).ok()?;
     let mut first = String::new();
@@ -132,8 +137,5 @@ fn header_id(path: &Path) -> Option<String> {
         .read_line(&mut first)
         .ok()?;
     let v: serde_json::Value = serde_json::from_str(&first).ok()?;
-    if v["type"] != "session" {
-        return None;
-    }
-    v["id"].as_str().map(str::to_string)
+    (v["type"] == "session").then_some(v)
 }
