@@ -17,18 +17,22 @@
 //! written again by the same rule.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::fragments::{Encoded, Part};
 use super::stream::LineReader;
 use super::{parse_arguments, Delta, ModelRequest, ProviderError};
 use crate::message::{AssistantMessage, Content, Message, StopReason, Usage};
 
+/// The request; `M` is a turn, built from history (`Turn`) or spliced from cached
+/// fragments (`RawTurn`), which serialise alike.
 #[derive(Serialize)]
-struct Body<'a> {
+struct Body<'a, M> {
     model: &'a str,
     max_tokens: u32,
     system: System<'a>,
-    messages: Vec<Turn<'a>>,
+    messages: Vec<M>,
     // An empty tool list is refused by some servers; leave the field out instead.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<Tool<'a>>,
@@ -79,6 +83,13 @@ struct Turn<'a> {
     content: Vec<Block<'a>>,
 }
 
+/// A turn of cached blocks.
+#[derive(Serialize)]
+struct RawTurn<'a> {
+    role: &'static str,
+    content: &'a [&'a RawValue],
+}
+
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
@@ -114,8 +125,18 @@ enum Block<'a> {
 }
 
 impl Block<'_> {
-    /// Puts a breakpoint on this block; false for blocks that cannot carry one here
-    /// (thinking, tool use, empty text).
+    /// Whether a breakpoint can sit on this block: not on thinking, tool use or empty
+    /// text. `cache_control` is its last field, so a marked block's JSON is the
+    /// unmarked one with the field added before the closing brace.
+    fn markable(&self) -> bool {
+        match self {
+            Block::Text { text, .. } => !text.is_empty(),
+            Block::Image { .. } | Block::ToolResult { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Puts a breakpoint on this block; false for blocks that cannot carry one here.
     fn mark(&mut self) -> bool {
         let slot = match self {
             Block::Text {
@@ -140,14 +161,15 @@ struct ImageSource<'a> {
     data: &'a str,
 }
 
-/// The request body, serialised straight from borrowed history: building a
-/// `serde_json::Value` tree first cost more than everything else in a step.
+/// The request body, serialised straight from borrowed history (building a
+/// `serde_json::Value` tree first cost more than everything else in a step), or with
+/// `ModelRequest::reuse` spliced from the run's cached message fragments.
 pub(crate) fn request_body(
     model: &str,
     sampling: &super::Sampling,
     req: &ModelRequest<'_>,
 ) -> serde_json::Result<Vec<u8>> {
-    let tools = req
+    let tools: Vec<Tool<'_>> = req
         .tools
         .iter()
         .map(|t| Tool {
@@ -157,10 +179,6 @@ pub(crate) fn request_body(
         })
         .collect();
     let cache = req.cache_key.is_some();
-    let mut messages = messages(req.messages, model);
-    if cache {
-        mark_turns(&mut messages, TURN_BREAKPOINTS);
-    }
     // An empty text block is refused, with or without a breakpoint.
     let system = if cache && !req.system.is_empty() {
         System::Cached([SystemBlock {
@@ -171,15 +189,76 @@ pub(crate) fn request_body(
     } else {
         System::Plain(req.system)
     };
-    serde_json::to_vec(&Body {
+    let head = Head {
         model,
         max_tokens: sampling.max_tokens,
         temperature: sampling.temperature,
         system,
-        messages,
         tools,
-        stream: true,
-    })
+    };
+    match req.reuse {
+        Some(r) if r.ids.len() == req.messages.len() => r.fragments.with(
+            &format!("anthropic {model}"),
+            r.ids,
+            req.messages,
+            |m| encode(m, model),
+            |encoded| {
+                let flat = flatten(encoded);
+                let marks = if cache {
+                    raw_marks(&flat, TURN_BREAKPOINTS)?
+                } else {
+                    Vec::new()
+                };
+                encode_flat(head, &flat, &marks)
+            },
+        ),
+        _ => {
+            let mut messages = messages(req.messages, model);
+            if cache {
+                mark_turns(&mut messages, TURN_BREAKPOINTS);
+            }
+            head.encode(messages, 0)
+        }
+    }
+}
+
+/// Everything in a request but the conversation.
+struct Head<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    temperature: Option<f64>,
+    system: System<'a>,
+    tools: Vec<Tool<'a>>,
+}
+
+impl Head<'_> {
+    /// The body; `capacity` is the messages' expected size, so the buffer is not
+    /// grown (and copied) step by step.
+    fn encode<M: Serialize>(
+        self,
+        messages: Vec<M>,
+        capacity: usize,
+    ) -> serde_json::Result<Vec<u8>> {
+        let tools: usize = self.tools.iter().map(|t| t.description.len() + 256).sum();
+        let system = match &self.system {
+            System::Plain(s) => s.len(),
+            System::Cached([b]) => b.text.len(),
+        };
+        let mut out = Vec::with_capacity(capacity + tools + system + 256);
+        serde_json::to_writer(
+            &mut out,
+            &Body {
+                model: self.model,
+                max_tokens: self.max_tokens,
+                system: self.system,
+                messages,
+                tools: self.tools,
+                stream: true,
+                temperature: self.temperature,
+            },
+        )?;
+        Ok(out)
+    }
 }
 
 /// Marks the last markable block of each of the newest `n` user turns.
@@ -194,13 +273,91 @@ fn mark_turns(turns: &mut [Turn<'_>], n: usize) {
     }
 }
 
+/// One message's blocks, each encoded on its own.
+fn encode(m: &Message, model: &str) -> serde_json::Result<Encoded> {
+    let (role, blocks) = message_blocks(m, model);
+    let parts = blocks
+        .iter()
+        .map(|b| Part::new(b, b.markable()))
+        .collect::<serde_json::Result<_>>()?;
+    Ok(Encoded { role, parts })
+}
+
+/// Cached blocks in request order, with the turns `messages` would make of them: a
+/// message without blocks adds nothing, consecutive messages of one role share a turn.
+struct Flat<'a> {
+    blocks: Vec<&'a Part>,
+    /// Each turn's role and its blocks' range in `blocks`.
+    turns: Vec<(&'static str, std::ops::Range<usize>)>,
+}
+
+fn flatten<'a>(encoded: &[&'a Encoded]) -> Flat<'a> {
+    let mut blocks = Vec::with_capacity(encoded.len() + encoded.len() / 2);
+    let mut turns: Vec<(&'static str, std::ops::Range<usize>)> = Vec::new();
+    for e in encoded.iter().filter(|e| !e.parts.is_empty()) {
+        let start = blocks.len();
+        blocks.extend(&e.parts);
+        match turns.last_mut() {
+            Some((role, range)) if *role == e.role => range.end = blocks.len(),
+            _ => turns.push((e.role, start..blocks.len())),
+        }
+    }
+    Flat { blocks, turns }
+}
+
+/// `mark_turns` for cached blocks: the last markable block of each of the newest `n`
+/// user turns, by its index in `blocks`, with its marked JSON.
+fn raw_marks(flat: &Flat<'_>, n: usize) -> serde_json::Result<Vec<(usize, Box<RawValue>)>> {
+    let control = serde_json::to_string(&EPHEMERAL)?;
+    let user_turns = flat.turns.iter().rev().filter(|(role, _)| *role == "user");
+    let mut out = Vec::new();
+    for (_, range) in user_turns.take(n) {
+        let last = range.clone().rev().find(|&b| flat.blocks[b].markable);
+        if let Some(b) = last {
+            let json = flat.blocks[b].json.get();
+            let open = json.strip_suffix('}').unwrap_or(json);
+            let marked = format!("{open},\"cache_control\":{control}}}");
+            out.push((b, RawValue::from_string(marked)?));
+        }
+    }
+    Ok(out)
+}
+
+/// Encodes the request from cached blocks, the marked ones in place of theirs.
+fn encode_flat(
+    head: Head<'_>,
+    flat: &Flat<'_>,
+    marks: &[(usize, Box<RawValue>)],
+) -> serde_json::Result<Vec<u8>> {
+    let blocks: Vec<&RawValue> = flat
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(b, p)| match marks.iter().find(|(at, _)| *at == b) {
+            Some((_, marked)) => &**marked,
+            None => &*p.json,
+        })
+        .collect();
+    let turns: Vec<RawTurn<'_>> = flat
+        .turns
+        .iter()
+        .map(|(role, range)| RawTurn {
+            role,
+            content: blocks.get(range.clone()).unwrap_or_default(),
+        })
+        .collect();
+    let size: usize = blocks.iter().map(|b| b.get().len() + 1).sum();
+    head.encode(turns, size + 30 * flat.turns.len())
+}
+
 /// Converts history to Anthropic messages. Consecutive tool results (and a user message
 /// after them) merge into one `user` turn, as the API wants strict alternation.
 fn messages<'a>(history: &[&'a Message], model: &str) -> Vec<Turn<'a>> {
     let mut out: Vec<Turn<'a>> = Vec::with_capacity(history.len());
-    let mut push = |role: &'static str, blocks: Vec<Block<'a>>| {
+    for m in history {
+        let (role, blocks) = message_blocks(m, model);
         if blocks.is_empty() {
-            return;
+            continue;
         }
         match out.last_mut() {
             Some(last) if last.role == role => last.content.extend(blocks),
@@ -209,31 +366,33 @@ fn messages<'a>(history: &[&'a Message], model: &str) -> Vec<Turn<'a>> {
                 content: blocks,
             }),
         }
-    };
-    for m in history {
-        match m {
-            Message::User(u) => push("user", u.content.iter().filter_map(user_block).collect()),
-            Message::Assistant(a) => {
-                let same = same_model(a, model);
-                let blocks = a
-                    .content
-                    .iter()
-                    .filter_map(|b| assistant_block(b, same))
-                    .collect();
-                push("assistant", blocks)
-            }
-            Message::ToolResult(r) => push(
-                "user",
-                vec![Block::ToolResult {
-                    tool_use_id: super::wire_call_id(&r.tool_call_id),
-                    content: r.content.iter().filter_map(user_block).collect(),
-                    is_error: r.is_error,
-                    cache_control: None,
-                }],
-            ),
-        }
     }
     out
+}
+
+/// One message's role and blocks.
+fn message_blocks<'a>(m: &'a Message, model: &str) -> (&'static str, Vec<Block<'a>>) {
+    match m {
+        Message::User(u) => ("user", u.content.iter().filter_map(user_block).collect()),
+        Message::Assistant(a) => {
+            let same = same_model(a, model);
+            let blocks = a
+                .content
+                .iter()
+                .filter_map(|b| assistant_block(b, same))
+                .collect();
+            ("assistant", blocks)
+        }
+        Message::ToolResult(r) => (
+            "user",
+            vec![Block::ToolResult {
+                tool_use_id: super::wire_call_id(&r.tool_call_id),
+                content: r.content.iter().filter_map(user_block).collect(),
+                is_error: r.is_error,
+                cache_control: None,
+            }],
+        ),
+    }
 }
 
 /// Whether an assistant turn came from this model, so its thinking signatures hold.
@@ -531,6 +690,7 @@ mod tests {
             messages: history,
             tools: &[],
             cache_key,
+            reuse: None,
         };
         String::from_utf8(
             request_body("m", &crate::provider::Sampling::max_tokens(10), &req).unwrap(),
