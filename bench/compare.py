@@ -157,18 +157,19 @@ def cpu_ns(pid):
     return total
 
 
-def growth(home, steps=2000):
+def growth(home, steps=2000, binary=BIN, extra_env=None):
     """Per mark: steps, RSS (MB), wall per step (ms) and picogent's own CPU per step (ms),
-    both since the previous mark. The CPU figure leaves out the scripted server."""
+    both since the previous mark. The CPU figure leaves out the scripted server.
+    `binary` and `extra_env` let an A/B run compare builds or allocator settings."""
     script = [{"tool": "read", "args": {"path": "greet.py", "limit": (i % 50) + 1}} for i in range(steps - 1)] + [{"text": "done"}]
     server, addr = start_server(script)
     work = project()
     cfg = os.path.join(work, "agent.json")
     json.dump({"max_steps": steps + 50, "context_window": 20000, "max_tokens": 2000}, open(cfg, "w"))
     env = {"PATH": os.environ["PATH"], "HOME": home, "PICOGENT_CONFIG": cfg, "PICOGENT_PROVIDER": "anthropic",
-           "PICOGENT_BASE_URL": f"http://{addr}", "PICOGENT_API_KEY": "test-key", "RUST_LOG": "warn"}
+           "PICOGENT_BASE_URL": f"http://{addr}", "PICOGENT_API_KEY": "test-key", "RUST_LOG": "warn", **(extra_env or {})}
     t0 = time.perf_counter()
-    p = subprocess.Popen([BIN, "run", "--dir", work, "go"], env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen([binary, "run", "--dir", work, "go"], env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marks, out = [100, 500, 1000, 2000], []
     last_t, last_n, last_cpu = t0, 0, 0
     while p.poll() is None and marks:

@@ -138,6 +138,7 @@ pub(crate) async fn summarize(
         messages: &[&message],
         tools: &[],
         cache_key: None,
+        reuse: None,
     };
     let msg = provider.complete(&req, cancel, &mut |_| {}).await?;
     let text = msg.text();

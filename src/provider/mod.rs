@@ -3,6 +3,7 @@
 //! the deltas streamed back, errors, retries and call logging.
 
 mod anthropic;
+mod fragments;
 mod ollama;
 mod openai;
 mod price;
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ProviderKind};
 use crate::message::{AssistantMessage, Message};
+pub(crate) use fragments::{Fragments, Reuse};
 pub use retry::RetryPolicy;
 
 /// A tool as the model sees it.
@@ -36,6 +38,9 @@ pub(crate) struct ModelRequest<'a> {
     /// cache its prefix (Anthropic breakpoints, OpenAI's `prompt_cache_key`). `None` for
     /// one-off calls such as a compaction summary, whose prefix is never sent again.
     pub(crate) cache_key: Option<&'a str>,
+    /// The run's cached message fragments, to encode only the messages not sent
+    /// before; `None` encodes every message (one-off calls).
+    pub(crate) reuse: Option<Reuse<'a>>,
 }
 
 /// What a provider streams while a call is under way.

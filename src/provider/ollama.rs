@@ -9,14 +9,16 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::fragments::Encoded;
 use super::stream::LineReader;
 use super::{function_tools, Delta, FunctionTool, ModelRequest, ProviderError};
 use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
 
+/// The request; `M` is a message built from history (`Msg`) or a cached fragment.
 #[derive(Serialize)]
-struct Body<'a> {
+struct Body<'a, M> {
     model: &'a str,
-    messages: Vec<Msg<'a>>,
+    messages: Vec<M>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<FunctionTool<'a>>,
     stream: bool,
@@ -70,46 +72,83 @@ pub(crate) fn request_body(
     sampling: &super::Sampling,
     req: &ModelRequest<'_>,
 ) -> serde_json::Result<Vec<u8>> {
-    let mut messages = Vec::with_capacity(req.messages.len() + 1);
-    messages.push(msg("system", Cow::Borrowed(req.system)));
-    for m in req.messages {
-        match m {
-            Message::User(u) => messages.push(msg("user", Cow::Owned(blocks_text(&u.content)))),
-            Message::Assistant(a) => {
-                let tool_calls: Vec<Call<'_>> = a
-                    .tool_calls()
-                    .map(|(_, name, arguments)| Call {
-                        function: CallFunction { name, arguments },
-                    })
-                    .collect();
-                let text = a.text();
-                if text.is_empty() && tool_calls.is_empty() {
-                    continue;
-                }
-                let mut m = msg("assistant", Cow::Owned(text));
-                m.tool_calls = tool_calls;
-                messages.push(m);
-            }
-            Message::ToolResult(r) => {
-                let mut m = msg("tool", Cow::Owned(blocks_text(&r.content)));
-                m.tool_name = Some(&r.tool_name);
-                messages.push(m);
-            }
+    let system = msg("system", Cow::Borrowed(req.system));
+    let head = Head {
+        model,
+        sampling,
+        tools: function_tools(req.tools),
+    };
+    match req.reuse {
+        Some(r) if r.ids.len() == req.messages.len() => {
+            let system = serde_json::value::to_raw_value(&system)?;
+            r.fragments.with(
+                &format!("ollama {model}"),
+                r.ids,
+                req.messages,
+                |m| Encoded::one(wire_message(m).as_ref()),
+                |encoded| head.encode(Encoded::spliced(&system, encoded)),
+            )
+        }
+        _ => {
+            let mut messages = Vec::with_capacity(req.messages.len() + 1);
+            messages.push(system);
+            messages.extend(req.messages.iter().filter_map(|m| wire_message(m)));
+            head.encode(messages)
         }
     }
-    let tools = function_tools(req.tools);
-    serde_json::to_vec(&Body {
-        model,
-        messages,
-        tools,
-        stream: true,
-        options: Options {
-            num_predict: sampling.max_tokens,
-            num_ctx: sampling.num_ctx,
-            temperature: sampling.temperature,
-        },
-        keep_alive: sampling.keep_alive.as_ref(),
-    })
+}
+
+/// One history message as an Ollama message; `None` for an assistant turn with neither
+/// text nor tool calls.
+fn wire_message(m: &Message) -> Option<Msg<'_>> {
+    match m {
+        Message::User(u) => Some(msg("user", Cow::Owned(blocks_text(&u.content)))),
+        Message::Assistant(a) => {
+            let tool_calls: Vec<Call<'_>> = a
+                .tool_calls()
+                .map(|(_, name, arguments)| Call {
+                    function: CallFunction { name, arguments },
+                })
+                .collect();
+            let text = a.text();
+            if text.is_empty() && tool_calls.is_empty() {
+                return None;
+            }
+            let mut m = msg("assistant", Cow::Owned(text));
+            m.tool_calls = tool_calls;
+            Some(m)
+        }
+        Message::ToolResult(r) => {
+            let mut m = msg("tool", Cow::Owned(blocks_text(&r.content)));
+            m.tool_name = Some(&r.tool_name);
+            Some(m)
+        }
+    }
+}
+
+/// Everything in a request but the conversation.
+struct Head<'a> {
+    model: &'a str,
+    sampling: &'a super::Sampling,
+    tools: Vec<FunctionTool<'a>>,
+}
+
+impl Head<'_> {
+    fn encode<M: Serialize>(self, messages: Vec<M>) -> serde_json::Result<Vec<u8>> {
+        let s = self.sampling;
+        serde_json::to_vec(&Body {
+            model: self.model,
+            messages,
+            tools: self.tools,
+            stream: true,
+            options: Options {
+                num_predict: s.max_tokens,
+                num_ctx: s.num_ctx,
+                temperature: s.temperature,
+            },
+            keep_alive: s.keep_alive.as_ref(),
+        })
+    }
 }
 
 pub(crate) async fn read_stream(

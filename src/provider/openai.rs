@@ -16,14 +16,16 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::fragments::Encoded;
 use super::stream::LineReader;
 use super::{function_tools, parse_arguments, Delta, FunctionTool, ModelRequest, ProviderError};
 use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
 
+/// The request; `M` is a message built from history (`Msg`) or a cached fragment.
 #[derive(Serialize)]
-struct Body<'a> {
+struct Body<'a, M> {
     model: &'a str,
-    messages: Vec<Msg<'a>>,
+    messages: Vec<M>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<FunctionTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,56 +92,95 @@ pub(crate) fn request_body(
     req: &ModelRequest<'_>,
     prompt_cache_key: Option<&str>,
 ) -> serde_json::Result<Vec<u8>> {
-    let mut messages = Vec::with_capacity(req.messages.len() + 1);
-    messages.push(Msg::System {
+    let system = Msg::System {
         content: req.system,
-    });
-    for m in req.messages {
-        match m {
-            Message::User(u) => messages.push(Msg::User {
-                content: blocks_text(&u.content),
-            }),
-            Message::Assistant(a) => {
-                let tool_calls: Vec<Call<'_>> = a
-                    .tool_calls()
-                    .map(|(id, name, args)| Call {
-                        id: super::wire_call_id(id),
-                        kind: "function",
-                        function: CallFunction {
-                            name,
-                            arguments: args.to_string(),
-                        },
-                    })
-                    .collect();
-                let text = a.text();
-                if text.is_empty() && tool_calls.is_empty() {
-                    continue;
-                }
-                messages.push(Msg::Assistant {
-                    content: (!text.is_empty()).then_some(text),
-                    tool_calls,
-                });
-            }
-            Message::ToolResult(r) => messages.push(Msg::Tool {
-                tool_call_id: super::wire_call_id(&r.tool_call_id),
-                content: blocks_text(&r.content),
-            }),
+    };
+    let head = Head {
+        model,
+        sampling,
+        tools: function_tools(req.tools),
+        prompt_cache_key,
+    };
+    match req.reuse {
+        Some(r) if r.ids.len() == req.messages.len() => {
+            let system = serde_json::value::to_raw_value(&system)?;
+            r.fragments.with(
+                &format!("openai {model}"),
+                r.ids,
+                req.messages,
+                |m| Encoded::one(wire_message(m).as_ref()),
+                |encoded| head.encode(Encoded::spliced(&system, encoded)),
+            )
+        }
+        _ => {
+            let mut messages = Vec::with_capacity(req.messages.len() + 1);
+            messages.push(system);
+            messages.extend(req.messages.iter().filter_map(|m| wire_message(m)));
+            head.encode(messages)
         }
     }
-    let tools = function_tools(req.tools);
-    serde_json::to_vec(&Body {
-        model,
-        messages,
-        tools,
-        max_tokens: (!sampling.completion_tokens).then_some(sampling.max_tokens),
-        max_completion_tokens: sampling.completion_tokens.then_some(sampling.max_tokens),
-        temperature: sampling.temperature,
-        stream: true,
-        stream_options: StreamOptions {
-            include_usage: true,
-        },
-        prompt_cache_key,
-    })
+}
+
+/// Everything in a request but the conversation.
+struct Head<'a> {
+    model: &'a str,
+    sampling: &'a super::Sampling,
+    tools: Vec<FunctionTool<'a>>,
+    prompt_cache_key: Option<&'a str>,
+}
+
+impl Head<'_> {
+    fn encode<M: Serialize>(self, messages: Vec<M>) -> serde_json::Result<Vec<u8>> {
+        let s = self.sampling;
+        serde_json::to_vec(&Body {
+            model: self.model,
+            messages,
+            tools: self.tools,
+            max_tokens: (!s.completion_tokens).then_some(s.max_tokens),
+            max_completion_tokens: s.completion_tokens.then_some(s.max_tokens),
+            temperature: s.temperature,
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            prompt_cache_key: self.prompt_cache_key,
+        })
+    }
+}
+
+/// One history message as a chat message; `None` for an assistant turn with neither
+/// text nor tool calls.
+fn wire_message(m: &Message) -> Option<Msg<'_>> {
+    match m {
+        Message::User(u) => Some(Msg::User {
+            content: blocks_text(&u.content),
+        }),
+        Message::Assistant(a) => {
+            let tool_calls: Vec<Call<'_>> = a
+                .tool_calls()
+                .map(|(id, name, args)| Call {
+                    id: super::wire_call_id(id),
+                    kind: "function",
+                    function: CallFunction {
+                        name,
+                        arguments: args.to_string(),
+                    },
+                })
+                .collect();
+            let text = a.text();
+            if text.is_empty() && tool_calls.is_empty() {
+                return None;
+            }
+            Some(Msg::Assistant {
+                content: (!text.is_empty()).then_some(text),
+                tool_calls,
+            })
+        }
+        Message::ToolResult(r) => Some(Msg::Tool {
+            tool_call_id: super::wire_call_id(&r.tool_call_id),
+            content: blocks_text(&r.content),
+        }),
+    }
 }
 
 #[derive(Default)]
@@ -328,6 +369,7 @@ mod tests {
             messages: &[&user],
             tools: &[],
             cache_key: Some("session-1"),
+            reuse: None,
         };
         let with: Value = serde_json::from_slice(
             &request_body(

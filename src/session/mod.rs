@@ -222,6 +222,7 @@ impl SessionStore {
             size: line.len() as u64,
             evicted_to: 0,
             index: HashMap::new(),
+            parents: Vec::new(),
             leaf: None,
         })
     }
@@ -239,6 +240,9 @@ pub struct Session {
     /// Entries before this index hold no messages in memory (`Body::Evicted`).
     evicted_to: usize,
     index: HashMap<String, usize>,
+    /// Each entry's parent, by index (`None` for a root or a parent not in the file):
+    /// the context walk follows these instead of hashing ids every step.
+    parents: Vec<Option<usize>>,
     leaf: Option<String>,
 }
 
@@ -331,10 +335,14 @@ impl Session {
                 }
             }
         }
-        let index = entries
+        let index: HashMap<String, usize> = entries
             .iter()
             .enumerate()
             .map(|(i, e)| (e.id.clone(), i))
+            .collect();
+        let parents = entries
+            .iter()
+            .map(|e| e.parent_id.as_ref().and_then(|p| index.get(p).copied()))
             .collect();
         let leaf = entries.last().map(|e| e.id.clone());
         let mut session = Session {
@@ -346,6 +354,7 @@ impl Session {
             size,
             evicted_to: 0,
             index,
+            parents,
             leaf,
         };
         if writer {
@@ -437,6 +446,8 @@ impl Session {
             _ => None,
         };
         self.index.insert(id.clone(), self.entries.len());
+        let parent = self.leaf.as_ref().and_then(|l| self.index.get(l).copied());
+        self.parents.push(parent);
         self.entries.push(Entry {
             id: id.clone(),
             parent_id: self.leaf.take(),
@@ -479,17 +490,21 @@ impl Session {
     /// stops there, so its cost follows the context, not the session's length.
     fn path_to_leaf(&self) -> Vec<&Entry> {
         let mut out = Vec::new();
-        let mut cur = self.leaf.as_deref();
-        let mut first_kept: Option<&str> = None;
-        while let Some(id) = cur {
+        let mut cur = self
+            .leaf
+            .as_deref()
+            .and_then(|id| self.index.get(id).copied());
+        // Set at the newest compaction: the index of the entry it kept first (`None`
+        // inside when that entry is not in the file: the walk then goes to the root).
+        let mut first_kept: Option<Option<usize>> = None;
+        while let Some(i) = cur {
             // A cycle in a hand-edited file must not loop forever.
             if out.len() > self.entries.len() {
                 break;
             }
-            let Some(&i) = self.index.get(id) else { break };
-            let e = &self.entries[i];
+            let Some(e) = self.entries.get(i) else { break };
             out.push(e);
-            if first_kept == Some(e.id.as_str()) {
+            if first_kept == Some(Some(i)) {
                 break;
             }
             if let (
@@ -500,9 +515,9 @@ impl Session {
                 }),
             ) = (first_kept, &e.body)
             {
-                first_kept = Some(first_kept_entry_id);
+                first_kept = Some(self.index.get(first_kept_entry_id.as_str()).copied());
             }
-            cur = e.parent_id.as_deref();
+            cur = self.parents.get(i).copied().flatten();
         }
         out.reverse();
         out

@@ -10,6 +10,11 @@ use crate::message::{Content, Message, ToolResultMessage};
 pub(super) fn repair<'a>(
     messages: Vec<(&'a str, Cow<'a, Message>)>,
 ) -> Vec<(&'a str, Cow<'a, Message>)> {
+    // Almost always there is nothing to repair: checking that costs no copy of the
+    // history, which this runs over before every model call.
+    if is_whole(&messages) {
+        return messages;
+    }
     let mut out: Vec<(&'a str, Cow<'a, Message>)> = Vec::with_capacity(messages.len());
     let mut open: Vec<(String, String)> = Vec::new(); // calls awaiting a result
     let close_open = |out: &mut Vec<(&'a str, Cow<'a, Message>)>,
@@ -57,4 +62,32 @@ pub(super) fn repair<'a>(
     }
     close_open(&mut out, &mut open);
     out
+}
+
+/// Whether `messages` need no repair: every result answers a call of the assistant turn
+/// before it, every call is answered before the next turn, no assistant turn is empty.
+fn is_whole(messages: &[(&str, Cow<'_, Message>)]) -> bool {
+    let mut open: Vec<&str> = Vec::new();
+    for (_, m) in messages {
+        match m.as_ref() {
+            Message::ToolResult(r) => match open.iter().position(|c| *c == r.tool_call_id) {
+                Some(pos) => {
+                    open.remove(pos);
+                }
+                None => return false,
+            },
+            Message::Assistant(a) => {
+                if !open.is_empty() || a.content.is_empty() {
+                    return false;
+                }
+                open.extend(a.tool_calls().map(|(c, _, _)| c));
+            }
+            Message::User(_) => {
+                if !open.is_empty() {
+                    return false;
+                }
+            }
+        }
+    }
+    open.is_empty()
 }

@@ -14,7 +14,7 @@ use super::super::{compaction, project_docs, prompt};
 use super::Run;
 use crate::mcp::Mcp;
 use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
-use crate::provider::{Delta, ModelRequest, Provider, ProviderError, ToolSpec};
+use crate::provider::{Delta, Fragments, ModelRequest, Provider, ProviderError, Reuse, ToolSpec};
 use crate::session::records::Intervention;
 use crate::session::{Known, Record, Session, SessionError};
 use crate::tools::{self, ToolContext, ToolOutput};
@@ -46,6 +46,8 @@ struct Loop<'a> {
     repeats: RepeatGuard,
     /// The model was already asked once to use a real tool call instead of text.
     nudged: bool,
+    /// Each message's request JSON, encoded once for the whole run.
+    fragments: Fragments,
 }
 
 pub(super) async fn drive(
@@ -214,6 +216,7 @@ impl<'a> Loop<'a> {
             ckpt,
             repeats: RepeatGuard::default(),
             nudged: false,
+            fragments: Fragments::default(),
         })
     }
 
@@ -263,11 +266,16 @@ impl<'a> Loop<'a> {
             ctx = run.session.context();
         }
         let messages: Vec<&Message> = ctx.messages.iter().map(|(_, m)| m.as_ref()).collect();
+        let ids: Vec<&str> = ctx.messages.iter().map(|(id, _)| *id).collect();
         let request = ModelRequest {
             system: &self.system,
             messages: &messages,
             tools: &self.tool_specs,
             cache_key: Some(run.session.id()),
+            reuse: Some(Reuse {
+                ids: &ids,
+                fragments: &self.fragments,
+            }),
         };
         run.steps += 1;
         let step = run.steps;
@@ -296,7 +304,7 @@ impl<'a> Loop<'a> {
                 }
             })
             .await;
-        drop(messages);
+        drop((messages, ids));
         drop(ctx);
         let msg = match result {
             Ok(m) => m,

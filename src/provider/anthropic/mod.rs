@@ -1,4 +1,4 @@
-//! Anthropic Messages API: request body and SSE stream parser.
+//! Anthropic Messages API: the request body here, the SSE stream parser in `stream`.
 //!
 //! The stream is `message_start`, then per content block `content_block_start` /
 //! `content_block_delta`* / `content_block_stop`, then `message_delta` (stop reason,
@@ -17,18 +17,25 @@
 //! written again by the same rule.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::stream::LineReader;
-use super::{parse_arguments, Delta, ModelRequest, ProviderError};
-use crate::message::{AssistantMessage, Content, Message, StopReason, Usage};
+mod stream;
 
+pub(crate) use stream::read_stream;
+
+use super::fragments::{Encoded, Part};
+use super::ModelRequest;
+use crate::message::{Content, Message};
+
+/// The request; `M` is a turn, built from history (`Turn`) or spliced from cached
+/// fragments (`RawTurn`), which serialise alike.
 #[derive(Serialize)]
-struct Body<'a> {
+struct Body<'a, M> {
     model: &'a str,
     max_tokens: u32,
     system: System<'a>,
-    messages: Vec<Turn<'a>>,
+    messages: Vec<M>,
     // An empty tool list is refused by some servers; leave the field out instead.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<Tool<'a>>,
@@ -79,6 +86,13 @@ struct Turn<'a> {
     content: Vec<Block<'a>>,
 }
 
+/// A turn of cached blocks.
+#[derive(Serialize)]
+struct RawTurn<'a> {
+    role: &'static str,
+    content: &'a [&'a RawValue],
+}
+
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
@@ -114,8 +128,18 @@ enum Block<'a> {
 }
 
 impl Block<'_> {
-    /// Puts a breakpoint on this block; false for blocks that cannot carry one here
-    /// (thinking, tool use, empty text).
+    /// Whether a breakpoint can sit on this block: not on thinking, tool use or empty
+    /// text. `cache_control` is its last field, so a marked block's JSON is the
+    /// unmarked one with the field added before the closing brace.
+    fn markable(&self) -> bool {
+        match self {
+            Block::Text { text, .. } => !text.is_empty(),
+            Block::Image { .. } | Block::ToolResult { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Puts a breakpoint on this block; false for blocks that cannot carry one here.
     fn mark(&mut self) -> bool {
         let slot = match self {
             Block::Text {
@@ -140,14 +164,15 @@ struct ImageSource<'a> {
     data: &'a str,
 }
 
-/// The request body, serialised straight from borrowed history: building a
-/// `serde_json::Value` tree first cost more than everything else in a step.
+/// The request body, serialised straight from borrowed history (building a
+/// `serde_json::Value` tree first cost more than everything else in a step), or with
+/// `ModelRequest::reuse` spliced from the run's cached message fragments.
 pub(crate) fn request_body(
     model: &str,
     sampling: &super::Sampling,
     req: &ModelRequest<'_>,
 ) -> serde_json::Result<Vec<u8>> {
-    let tools = req
+    let tools: Vec<Tool<'_>> = req
         .tools
         .iter()
         .map(|t| Tool {
@@ -157,10 +182,6 @@ pub(crate) fn request_body(
         })
         .collect();
     let cache = req.cache_key.is_some();
-    let mut messages = messages(req.messages, model);
-    if cache {
-        mark_turns(&mut messages, TURN_BREAKPOINTS);
-    }
     // An empty text block is refused, with or without a breakpoint.
     let system = if cache && !req.system.is_empty() {
         System::Cached([SystemBlock {
@@ -171,15 +192,76 @@ pub(crate) fn request_body(
     } else {
         System::Plain(req.system)
     };
-    serde_json::to_vec(&Body {
+    let head = Head {
         model,
         max_tokens: sampling.max_tokens,
         temperature: sampling.temperature,
         system,
-        messages,
         tools,
-        stream: true,
-    })
+    };
+    match req.reuse {
+        Some(r) if r.ids.len() == req.messages.len() => r.fragments.with(
+            &format!("anthropic {model}"),
+            r.ids,
+            req.messages,
+            |m| encode(m, model),
+            |encoded| {
+                let flat = flatten(encoded);
+                let marks = if cache {
+                    raw_marks(&flat, TURN_BREAKPOINTS)?
+                } else {
+                    Vec::new()
+                };
+                encode_flat(head, &flat, &marks)
+            },
+        ),
+        _ => {
+            let mut messages = messages(req.messages, model);
+            if cache {
+                mark_turns(&mut messages, TURN_BREAKPOINTS);
+            }
+            head.encode(messages, 0)
+        }
+    }
+}
+
+/// Everything in a request but the conversation.
+struct Head<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    temperature: Option<f64>,
+    system: System<'a>,
+    tools: Vec<Tool<'a>>,
+}
+
+impl Head<'_> {
+    /// The body; `capacity` is the messages' expected size, so the buffer is not
+    /// grown (and copied) step by step.
+    fn encode<M: Serialize>(
+        self,
+        messages: Vec<M>,
+        capacity: usize,
+    ) -> serde_json::Result<Vec<u8>> {
+        let tools: usize = self.tools.iter().map(|t| t.description.len() + 256).sum();
+        let system = match &self.system {
+            System::Plain(s) => s.len(),
+            System::Cached([b]) => b.text.len(),
+        };
+        let mut out = Vec::with_capacity(capacity + tools + system + 256);
+        serde_json::to_writer(
+            &mut out,
+            &Body {
+                model: self.model,
+                max_tokens: self.max_tokens,
+                system: self.system,
+                messages,
+                tools: self.tools,
+                stream: true,
+                temperature: self.temperature,
+            },
+        )?;
+        Ok(out)
+    }
 }
 
 /// Marks the last markable block of each of the newest `n` user turns.
@@ -194,13 +276,91 @@ fn mark_turns(turns: &mut [Turn<'_>], n: usize) {
     }
 }
 
+/// One message's blocks, each encoded on its own.
+fn encode(m: &Message, model: &str) -> serde_json::Result<Encoded> {
+    let (role, blocks) = message_blocks(m, model);
+    let parts = blocks
+        .iter()
+        .map(|b| Part::new(b, b.markable()))
+        .collect::<serde_json::Result<_>>()?;
+    Ok(Encoded { role, parts })
+}
+
+/// Cached blocks in request order, with the turns `messages` would make of them: a
+/// message without blocks adds nothing, consecutive messages of one role share a turn.
+struct Flat<'a> {
+    blocks: Vec<&'a Part>,
+    /// Each turn's role and its blocks' range in `blocks`.
+    turns: Vec<(&'static str, std::ops::Range<usize>)>,
+}
+
+fn flatten<'a>(encoded: &[&'a Encoded]) -> Flat<'a> {
+    let mut blocks = Vec::with_capacity(encoded.len() + encoded.len() / 2);
+    let mut turns: Vec<(&'static str, std::ops::Range<usize>)> = Vec::new();
+    for e in encoded.iter().filter(|e| !e.parts.is_empty()) {
+        let start = blocks.len();
+        blocks.extend(&e.parts);
+        match turns.last_mut() {
+            Some((role, range)) if *role == e.role => range.end = blocks.len(),
+            _ => turns.push((e.role, start..blocks.len())),
+        }
+    }
+    Flat { blocks, turns }
+}
+
+/// `mark_turns` for cached blocks: the last markable block of each of the newest `n`
+/// user turns, by its index in `blocks`, with its marked JSON.
+fn raw_marks(flat: &Flat<'_>, n: usize) -> serde_json::Result<Vec<(usize, Box<RawValue>)>> {
+    let control = serde_json::to_string(&EPHEMERAL)?;
+    let user_turns = flat.turns.iter().rev().filter(|(role, _)| *role == "user");
+    let mut out = Vec::new();
+    for (_, range) in user_turns.take(n) {
+        let last = range.clone().rev().find(|&b| flat.blocks[b].markable);
+        if let Some(b) = last {
+            let json = flat.blocks[b].json.get();
+            let open = json.strip_suffix('}').unwrap_or(json);
+            let marked = format!("{open},\"cache_control\":{control}}}");
+            out.push((b, RawValue::from_string(marked)?));
+        }
+    }
+    Ok(out)
+}
+
+/// Encodes the request from cached blocks, the marked ones in place of theirs.
+fn encode_flat(
+    head: Head<'_>,
+    flat: &Flat<'_>,
+    marks: &[(usize, Box<RawValue>)],
+) -> serde_json::Result<Vec<u8>> {
+    let blocks: Vec<&RawValue> = flat
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(b, p)| match marks.iter().find(|(at, _)| *at == b) {
+            Some((_, marked)) => &**marked,
+            None => &*p.json,
+        })
+        .collect();
+    let turns: Vec<RawTurn<'_>> = flat
+        .turns
+        .iter()
+        .map(|(role, range)| RawTurn {
+            role,
+            content: blocks.get(range.clone()).unwrap_or_default(),
+        })
+        .collect();
+    let size: usize = blocks.iter().map(|b| b.get().len() + 1).sum();
+    head.encode(turns, size + 30 * flat.turns.len())
+}
+
 /// Converts history to Anthropic messages. Consecutive tool results (and a user message
 /// after them) merge into one `user` turn, as the API wants strict alternation.
 fn messages<'a>(history: &[&'a Message], model: &str) -> Vec<Turn<'a>> {
     let mut out: Vec<Turn<'a>> = Vec::with_capacity(history.len());
-    let mut push = |role: &'static str, blocks: Vec<Block<'a>>| {
+    for m in history {
+        let (role, blocks) = message_blocks(m, model);
         if blocks.is_empty() {
-            return;
+            continue;
         }
         match out.last_mut() {
             Some(last) if last.role == role => last.content.extend(blocks),
@@ -209,31 +369,33 @@ fn messages<'a>(history: &[&'a Message], model: &str) -> Vec<Turn<'a>> {
                 content: blocks,
             }),
         }
-    };
-    for m in history {
-        match m {
-            Message::User(u) => push("user", u.content.iter().filter_map(user_block).collect()),
-            Message::Assistant(a) => {
-                let same = same_model(a, model);
-                let blocks = a
-                    .content
-                    .iter()
-                    .filter_map(|b| assistant_block(b, same))
-                    .collect();
-                push("assistant", blocks)
-            }
-            Message::ToolResult(r) => push(
-                "user",
-                vec![Block::ToolResult {
-                    tool_use_id: super::wire_call_id(&r.tool_call_id),
-                    content: r.content.iter().filter_map(user_block).collect(),
-                    is_error: r.is_error,
-                    cache_control: None,
-                }],
-            ),
-        }
     }
     out
+}
+
+/// One message's role and blocks.
+fn message_blocks<'a>(m: &'a Message, model: &str) -> (&'static str, Vec<Block<'a>>) {
+    match m {
+        Message::User(u) => ("user", u.content.iter().filter_map(user_block).collect()),
+        Message::Assistant(a) => {
+            let same = same_model(a, model);
+            let blocks = a
+                .content
+                .iter()
+                .filter_map(|b| assistant_block(b, same))
+                .collect();
+            ("assistant", blocks)
+        }
+        Message::ToolResult(r) => (
+            "user",
+            vec![Block::ToolResult {
+                tool_use_id: super::wire_call_id(&r.tool_call_id),
+                content: r.content.iter().filter_map(user_block).collect(),
+                is_error: r.is_error,
+                cache_control: None,
+            }],
+        ),
+    }
 }
 
 /// Whether an assistant turn came from this model, so its thinking signatures hold.
@@ -302,228 +464,10 @@ fn user_block(b: &Content) -> Option<Block<'_>> {
     }
 }
 
-/// A content block being assembled from deltas.
-enum Building {
-    Text(String),
-    Thinking(String, Option<String>),
-    Redacted(String),
-    Tool {
-        id: String,
-        name: String,
-        json: String,
-    },
-    Other,
-}
-
-pub(crate) async fn read_stream(
-    reader: &mut LineReader,
-    on_delta: &mut (dyn FnMut(Delta) + Send),
-) -> Result<AssistantMessage, ProviderError> {
-    let mut msg = Assembly::default();
-    while let Some(ev) = reader.next_event().await? {
-        let v: Value = serde_json::from_str(&ev.data)
-            .map_err(|e| reader.protocol(format!("bad event data {:?}: {e}", ev.data)))?;
-        let kind = v["type"].as_str().or(ev.event.as_deref()).unwrap_or("");
-        match kind {
-            "message_start" => msg.start(&v["message"]),
-            "content_block_start" => msg.start_block(&v, on_delta),
-            "content_block_delta" => msg
-                .block_delta(&v, on_delta)
-                .map_err(|m| reader.protocol(m))?,
-            "content_block_stop" => msg.stop_block(&v),
-            "message_delta" => msg.message_delta(&v),
-            "message_stop" => return Ok(msg.finish()),
-            "error" => return Err(stream_error(&v["error"])),
-            _ => {} // ping and future event types
-        }
-    }
-    Err(reader.broken("the stream ended before message_stop"))
-}
-
-/// A message being assembled from stream events, one method per event kind.
-#[derive(Default)]
-struct Assembly {
-    /// Blocks started and not yet stopped, by index.
-    blocks: Vec<(usize, Building)>,
-    /// Finished blocks, by index.
-    content: Vec<(usize, Content)>,
-    usage: Usage,
-    model: String,
-    response_id: Option<String>,
-    stop: StopReason,
-}
-
-fn block_index(v: &Value) -> usize {
-    v["index"].as_u64().unwrap_or(0) as usize
-}
-
-impl Assembly {
-    /// `message_start`: the model and the usage so far.
-    fn start(&mut self, m: &Value) {
-        self.model = m["model"].as_str().unwrap_or_default().to_string();
-        self.response_id = m["id"].as_str().map(str::to_string);
-        let u = &m["usage"];
-        self.usage.input = u["input_tokens"].as_u64().unwrap_or(0);
-        self.usage.cache_read = u["cache_read_input_tokens"].as_u64().unwrap_or(0);
-        self.usage.cache_write = u["cache_creation_input_tokens"].as_u64().unwrap_or(0);
-        self.usage.output = u["output_tokens"].as_u64().unwrap_or(0);
-    }
-
-    fn start_block(&mut self, v: &Value, on_delta: &mut (dyn FnMut(Delta) + Send)) {
-        let b = &v["content_block"];
-        let building = match b["type"].as_str() {
-            Some("text") => {
-                let t = b["text"].as_str().unwrap_or_default().to_string();
-                if !t.is_empty() {
-                    on_delta(Delta::Text(t.clone()));
-                }
-                Building::Text(t)
-            }
-            Some("thinking") => Building::Thinking(String::new(), None),
-            Some("redacted_thinking") => {
-                Building::Redacted(b["data"].as_str().unwrap_or_default().to_string())
-            }
-            Some("tool_use") => Building::Tool {
-                id: b["id"].as_str().unwrap_or_default().to_string(),
-                name: b["name"].as_str().unwrap_or_default().to_string(),
-                json: String::new(),
-            },
-            _ => Building::Other,
-        };
-        self.blocks.push((block_index(v), building));
-    }
-
-    /// A delta for a started block; the error names a block never started.
-    fn block_delta(
-        &mut self,
-        v: &Value,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
-    ) -> Result<(), String> {
-        let index = block_index(v);
-        let d = &v["delta"];
-        let Some((_, b)) = self.blocks.iter_mut().find(|(i, _)| *i == index) else {
-            return Err(format!("delta for unknown block {index}"));
-        };
-        match (d["type"].as_str(), b) {
-            (Some("text_delta"), Building::Text(t)) => {
-                let s = d["text"].as_str().unwrap_or_default();
-                t.push_str(s);
-                on_delta(Delta::Text(s.to_string()));
-            }
-            (Some("thinking_delta"), Building::Thinking(t, _)) => {
-                let s = d["thinking"].as_str().unwrap_or_default();
-                t.push_str(s);
-                on_delta(Delta::Thinking(s.to_string()));
-            }
-            (Some("signature_delta"), Building::Thinking(_, sig)) => {
-                *sig = d["signature"].as_str().map(str::to_string);
-            }
-            (Some("input_json_delta"), Building::Tool { json, .. }) => {
-                json.push_str(d["partial_json"].as_str().unwrap_or_default());
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn stop_block(&mut self, v: &Value) {
-        let index = block_index(v);
-        if let Some(pos) = self.blocks.iter().position(|(i, _)| *i == index) {
-            let (i, b) = self.blocks.remove(pos);
-            if let Some(c) = finish_block(b) {
-                self.content.push((i, c));
-            }
-        }
-    }
-
-    /// `message_delta`: the stop reason and the final usage.
-    fn message_delta(&mut self, v: &Value) {
-        if let Some(r) = v["delta"]["stop_reason"].as_str() {
-            self.stop = match r {
-                "tool_use" => StopReason::ToolUse,
-                "max_tokens" => StopReason::Length,
-                _ => StopReason::Stop,
-            };
-        }
-        if let Some(o) = v["usage"]["output_tokens"].as_u64() {
-            self.usage.output = o;
-        }
-        // The final usage repeats the input counts; newer servers send them only here.
-        let u = &v["usage"];
-        if let Some(i) = u["input_tokens"].as_u64() {
-            self.usage.input = i;
-        }
-        if let Some(r) = u["cache_read_input_tokens"].as_u64() {
-            self.usage.cache_read = r;
-        }
-        if let Some(w) = u["cache_creation_input_tokens"].as_u64() {
-            self.usage.cache_write = w;
-        }
-    }
-
-    /// `message_stop`: the message, its blocks in index order.
-    fn finish(mut self) -> AssistantMessage {
-        // Blocks never closed are kept: the message was complete.
-        for (i, b) in self.blocks {
-            if let Some(c) = finish_block(b) {
-                self.content.push((i, c));
-            }
-        }
-        self.content.sort_by_key(|(i, _)| *i);
-        let mut usage = self.usage;
-        usage.total_tokens = usage.input + usage.output + usage.cache_read + usage.cache_write;
-        AssistantMessage {
-            content: self.content.into_iter().map(|(_, c)| c).collect(),
-            api: "anthropic-messages".into(),
-            provider: String::new(),
-            model: self.model,
-            usage,
-            stop_reason: self.stop,
-            error_message: None,
-            response_id: self.response_id,
-            timestamp: 0,
-        }
-    }
-}
-
-/// An `error` event; overloads, rate limits and timeouts are worth retrying.
-fn stream_error(e: &Value) -> ProviderError {
-    let etype = e["type"].as_str().unwrap_or("error");
-    ProviderError::Api {
-        provider: "anthropic",
-        message: format!("{etype}: {}", e["message"].as_str().unwrap_or_default()),
-        retryable: matches!(
-            etype,
-            "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error"
-        ),
-    }
-}
-
-fn finish_block(b: Building) -> Option<Content> {
-    match b {
-        Building::Text(text) => Some(Content::Text { text }),
-        Building::Thinking(thinking, signature) => Some(Content::Thinking {
-            thinking,
-            signature,
-            redacted: false,
-        }),
-        Building::Redacted(data) => Some(Content::Thinking {
-            thinking: String::new(),
-            signature: Some(data),
-            redacted: true,
-        }),
-        Building::Tool { id, name, json } => Some(Content::ToolCall {
-            id,
-            name,
-            arguments: parse_arguments(&json),
-        }),
-        Building::Other => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::{AssistantMessage, StopReason, Usage};
 
     fn body(history: &[&Message], cache_key: Option<&str>) -> String {
         let req = ModelRequest {
@@ -531,6 +475,7 @@ mod tests {
             messages: history,
             tools: &[],
             cache_key,
+            reuse: None,
         };
         String::from_utf8(
             request_body("m", &crate::provider::Sampling::max_tokens(10), &req).unwrap(),
