@@ -5,7 +5,7 @@
 #   bash bench/run.sh --record   # also puts them on top of bench/RESULTS.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin picogent --example scripted_llm --example fake_tracker --example chat_load >&2
+cargo build --release --bin picogent --example scripted_llm --example fake_tracker --example chat_load --example events_load >&2
 python3 bench/core.py "$@"
 python3 bench/agent.py "$@"
 python3 bench/chat.py "$@"
