@@ -113,7 +113,7 @@ impl Checkpoints {
 
     /// Snapshots the folder; returns the commit, or the current one when nothing changed.
     pub fn snapshot(&self, message: &str) -> Result<String, CheckpointError> {
-        let tree = self.store.tree(|first| self.scan(first))?;
+        let tree = self.store.tree(|_first| self.scan())?;
         self.guard_own()?;
         let mut head = self.head.lock().unwrap_or_else(|p| p.into_inner());
         let last = match head.clone() {
@@ -167,7 +167,7 @@ impl Checkpoints {
     }
 
     /// One scan of the folder into its store's index: the tree it holds now.
-    fn scan(&self, first: bool) -> Result<String, CheckpointError> {
+    fn scan(&self) -> Result<String, CheckpointError> {
         let store = self.store.git_dir.clone();
         // A repository the agent made in the folder is neither entered nor tracked.
         let nested = self.guard(&store, None)?;
@@ -177,8 +177,9 @@ impl Checkpoints {
             self.git_store(&args)?;
         }
         self.git_store(&["add", "--all", "."])?;
-        if first && !self.excludes.is_empty() {
-            // Repositories from before the exclusions may still track them.
+        // On every scan, not only the first: a `.gitignore` in the folder outranks the
+        // repository's own exclusions (`!/.env` would let `add` take picogent's files).
+        if !self.excludes.is_empty() {
             let mut args = vec!["rm", "-r", "--cached", "--quiet", "--ignore-unmatch", "--"];
             args.extend(self.excludes.iter().map(String::as_str));
             self.git_store(&args)?;
@@ -216,6 +217,10 @@ impl Checkpoints {
         let mut fields = changed.split('\0').filter(|f| !f.is_empty());
         let (mut added, mut back) = (Vec::new(), Vec::new());
         while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+            // picogent's own files are never removed or put back, whatever a tree holds.
+            if self.is_own(path) {
+                continue;
+            }
             if status == "A" {
                 added.push(path);
             } else {
@@ -276,6 +281,17 @@ impl Checkpoints {
         Ok(nested)
     }
 
+    /// Whether a path (relative to the folder) is one of picogent's own files or lies
+    /// inside one of its own folders.
+    fn is_own(&self, path: &str) -> bool {
+        self.excludes.iter().any(|ex| {
+            path == ex
+                || path
+                    .strip_prefix(ex.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+    }
+
     /// [`Self::guard`] for the session's own repository.
     fn guard_own(&self) -> Result<(), CheckpointError> {
         let objects = self.store.git_dir.join("objects");
@@ -305,14 +321,31 @@ impl Checkpoints {
             "--no-textconv",
             "--no-renames",
         ];
-        let with = |extra: &[&str]| {
+        let with = |extra: &[&str], paths: &[&str]| {
             let mut args: Vec<&str> = base.to_vec();
             args.extend_from_slice(extra);
-            args.extend_from_slice(&[commit, "HEAD"]);
+            args.extend_from_slice(&[commit, "HEAD", "--"]);
+            args.extend_from_slice(paths);
             self.git(&args)
         };
-        let status = with(&["--name-status", "-z"])?;
-        let counts = with(&["--numstat", "-z"])?;
+        let status = with(&["--name-status", "-z"], &[])?;
+        // picogent's own files are never shown, even from a tree that holds them: the
+        // counts and the diff are asked for the other paths only (pathspecs are literal).
+        let mut changed: Vec<(&str, &str)> = Vec::new();
+        let mut fields = status.split('\0').filter(|f| !f.is_empty());
+        while let (Some(st), Some(path)) = (fields.next(), fields.next()) {
+            if !self.is_own(path) {
+                changed.push((st, path));
+            }
+        }
+        if changed.is_empty() {
+            return Ok(Preview {
+                files: Vec::new(),
+                diff: String::new(),
+            });
+        }
+        let paths: Vec<&str> = changed.iter().map(|(_, p)| *p).take(1000).collect();
+        let counts = with(&["--numstat", "-z"], &paths)?;
         let mut lines = std::collections::HashMap::new();
         // numstat -z: "<added>\t<removed>\t<path>\0" per file ("-" for binary files).
         for rec in counts.split('\0').filter(|r| !r.is_empty()) {
@@ -321,23 +354,24 @@ impl Checkpoints {
                 lines.insert(path.to_string(), (a.parse().ok(), r.parse().ok()));
             }
         }
-        let mut files = Vec::new();
-        let mut fields = status.split('\0').filter(|f| !f.is_empty());
-        while let (Some(st), Some(path)) = (fields.next(), fields.next()) {
-            let (added, removed) = lines.get(path).copied().unwrap_or((None, None));
-            files.push(PreviewFile {
-                path: path.to_string(),
-                status: match st {
-                    "A" => "added",
-                    "D" => "deleted",
-                    _ => "modified",
+        let files = changed
+            .iter()
+            .map(|(st, path)| {
+                let (added, removed) = lines.get(*path).copied().unwrap_or((None, None));
+                PreviewFile {
+                    path: path.to_string(),
+                    status: match *st {
+                        "A" => "added",
+                        "D" => "deleted",
+                        _ => "modified",
+                    }
+                    .to_string(),
+                    added,
+                    removed,
                 }
-                .to_string(),
-                added,
-                removed,
-            });
-        }
-        let diff = with(&[])?;
+            })
+            .collect();
+        let diff = with(&[], &paths)?;
         Ok(Preview {
             files,
             diff: crate::util::truncate_bytes(&diff, 100 * 1024).to_string(),

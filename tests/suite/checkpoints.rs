@@ -113,3 +113,38 @@ fn many_sessions_snapshot_one_folder_at_once() {
         seconds[0].1
     );
 }
+
+/// The agent cannot bring picogent's own files into a checkpoint with a `.gitignore`
+/// that un-ignores them (git ranks the folder's `.gitignore` above the repository's
+/// exclusions): a rollback then neither deletes nor restores them, and a preview never
+/// shows them.
+#[test]
+fn a_gitignore_cannot_bring_picogents_own_files_into_a_rollback() {
+    let sb = Sandbox::new();
+    let state = sb.home.join("state");
+    sb.write("work.txt", "one\n");
+    let start = {
+        let env = sb.work.join(".env");
+        std::fs::write(&env, "AGENT_TOKEN=SECRET-1\n").unwrap();
+        let guard = PathSandbox::new(&[], &[env], &[]);
+        let repo = Checkpoints::open(&state, "own", &sb.work, &guard).unwrap();
+        let start = repo.snapshot("start").unwrap();
+        // The agent un-ignores .env, and changes its work.
+        sb.write(".gitignore", "!/.env\n!.env\n");
+        sb.write("work.txt", "two\n");
+        let after = repo.snapshot("after").unwrap();
+        assert!(!files_of(&repo, &after).contains(&".env".to_string()));
+        // A person changes the secret since; the preview and the rollback leave it be.
+        std::fs::write(sb.work.join(".env"), "AGENT_TOKEN=SECRET-2\n").unwrap();
+        let preview = repo.preview(&start).unwrap();
+        assert!(
+            preview.files.iter().all(|f| f.path != ".env") && !preview.diff.contains("SECRET"),
+            "{preview:?}"
+        );
+        repo.restore(&start).unwrap();
+        start
+    };
+    assert!(!start.is_empty());
+    assert_eq!(sb.read("work.txt"), "one\n");
+    assert_eq!(sb.read(".env"), "AGENT_TOKEN=SECRET-2\n");
+}
