@@ -10,8 +10,10 @@
 //! - once the server has gone idle after some work, [`trim_when_idle`] asks glibc to
 //!   return the free pages (`malloc_trim`), off the runtime's threads.
 //!
-//! Work is counted by [`Busy`] guards (runs, chat connections): the trim waits until
-//! none is held and nothing started or ended for [`QUIET`].
+//! Work is counted by [`Busy`] guards (runs): the trim waits until none is held and
+//! nothing started or ended for [`QUIET`]. A chat connection is not work (an idle tab
+//! left open would hold off every trim); its end only counts as activity ([`touch`]),
+//! so what it held is returned too.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -48,6 +50,11 @@ impl Drop for Busy {
         HELD.fetch_sub(1, Ordering::AcqRel);
         CHANGES.fetch_add(1, Ordering::AcqRel);
     }
+}
+
+/// Something ended that freed memory: trim again once quiet.
+pub(crate) fn touch() {
+    CHANGES.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Caps glibc's arenas; call once at start, before other threads exist.

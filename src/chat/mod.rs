@@ -329,7 +329,6 @@ struct Conn {
 }
 
 async fn connection(st: Arc<ChatState>, socket: WebSocket) {
-    let _busy = crate::memory::Busy::new();
     let (mut sink, mut stream) = socket.split();
     let (sender, mut rx) = tokio::sync::mpsc::channel(runs::OUTBOUND_FRAMES);
     let writer = tokio::spawn(async move {
@@ -382,6 +381,8 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     {
         writer.abort();
     }
+    // What the connection held (its requests' replay logs) can go back to the system.
+    crate::memory::touch();
 }
 
 /// How long a closing connection's writer may still deliver queued frames.
