@@ -95,6 +95,42 @@ impl Checkpoints {
         self.git_in(&self.git_dir, args)
     }
 
+    /// git's output cut at `cap` bytes, git stopped there: a diff of a huge file the
+    /// agent wrote is never held whole in picogent's memory.
+    fn git_capped(&self, args: &[&str], cap: usize) -> Result<String, CheckpointError> {
+        use std::io::Read;
+        let mut child = git::command(&self.git_dir, &self.work_tree, self.confine.as_ref())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| CheckpointError::NoGit(e.to_string()))?;
+        let failed = |message: String| CheckpointError::Git {
+            args: args.join(" "),
+            message,
+        };
+        let mut out = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            let read = stdout.take(cap as u64 + 1).read_to_end(&mut out);
+            if let Err(e) = read {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed(e.to_string()));
+            }
+        }
+        let cut = out.len() > cap;
+        if cut {
+            let _ = child.kill();
+        }
+        let status = child.wait().map_err(|e| failed(e.to_string()))?;
+        if !cut && !status.success() {
+            return Err(failed(status.to_string()));
+        }
+        let text = String::from_utf8_lossy(&out);
+        Ok(crate::util::truncate_bytes(&text, cap).to_string())
+    }
+
     /// git on `git_dir` (the session's repository or the folder's store).
     fn git_in(&self, git_dir: &Path, args: &[&str]) -> Result<String, CheckpointError> {
         let out = git::command(git_dir, &self.work_tree, self.confine.as_ref())
@@ -246,8 +282,10 @@ impl Checkpoints {
     /// The difference between two checkpoints' trees, cut at 100 KB.
     pub fn diff(&self, a: &str, b: &str) -> Result<String, CheckpointError> {
         self.guard_own()?;
-        let d = self.git(&["diff", "--no-color", "--no-ext-diff", "--no-textconv", a, b])?;
-        Ok(crate::util::truncate_bytes(&d, 100 * 1024).to_string())
+        self.git_capped(
+            &["diff", "--no-color", "--no-ext-diff", "--no-textconv", a, b],
+            DIFF_CAP,
+        )
     }
 
     /// Restores a repository's own config and attributes before git reads them:
@@ -371,13 +409,16 @@ impl Checkpoints {
                 }
             })
             .collect();
-        let diff = with(&[], &paths)?;
-        Ok(Preview {
-            files,
-            diff: crate::util::truncate_bytes(&diff, 100 * 1024).to_string(),
-        })
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend_from_slice(&[commit, "HEAD", "--"]);
+        args.extend_from_slice(&paths);
+        let diff = self.git_capped(&args, DIFF_CAP)?;
+        Ok(Preview { files, diff })
     }
 }
+
+/// The most of a diff a preview or compare shows.
+const DIFF_CAP: usize = 100 * 1024;
 
 /// What a rollback would change: [`Checkpoints::preview`].
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

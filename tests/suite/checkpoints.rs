@@ -148,3 +148,29 @@ fn a_gitignore_cannot_bring_picogents_own_files_into_a_rollback() {
     assert_eq!(sb.read("work.txt"), "one\n");
     assert_eq!(sb.read(".env"), "AGENT_TOKEN=SECRET-2\n");
 }
+
+/// A huge file the agent wrote shows as a diff cut at 100 KB (git is stopped there,
+/// so the whole diff is never held in memory).
+#[test]
+fn a_preview_of_a_huge_change_is_cut() {
+    let sb = Sandbox::new();
+    let state = sb.home.join("state");
+    let none = PathSandbox::default();
+    let repo = Checkpoints::open(&state, "big", &sb.work, &none).unwrap();
+    sb.write("small.txt", "x\n");
+    let start = repo.snapshot("start").unwrap();
+    let line = "0123456789abcdef".repeat(8) + "\n";
+    sb.write("big.txt", &line.repeat(40_000));
+    let after = repo.snapshot("after").unwrap();
+    let preview = repo.preview(&start).unwrap();
+    assert_eq!(preview.files.len(), 1, "{:?}", preview.files);
+    assert_eq!(preview.files[0].added, Some(40_000));
+    assert!(preview.diff.len() <= 100 * 1024, "{}", preview.diff.len());
+    assert!(preview.diff.contains("big.txt"));
+    let diff = repo.diff(&start, &after).unwrap();
+    assert!(
+        diff.len() <= 100 * 1024 && diff.len() > 90 * 1024,
+        "{}",
+        diff.len()
+    );
+}
