@@ -229,10 +229,15 @@ impl Checkpoints {
     pub fn restore(&self, commit: &str) -> Result<(), CheckpointError> {
         self.git(&["cat-file", "-e", &format!("{commit}^{{commit}}")])
             .map_err(|_| CheckpointError::Unknown(commit.into()))?;
-        // The session's own last checkpoint: what its steps changed ends there.
-        let own_tip = self.git(&["rev-parse", "HEAD"])?;
+        // The session's own last checkpoint: what its steps changed ends there. A
+        // session continued in another folder has it in that folder's store; then what
+        // changed ends with the folder as it is now.
+        let own_tip = self
+            .git(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+            .ok();
         // Whatever is in the folder now (even unsnapshotted changes) is kept first.
         let tip = self.snapshot("Before rollback")?;
+        let own_tip = own_tip.unwrap_or_else(|| tip.clone());
         // No scan of the folder while its files are put back; the session's index
         // starts as the folder is now, so `rm` finds what it removes.
         let _work = self.store.working();

@@ -174,3 +174,33 @@ fn a_preview_of_a_huge_change_is_cut() {
         diff.len()
     );
 }
+
+/// A session continued in another folder and back still rolls back (its checkpoints
+/// in between live in the other folder's store).
+#[test]
+fn a_session_that_moved_to_another_folder_and_back_still_rolls_back() {
+    let sb = Sandbox::new();
+    let state = sb.home.join("state");
+    let none = PathSandbox::default();
+    let (a, b) = (sb.work.join("a"), sb.work.join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::write(a.join("f.txt"), "a1\n").unwrap();
+    let start = Checkpoints::open(&state, "mover", &a, &none)
+        .unwrap()
+        .snapshot("in a")
+        .unwrap();
+    std::fs::write(b.join("g.txt"), "b1\n").unwrap();
+    Checkpoints::open(&state, "mover", &b, &none)
+        .unwrap()
+        .snapshot("in b")
+        .unwrap();
+    // Back in the first folder: its work changed, and the person rolls back.
+    let in_a = Checkpoints::open(&state, "mover", &a, &none).unwrap();
+    std::fs::write(a.join("f.txt"), "a2\n").unwrap();
+    std::fs::write(a.join("new.txt"), "made\n").unwrap();
+    in_a.restore(&start).unwrap();
+    assert_eq!(std::fs::read_to_string(a.join("f.txt")).unwrap(), "a1\n");
+    assert!(!a.join("new.txt").exists());
+    assert_eq!(std::fs::read_to_string(b.join("g.txt")).unwrap(), "b1\n");
+}
