@@ -110,7 +110,16 @@ impl Store {
                     let result = {
                         let _work = self.working();
                         let mut first = lock(&self.first);
-                        let r = scan(*first);
+                        // A scan that panicked must still end: every waiter would
+                        // otherwise wait on this folder for good.
+                        let r =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scan(*first)))
+                                .unwrap_or_else(|_| {
+                                    Err(CheckpointError::Git {
+                                        args: "add --all".into(),
+                                        message: "the scan of the folder panicked".into(),
+                                    })
+                                });
                         *first &= r.is_err();
                         r
                     };
