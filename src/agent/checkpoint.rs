@@ -99,9 +99,8 @@ impl Checkpoints {
     /// agent wrote is never held whole in picogent's memory.
     fn git_capped(&self, args: &[&str], cap: usize) -> Result<String, CheckpointError> {
         use std::io::Read;
-        let mut child = git::command(&self.git_dir, &self.work_tree, self.confine.as_ref())
-            .args(args)
-            .stdin(std::process::Stdio::null())
+        let mut child = self
+            .command(&self.git_dir, args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -131,11 +130,18 @@ impl Checkpoints {
         Ok(crate::util::truncate_bytes(&text, cap).to_string())
     }
 
+    /// git on `git_dir` (the session's repository or the folder's store), hardened and
+    /// confined, with no input.
+    fn command(&self, git_dir: &Path, args: &[&str]) -> std::process::Command {
+        let mut c = git::command(git_dir, &self.work_tree, self.confine.as_ref());
+        c.args(args).stdin(std::process::Stdio::null());
+        c
+    }
+
     /// git on `git_dir` (the session's repository or the folder's store).
     fn git_in(&self, git_dir: &Path, args: &[&str]) -> Result<String, CheckpointError> {
-        let out = git::command(git_dir, &self.work_tree, self.confine.as_ref())
-            .args(args)
-            .stdin(std::process::Stdio::null())
+        let out = self
+            .command(git_dir, args)
             .output()
             .map_err(|e| CheckpointError::NoGit(e.to_string()))?;
         if !out.status.success() {
@@ -149,7 +155,7 @@ impl Checkpoints {
 
     /// Snapshots the folder; returns the commit, or the current one when nothing changed.
     pub fn snapshot(&self, message: &str) -> Result<String, CheckpointError> {
-        let tree = self.store.tree(|_first| self.scan())?;
+        let tree = self.store.tree(|| self.scan())?;
         self.guard_own()?;
         let mut head = self.head.lock().unwrap_or_else(|p| p.into_inner());
         let last = match head.clone() {
@@ -255,13 +261,8 @@ impl Checkpoints {
             commit,
             &own_tip,
         ])?;
-        let mut fields = changed.split('\0').filter(|f| !f.is_empty());
         let (mut added, mut back) = (Vec::new(), Vec::new());
-        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
-            // picogent's own files are never removed or put back, whatever a tree holds.
-            if self.is_own(path) {
-                continue;
-            }
+        for (status, path) in self.changed_paths(&changed) {
             if status == "A" {
                 added.push(path);
             } else {
@@ -324,6 +325,20 @@ impl Checkpoints {
         Ok(nested)
     }
 
+    /// `git diff --name-status -z` output as (status, path) pairs, without picogent's
+    /// own files: a rollback never removes or puts them back, a preview never shows
+    /// them, whatever a tree holds.
+    fn changed_paths<'a>(&self, name_status: &'a str) -> Vec<(&'a str, &'a str)> {
+        let mut fields = name_status.split('\0').filter(|f| !f.is_empty());
+        let mut out = Vec::new();
+        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+            if !self.is_own(path) {
+                out.push((status, path));
+            }
+        }
+        out
+    }
+
     /// Whether a path (relative to the folder) is one of picogent's own files or lies
     /// inside one of its own folders.
     fn is_own(&self, path: &str) -> bool {
@@ -357,30 +372,10 @@ impl Checkpoints {
         self.guard_own()?;
         self.git(&["cat-file", "-e", &format!("{commit}^{{commit}}")])
             .map_err(|_| CheckpointError::Unknown(commit.into()))?;
-        let base = [
-            "diff",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--no-renames",
-        ];
-        let with = |extra: &[&str], paths: &[&str]| {
-            let mut args: Vec<&str> = base.to_vec();
-            args.extend_from_slice(extra);
-            args.extend_from_slice(&[commit, "HEAD", "--"]);
-            args.extend_from_slice(paths);
-            self.git(&args)
-        };
-        let status = with(&["--name-status", "-z"], &[])?;
+        let status = self.git(&preview_args(&["--name-status", "-z"], commit, &[]))?;
         // picogent's own files are never shown, even from a tree that holds them: the
         // counts and the diff are asked for the other paths only (pathspecs are literal).
-        let mut changed: Vec<(&str, &str)> = Vec::new();
-        let mut fields = status.split('\0').filter(|f| !f.is_empty());
-        while let (Some(st), Some(path)) = (fields.next(), fields.next()) {
-            if !self.is_own(path) {
-                changed.push((st, path));
-            }
-        }
+        let changed = self.changed_paths(&status);
         if changed.is_empty() {
             return Ok(Preview {
                 files: Vec::new(),
@@ -388,7 +383,7 @@ impl Checkpoints {
             });
         }
         let paths: Vec<&str> = changed.iter().map(|(_, p)| *p).take(1000).collect();
-        let counts = with(&["--numstat", "-z"], &paths)?;
+        let counts = self.git(&preview_args(&["--numstat", "-z"], commit, &paths))?;
         let mut lines = std::collections::HashMap::new();
         // numstat -z: "<added>\t<removed>\t<path>\0" per file ("-" for binary files).
         for rec in counts.split('\0').filter(|r| !r.is_empty()) {
@@ -414,12 +409,25 @@ impl Checkpoints {
                 }
             })
             .collect();
-        let mut args: Vec<&str> = base.to_vec();
-        args.extend_from_slice(&[commit, "HEAD", "--"]);
-        args.extend_from_slice(&paths);
-        let diff = self.git_capped(&args, DIFF_CAP)?;
+        let diff = self.git_capped(&preview_args(&[], commit, &paths), DIFF_CAP)?;
         Ok(Preview { files, diff })
     }
+}
+
+/// `git diff` from `commit` to the session's last checkpoint, for a preview: as text,
+/// never through external diff programs or text conversions, renames not paired.
+fn preview_args<'a>(extra: &[&'a str], commit: &'a str, paths: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[commit, "HEAD", "--"]);
+    args.extend_from_slice(paths);
+    args
 }
 
 /// The most of a diff a preview or compare shows.

@@ -41,9 +41,6 @@ pub(crate) struct Store {
     scanned: Condvar,
     /// Held while git works in the folder (a scan, a rollback).
     work: Mutex<()>,
-    /// Whether this process has not scanned yet (the first scan also untracks
-    /// picogent's own files, in case a store from before their exclusion has them).
-    first: Mutex<bool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -75,7 +72,6 @@ impl Store {
             scans: Mutex::default(),
             scanned: Condvar::new(),
             work: Mutex::new(()),
-            first: Mutex::new(true),
         });
         stores.push((git_dir, Arc::downgrade(&store)));
         Ok(store)
@@ -86,11 +82,10 @@ impl Store {
         lock(&self.work)
     }
 
-    /// The folder's tree as of a scan that started after this call; `scan` scans
-    /// (it is given whether this is the process's first scan of the folder).
+    /// The folder's tree as of a scan that started after this call; `scan` scans.
     pub(crate) fn tree(
         &self,
-        scan: impl FnOnce(bool) -> Result<String, CheckpointError>,
+        scan: impl FnOnce() -> Result<String, CheckpointError>,
     ) -> Result<String, CheckpointError> {
         let mut s = lock(&self.scans);
         let want = s.started + 1;
@@ -109,19 +104,16 @@ impl Store {
                     drop(s);
                     let result = {
                         let _work = self.working();
-                        let mut first = lock(&self.first);
                         // A scan that panicked must still end: every waiter would
                         // otherwise wait on this folder for good.
-                        let r =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scan(*first)))
-                                .unwrap_or_else(|_| {
-                                    Err(CheckpointError::Git {
-                                        args: "add --all".into(),
-                                        message: "the scan of the folder panicked".into(),
-                                    })
-                                });
-                        *first &= r.is_err();
-                        r
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(scan)).unwrap_or_else(
+                            |_| {
+                                Err(CheckpointError::Git {
+                                    args: "add --all".into(),
+                                    message: "the scan of the folder panicked".into(),
+                                })
+                            },
+                        )
                     };
                     s = lock(&self.scans);
                     (s.running, s.finished, s.last) = (false, me, Some(result));
