@@ -59,15 +59,17 @@ impl Ckpt {
     }
 
     /// Restores checkpoint `step`: the files exactly, and the conversation's leaf to the
-    /// entry recorded for it (by id), persisted by a `rollback` entry as its child.
+    /// entry recorded for it (by id), persisted by a `rollback` entry as its child (and
+    /// a `branch` entry naming the new path, for a branch).
     /// `Ok(false)` when there is no such checkpoint (nothing changed).
     async fn rollback(
         &self,
         session: &mut Session,
         step: u64,
+        branch: Option<String>,
         out: &Emitter,
     ) -> Result<bool, RunError> {
-        match super::rewind::restore(&self.repo, session, step).await {
+        match super::rewind::restore(&self.repo, session, step, branch).await {
             Ok(Some(entry_id)) => {
                 out.emit(AgentEvent::RolledBack { step, entry_id });
                 Ok(true)
@@ -129,15 +131,8 @@ pub(super) async fn boundary(
                 Some(c) => {
                     // A refused rollback changes nothing: what the run was about to do
                     // (a held tool call) still happens.
-                    if !c.rollback(session, step, out).await? {
+                    if !c.rollback(session, step, branch, out).await? {
                         continue;
-                    }
-                    if let Some(name) = branch {
-                        session.append_record(&Record::Branch(records::BranchStart {
-                            name,
-                            step,
-                            time: crate::util::now_iso(),
-                        }))?;
                     }
                     rolled_back = true;
                 }

@@ -43,12 +43,14 @@ async fn blocking<T: Send + 'static>(
 
 /// Restores checkpoint `step` with `repo`: the files (what the session's steps changed
 /// since), then the conversation's leaf to the checkpoint's entry, persisted by a
-/// `rollback` entry as its child. `None` (nothing changed) when the session has no
-/// such checkpoint; otherwise the checkpoint's entry id.
+/// `rollback` entry as its child, and, for a branch, the `branch` entry that names the
+/// new path. `None` (nothing changed) when the session has no such checkpoint;
+/// otherwise the checkpoint's entry id.
 pub(super) async fn restore(
     repo: &Checkpoints,
     session: &mut Session,
     step: u64,
+    branch: Option<String>,
 ) -> Result<Option<String>, RewindError> {
     let Some((entry_id, data)) = session.checkpoint(step) else {
         return Ok(None);
@@ -59,6 +61,13 @@ pub(super) async fn restore(
     let from = session.leaf().map(str::to_string);
     session.branch_from(Some(&entry_id))?;
     session.append_record(&Record::Rollback(records::Rollback { step, commit, from }))?;
+    if let Some(name) = branch {
+        session.append_record(&Record::Branch(records::BranchStart {
+            name,
+            step,
+            time: crate::util::now_iso(),
+        }))?;
+    }
     Ok(Some(entry_id))
 }
 
@@ -138,18 +147,11 @@ impl Agent {
         })
         .await?;
         let (mut session, repo) = (session, repo?);
-        if restore(&repo, &mut session, step).await?.is_none() {
+        if restore(&repo, &mut session, step, branch).await?.is_none() {
             return Err(RewindError::NoCheckpoint {
                 session: session_id.to_string(),
                 step,
             });
-        }
-        if let Some(name) = branch {
-            session.append_record(&Record::Branch(records::BranchStart {
-                name,
-                step,
-                time: crate::util::now_iso(),
-            }))?;
         }
         session.sync().await?;
         Ok(Rewound {
