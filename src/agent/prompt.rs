@@ -10,17 +10,10 @@ const DEFAULT_ROLE: &str = "You are picogent, a careful coding agent. You work i
 folder with real tools: look before you change anything, make the smallest change that does \
 the job, check your work by running it, and finish with a short answer that says what you did.";
 
-const TOOLS: &str = "Tools:
-- read: read a file (use offset/limit for large files)
-- write: create or overwrite a file
-- edit: replace exact text in a file (oldText must match exactly once)
-- bash: run a shell command in the working folder
-- grep: search file contents with a regex
-- find: find files by glob
-- ls: list a folder
-
-Use tools through the tool-calling interface, never by writing calls as text. Prefer read, grep, \
-find and ls over bash for looking at files. Paths are relative to the working folder.";
+// The tools describe themselves in the request's tool list (MCP tools included); a
+// second list here cost every request ~80 tokens and went stale when tools changed.
+const TOOL_HABITS: &str = "Use tools through the tool-calling interface, never by writing calls as text. \
+Prefer read, grep, find and ls over bash for looking at files. Paths are relative to the working folder.";
 
 pub(crate) fn build(
     role: Option<&str>,
@@ -35,7 +28,7 @@ pub(crate) fn build(
             .unwrap_or(DEFAULT_ROLE),
     );
     out.push_str("\n\n");
-    out.push_str(TOOLS);
+    out.push_str(TOOL_HABITS);
     out.push_str(&format!("\n\nWorking folder: {}", work_dir.display()));
     if !allowed_paths.is_empty() {
         let list: Vec<String> = allowed_paths
