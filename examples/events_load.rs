@@ -1,6 +1,7 @@
 //! Concurrent `/events` load for the agent-mode benchmark: S senders, each on its own
-//! keep-alive connection, post `task.cancelled` events (acknowledged and journaled, no
-//! work queued) as fast as they are acknowledged, T events in all. Prints one JSON line:
+//! keep-alive connection, post `task.cancelled` events (journaled and synced before the
+//! answer; then, as the protocol asks, a comment is queued and posted to the tracker; no
+//! run starts) as fast as they are acknowledged, T events in all. Prints one JSON line:
 //! every ack latency's p50/p99/max and the wall time. A compiled client, so the figure
 //! is the server's: a Python client's threads share one interpreter lock and time each
 //! other's waits.

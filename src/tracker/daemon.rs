@@ -4,7 +4,6 @@
 //! work, and on SIGTERM running tasks get a grace period before they are interrupted.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -12,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::config::{Config, Transport};
 use crate::tracker::journal::Journal;
+use crate::tracker::journal_writer::JournalWriter;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::registration::{self, FatalError};
 use crate::tracker::router::Router;
@@ -90,7 +90,8 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         path: state_dir.display().to_string(),
         source,
     };
-    let journal = Arc::new(Mutex::new(Journal::open(&state_dir).map_err(state_err)?));
+    let journal = Journal::open(&state_dir).map_err(state_err)?;
+    let journal = JournalWriter::start(journal).map_err(state_err)?;
     let outbox = Outbox::open(&state_dir).map_err(state_err)?;
     let client = TrackerClient::new(&tracker_url, &token)
         .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?;
@@ -140,6 +141,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     }
     outbox_stop.cancel();
     let _ = outbox_task.await;
+    router.flush_journal().await;
     if !outbox.is_empty() {
         tracing::warn!(
             "{} report(s) not yet delivered; they are sent at the next start",

@@ -29,12 +29,9 @@ impl Delivery {
         }
     }
 
-    /// Queues reports off the runtime's threads: the outbox syncs to disk.
+    /// Queues reports (the outbox's writer thread syncs them).
     async fn push(&self, task_id: &str, reports: Vec<Report>) -> std::io::Result<()> {
-        let (outbox, task) = (self.outbox.clone(), task_id.to_string());
-        tokio::task::spawn_blocking(move || outbox.push(&task, reports))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        self.outbox.push(task_id, reports).await
     }
 
     /// Queues reports; one that cannot be queued is logged and dropped.

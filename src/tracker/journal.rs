@@ -7,16 +7,14 @@
 //! The file is append-only between compactions; a compaction rewrites it (to a temp
 //! file, synced, then renamed) with only the remembered ids and unfinished events.
 //!
-//! Group commit: an accepted event is written under the journal's lock, then the
-//! lock is released and the caller waits for a sync that covers its write (`GroupSync`).
-//! Events arriving together share one sync instead of queueing one sync each; none is
-//! acknowledged before a sync that includes it has finished.
+//! Every write goes through the journal's writer thread (`journal_writer.rs`), which
+//! syncs accepted events in groups.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,88 +42,61 @@ pub(crate) struct Pending {
     pub(crate) attempts: u32,
 }
 
-/// Syncs the journal for many writers at once: each waits until a sync that started
-/// after its write has finished, and one writer syncs for all who wait.
-pub(crate) struct GroupSync {
-    state: Mutex<SyncState>,
-    done: Condvar,
+/// Unfinished events in the order they were accepted, found by id without a scan (a
+/// scan per start and per finish made a long backlog quadratic).
+#[derive(Default)]
+struct PendingSet {
+    by_order: BTreeMap<u64, Pending>,
+    order_of: HashMap<String, u64>,
+    next: u64,
 }
 
-struct SyncState {
-    /// The journal file as last opened (a compaction replaces it).
-    file: Arc<File>,
-    /// Writes made, and the highest one a finished sync covers.
-    written: u64,
-    synced: u64,
-    syncing: bool,
-}
-
-impl GroupSync {
-    fn new(file: Arc<File>) -> Arc<GroupSync> {
-        Arc::new(GroupSync {
-            state: Mutex::new(SyncState {
-                file,
-                written: 0,
-                synced: 0,
-                syncing: false,
-            }),
-            done: Condvar::new(),
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, SyncState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Counts a write; its number, to wait for.
-    fn wrote(&self) -> u64 {
-        let mut s = self.lock();
-        s.written += 1;
-        s.written
-    }
-
-    /// A compaction wrote (and synced) everything so far into a new file.
-    fn replaced(&self, file: Arc<File>) {
-        let mut s = self.lock();
-        s.file = file;
-        s.synced = s.written;
-        self.done.notify_all();
-    }
-
-    /// Returns once write `n` is on disk: syncing for everyone when no sync runs,
-    /// else waiting for the running one (and the next, if it started too early).
-    pub(crate) fn wait(&self, n: u64) -> io::Result<()> {
-        let mut s = self.lock();
-        loop {
-            if s.synced >= n {
-                return Ok(());
-            }
-            if !s.syncing {
-                s.syncing = true;
-                let (file, upto) = (s.file.clone(), s.written);
-                drop(s);
-                let result = file.sync_data();
-                s = self.lock();
-                s.syncing = false;
-                if result.is_ok() {
-                    s.synced = s.synced.max(upto);
-                }
-                self.done.notify_all();
-                result?;
-                continue;
-            }
-            s = self.done.wait(s).unwrap_or_else(|p| p.into_inner());
+impl PendingSet {
+    fn push(&mut self, envelope: Envelope) {
+        let n = self.next;
+        self.next += 1;
+        if let Some(old) = self.order_of.insert(envelope.id.clone(), n) {
+            self.by_order.remove(&old);
         }
+        self.by_order.insert(
+            n,
+            Pending {
+                envelope,
+                attempts: 0,
+            },
+        );
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(n) = self.order_of.remove(id) {
+            self.by_order.remove(&n);
+        }
+    }
+
+    fn get_mut(&mut self, id: &str) -> Option<&mut Pending> {
+        let n = self.order_of.get(id)?;
+        self.by_order.get_mut(n)
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        self.order_of.contains_key(id)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Pending> {
+        self.by_order.values()
+    }
+
+    fn len(&self) -> usize {
+        self.by_order.len()
     }
 }
 
 pub(crate) struct Journal {
     path: PathBuf,
     file: Arc<File>,
-    sync: Arc<GroupSync>,
     /// id → when it was accepted.
     seen: HashMap<String, i64>,
-    pending: Vec<Pending>,
+    pending: PendingSet,
     appended: usize,
 }
 
@@ -138,7 +109,7 @@ impl Journal {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("journal.jsonl");
         let mut seen = HashMap::new();
-        let mut pending: Vec<Pending> = Vec::new();
+        let mut pending = PendingSet::default();
         if path.exists() {
             let text = std::fs::read_to_string(&path)?;
             for (n, line) in text.lines().enumerate() {
@@ -153,17 +124,14 @@ impl Journal {
                 match rec {
                     Record::Accepted { event, at } => {
                         seen.insert(event.id.clone(), at);
-                        pending.push(Pending {
-                            envelope: event,
-                            attempts: 0,
-                        });
+                        pending.push(event);
                     }
                     Record::Started { id } => {
-                        if let Some(p) = pending.iter_mut().find(|p| p.envelope.id == id) {
+                        if let Some(p) = pending.get_mut(&id) {
                             p.attempts += 1;
                         }
                     }
-                    Record::Done { id, .. } => pending.retain(|p| p.envelope.id != id),
+                    Record::Done { id, .. } => pending.remove(&id),
                     Record::Seen { id, at } => {
                         seen.insert(id, at);
                     }
@@ -171,11 +139,10 @@ impl Journal {
             }
         }
         let cutoff = crate::util::now_millis() - REMEMBER_MS;
-        seen.retain(|id, at| *at >= cutoff || pending.iter().any(|p| &p.envelope.id == id));
+        seen.retain(|id, at| *at >= cutoff || pending.contains(id));
         let file = Arc::new(open_append(&path)?);
         let mut j = Journal {
             path,
-            sync: GroupSync::new(file.clone()),
             file,
             seen,
             pending,
@@ -186,21 +153,19 @@ impl Journal {
     }
 
     /// Unfinished events in the order they were accepted.
-    pub(crate) fn pending(&self) -> &[Pending] {
-        &self.pending
+    pub(crate) fn pending(&self) -> Vec<Pending> {
+        self.pending.iter().cloned().collect()
     }
 
     pub(crate) fn is_seen(&self, id: &str) -> bool {
         self.seen.contains_key(id)
     }
 
-    fn append(&mut self, rec: &Record, sync: bool) -> io::Result<()> {
+    /// Appends a record, not synced.
+    fn append(&mut self, rec: &Record) -> io::Result<()> {
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, rec)?;
         (&*self.file).write_all(&line)?;
-        if sync {
-            self.file.sync_data()?;
-        }
         self.appended += 1;
         Ok(())
     }
@@ -208,75 +173,61 @@ impl Journal {
     /// Records an event durably. `Ok(false)` when its id was accepted before.
     #[cfg(test)]
     pub(crate) fn accept(&mut self, env: &Envelope) -> io::Result<bool> {
-        match self.accept_unsynced(env)? {
-            Some(n) => self.sync.wait(n).map(|()| true),
-            None => Ok(false),
-        }
+        let new = self.accept_unsynced(env)?;
+        self.file.sync_data()?;
+        Ok(new)
     }
 
-    /// Writes an event without waiting for the disk: the write's number, to wait for
-    /// with `sync().wait(n)` (without holding the journal) before acknowledging it;
-    /// `None` when its id was accepted before.
-    pub(crate) fn accept_unsynced(&mut self, env: &Envelope) -> io::Result<Option<u64>> {
+    /// Writes an event without waiting for the disk (`false` when its id was accepted
+    /// before); not to be acknowledged before `file()` is synced.
+    pub(crate) fn accept_unsynced(&mut self, env: &Envelope) -> io::Result<bool> {
         if self.seen.contains_key(&env.id) {
-            return Ok(None);
+            return Ok(false);
         }
         let at = crate::util::now_millis();
-        self.append(
-            &Record::Accepted {
-                event: env.clone(),
-                at,
-            },
-            false,
-        )?;
-        let n = self.sync.wrote();
+        self.append(&Record::Accepted {
+            event: env.clone(),
+            at,
+        })?;
         self.seen.insert(env.id.clone(), at);
-        self.pending.push(Pending {
-            envelope: env.clone(),
-            attempts: 0,
-        });
-        Ok(Some(n))
+        self.pending.push(env.clone());
+        Ok(true)
     }
 
-    /// The group sync writers wait on.
-    pub(crate) fn sync(&self) -> Arc<GroupSync> {
-        self.sync.clone()
+    /// The file that holds every write so far (a compaction replaces it).
+    pub(crate) fn file(&self) -> Arc<File> {
+        self.file.clone()
     }
 
     /// Forgets an event whose write could not be synced, so a redelivery is taken.
     pub(crate) fn forget(&mut self, id: &str) {
         self.seen.remove(id);
-        self.pending.retain(|p| p.envelope.id != id);
+        self.pending.remove(id);
     }
 
     /// Notes that work for the event started; returns the attempt number. Not synced:
     /// a process crash keeps it (the kernel has it); only a power loss can drop it, and
     /// then the attempt is merely not counted.
     pub(crate) fn started(&mut self, id: &str) -> io::Result<u32> {
-        self.append(&Record::Started { id: id.into() }, false)?;
-        Ok(
-            match self.pending.iter_mut().find(|p| p.envelope.id == id) {
-                Some(p) => {
-                    p.attempts += 1;
-                    p.attempts
-                }
-                None => 1,
-            },
-        )
+        self.append(&Record::Started { id: id.into() })?;
+        Ok(match self.pending.get_mut(id) {
+            Some(p) => {
+                p.attempts += 1;
+                p.attempts
+            }
+            None => 1,
+        })
     }
 
     /// The event's work is over (finished, failed, or cancelled by the tracker). Not
     /// synced, for the same reason as `started`: after a power loss the event would run
     /// once more, which loses nothing; syncing here would slow every acknowledgement.
     pub(crate) fn done(&mut self, id: &str) -> io::Result<()> {
-        self.append(
-            &Record::Done {
-                id: id.into(),
-                at: crate::util::now_millis(),
-            },
-            false,
-        )?;
-        self.pending.retain(|p| p.envelope.id != id);
+        self.append(&Record::Done {
+            id: id.into(),
+            at: crate::util::now_millis(),
+        })?;
+        self.pending.remove(id);
         // Proportional to what a compaction rewrites, so its cost stays constant per
         // record: with many ids remembered, rewriting them every 1,000 records held the
         // journal (and every acknowledgement waiting on it) for milliseconds each time.
@@ -288,14 +239,9 @@ impl Journal {
 
     /// Rewrites the file with only what is still needed.
     fn compact(&mut self) -> io::Result<()> {
-        let pending: HashSet<&str> = self
-            .pending
-            .iter()
-            .map(|p| p.envelope.id.as_str())
-            .collect();
         let mut buf = Vec::new();
         for (id, at) in &self.seen {
-            if !pending.contains(id.as_str()) {
+            if !self.pending.contains(id) {
                 crate::util::push_json_line(
                     &mut buf,
                     &Record::Seen {
@@ -305,7 +251,7 @@ impl Journal {
                 )?;
             }
         }
-        for p in &self.pending {
+        for p in self.pending.iter() {
             let at = self.seen.get(&p.envelope.id).copied().unwrap_or(0);
             crate::util::push_json_line(
                 &mut buf,
@@ -325,7 +271,6 @@ impl Journal {
         }
         crate::util::atomic_rewrite(&self.path, &buf)?;
         self.file = Arc::new(open_append(&self.path)?);
-        self.sync.replaced(self.file.clone());
         self.appended = 0;
         Ok(())
     }
@@ -358,7 +303,7 @@ mod tests {
         let mut j = Journal::open(dir.path()).unwrap();
         assert_eq!(
             j.pending(),
-            &[Pending {
+            vec![Pending {
                 envelope: env("e1"),
                 attempts: 1
             }]
@@ -377,36 +322,5 @@ mod tests {
         drop(j);
         let j = Journal::open(dir.path()).unwrap();
         assert_eq!(j.pending().len(), 1);
-    }
-
-    #[test]
-    fn concurrent_accepts_share_syncs_and_all_survive_a_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let j = Arc::new(Mutex::new(Journal::open(dir.path()).unwrap()));
-        let threads: Vec<_> = (0..16)
-            .map(|t| {
-                let j = j.clone();
-                std::thread::spawn(move || {
-                    for i in 0..25 {
-                        let e = env(&format!("e{t}-{i}"));
-                        let (n, sync) = {
-                            let mut j = j.lock().unwrap();
-                            (j.accept_unsynced(&e).unwrap(), j.sync())
-                        };
-                        sync.wait(n.unwrap()).unwrap();
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        let sync = j.lock().unwrap().sync();
-        let s = sync.lock();
-        assert_eq!((s.written, s.synced), (400, 400));
-        drop(s);
-        drop(j);
-        let j = Journal::open(dir.path()).unwrap();
-        assert_eq!(j.pending().len(), 400);
     }
 }

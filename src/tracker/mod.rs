@@ -1,16 +1,18 @@
 //! Agent mode, the tracker front door (docs/tracker-protocol.md): `daemon` starts it;
 //! events arrive over `http` (callbacks to `/events`) or `ws` (an outbound WebSocket),
-//! are made durable in the `journal` and scheduled by the `router` onto the agent (a
+//! are made durable in the `journal` (through its `journal_writer` thread) and scheduled by the `router` onto the agent (a
 //! chat message for a task whose run is going is passed into that run instead); the
 //! outcome becomes reports (`delivery`) queued in the durable `outbox`, delivered by
 //! the REST `client`; `registration` and heartbeats keep the tracker informed; `types`
 //! are the protocol.
 
+mod batch;
 mod client;
 pub mod daemon;
 mod delivery;
 mod http;
 mod journal;
+mod journal_writer;
 mod outbox;
 mod registration;
 mod router;

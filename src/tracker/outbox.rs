@@ -7,6 +7,10 @@
 //!
 //! Each report carries an `Idempotency-Key`, so a tracker that honours it drops the one
 //! repeat that can happen when the daemon dies between a send and its bookkeeping.
+//!
+//! Every write to the file happens on the outbox's writer thread (`batch.rs`): reports
+//! queued together are written and synced once, and a delivery's record and the
+//! compaction it may cause never run on the async runtime's threads.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -16,11 +20,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
+use super::batch::{stopped, BatchThread};
+use super::router::lock;
 use super::types::Report;
 use super::TrackerClient;
+
+/// Most jobs taken in one batch (one sync).
+const MAX_BATCH: usize = 256;
+/// Records written before the file is compacted, at least (see `commit`).
+const COMPACT_EVERY: usize = 1000;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "r", rename_all = "snake_case")]
@@ -44,9 +55,21 @@ struct Item {
     report: Report,
 }
 
+enum Job {
+    Push {
+        task_id: String,
+        reports: Vec<Report>,
+        reply: oneshot::Sender<io::Result<()>>,
+    },
+    Sent {
+        seq: u64,
+    },
+}
+
 struct State {
     path: PathBuf,
-    file: File,
+    /// Shared with the sync that runs outside the lock.
+    file: Arc<File>,
     items: VecDeque<Item>,
     next_seq: u64,
     appended: usize,
@@ -56,6 +79,9 @@ struct State {
 pub(crate) struct Outbox {
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
+    /// Pushes are bounded by the runs and events that report, delivery records by the
+    /// one delivery worker.
+    writer: Arc<BatchThread<Job>>,
 }
 
 impl State {
@@ -64,9 +90,40 @@ impl State {
     fn append_sent(&mut self, seq: u64) -> io::Result<()> {
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, &Record::Sent { seq })?;
-        self.file.write_all(&line)?;
+        (&*self.file).write_all(&line)?;
         self.appended += 1;
         Ok(())
+    }
+
+    /// Writes reports (not synced); the items to deliver once they are synced.
+    fn write_adds(&mut self, task_id: &str, reports: Vec<Report>) -> io::Result<Vec<Item>> {
+        let mut items = Vec::with_capacity(reports.len());
+        let mut bytes = Vec::new();
+        for (n, report) in reports.into_iter().enumerate() {
+            let seq = self.next_seq + n as u64;
+            let key = format!(
+                "picogent-{}-{seq}-{}",
+                crate::util::now_millis(),
+                crate::util::random_hex(6)
+            );
+            let rec = Record::Add {
+                seq,
+                key: key.clone(),
+                task_id: task_id.into(),
+                report: report.clone(),
+            };
+            crate::util::push_json_line(&mut bytes, &rec)?;
+            items.push(Item {
+                seq,
+                key,
+                task_id: task_id.into(),
+                report,
+            });
+        }
+        (&*self.file).write_all(&bytes)?;
+        self.appended += items.len();
+        self.next_seq += items.len() as u64;
+        Ok(items)
     }
 
     fn compact(&mut self) -> io::Result<()> {
@@ -81,10 +138,12 @@ impl State {
             crate::util::push_json_line(&mut buf, &rec)?;
         }
         crate::util::atomic_rewrite(&self.path, &buf)?;
-        self.file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
+        self.file = Arc::new(
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)?,
+        );
         self.appended = 0;
         Ok(())
     }
@@ -119,7 +178,7 @@ impl Outbox {
             }
         }
         items.sort_by_key(|i| i.seq);
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = Arc::new(OpenOptions::new().create(true).append(true).open(&path)?);
         let mut state = State {
             path,
             file,
@@ -134,55 +193,33 @@ impl Outbox {
                 state.items.len()
             );
         }
+        let state = Arc::new(Mutex::new(state));
+        let notify = Arc::new(Notify::new());
+        let (s, n) = (state.clone(), notify.clone());
+        let writer = BatchThread::start("picogent-outbox", MAX_BATCH, move |batch| {
+            commit(&s, &n, batch)
+        })?;
         Ok(Outbox {
-            state: Arc::new(Mutex::new(state)),
-            notify: Arc::new(Notify::new()),
+            state,
+            notify,
+            writer: Arc::new(writer),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(s) => s,
-            Err(p) => p.into_inner(),
-        }
+        lock(&self.state)
     }
 
-    /// Queues reports for a task durably, with one write and one sync; they are
-    /// delivered in this order, after every report queued before them.
-    pub(crate) fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
-        {
-            let mut s = self.lock();
-            let mut items = Vec::with_capacity(reports.len());
-            let mut bytes = Vec::new();
-            for (n, report) in reports.into_iter().enumerate() {
-                let seq = s.next_seq + n as u64;
-                let key = format!(
-                    "picogent-{}-{seq}-{}",
-                    crate::util::now_millis(),
-                    crate::util::random_hex(6)
-                );
-                let rec = Record::Add {
-                    seq,
-                    key: key.clone(),
-                    task_id: task_id.into(),
-                    report: report.clone(),
-                };
-                crate::util::push_json_line(&mut bytes, &rec)?;
-                items.push(Item {
-                    seq,
-                    key,
-                    task_id: task_id.into(),
-                    report,
-                });
-            }
-            s.file.write_all(&bytes)?;
-            s.file.sync_data()?;
-            s.appended += items.len();
-            s.next_seq += items.len() as u64;
-            s.items.extend(items);
-        }
-        self.notify.notify_one();
-        Ok(())
+    /// Queues reports for a task durably (written and synced with any queued at the
+    /// same time); they are delivered in this order, after every report queued before.
+    pub(crate) async fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
+        let (reply, answer) = oneshot::channel();
+        self.writer.send(Job::Push {
+            task_id: task_id.into(),
+            reports,
+            reply,
+        })?;
+        answer.await.map_err(|_| stopped())?
     }
 
     /// Reports not yet delivered.
@@ -194,19 +231,19 @@ impl Outbox {
         self.len() == 0
     }
 
+    /// Takes a delivered report off the queue now; its record is written after.
     fn mark_sent(&self, seq: u64) {
-        let mut s = self.lock();
-        if let Err(e) = s.append_sent(seq) {
-            tracing::error!(
-                "cannot record a delivered report in {}: {e}",
-                s.path.display()
-            );
-        }
-        s.items.retain(|i| i.seq != seq);
-        if s.appended >= 1000 {
-            if let Err(e) = s.compact() {
-                tracing::error!("cannot compact {}: {e}", s.path.display());
+        {
+            let mut s = self.lock();
+            match s.items.front() {
+                Some(first) if first.seq == seq => {
+                    s.items.pop_front();
+                }
+                _ => s.items.retain(|i| i.seq != seq),
             }
+        }
+        if let Err(e) = self.writer.send(Job::Sent { seq }) {
+            tracing::error!(seq, "cannot record a delivered report: {e}");
         }
     }
 
@@ -250,5 +287,118 @@ impl Outbox {
                 }
             }
         }
+    }
+}
+
+/// Writes a batch in order, syncs once for the reports it queued, then puts them in the
+/// delivery queue and answers.
+fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
+    let mut pushed = Vec::new();
+    let file = {
+        let mut s = lock(state);
+        for job in batch.drain(..) {
+            match job {
+                Job::Sent { seq } => {
+                    if let Err(e) = s.append_sent(seq) {
+                        tracing::error!(
+                            "cannot record a delivered report in {}: {e}",
+                            s.path.display()
+                        );
+                    }
+                }
+                Job::Push {
+                    task_id,
+                    reports,
+                    reply,
+                } => pushed.push((reply, s.write_adds(&task_id, reports))),
+            }
+        }
+        s.file.clone()
+    };
+    let synced = if pushed.iter().any(|(_, r)| r.is_ok()) {
+        file.sync_data()
+    } else {
+        Ok(())
+    };
+    let mut s = lock(state);
+    let mut queued = false;
+    for (reply, written) in pushed {
+        let result = match (written, &synced) {
+            (Ok(items), Ok(())) => {
+                s.items.extend(items);
+                queued = true;
+                Ok(())
+            }
+            (Ok(_), Err(e)) => Err(io::Error::new(e.kind(), e.to_string())),
+            (Err(e), _) => Err(e),
+        };
+        let _ = reply.send(result);
+    }
+    // Only here, between batches: every report written is in the queue it rewrites.
+    // Proportional to what it rewrites: with a long backlog (a slow tracker), a rewrite
+    // every 1,000 records made the outbox's cost grow with the backlog's square.
+    if s.appended >= COMPACT_EVERY.max(2 * s.items.len()) {
+        if let Err(e) = s.compact() {
+            tracing::error!("cannot compact {}: {e}", s.path.display());
+        }
+    }
+    drop(s);
+    if queued {
+        notify.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contents(o: &Outbox) -> Vec<(String, Report)> {
+        let s = o.lock();
+        s.items
+            .iter()
+            .map(|i| (i.task_id.clone(), i.report.clone()))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_pushes_keep_each_tasks_order_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = Outbox::open(dir.path()).unwrap();
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let o = outbox.clone();
+                tokio::spawn(async move {
+                    for i in 0..20 {
+                        let r = vec![
+                            Report::comment(format!("{i}"), None),
+                            Report::status("review"),
+                        ];
+                        o.push(&format!("t{t}"), r).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let before = contents(&outbox);
+        assert_eq!(before.len(), 8 * 20 * 2);
+        for t in 0..8 {
+            let mine: Vec<_> = before
+                .iter()
+                .filter(|(id, _)| *id == format!("t{t}"))
+                .collect();
+            for (i, pair) in mine.chunks(2).enumerate() {
+                assert_eq!(pair[0].1, Report::comment(format!("{i}"), None));
+                assert_eq!(pair[1].1, Report::status("review"));
+            }
+        }
+        // Delivered reports leave the queue at once and stay gone after a reopen.
+        let first = outbox.lock().items.front().map(|i| i.seq).unwrap();
+        outbox.mark_sent(first);
+        assert_eq!(outbox.len(), before.len() - 1);
+        drop(outbox);
+        let again = Outbox::open(dir.path()).unwrap();
+        assert_eq!(contents(&again), before[1..].to_vec());
     }
 }

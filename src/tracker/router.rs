@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, AgentEvent, Outcome, RunRequest, WorktreeRun};
 use crate::tracker::delivery::{self, Delivery};
-use crate::tracker::journal::Journal;
+use crate::tracker::journal_writer::JournalWriter;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::types::{Envelope, Event, Load, Report};
 use crate::tracker::worktree::{SharedFolder, TaskTree, Worktrees};
@@ -98,7 +98,7 @@ struct State {
 
 struct Shared {
     agent: Agent,
-    journal: Arc<Mutex<Journal>>,
+    journal: JournalWriter,
     delivery: Arc<Delivery>,
     /// Each task's git worktree, when tasks do not share the working folder.
     worktrees: Option<Arc<Worktrees>>,
@@ -148,7 +148,7 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Router {
     pub(crate) fn new(
         agent: Agent,
-        journal: Arc<Mutex<Journal>>,
+        journal: JournalWriter,
         outbox: Outbox,
         worktrees: Option<Worktrees>,
     ) -> Router {
@@ -180,28 +180,18 @@ impl Router {
         };
         if lock(&self.shared.state).draining {
             // A duplicate can still be acknowledged: it was recorded before.
-            if lock(&self.shared.journal).is_seen(&env.id) {
+            if self.shared.journal.is_seen(&env.id) {
                 return Ok(Accepted::Duplicate);
             }
             return Err(AcceptError::ShuttingDown);
         }
-        let journal = self.shared.journal.clone();
-        let env2 = env.clone();
-        // Written under the journal's lock, synced after it (events arriving together
-        // share one sync); acknowledged only once on disk.
-        let new = tokio::task::spawn_blocking(move || {
-            let (n, sync) = {
-                let mut j = lock(&journal);
-                (j.accept_unsynced(&env2)?, j.sync())
-            };
-            let Some(n) = n else { return Ok(false) };
-            sync.wait(n)
-                .inspect_err(|_| lock(&journal).forget(&env2.id))?;
-            Ok::<bool, std::io::Error>(true)
-        })
-        .await
-        .map_err(|e| AcceptError::Journal(e.to_string()))?
-        .map_err(|e| AcceptError::Journal(e.to_string()))?;
+        // Acknowledged only once on disk; events arriving together share one sync.
+        let new = self
+            .shared
+            .journal
+            .accept(env.clone())
+            .await
+            .map_err(|e| AcceptError::Journal(e.to_string()))?;
         if !new {
             return Ok(Accepted::Duplicate);
         }
@@ -212,7 +202,7 @@ impl Router {
 
     /// Re-queues the journal's unfinished events after a restart.
     pub(crate) fn resume_pending(&self) {
-        let pending = lock(&self.shared.journal).pending().to_vec();
+        let pending = self.shared.journal.pending();
         for p in pending {
             match Event::parse(&p.envelope) {
                 Ok(Some(event)) => {
@@ -398,10 +388,13 @@ impl Router {
         self.shared.changed.notify_waiters();
     }
 
+    /// Waits until every journal record sent so far is written.
+    pub(crate) async fn flush_journal(&self) {
+        self.shared.journal.flush().await;
+    }
+
     fn mark_done(&self, event_id: &str) {
-        if let Err(e) = lock(&self.shared.journal).done(event_id) {
-            tracing::error!(id = event_id, "cannot record a finished event: {e}");
-        }
+        self.shared.journal.done(event_id);
     }
 
     /// Starts queued jobs while there is capacity, oldest first, one run per task.
@@ -514,18 +507,7 @@ impl Router {
     /// Records in the journal that the event's work starts; returns which attempt this
     /// is (1 when it cannot be recorded).
     async fn record_start(&self, event_id: &str) -> u32 {
-        // The journal syncs: off the runtime's threads.
-        let (journal, event) = (self.shared.journal.clone(), event_id.to_string());
-        let started = tokio::task::spawn_blocking(move || lock(&journal).started(&event))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        match started {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!("cannot record a started event: {e}");
-                1
-            }
-        }
+        self.shared.journal.started(event_id).await
     }
 
     /// The task's worktree, when tasks have their own; the reports for a task that
