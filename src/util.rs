@@ -136,6 +136,18 @@ pub(crate) fn atomic_rewrite(path: &std::path::Path, bytes: &[u8]) -> std::io::R
     Ok(())
 }
 
+/// Appends to a log file opened for appending. A write that fails part-way is cut off
+/// again, so the next record does not start in the middle of a torn line (which a
+/// reader would skip together with it).
+pub(crate) fn append_whole(file: &std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let before = file.metadata()?.len();
+    let mut f = file;
+    f.write_all(bytes).inspect_err(|_| {
+        let _ = file.set_len(before);
+    })
+}
+
 /// Compares secrets in time that depends only on their length.
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {

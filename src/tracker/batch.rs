@@ -6,11 +6,17 @@
 use std::io;
 use std::thread::JoinHandle;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+
+enum Msg<J> {
+    Job(J),
+    /// Answered once every job sent before it is committed.
+    Flush(oneshot::Sender<()>),
+}
 
 pub(crate) struct BatchThread<J> {
     /// Unbounded, yet bounded by its senders (each user says how).
-    tx: Option<mpsc::UnboundedSender<J>>,
+    tx: Option<mpsc::UnboundedSender<Msg<J>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -21,21 +27,26 @@ impl<J: Send + 'static> BatchThread<J> {
         max_batch: usize,
         mut commit: impl FnMut(&mut Vec<J>) + Send + 'static,
     ) -> io::Result<BatchThread<J>> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<J>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Msg<J>>();
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                let mut batch = Vec::new();
-                while let Some(job) = rx.blocking_recv() {
-                    batch.push(job);
+                let (mut batch, mut flushes) = (Vec::new(), Vec::new());
+                while let Some(msg) = rx.blocking_recv() {
+                    take(msg, &mut batch, &mut flushes);
                     while batch.len() < max_batch {
                         match rx.try_recv() {
-                            Ok(job) => batch.push(job),
+                            Ok(msg) => take(msg, &mut batch, &mut flushes),
                             Err(_) => break,
                         }
                     }
-                    commit(&mut batch);
-                    batch.clear();
+                    if !batch.is_empty() {
+                        commit(&mut batch);
+                        batch.clear();
+                    }
+                    for reply in flushes.drain(..) {
+                        let _ = reply.send(());
+                    }
                 }
             })?;
         Ok(BatchThread {
@@ -47,8 +58,28 @@ impl<J: Send + 'static> BatchThread<J> {
     pub(crate) fn send(&self, job: J) -> io::Result<()> {
         self.tx
             .as_ref()
-            .and_then(|tx| tx.send(job).ok())
+            .and_then(|tx| tx.send(Msg::Job(job)).ok())
             .ok_or_else(stopped)
+    }
+
+    /// Returns once every job sent before is committed (at shutdown: nothing queued
+    /// is left for a process exit to cut off).
+    pub(crate) async fn flush(&self) {
+        let (reply, answer) = oneshot::channel();
+        if self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.send(Msg::Flush(reply)).is_ok())
+        {
+            let _ = answer.await;
+        }
+    }
+}
+
+fn take<J>(msg: Msg<J>, batch: &mut Vec<J>, flushes: &mut Vec<oneshot::Sender<()>>) {
+    match msg {
+        Msg::Job(job) => batch.push(job),
+        Msg::Flush(reply) => flushes.push(reply),
     }
 }
 

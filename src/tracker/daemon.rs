@@ -142,6 +142,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     outbox_stop.cancel();
     let _ = outbox_task.await;
     router.flush_journal().await;
+    outbox.flush().await;
     if !outbox.is_empty() {
         tracing::warn!(
             "{} report(s) not yet delivered; they are sent at the next start",

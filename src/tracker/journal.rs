@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -165,7 +165,7 @@ impl Journal {
     fn append(&mut self, rec: &Record) -> io::Result<()> {
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, rec)?;
-        (&*self.file).write_all(&line)?;
+        crate::util::append_whole(&self.file, &line)?;
         self.appended += 1;
         Ok(())
     }
@@ -269,8 +269,11 @@ impl Journal {
                 )?;
             }
         }
-        crate::util::atomic_rewrite(&self.path, &buf)?;
+        let rewritten = crate::util::atomic_rewrite(&self.path, &buf);
+        // Whichever file now has the name: the new one even when only the folder's
+        // sync failed, so later records never go to a file that is gone.
         self.file = Arc::new(open_append(&self.path)?);
+        rewritten?;
         self.appended = 0;
         Ok(())
     }
@@ -279,6 +282,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use serde_json::json;
 
     fn env(id: &str) -> Envelope {

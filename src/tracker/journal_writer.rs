@@ -34,9 +34,11 @@ enum Job {
     Done {
         id: String,
     },
-    /// Answered once every job sent before it is written.
-    Flush {
-        reply: oneshot::Sender<()>,
+    /// Whether the id was accepted, answered after the batch's sync: never "seen" for
+    /// a record that is not on disk yet (and may be forgotten if its sync fails).
+    Seen {
+        id: String,
+        reply: oneshot::Sender<bool>,
     },
 }
 
@@ -82,8 +84,9 @@ impl JournalWriter {
         answer.await.unwrap_or(1)
     }
 
-    /// The event's work is over; written in the background (not synced, see
-    /// `Journal::done`).
+    /// The event's work is over; written in the background, not synced (see
+    /// `Journal::done`). Only a crash while it waits for the thread (at most one
+    /// batch) loses it: the event then runs once more. A graceful stop flushes.
     pub(crate) fn done(&self, id: &str) {
         if let Err(e) = self.thread.send(Job::Done { id: id.into() }) {
             tracing::error!(id, "cannot record a finished event: {e}");
@@ -93,14 +96,23 @@ impl JournalWriter {
     /// Returns once everything sent before is written (at shutdown: no finished event
     /// is left unrecorded, to run again at the next start).
     pub(crate) async fn flush(&self) {
-        let (reply, answer) = oneshot::channel();
-        if self.thread.send(Job::Flush { reply }).is_ok() {
-            let _ = answer.await;
-        }
+        self.thread.flush().await;
     }
 
-    pub(crate) fn is_seen(&self, id: &str) -> bool {
-        lock(&self.journal).is_seen(id)
+    /// Whether the id was accepted and is on disk.
+    pub(crate) async fn is_seen(&self, id: &str) -> bool {
+        let (reply, answer) = oneshot::channel();
+        if self
+            .thread
+            .send(Job::Seen {
+                id: id.into(),
+                reply,
+            })
+            .is_err()
+        {
+            return false;
+        }
+        answer.await.unwrap_or(false)
     }
 
     pub(crate) fn pending(&self) -> Vec<Pending> {
@@ -112,6 +124,7 @@ impl JournalWriter {
 fn commit(journal: &Mutex<Journal>, batch: &mut Vec<Job>) {
     let mut accepted: Vec<(oneshot::Sender<io::Result<bool>>, String, io::Result<bool>)> =
         Vec::new();
+    let mut checks: Vec<(oneshot::Sender<bool>, String)> = Vec::new();
     let file = {
         let mut j = lock(journal);
         for job in batch.drain(..) {
@@ -132,30 +145,39 @@ fn commit(journal: &Mutex<Journal>, batch: &mut Vec<Job>) {
                         tracing::error!(id, "cannot record a finished event: {e}");
                     }
                 }
-                Job::Flush { reply } => {
-                    let _ = reply.send(());
-                }
+                Job::Seen { id, reply } => checks.push((reply, id)),
             }
         }
         // After any compaction above: the file that now holds every write.
         j.file()
     };
-    if accepted.is_empty() {
-        return;
-    }
     // Duplicates are answered after the sync too: their first copy may be in this batch.
-    if let Err(e) = file.sync_data() {
-        let mut j = lock(journal);
-        for (reply, id, new) in accepted {
-            if matches!(new, Ok(true)) {
-                j.forget(&id);
+    let synced = if accepted.is_empty() {
+        Ok(())
+    } else {
+        file.sync_data()
+    };
+    match synced {
+        Ok(()) => {
+            for (reply, _, new) in accepted {
+                let _ = reply.send(new);
             }
-            let _ = reply.send(Err(io::Error::new(e.kind(), e.to_string())));
         }
-        return;
+        Err(e) => {
+            let mut j = lock(journal);
+            for (reply, id, new) in accepted {
+                if matches!(new, Ok(true)) {
+                    j.forget(&id);
+                }
+                let _ = reply.send(Err(io::Error::new(e.kind(), e.to_string())));
+            }
+        }
     }
-    for (reply, _, new) in accepted {
-        let _ = reply.send(new);
+    if !checks.is_empty() {
+        let j = lock(journal);
+        for (reply, id) in checks {
+            let _ = reply.send(j.is_seen(&id));
+        }
     }
 }
 

@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -90,7 +90,7 @@ impl State {
     fn append_sent(&mut self, seq: u64) -> io::Result<()> {
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, &Record::Sent { seq })?;
-        (&*self.file).write_all(&line)?;
+        crate::util::append_whole(&self.file, &line)?;
         self.appended += 1;
         Ok(())
     }
@@ -120,7 +120,7 @@ impl State {
                 report,
             });
         }
-        (&*self.file).write_all(&bytes)?;
+        crate::util::append_whole(&self.file, &bytes)?;
         self.appended += items.len();
         self.next_seq += items.len() as u64;
         Ok(items)
@@ -137,13 +137,15 @@ impl State {
             };
             crate::util::push_json_line(&mut buf, &rec)?;
         }
-        crate::util::atomic_rewrite(&self.path, &buf)?;
+        let rewritten = crate::util::atomic_rewrite(&self.path, &buf);
+        // Whichever file now has the name (see the journal's compaction).
         self.file = Arc::new(
             OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&self.path)?,
         );
+        rewritten?;
         self.appended = 0;
         Ok(())
     }
@@ -220,6 +222,11 @@ impl Outbox {
             reply,
         })?;
         answer.await.map_err(|_| stopped())?
+    }
+
+    /// Returns once every record sent to the writer is written.
+    pub(crate) async fn flush(&self) {
+        self.writer.flush().await;
     }
 
     /// Reports not yet delivered.
@@ -334,10 +341,12 @@ fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
         };
         let _ = reply.send(result);
     }
+    // Reports written but not synced were refused: rewrite the file without them, or
+    // they would come back after a restart beside the copies queued again.
     // Only here, between batches: every report written is in the queue it rewrites.
     // Proportional to what it rewrites: with a long backlog (a slow tracker), a rewrite
     // every 1,000 records made the outbox's cost grow with the backlog's square.
-    if s.appended >= COMPACT_EVERY.max(2 * s.items.len()) {
+    if synced.is_err() || s.appended >= COMPACT_EVERY.max(2 * s.items.len()) {
         if let Err(e) = s.compact() {
             tracing::error!("cannot compact {}: {e}", s.path.display());
         }

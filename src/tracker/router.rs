@@ -180,11 +180,24 @@ impl Router {
         };
         if lock(&self.shared.state).draining {
             // A duplicate can still be acknowledged: it was recorded before.
-            if self.shared.journal.is_seen(&env.id) {
+            if self.shared.journal.is_seen(&env.id).await {
                 return Ok(Accepted::Duplicate);
             }
             return Err(AcceptError::ShuttingDown);
         }
+        // In a task of its own: if the caller goes away (a tracker that gave up waiting),
+        // an event that reached the disk is still scheduled, not left until a restart.
+        let me = self.clone();
+        tokio::spawn(async move { me.journal_and_submit(env, event).await })
+            .await
+            .map_err(|e| AcceptError::Journal(e.to_string()))?
+    }
+
+    async fn journal_and_submit(
+        &self,
+        env: Envelope,
+        event: Event,
+    ) -> Result<Accepted, AcceptError> {
         // Acknowledged only once on disk; events arriving together share one sync.
         let new = self
             .shared
