@@ -46,8 +46,12 @@ def run(binary):
               open(os.path.join(home, "agent.json"), "w"))
     env = {"PATH": os.environ["PATH"], "HOME": tmp, "AGENT_TOKEN": "tracker-token",
            "PICOGENT_API_KEY": "test-key", "RUST_LOG": "warn"}
-    daemon = subprocess.Popen([binary, home], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
-                              stderr=open(os.path.join(tmp, "daemon.log"), "w"))
+    try:
+        daemon = subprocess.Popen([binary, home], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
+                                  stderr=open(os.path.join(tmp, "daemon.log"), "w"))
+    except OSError:
+        tracker.terminate()
+        raise
     try:
         deadline = time.time() + 20
         while get_json(stats_addr, "/")["register"] < 1:
@@ -66,7 +70,8 @@ def main():
     args = sys.argv[1:]
     runs = int(args[args.index("--runs") + 1]) if "--runs" in args else 3
     if "--ab" in args:
-        named = [a.split("=", 1) for a in args[args.index("--ab") + 1:] if "=" in a]
+        named = [(n, os.path.abspath(b)) for n, b in
+                 (a.split("=", 1) for a in args[args.index("--ab") + 1:] if "=" in a)]
     else:
         named = [("this build", BIN)]
     results = {name: [] for name, _ in named}
