@@ -65,12 +65,9 @@ def events_load(port, senders, total, prefix):
     return json.loads(out.stdout)
 
 
-def main():
-    tmp = tempfile.mkdtemp(prefix="picogent-agent-bench-")
-    script = os.path.join(tmp, "script.json")
-    json.dump([{"text": "done"}], open(script, "w"))
-    llm = subprocess.Popen([LLM, script], stdout=subprocess.PIPE, text=True)
-    llm_addr = llm.stdout.readline().split()[-1]
+def start_agent(binary, tmp, base_url, **extra):
+    """The fake tracker and `picogent <agent dir>` over HTTP callbacks, registered:
+    (tracker, its stats address, the daemon's port, daemon). The caller stops both."""
     tracker = subprocess.Popen([TRACKER], stdout=subprocess.PIPE, text=True)
     tracker_addr = tracker.stdout.readline().split()[-1]
     stats_addr = tracker.stdout.readline().split()[-1]
@@ -78,18 +75,40 @@ def main():
     os.makedirs(home)
     port = free_port()
     json.dump({"name": "Bench", "slug": "bench", "tracker_url": f"http://{tracker_addr}",
-               "listen_port": port, "provider": "anthropic", "base_url": f"http://{llm_addr}",
-               "max_concurrent_tasks": 4}, open(os.path.join(home, "agent.json"), "w"))
+               "listen_port": port, "provider": "anthropic", "base_url": base_url, **extra},
+              open(os.path.join(home, "agent.json"), "w"))
     env = {"PATH": os.environ["PATH"], "HOME": tmp, "AGENT_TOKEN": "tracker-token",
            "PICOGENT_API_KEY": "test-key", "RUST_LOG": "warn"}
-    daemon = subprocess.Popen([BIN, home], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
-                              stderr=open(os.path.join(tmp, "daemon.log"), "w"))
+    daemon = None
     try:
+        daemon = subprocess.Popen([binary, home], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
+                                  stderr=open(os.path.join(tmp, "daemon.log"), "w"))
         deadline = time.time() + 20
         while get_json(stats_addr, "/")["register"] < 1:
             if time.time() > deadline:
-                sys.exit("the daemon did not register")
+                raise RuntimeError(f"{binary}: the daemon did not register")
             time.sleep(0.05)
+    except BaseException:
+        if daemon:
+            daemon.terminate()
+        tracker.terminate()
+        raise
+    return tracker, stats_addr, port, daemon
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="picogent-agent-bench-")
+    script = os.path.join(tmp, "script.json")
+    json.dump([{"text": "done"}], open(script, "w"))
+    llm = subprocess.Popen([LLM, script], stdout=subprocess.PIPE, text=True)
+    llm_addr = llm.stdout.readline().split()[-1]
+    try:
+        tracker, stats_addr, port, daemon = start_agent(BIN, tmp, f"http://{llm_addr}",
+                                                        max_concurrent_tasks=4)
+    except BaseException:
+        llm.terminate()
+        raise
+    try:
         time.sleep(1.0)
         idle = rss_mb(daemon.pid)
 

@@ -15,7 +15,7 @@ touches both alike; the table gives each one's median over the runs.
 """
 import json, os, statistics, subprocess, sys, tempfile, time
 
-from agent import TRACKER, LOAD, free_port, get_json
+from agent import LOAD, start_agent
 from report import BIN, emit, table
 
 SENDERS = int(os.environ.get("BENCH_SENDERS", "50"))
@@ -34,30 +34,9 @@ def load(port, senders, total, prefix):
 
 def run(binary):
     tmp = tempfile.mkdtemp(prefix="picogent-events-bench-")
-    tracker = subprocess.Popen([TRACKER], stdout=subprocess.PIPE, text=True)
-    tracker_addr = tracker.stdout.readline().split()[-1]
-    stats_addr = tracker.stdout.readline().split()[-1]
-    home = os.path.join(tmp, "agent")
-    os.makedirs(home)
-    port = free_port()
     # No model is called: cancellations of unknown tasks start no run.
-    json.dump({"name": "Bench", "slug": "bench", "tracker_url": f"http://{tracker_addr}",
-               "listen_port": port, "provider": "anthropic", "base_url": "http://127.0.0.1:9"},
-              open(os.path.join(home, "agent.json"), "w"))
-    env = {"PATH": os.environ["PATH"], "HOME": tmp, "AGENT_TOKEN": "tracker-token",
-           "PICOGENT_API_KEY": "test-key", "RUST_LOG": "warn"}
+    tracker, _, port, daemon = start_agent(binary, tmp, "http://127.0.0.1:9")
     try:
-        daemon = subprocess.Popen([binary, home], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
-                                  stderr=open(os.path.join(tmp, "daemon.log"), "w"))
-    except OSError:
-        tracker.terminate()
-        raise
-    try:
-        deadline = time.time() + 20
-        while get_json(stats_addr, "/")["register"] < 1:
-            if time.time() > deadline:
-                sys.exit(f"{binary}: the daemon did not register")
-            time.sleep(0.05)
         load(port, SENDERS, 400, "warm")
         return load(port, SENDERS, TOTAL, "load")
     finally:

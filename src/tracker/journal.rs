@@ -280,12 +280,13 @@ impl Journal {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use std::io::Write;
     use serde_json::json;
+    use std::io::Write;
 
-    fn env(id: &str) -> Envelope {
+    /// A task.assigned envelope with this id (shared with the writer's tests).
+    pub(crate) fn env(id: &str) -> Envelope {
         Envelope {
             id: id.into(),
             kind: "task.assigned".into(),

@@ -184,16 +184,7 @@ fn commit(journal: &Mutex<Journal>, batch: &mut Vec<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn env(id: &str) -> Envelope {
-        Envelope {
-            id: id.into(),
-            kind: "task.assigned".into(),
-            created_at: None,
-            data: json!({"task": {"id": "t", "title": "x"}}),
-        }
-    }
+    use crate::tracker::journal::tests::env;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_accepts_are_answered_once_on_disk_and_survive_a_reopen() {
