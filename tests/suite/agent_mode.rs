@@ -649,4 +649,15 @@ async fn a_full_disk_delays_reports_but_loses_none() {
     let r = client.get(&health).send().await.unwrap();
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "ok");
     d.stop().await.unwrap();
+    // A write the full disk cut short was cut off again: no torn line swallowed the
+    // record written after it (a restart would have skipped both).
+    for file in ["outbox.jsonl", "journal.jsonl"] {
+        let text = std::fs::read_to_string(state.join(file)).unwrap();
+        for line in text.lines() {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(line).is_ok(),
+                "{file} has a torn line: {line:.120}"
+            );
+        }
+    }
 }
