@@ -119,21 +119,37 @@ pub(crate) fn push_json_line<T: serde::Serialize>(
     Ok(())
 }
 
-/// Replaces a file's content atomically and durably: a synced temporary file renamed
+/// Replaces a log's content atomically and durably: a synced temporary file renamed
 /// over it, then the folder synced, so a crash leaves the old or the new file whole.
-pub(crate) fn atomic_rewrite(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Returns the new file's append handle, the log from the moment of the rename: no
+/// reopen by path that could fail after it and leave the writer on the old, unlinked
+/// file. On an error before the rename the old file is untouched (and no temporary
+/// file is left to hold the disk's last free blocks).
+pub(crate) fn rewrite_log(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs::File> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            Ok(f)
+        })
+        .and_then(|f| std::fs::rename(&tmp, path).map(|()| f));
+    let file = written.inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
     if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
+        // The rename is done: a failed folder sync only means it may not survive a
+        // power loss, and the new file is the log either way.
+        if let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+            tracing::warn!("cannot sync {}: {e}", dir.display());
+        }
     }
-    Ok(())
+    Ok(file)
 }
 
 /// Appends to a log file opened for appending. A write that fails part-way is cut off

@@ -28,14 +28,21 @@ const MAX_IN_FLIGHT: usize = 64;
 struct Ctx {
     token: String,
     router: Router,
-    in_flight: tokio::sync::Semaphore,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+/// An `/events` request's place among the `MAX_IN_FLIGHT`, held until its event is
+/// journaled and scheduled, even when the tracker stops waiting for the answer.
+#[derive(Clone)]
+struct Slot {
+    _permit: Arc<tokio::sync::OwnedSemaphorePermit>,
 }
 
 pub(crate) fn app(token: String, router: Router) -> axum::Router {
     let ctx = Arc::new(Ctx {
         token,
         router,
-        in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
     });
     axum::Router::new()
         .route(
@@ -76,13 +83,17 @@ async fn authorized(
             "missing or wrong bearer token",
         );
     }
-    let Ok(_permit) = ctx.in_flight.try_acquire() else {
+    let Ok(permit) = ctx.in_flight.clone().try_acquire_owned() else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "busy",
             "too many event requests at once; retry",
         );
     };
+    let mut req = req;
+    req.extensions_mut().insert(Slot {
+        _permit: Arc::new(permit),
+    });
     next.run(req).await
 }
 
@@ -94,7 +105,11 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
         .into_response()
 }
 
-async fn events(State(ctx): State<Arc<Ctx>>, body: axum::body::Body) -> Response {
+async fn events(
+    State(ctx): State<Arc<Ctx>>,
+    slot: Option<axum::Extension<Slot>>,
+    body: axum::body::Body,
+) -> Response {
     let body: Bytes =
         match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_EVENT_BYTES)).await
         {
@@ -129,7 +144,7 @@ async fn events(State(ctx): State<Arc<Ctx>>, body: axum::body::Body) -> Response
         Ok(e) => e,
         Err(msg) => return error(StatusCode::BAD_REQUEST, "invalid_event", &msg),
     };
-    match ctx.router.accept(env).await {
+    match ctx.router.accept(env, slot).await {
         Ok(Accepted::New) => {
             (StatusCode::ACCEPTED, Json(json!({"accepted": true}))).into_response()
         }

@@ -98,6 +98,8 @@ pub(crate) struct Journal {
     seen: HashMap<String, i64>,
     pending: PendingSet,
     appended: usize,
+    /// A write failed: rewrite the file from memory at the next chance.
+    needs_compact: bool,
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -147,6 +149,7 @@ impl Journal {
             seen,
             pending,
             appended: 0,
+            needs_compact: false,
         };
         j.compact()?;
         Ok(j)
@@ -165,7 +168,10 @@ impl Journal {
     fn append(&mut self, rec: &Record) -> io::Result<()> {
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, rec)?;
-        crate::util::append_whole(&self.file, &line)?;
+        crate::util::append_whole(&self.file, &line).inspect_err(|_| {
+            // A failed append may have left a torn line that could not be cut off.
+            self.needs_compact = true;
+        })?;
         self.appended += 1;
         Ok(())
     }
@@ -231,7 +237,9 @@ impl Journal {
         // Proportional to what a compaction rewrites, so its cost stays constant per
         // record: with many ids remembered, rewriting them every 1,000 records held the
         // journal (and every acknowledgement waiting on it) for milliseconds each time.
-        if self.appended >= COMPACT_EVERY.max(2 * (self.seen.len() + self.pending.len())) {
+        if self.needs_compact
+            || self.appended >= COMPACT_EVERY.max(2 * (self.seen.len() + self.pending.len()))
+        {
             self.compact()?;
         }
         Ok(())
@@ -269,12 +277,9 @@ impl Journal {
                 )?;
             }
         }
-        let rewritten = crate::util::atomic_rewrite(&self.path, &buf);
-        // Whichever file now has the name: the new one even when only the folder's
-        // sync failed, so later records never go to a file that is gone.
-        self.file = Arc::new(open_append(&self.path)?);
-        rewritten?;
+        self.file = Arc::new(crate::util::rewrite_log(&self.path, &buf)?);
         self.appended = 0;
+        self.needs_compact = false;
         Ok(())
     }
 }

@@ -73,6 +73,9 @@ struct State {
     items: VecDeque<Item>,
     next_seq: u64,
     appended: usize,
+    /// A write or a sync failed: rewrite the file from memory (dropping torn lines and
+    /// reports that were refused) at the end of every batch until it works.
+    needs_compact: bool,
 }
 
 #[derive(Clone)]
@@ -90,7 +93,7 @@ impl State {
     fn append_sent(&mut self, seq: u64) -> io::Result<()> {
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, &Record::Sent { seq })?;
-        crate::util::append_whole(&self.file, &line)?;
+        crate::util::append_whole(&self.file, &line).inspect_err(|_| self.needs_compact = true)?;
         self.appended += 1;
         Ok(())
     }
@@ -100,7 +103,7 @@ impl State {
         let mut items = Vec::with_capacity(reports.len());
         let mut bytes = Vec::new();
         for (n, report) in reports.into_iter().enumerate() {
-            let seq = self.next_seq + n as u64;
+            let seq = self.next_seq.saturating_add(n as u64);
             let key = format!(
                 "picogent-{}-{seq}-{}",
                 crate::util::now_millis(),
@@ -120,9 +123,9 @@ impl State {
                 report,
             });
         }
-        crate::util::append_whole(&self.file, &bytes)?;
+        crate::util::append_whole(&self.file, &bytes).inspect_err(|_| self.needs_compact = true)?;
         self.appended += items.len();
-        self.next_seq += items.len() as u64;
+        self.next_seq = self.next_seq.saturating_add(items.len() as u64);
         Ok(items)
     }
 
@@ -137,16 +140,9 @@ impl State {
             };
             crate::util::push_json_line(&mut buf, &rec)?;
         }
-        let rewritten = crate::util::atomic_rewrite(&self.path, &buf);
-        // Whichever file now has the name (see the journal's compaction).
-        self.file = Arc::new(
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)?,
-        );
-        rewritten?;
+        self.file = Arc::new(crate::util::rewrite_log(&self.path, &buf)?);
         self.appended = 0;
+        self.needs_compact = false;
         Ok(())
     }
 }
@@ -166,7 +162,7 @@ impl Outbox {
                         task_id,
                         report,
                     }) => {
-                        next_seq = next_seq.max(seq + 1);
+                        next_seq = next_seq.max(seq.saturating_add(1));
                         items.push(Item {
                             seq,
                             key,
@@ -187,6 +183,7 @@ impl Outbox {
             items: items.into(),
             next_seq,
             appended: 0,
+            needs_compact: false,
         };
         state.compact()?;
         if !state.items.is_empty() {
@@ -263,6 +260,10 @@ impl Outbox {
     ) {
         let (start, cap) = backoff;
         loop {
+            // Checked before every report: a long backlog must not hold up a shutdown.
+            if stop.is_cancelled() {
+                return;
+            }
             let next = self.lock().items.front().cloned();
             let Some(item) = next else {
                 tokio::select! {
@@ -346,7 +347,10 @@ fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
     // Only here, between batches: every report written is in the queue it rewrites.
     // Proportional to what it rewrites: with a long backlog (a slow tracker), a rewrite
     // every 1,000 records made the outbox's cost grow with the backlog's square.
-    if synced.is_err() || s.appended >= COMPACT_EVERY.max(2 * s.items.len()) {
+    if synced.is_err() {
+        s.needs_compact = true;
+    }
+    if s.needs_compact || s.appended >= COMPACT_EVERY.max(2 * s.items.len()) {
         if let Err(e) = s.compact() {
             tracing::error!("cannot compact {}: {e}", s.path.display());
         }

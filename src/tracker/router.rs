@@ -172,8 +172,13 @@ impl Router {
     }
 
     /// Validates, journals and schedules one event. The journal write is synced before
-    /// this returns, so the caller may acknowledge the event.
-    pub(crate) async fn accept(&self, env: Envelope) -> Result<Accepted, AcceptError> {
+    /// this returns, so the caller may acknowledge the event. `hold` (the request's
+    /// place in a limit) is kept until the event is journaled, even if the caller goes.
+    pub(crate) async fn accept(
+        &self,
+        env: Envelope,
+        hold: impl Send + 'static,
+    ) -> Result<Accepted, AcceptError> {
         let Some(event) = Event::parse(&env).map_err(AcceptError::Invalid)? else {
             tracing::debug!(id = %env.id, kind = %env.kind, "ignored an event type this agent does not handle");
             return Ok(Accepted::Ignored);
@@ -188,9 +193,13 @@ impl Router {
         // In a task of its own: if the caller goes away (a tracker that gave up waiting),
         // an event that reached the disk is still scheduled, not left until a restart.
         let me = self.clone();
-        tokio::spawn(async move { me.journal_and_submit(env, event).await })
-            .await
-            .map_err(|e| AcceptError::Journal(e.to_string()))?
+        tokio::spawn(async move {
+            let accepted = me.journal_and_submit(env, event).await;
+            drop(hold);
+            accepted
+        })
+        .await
+        .map_err(|e| AcceptError::Journal(e.to_string()))?
     }
 
     async fn journal_and_submit(

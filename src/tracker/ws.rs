@@ -407,7 +407,7 @@ async fn handle_event(router: &Router, raw: Value) -> Option<String> {
         }
     };
     let id = env.id.clone();
-    match router.accept(env).await {
+    match router.accept(env, ()).await {
         Ok(_) => Some(id),
         Err(AcceptError::Invalid(msg)) => {
             tracing::warn!(id = %id, "invalid event from the tracker, dropped: {msg}");
