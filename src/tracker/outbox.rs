@@ -342,11 +342,11 @@ fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
         };
         let _ = reply.send(result);
     }
-    // Reports written but not synced were refused: rewrite the file without them, or
-    // they would come back after a restart beside the copies queued again.
-    // Only here, between batches: every report written is in the queue it rewrites.
-    // Proportional to what it rewrites: with a long backlog (a slow tracker), a rewrite
-    // every 1,000 records made the outbox's cost grow with the backlog's square.
+    // Compaction runs only here, between batches, where every report written is in the
+    // queue it rewrites. After a failed sync it drops the refused reports, which would
+    // otherwise come back after a restart beside their retried copies. Otherwise it is
+    // proportional to what it rewrites: a rewrite every 1,000 records made a long
+    // backlog (a slow tracker) cost its square.
     if synced.is_err() {
         s.needs_compact = true;
     }
