@@ -182,12 +182,21 @@ pub fn agent_from(mut config: Config) -> Agent {
     Agent::with_provider(config, provider)
 }
 
-/// Fails when a process whose command line matches `pattern` (pgrep -f) is alive.
+/// Fails when a process whose command line matches `pattern` (pgrep -f) is still alive
+/// after 3 s. Not at once: a command in its own PID namespace is killed by the kernel
+/// when the namespace's first process dies, which can end a moment after picogent.
 pub fn assert_no_process(pattern: &str) {
-    let ps = std::process::Command::new("pgrep")
-        .args(["-f", pattern])
-        .output()
-        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let ps = loop {
+        let ps = std::process::Command::new("pgrep")
+            .args(["-f", pattern])
+            .output()
+            .unwrap();
+        if ps.stdout.is_empty() || std::time::Instant::now() > deadline {
+            break ps;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert!(
         ps.stdout.is_empty(),
         "leftover processes: {}",
