@@ -326,7 +326,14 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
 struct Conn {
     token: CancellationToken,
     id: u64,
+    /// Session frames (labels, ratings, preferences, history...), answered one after
+    /// another in the order the client sent them: two labels on one step sent quickly
+    /// must not be written the other way round.
+    sessions: tokio::sync::mpsc::Sender<protocol::SessionFrame>,
 }
+
+/// Session frames a connection may have waiting before it is told to slow down.
+const SESSION_FRAMES: usize = 64;
 
 async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
@@ -338,13 +345,22 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             }
         }
     });
+    let token = st.stop.child_token();
+    let tx = Outbound::new(sender, token.clone());
+    let (sessions, mut session_rx) = tokio::sync::mpsc::channel(SESSION_FRAMES);
+    let (agent, runs, session_tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
+    let session_worker = tokio::spawn(async move {
+        while let Some(f) = session_rx.recv().await {
+            branches::answer(agent.clone(), runs.clone(), f, session_tx.clone()).await;
+        }
+    });
     let conn = Conn {
-        token: st.stop.child_token(),
+        token,
         id: st
             .next_conn
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        sessions,
     };
-    let tx = Outbound::new(sender, conn.token.clone());
     let error = |message: String| tx.send(&Outgoing::error(None, None, message));
     loop {
         let msg = tokio::select! {
@@ -371,6 +387,15 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     // The client is gone: its runs are cancelled (unless started with `keepAlive`),
     // leaving their sessions consistent.
     conn.token.cancel();
+    // Session frames already sent are still answered (a label is still written).
+    drop(conn);
+    let mut session_worker = session_worker;
+    if tokio::time::timeout(WRITER_GRACE, &mut session_worker)
+        .await
+        .is_err()
+    {
+        session_worker.abort();
+    }
     drop(tx);
     // A client that stopped reading would hold the writer forever: it gets a moment
     // to take what is queued, then the connection is dropped.
@@ -397,12 +422,14 @@ fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Conn) {
         Ok(ClientFrame::Control(c)) => requests::control(st, conn, c, tx),
         Ok(ClientFrame::Rewind(r)) => rewind::handle(st, conn, r, tx),
         Ok(ClientFrame::Session(f)) => {
-            tokio::spawn(branches::answer(
-                st.agent.clone(),
-                st.runs.clone(),
-                f,
-                tx.clone(),
-            ));
+            let id = f.about.id.clone();
+            if conn.sessions.try_send(f).is_err() {
+                tx.send(&Outgoing::error(
+                    id,
+                    None,
+                    format!("more than {SESSION_FRAMES} session requests are waiting; send again once some are answered"),
+                ));
+            }
         }
         Ok(ClientFrame::Sessions(q)) => {
             let (agent, runs, tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
