@@ -13,7 +13,44 @@ use std::sync::Mutex;
 
 use serde_json::value::RawValue;
 
+use super::ModelRequest;
 use crate::message::Message;
+
+/// A request body of a chat format (OpenAI, Ollama) built around its message list.
+pub(crate) trait ChatBody {
+    fn encode<M: serde::Serialize>(self, messages: Vec<M>) -> serde_json::Result<Vec<u8>>;
+}
+
+/// The body of a chat request whose messages follow one system message (OpenAI,
+/// Ollama): the messages from the run's cached fragments of `wire` when the request
+/// brings them, else encoded afresh. `convert` gives a message's wire form (`None`:
+/// not sent).
+pub(crate) fn chat_body<'a, W: serde::Serialize>(
+    wire: &str,
+    head: impl ChatBody,
+    system: W,
+    req: &ModelRequest<'a>,
+    convert: impl Fn(&'a Message) -> Option<W>,
+) -> serde_json::Result<Vec<u8>> {
+    match req.reuse {
+        Some(r) if r.ids.len() == req.messages.len() => {
+            let system = serde_json::value::to_raw_value(&system)?;
+            r.fragments.with(
+                wire,
+                r.ids,
+                req.messages,
+                |m| Encoded::one(convert(m).as_ref()),
+                |encoded| head.encode(Encoded::spliced(&system, encoded)),
+            )
+        }
+        _ => {
+            let mut messages = Vec::with_capacity(req.messages.len() + 1);
+            messages.push(system);
+            messages.extend(req.messages.iter().filter_map(|m| convert(m)));
+            head.encode(messages)
+        }
+    }
+}
 
 /// One message in a wire format: the turn's role (Anthropic, which merges a role's
 /// consecutive messages into one turn; "" for the others) and its JSON parts (the
@@ -92,12 +129,12 @@ impl Fragments {
     /// Runs `assemble` over the encoded form of each of `messages`, reusing stored
     /// fragments of `wire` (a provider and model: `encode` depends on both) and
     /// encoding only the others. What this request does not use is dropped.
-    pub(crate) fn with<R>(
+    pub(crate) fn with<'m, R>(
         &self,
         wire: &str,
         ids: &[&str],
-        messages: &[&Message],
-        encode: impl Fn(&Message) -> serde_json::Result<Encoded>,
+        messages: &[&'m Message],
+        encode: impl Fn(&'m Message) -> serde_json::Result<Encoded>,
         assemble: impl FnOnce(&[&Encoded]) -> serde_json::Result<R>,
     ) -> serde_json::Result<R> {
         // A poisoned lock only means a panic elsewhere mid-request: the store is

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::fragments::Encoded;
+use super::fragments::{chat_body, ChatBody};
 use super::stream::LineReader;
 use super::{function_tools, Delta, FunctionTool, ModelRequest, ProviderError};
 use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
@@ -78,24 +78,7 @@ pub(crate) fn request_body(
         sampling,
         tools: function_tools(req.tools),
     };
-    match req.reuse {
-        Some(r) if r.ids.len() == req.messages.len() => {
-            let system = serde_json::value::to_raw_value(&system)?;
-            r.fragments.with(
-                &format!("ollama {model}"),
-                r.ids,
-                req.messages,
-                |m| Encoded::one(wire_message(m).as_ref()),
-                |encoded| head.encode(Encoded::spliced(&system, encoded)),
-            )
-        }
-        _ => {
-            let mut messages = Vec::with_capacity(req.messages.len() + 1);
-            messages.push(system);
-            messages.extend(req.messages.iter().filter_map(|m| wire_message(m)));
-            head.encode(messages)
-        }
-    }
+    chat_body(&format!("ollama {model}"), head, system, req, wire_message)
 }
 
 /// One history message as an Ollama message; `None` for an assistant turn with neither
@@ -133,7 +116,7 @@ struct Head<'a> {
     tools: Vec<FunctionTool<'a>>,
 }
 
-impl Head<'_> {
+impl ChatBody for Head<'_> {
     fn encode<M: Serialize>(self, messages: Vec<M>) -> serde_json::Result<Vec<u8>> {
         let s = self.sampling;
         serde_json::to_vec(&Body {

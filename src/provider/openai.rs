@@ -16,7 +16,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::fragments::Encoded;
+use super::fragments::{chat_body, ChatBody};
 use super::stream::LineReader;
 use super::{function_tools, parse_arguments, Delta, FunctionTool, ModelRequest, ProviderError};
 use crate::message::{blocks_text, AssistantMessage, Content, Message, StopReason, Usage};
@@ -101,24 +101,7 @@ pub(crate) fn request_body(
         tools: function_tools(req.tools),
         prompt_cache_key,
     };
-    match req.reuse {
-        Some(r) if r.ids.len() == req.messages.len() => {
-            let system = serde_json::value::to_raw_value(&system)?;
-            r.fragments.with(
-                &format!("openai {model}"),
-                r.ids,
-                req.messages,
-                |m| Encoded::one(wire_message(m).as_ref()),
-                |encoded| head.encode(Encoded::spliced(&system, encoded)),
-            )
-        }
-        _ => {
-            let mut messages = Vec::with_capacity(req.messages.len() + 1);
-            messages.push(system);
-            messages.extend(req.messages.iter().filter_map(|m| wire_message(m)));
-            head.encode(messages)
-        }
-    }
+    chat_body(&format!("openai {model}"), head, system, req, wire_message)
 }
 
 /// Everything in a request but the conversation.
@@ -129,7 +112,7 @@ struct Head<'a> {
     prompt_cache_key: Option<&'a str>,
 }
 
-impl Head<'_> {
+impl ChatBody for Head<'_> {
     fn encode<M: Serialize>(self, messages: Vec<M>) -> serde_json::Result<Vec<u8>> {
         let s = self.sampling;
         serde_json::to_vec(&Body {
