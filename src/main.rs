@@ -148,7 +148,8 @@ fn main() -> ExitCode {
 
 async fn sandbox_check(args: SandboxCheckArgs) -> anyhow::Result<ExitCode> {
     use picogent::tools::sandbox::{check, Level};
-    let helper = std::env::current_exe().context("cannot find picogent's own binary")?;
+    // The running binary, opened by descriptor (never by a path a command could replace).
+    let helper = std::path::PathBuf::from("/proc/self/exe");
     let level = if args.landlock {
         Level::Landlock
     } else {

@@ -201,13 +201,8 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
             "commands run in their own user, mount, PID{} namespaces, under Landlock and seccomp",
             if c.deny_network { " and network" } else { "" }
         ),
-        Some(_) => {
-            let why = match config.sandbox {
-                crate::config::SandboxMode::Landlock => "sandbox: \"landlock\"".to_string(),
-                _ => crate::tools::sandbox::namespaces_work(&sandbox_helper(config))
-                    .err()
-                    .unwrap_or_default(),
-            };
+        Some(c) => {
+            let why = c.why_not_namespaces().unwrap_or_default();
             tracing::warn!(
                 level = "landlock",
                 landlock_abi = abi,
@@ -224,13 +219,13 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
     }
 }
 
-/// The binary that confines commands: configured, else this program.
+/// The binary that confines commands: configured (tests), else the program that is
+/// running, opened through `/proc/self/exe` (never by a path a command could replace).
 fn sandbox_helper(config: &Config) -> PathBuf {
     config
         .sandbox_helper
         .clone()
-        .or_else(|| std::env::current_exe().ok())
-        .unwrap_or_else(|| PathBuf::from("picogent"))
+        .unwrap_or_else(|| PathBuf::from("/proc/self/exe"))
 }
 
 /// Why an agent could not be made.
@@ -319,7 +314,12 @@ impl Agent {
         let sessions = SessionStore::new(config.sessions_dir());
         let mcp = match config.engine {
             crate::config::Engine::Native => {
-                crate::mcp::Mcp::start(&config.mcp_servers, &config.work_dir)
+                let launch = crate::mcp::Launch {
+                    home: state.join("mcp"),
+                    confinement: sandbox.confinement().cloned(),
+                    writable: sandbox.allowed_paths().to_vec(),
+                };
+                crate::mcp::Mcp::start(&config.mcp_servers, launch)
             }
             crate::config::Engine::ClaudeCode => {
                 if !config.mcp_servers.is_empty() {

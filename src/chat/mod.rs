@@ -130,9 +130,15 @@ fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Router 
     axum::Router::new()
         .route("/", get(entry))
         .route("/ws", get(entry))
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// Liveness, and the sandbox level commands run at (so an operator sees a container
+/// that gave picogent less than namespaces).
+async fn healthz(State(st): State<Arc<ChatState>>) -> Response {
+    Json(json!({"status": "ok", "sandbox": st.agent.sandbox().level()})).into_response()
 }
 
 /// Prometheus metrics, behind the chat token when one is set.

@@ -26,6 +26,8 @@ pub(super) struct FileMcpServer {
     args: Option<Vec<String>>,
     env: Option<BTreeMap<String, String>>,
     cwd: Option<PathBuf>,
+    /// `false`: the server runs unconfined (confined like the agent's commands by default).
+    sandbox: Option<bool>,
     url: Option<String>,
     headers: Option<BTreeMap<String, String>>,
     enabled: Option<bool>,
@@ -47,6 +49,8 @@ pub enum McpTransport {
         /// here is passed on.
         env: BTreeMap<String, String>,
         cwd: Option<PathBuf>,
+        /// Confined like the agent's commands (the default), or not.
+        sandbox: bool,
     },
     /// Streamable HTTP.
     Http {
@@ -199,6 +203,7 @@ fn transport(
                 .collect::<Result<_, _>>()?,
             env: expand_map(s.env.as_ref(), env, &format!("{field}.env"), origin)?,
             cwd: s.cwd.as_deref().map(file_path),
+            sandbox: s.sandbox.unwrap_or(true),
         }),
         (None | Some("http" | "streamable-http" | "streamable_http"), None, Some(url)) => {
             let url = expand(url, env, &format!("{field}.url"), origin)?;

@@ -27,6 +27,7 @@ use crate::config::McpServerConfig;
 use crate::provider::ToolSpec;
 use crate::tools::ToolOutput;
 use server::Server;
+pub use transport::Launch;
 
 /// Every tool name of an MCP server starts with this.
 pub(crate) const PREFIX: &str = "mcp__";
@@ -51,9 +52,10 @@ impl Drop for Shared {
 
 impl Mcp {
     /// Starts a supervisor for each server; returns at once (runs wait for the first
-    /// connection attempts with `ready`). Stdio servers start in `work_dir` unless they
-    /// name a `cwd`. Needs a Tokio runtime; without one no server is started.
-    pub fn start(configs: &[McpServerConfig], work_dir: &std::path::Path) -> Mcp {
+    /// connection attempts with `ready`). Stdio servers start as `launch` says (in a
+    /// folder of picogent's, confined unless opted out). Needs a Tokio runtime;
+    /// without one no server is started.
+    pub fn start(configs: &[McpServerConfig], launch: Launch) -> Mcp {
         if configs.is_empty() {
             return Mcp::default();
         }
@@ -62,9 +64,10 @@ impl Mcp {
             return Mcp::default();
         };
         let stop = CancellationToken::new();
+        let launch = Arc::new(launch);
         let servers: Vec<Arc<Server>> = configs
             .iter()
-            .map(|c| Arc::new(Server::new(c.clone(), work_dir.to_path_buf())))
+            .map(|c| Arc::new(Server::new(c.clone(), launch.clone())))
             .collect();
         for s in &servers {
             // Owned by `stop`: the task ends when the last `Mcp` clone is dropped.

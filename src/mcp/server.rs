@@ -2,7 +2,6 @@
 //! reconnect with backoff) and the state calls read (the peer, the tool list).
 
 use std::borrow::Cow;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::transport;
+use super::transport::{self, Launch};
 use crate::config::{McpServerConfig, McpTransport};
 use crate::provider::ToolSpec;
 use crate::tools::ToolOutput;
@@ -46,7 +45,7 @@ struct State {
 
 pub(super) struct Server {
     pub(super) config: McpServerConfig,
-    work_dir: PathBuf,
+    launch: Arc<Launch>,
     state: Mutex<State>,
     generation: AtomicU64,
     /// `true` once the first connection attempt has ended, either way.
@@ -54,10 +53,10 @@ pub(super) struct Server {
 }
 
 impl Server {
-    pub(super) fn new(config: McpServerConfig, work_dir: PathBuf) -> Server {
+    pub(super) fn new(config: McpServerConfig, launch: Arc<Launch>) -> Server {
         Server {
             config,
-            work_dir,
+            launch,
             state: Mutex::new(State::default()),
             generation: AtomicU64::new(0),
             started: watch::Sender::new(false),
@@ -231,10 +230,17 @@ async fn connect(server: &Server) -> Result<Connection, String> {
             args,
             env,
             cwd,
+            sandbox,
         } => {
-            let cwd = cwd.as_deref().unwrap_or(&server.work_dir);
-            let (child, stdout, stdin) =
-                transport::spawn(&server.config.name, command, args, env, cwd)?;
+            let spec = transport::StdioSpec {
+                name: &server.config.name,
+                command,
+                args,
+                env,
+                cwd: cwd.as_deref(),
+                confined: *sandbox,
+            };
+            let (child, stdout, stdin) = transport::spawn(&spec, &server.launch)?;
             let service = handler
                 .serve((stdout, stdin))
                 .await

@@ -2,13 +2,19 @@
 //!
 //! A stdio server is started like bash's commands are supervised: its own session and
 //! process group (so everything it starts can be killed together, `npx` and the node
-//! process under it included), a parent-death signal (killed if picogent is), and the
-//! secrets scrubbed from its environment, except those its configuration lists in
-//! `env`. It is not confined by the sandbox: it is the operator's program, not the
-//! model's. Its stderr goes to the log; the last lines are kept to say why it died.
+//! process under it included), a parent-death signal (killed if picogent is).
+//!
+//! It acts for the agent, so nothing the agent wrote may steer it: its program is found
+//! on a `PATH` without folders the agent's commands can write (an absolute program
+//! there is refused), it starts in a folder of picogent's own (never the agent's
+//! working folder, where a planted `mcp_server_git.py` or `node_modules` would be
+//! loaded), with a pinned environment (picogent's secrets never, only what its
+//! configuration lists in `env`), and by default confined like the agent's commands
+//! (`"sandbox": false` per server opts out, with a warning). Its stderr goes to the
+//! log; the last lines are kept to say why it died.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -68,29 +74,119 @@ impl Drop for Child {
     }
 }
 
+/// What every stdio server of an agent starts from.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    /// picogent's own folder for its servers (in its state, out of commands' reach).
+    pub(crate) home: PathBuf,
+    /// The agent's confinement, when commands are confined.
+    pub(crate) confinement: Option<crate::tools::sandbox::confine::Confinement>,
+    /// What the agent's commands can write (resolved; empty: everything).
+    pub(crate) writable: Vec<PathBuf>,
+}
+
+/// The only variables of picogent's environment a server inherits.
+const KEPT_VARS: &[&str] = &[
+    "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM",
+];
+
+/// One stdio server's settings, as configured.
+pub(super) struct StdioSpec<'a> {
+    pub(super) name: &'a str,
+    pub(super) command: &'a str,
+    pub(super) args: &'a [String],
+    pub(super) env: &'a BTreeMap<String, String>,
+    pub(super) cwd: Option<&'a Path>,
+    pub(super) confined: bool,
+}
+
+impl Launch {
+    /// The server's program, working folder and the command that starts it.
+    fn command(&self, spec: &StdioSpec) -> Result<tokio::process::Command, String> {
+        // With no allowed paths, commands may write anywhere picogent's user can: that
+        // is the operator's choice, and no place is safer than another then.
+        let inside = |p: &Path| {
+            let real = crate::tools::sandbox::resolved(p);
+            self.writable.iter().any(|w| real.starts_with(w))
+        };
+        let path = crate::tools::sandbox::programs::trusted_path(&self.writable);
+        let program = crate::tools::sandbox::programs::resolve(spec.command, &path)
+            .map_err(|e| format!("cannot start {:?}: {e}", spec.command))?;
+        if inside(&program) {
+            return Err(format!(
+                "cannot start {}: it lies where the agent's commands can write (allowed paths), so the agent could replace it",
+                program.display()
+            ));
+        }
+        if let Some(cwd) = spec.cwd.filter(|c| inside(c)) {
+            return Err(format!(
+                "cwd {} lies where the agent's commands can write (allowed paths): the agent could plant modules the server loads from there; leave cwd unset",
+                cwd.display()
+            ));
+        }
+        let own = self.home.join(spec.name);
+        let (cwd, tmp) = (own.join("cwd"), own.join("tmp"));
+        for d in [&cwd, &tmp] {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let confinement = self.confinement.as_ref().filter(|_| spec.confined);
+        if self.confinement.is_some() && !spec.confined {
+            tracing::warn!(server = spec.name, "MCP server runs unconfined (\"sandbox\": false): it can do whatever picogent's user can");
+        }
+        let (mut cmd, dir) = match confinement {
+            Some(c) => {
+                // Its own private /tmp is its working folder and its caches' home: empty,
+                // and gone with it (under Landlock alone, picogent's folder for it). The
+                // operator's home stays its home, read-only like the rest of the system
+                // (version managers' shims find their installs there).
+                let inner = if c.namespaces {
+                    PathBuf::from("/tmp")
+                } else {
+                    tmp.clone()
+                };
+                let mut cmd = c.command(&program, spec.args, &tmp);
+                cmd.env_clear()
+                    .env("TMPDIR", &inner)
+                    .env("XDG_CACHE_HOME", inner.join(".cache"))
+                    .env("npm_config_cache", inner.join(".npm"));
+                (cmd, spec.cwd.map_or(inner, Path::to_path_buf))
+            }
+            None => {
+                let mut cmd = tokio::process::Command::new(&program);
+                cmd.args(spec.args).env_clear().env("TMPDIR", &tmp);
+                (cmd, spec.cwd.map_or(cwd, Path::to_path_buf))
+            }
+        };
+        if let Some(home) = std::env::var_os("HOME") {
+            cmd.env("HOME", home);
+        }
+        for var in KEPT_VARS {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+        cmd.env("PATH", path).current_dir(dir);
+        Ok(cmd)
+    }
+}
+
 /// Starts a stdio server: its stdout and stdin are the transport.
 pub(super) fn spawn(
-    name: &str,
-    command: &str,
-    args: &[String],
-    env: &BTreeMap<String, String>,
-    cwd: &Path,
+    spec: &StdioSpec,
+    launch: &Launch,
 ) -> Result<(Child, ChildStdout, ChildStdin), String> {
-    let mut cmd = tokio::process::Command::new(command);
-    cmd.args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
+    let (name, command) = (spec.name, spec.command);
+    let mut cmd = launch.command(spec)?;
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // Secrets removed from what it inherits; what its configuration sets comes after,
-    // so a secret listed in `env` is passed on.
     crate::tools::sandbox::supervise(&mut cmd);
-    cmd.envs(env);
+    // Only what its configuration sets (a secret listed there is passed on).
+    cmd.envs(spec.env);
     let mut child = cmd.spawn().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!(
-            "cannot start {command:?}: no such command (is it installed and on PATH, or is cwd {} missing?)",
-            cwd.display()
-        ),
+        std::io::ErrorKind::NotFound => {
+            format!("cannot start {command:?}: no such command (is it installed and on PATH?)")
+        }
         _ => format!("cannot start {command:?}: {e}"),
     })?;
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {

@@ -174,7 +174,7 @@ async fn metrics(State(ctx): State<Arc<Ctx>>) -> Response {
 
 async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
     let load = ctx.router.load();
-    let mut body = json!({"status": "ok", "busy": load.status == "busy", "running": load.active_tasks.len(), "queued": load.queued});
+    let mut body = json!({"status": "ok", "busy": load.status == "busy", "running": load.active_tasks.len(), "queued": load.queued, "sandbox": ctx.router.sandbox_level()});
     if let Some(reason) = ctx.router.degraded() {
         // Still answering, but not keeping every promise: a supervisor should look.
         body["status"] = json!("degraded");

@@ -154,7 +154,7 @@ impl Router {
     ) -> Router {
         let max = agent.config().max_concurrent_tasks;
         let shared_folder = match worktrees {
-            None => SharedFolder::find(&agent.config().work_dir).map(Arc::new),
+            None => SharedFolder::find(&agent.config().work_dir, agent.sandbox()).map(Arc::new),
             Some(_) => None,
         };
         Router {
@@ -618,6 +618,11 @@ impl Router {
     /// Reports not yet delivered to the tracker.
     pub(crate) fn backlog(&self) -> usize {
         self.shared.delivery.backlog()
+    }
+
+    /// The sandbox level the agent's commands run at.
+    pub(crate) fn sandbox_level(&self) -> crate::tools::confine::LevelInForce {
+        self.shared.agent.sandbox().level()
     }
 
     pub(crate) fn load(&self) -> Load {

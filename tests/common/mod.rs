@@ -335,3 +335,16 @@ pub fn spawn_daemon(sb: &Sandbox) -> tokio::process::Child {
         .spawn()
         .unwrap()
 }
+
+/// Says why a test cannot exercise what it tests here and returns, or fails it where
+/// that must not happen: in CI (`CI` set) and wherever `PICOGENT_REQUIRE_SANDBOX=1` (a
+/// test that prints SKIPPED and passes would be a test that checks nothing).
+pub fn skip(reason: &str) {
+    let required = std::env::var_os("PICOGENT_REQUIRE_SANDBOX").is_some_and(|v| v == "1")
+        || std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
+    assert!(
+        !required,
+        "cannot run here, and this run requires it (CI or PICOGENT_REQUIRE_SANDBOX=1): {reason}"
+    );
+    eprintln!("SKIPPED: {reason}");
+}

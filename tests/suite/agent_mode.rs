@@ -590,7 +590,7 @@ async fn a_full_disk_delays_reports_but_loses_none() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("SKIPPED: cannot mount a small tmpfs here (needs root)");
+        crate::common::skip("cannot mount a small tmpfs here (needs root)");
         return;
     }
     let _unmount = Unmount(state.clone());

@@ -11,7 +11,7 @@ use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{self, llm, text, tool, Sandbox, ScriptedLlm, Wire};
+use crate::common::{self, llm, skip, text, tool, Sandbox, ScriptedLlm, Wire};
 
 fn helper() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_picogent"))
@@ -22,7 +22,7 @@ fn namespaces_or_skip() -> Option<()> {
     match namespaces_work(&helper()) {
         Ok(()) => Some(()),
         Err(e) => {
-            eprintln!("SKIPPED: no namespace sandbox on this machine: {e}");
+            skip(&format!("no namespace sandbox on this machine: {e}"));
             None
         }
     }
@@ -297,7 +297,7 @@ async fn without_namespaces_unsafe_configurations_are_refused_unless_relaxed() {
         .args(["--user", "--map-root-user", "true"])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("SKIPPED: cannot make a user namespace to take namespaces away in");
+        skip("cannot make a user namespace to take namespaces away in");
         return;
     }
     let sb = Sandbox::new();
@@ -540,7 +540,7 @@ async fn no_set_id_programs_and_no_daemon_sockets() {
     // with the network allowed.
     let path = PathBuf::from(format!("/run/picogent-test-{}.sock", std::process::id()));
     let Ok(listener) = std::os::unix::net::UnixListener::bind(&path) else {
-        eprintln!("SKIPPED (socket part): cannot create a socket in /run");
+        skip("(socket part) cannot create a socket in /run");
         return;
     };
     let r = bash(

@@ -41,14 +41,16 @@ fn claude() -> Option<PathBuf> {
         match out {
             Ok(o) if o.status.success() && bin.exists() => Some(bin),
             Ok(o) => {
-                eprintln!(
-                    "SKIPPED: npm could not install {CLAUDE_CODE}: {}",
+                crate::common::skip(&format!(
+                    "npm could not install {CLAUDE_CODE}: {}",
                     String::from_utf8_lossy(&o.stderr)
-                );
+                ));
                 None
             }
             Err(e) => {
-                eprintln!("SKIPPED: npm is not available to install {CLAUDE_CODE}: {e}");
+                crate::common::skip(&format!(
+                    "npm is not available to install {CLAUDE_CODE}: {e}"
+                ));
                 None
             }
         }

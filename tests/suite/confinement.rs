@@ -16,7 +16,9 @@ use crate::common::Sandbox;
 fn landlock_or_skip(needed: i64) -> Option<()> {
     let abi = kernel_abi();
     if abi < needed {
-        eprintln!("SKIPPED: this kernel offers Landlock ABI {abi}; these tests need {needed}");
+        crate::common::skip(&format!(
+            "this kernel offers Landlock ABI {abi}; these tests need {needed}"
+        ));
         return None;
     }
     Some(())

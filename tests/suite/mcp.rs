@@ -30,19 +30,29 @@ fn tool_names(body: &Value) -> Vec<String> {
         .collect()
 }
 
-fn alive(pid: &str) -> bool {
-    Path::new(&format!("/proc/{}", pid.trim())).exists()
+/// The host's pids of the server `everything_stdio(dir)` started (found by the name it
+/// runs under: a server confined in its own PID namespace knows only its namespace's
+/// pid, which says nothing about the host's processes).
+fn server_pids(dir: &Path) -> Vec<i32> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", &format!("^mcp-everything-{}", dir.display())])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
-/// A stdio server-everything started through a shell that records its pid in `dir`
-/// and refuses to start while `dir/down` exists.
+/// A stdio server-everything started through a shell under a name of its own (see
+/// `server_pids`) that refuses to start while `dir/down` exists.
 fn everything_stdio(dir: &Path) -> Value {
     let script = format!(
-        "if [ -e '{d}/down' ]; then exit 1; fi; echo $$ > '{d}/pid'; exec node '{}' stdio",
+        "if [ -e '{d}/down' ]; then exit 1; fi; exec -a 'mcp-everything-{d}' node '{}' stdio",
         mcp::everything().display(),
         d = dir.display()
     );
-    json!({"command": "sh", "args": ["-c", script]})
+    json!({"command": "bash", "args": ["-c", script]})
 }
 
 use crate::common::llm;
@@ -95,14 +105,17 @@ async fn a_stdio_servers_tool_is_offered_called_and_its_result_sent_back() {
     let shown: Vec<String> = tool_results(&events).into_iter().map(|r| r.0).collect();
     assert_eq!(shown, ["mcp__everything__echo", "mcp__everything__get-sum"]);
     // Dropping the agent kills the server.
-    let pid = std::fs::read_to_string(sb.base().join("pid")).unwrap();
-    assert!(alive(&pid));
+    assert_eq!(server_pids(&sb.base()).len(), 1);
     drop(agent);
     let t = Instant::now();
-    while alive(&pid) && t.elapsed() < Duration::from_secs(10) {
+    while !server_pids(&sb.base()).is_empty() && t.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!alive(&pid), "the MCP server outlived its agent");
+    assert_eq!(
+        server_pids(&sb.base()),
+        Vec::<i32>::new(),
+        "the MCP server outlived its agent"
+    );
 }
 
 #[tokio::test]
@@ -259,8 +272,9 @@ async fn a_server_that_dies_mid_run_fails_calls_until_it_is_restarted() {
     llm.wait_requests(2).await;
     // The server dies and cannot come back while `down` exists.
     std::fs::write(base.join("down"), "").unwrap();
-    let pid = std::fs::read_to_string(base.join("pid")).unwrap();
-    let pid: i32 = pid.trim().parse().unwrap();
+    let pids = server_pids(&base);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let pid = pids[0];
     // SAFETY: a plain system call on the server's pid.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     llm.wait_requests(3).await;
@@ -278,6 +292,6 @@ async fn a_server_that_dies_mid_run_fails_calls_until_it_is_restarted() {
         last_tool_result(&reqs[3].body),
         ("Echo: three".into(), false)
     );
-    let new_pid = std::fs::read_to_string(base.join("pid")).unwrap();
-    assert_ne!(new_pid.trim(), pid.to_string(), "not restarted");
+    let new = server_pids(&base);
+    assert!(new.len() == 1 && new[0] != pid, "not restarted: {new:?}");
 }

@@ -20,6 +20,7 @@ mod properties;
 mod providers;
 mod races;
 mod sandbox;
+mod seams;
 mod sessions;
 mod skills;
 mod tools;

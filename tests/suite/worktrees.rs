@@ -510,3 +510,93 @@ async fn shared_mode_reads_the_status_without_running_planted_filters() {
     assert!(comment_of(&tracker, "f1", 0).contains("- `shared.txt`"));
     d.stop().await.unwrap();
 }
+
+/// Sandbox v3: a filter the agent names `a=b` in the shared folder's repository never
+/// runs in picogent's own `git status` (a `-c` override splits at the first `=`).
+#[tokio::test]
+async fn a_filter_named_with_an_equals_sign_never_runs_in_shared_mode() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let marker = sb.base().join("filter-ran");
+    // As a prompt-injected model would, in its own checkout: a filter on every file,
+    // and a file touched so that git must look at its content again.
+    let plant = format!(
+        "git config 'filter.a=b.clean' \"sh -c 'touch {m}; cat'\" && \
+         git config 'filter.a=b.required' true && \
+         echo '* filter=a=b' > .git/info/attributes && sleep 1 && touch shared.txt && echo planted",
+        m = marker.display()
+    );
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({ "command": plant })),
+        text("Done."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(
+        &llm,
+        &tracker,
+        json!({"workspace": "shared", "allowed_paths": [sb.work]}),
+    );
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "f1", "Plant")).await;
+    tracker.wait_status("f1", "review", 30).await;
+    let (result, _) = last_tool_result(&llm.requests()[1].body);
+    assert!(result.contains("planted"), "{result}");
+    assert!(!marker.exists(), "the agent's filter ran in picogent's git");
+    d.stop().await.unwrap();
+}
+
+/// Sandbox v3: with the operator's HOME inside the allowed paths, a `pushInsteadOf`
+/// the agent plants in `~/.gitconfig` does not send the push (and its hooks) to a
+/// repository the agent made.
+#[tokio::test]
+async fn a_push_rewrite_planted_in_an_allowed_home_is_not_followed() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let origin = sb.base().join("origin.git");
+    git(
+        &sb.base(),
+        &["init", "-q", "--bare", origin.to_str().unwrap()],
+    );
+    git(
+        &sb.work,
+        &["remote", "add", "origin", origin.to_str().unwrap()],
+    );
+    let marker = sb.base().join("hook-ran");
+    let plant = format!(
+        "(cd \"$HOME\" && git init -q --bare evil.git && \
+         printf '#!/bin/sh\\ntouch {m}\\n' > evil.git/hooks/pre-receive && \
+         chmod +x evil.git/hooks/pre-receive && \
+         git config --global url.\"$HOME/evil.git\".pushInsteadOf '{o}') && \
+         echo changed > shared.txt && echo planted",
+        m = marker.display(),
+        o = origin.display()
+    );
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({ "command": plant })),
+        text("Done."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    // The real binary, so that git sees the HOME picogent was started with.
+    sb.write_config(
+        &llm,
+        Wire::Anthropic,
+        json!({"tracker_url": tracker.url(), "listen_port": 0, "push": true,
+               "allowed_paths": [sb.work, sb.user_home]}),
+    );
+    let mut daemon = spawn_daemon(&sb);
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "h1", "Push")).await;
+    tracker.wait_status("h1", "review", 60).await;
+    let (result, _) = last_tool_result(&llm.requests()[1].body);
+    assert!(result.contains("planted"), "{result}");
+    assert!(sb.user_home.join(".gitconfig").exists());
+    assert!(!marker.exists(), "the push went to the agent's repository");
+    assert_eq!(
+        git(&origin, &["rev-parse", "picogent/h1"]),
+        git(&sb.work, &["rev-parse", "picogent/h1"])
+    );
+    assert!(comment_of(&tracker, "h1", 0).contains("Pushed to `origin`."));
+    daemon.kill().await.unwrap();
+}

@@ -112,6 +112,12 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
         &[],
     )
     .with_confinement_level(helper, true, level);
+    if let Some(c) = sandbox.confinement() {
+        match c.why_not_namespaces() {
+            None => println!("\nLevel in force: {}", c.level().as_str()),
+            Some(why) => println!("\nLevel in force: {} ({why})", c.level().as_str()),
+        }
+    }
     if let Some(r) = sandbox.refusal() {
         println!("\nThis level is refused here: {r}");
         let _ = std::fs::remove_dir_all(&s.base);

@@ -18,9 +18,11 @@
 //! not run and the helper says why (`sandbox: "off"` is the explicit way out).
 
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use super::namespaces::HelperArgs;
 use landlock::{
@@ -49,11 +51,57 @@ const DEVICES: &[&str] = &[
     "/dev/shm",
 ];
 
+/// The picogent binary that serves as the helper, held open from the moment the
+/// sandbox is built: every command starts it through this descriptor, never by a
+/// path, so a binary lying inside an allowed folder (a checkout built in place) that
+/// a command replaces is never what confines the next command.
+#[derive(Debug, Clone)]
+pub struct Helper {
+    fd: Arc<OwnedFd>,
+    /// Where it was opened, for messages.
+    shown: PathBuf,
+}
+
+impl Helper {
+    /// Opens `path` (`/proc/self/exe` for picogent itself). The running binary's file
+    /// cannot be rewritten in place while it runs, and a file put at its path later is
+    /// another file: the descriptor keeps the one opened here.
+    pub fn open(path: &Path) -> std::io::Result<Helper> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() || meta.mode() & 0o111 == 0 {
+            return Err(std::io::Error::other(format!(
+                "{} is not an executable file",
+                path.display()
+            )));
+        }
+        let shown = std::fs::read_link(path).unwrap_or_else(|_| path.to_path_buf());
+        Ok(Helper {
+            fd: Arc::new(OwnedFd::from(file)),
+            shown,
+        })
+    }
+
+    /// What to execute: the descriptor through `/proc`, resolved by the kernel to the
+    /// file opened at start (in the forked child, which inherits it until `exec`).
+    pub(crate) fn program(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    pub(crate) fn shown(&self) -> &Path {
+        &self.shown
+    }
+}
+
 /// How commands are confined: built once from the configuration.
 #[derive(Debug, Clone)]
 pub struct Confinement {
     /// The picogent binary that serves as the helper.
-    pub(crate) helper: PathBuf,
+    pub(crate) helper: Helper,
     /// Folders commands may write in; `None` leaves the file system writable (only
     /// the protected paths, the network and the process view are confined).
     pub(crate) writable: Option<Vec<PathBuf>>,
@@ -65,6 +113,33 @@ pub struct Confinement {
     /// Never readable or writable by commands (picogent's configuration file, `.env`,
     /// state).
     pub(crate) hidden: Vec<PathBuf>,
+    /// Why commands run without namespaces, when they do.
+    pub(crate) why_not_namespaces: Option<String>,
+}
+
+/// The private `/tmp` of a command under namespaces (MiB of a tmpfs).
+pub(crate) const TMP_SIZE_MB: u64 = 512;
+/// At most this many processes of a command's user inside its namespaces (a fork bomb
+/// stops there, not at the host's limit).
+pub(crate) const MAX_PROCESSES: u64 = 1024;
+
+/// The level commands run at, as `sandbox-check`, the log and `/healthz` say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LevelInForce {
+    Namespaces,
+    Landlock,
+    Off,
+}
+
+impl LevelInForce {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LevelInForce::Namespaces => "namespaces",
+            LevelInForce::Landlock => "landlock",
+            LevelInForce::Off => "off",
+        }
+    }
 }
 
 /// The Landlock ABI the running kernel offers (0 when it has none).
@@ -83,6 +158,20 @@ pub fn kernel_abi() -> i64 {
 }
 
 impl Confinement {
+    /// The level commands run at.
+    pub fn level(&self) -> LevelInForce {
+        if self.namespaces {
+            LevelInForce::Namespaces
+        } else {
+            LevelInForce::Landlock
+        }
+    }
+
+    /// Why commands run without namespaces, when they do.
+    pub fn why_not_namespaces(&self) -> Option<&str> {
+        self.why_not_namespaces.as_deref()
+    }
+
     /// The ABI a command needs for every requested Landlock rule to be enforced.
     pub(crate) fn needed_abi(&self) -> i64 {
         if self.deny_network {
@@ -106,7 +195,7 @@ impl Confinement {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let mut cmd = tokio::process::Command::new(&self.helper);
+        let mut cmd = tokio::process::Command::new(self.helper.program());
         cmd.arg("sandbox-exec");
         if self.namespaces {
             cmd.arg("--ns");
@@ -124,9 +213,19 @@ impl Confinement {
         if self.deny_network {
             cmd.arg("--deny-net");
         }
-        // A program installed under /tmp (a checkout there, a package cache) stays
-        // runnable inside the private /tmp: its top folder there is shown read-only.
-        if let Some(top) = tmp_top_folder(program) {
+        cmd.arg("--tmp-size").arg(TMP_SIZE_MB.to_string());
+        cmd.arg("--max-procs").arg(MAX_PROCESSES.to_string());
+        // A program installed under /tmp (a checkout there, a package cache), or a
+        // script it is given by absolute path, stays usable inside the private /tmp:
+        // its top folder there is shown read-only.
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let mut shown: Vec<PathBuf> = std::iter::once(program)
+            .chain(args.iter().map(Path::new).filter(|a| a.is_absolute()))
+            .filter_map(tmp_top_folder)
+            .collect();
+        shown.dedup();
+        for top in shown {
             cmd.arg("--show").arg(top);
         }
         cmd.arg("--").arg(program).args(args);
@@ -158,14 +257,14 @@ impl Confinement {
 }
 
 /// The folder directly under `/tmp` that holds `program` (resolved), if it is there.
-fn tmp_top_folder(program: &Path) -> Option<PathBuf> {
+pub(crate) fn tmp_top_folder(program: &Path) -> Option<PathBuf> {
     let real = std::fs::canonicalize(program).ok()?;
     let rest = real.strip_prefix("/tmp").ok()?;
     let first = rest.components().next()?;
     Some(Path::new("/tmp").join(first))
 }
 
-const USAGE: &str = "usage: picogent sandbox-exec [--ns] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] -- PROGRAM [ARGS]...";
+const USAGE: &str = "usage: picogent sandbox-exec [--ns] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] [--no-writes] [--tmp-size MIB] [--max-procs N] -- PROGRAM [ARGS]...";
 
 fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
     let mut h = HelperArgs {
@@ -176,6 +275,8 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
         hidden: Vec::new(),
         shown: Vec::new(),
         deny_network: false,
+        tmp_size_mb: TMP_SIZE_MB,
+        max_processes: MAX_PROCESSES,
         program: Vec::new(),
     };
     let mut args = args.peekable();
@@ -196,6 +297,22 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
             Some("--hide") => h.hidden.push(value("--hide")?),
             Some("--show") => h.shown.push(value("--show")?),
             Some("--deny-net") => h.deny_network = true,
+            // Nothing writable but the private /tmp (a read-only git).
+            Some("--no-writes") => {
+                h.writable.get_or_insert_with(Vec::new);
+            }
+            Some(flag @ ("--tmp-size" | "--max-procs")) => {
+                let n = args
+                    .next()
+                    .and_then(|v| v.to_str().and_then(|v| v.parse::<u64>().ok()))
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{flag} needs a positive number"))?;
+                if flag == "--tmp-size" {
+                    h.tmp_size_mb = n;
+                } else {
+                    h.max_processes = n;
+                }
+            }
             Some("--") => {
                 h.program = args.collect();
                 if h.program.is_empty() {
@@ -213,7 +330,10 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
 fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
     let err = |e: landlock::RulesetError| e.to_string();
     let abi = kernel_abi();
-    let restrict_fs = h.writable.is_some() && !h.writable_all();
+    // Without namespaces to cover picogent's files, Landlock itself must keep them out
+    // of reach, whatever the allowed paths are.
+    let carve = !in_namespace && (!h.hidden.is_empty() || !h.read_only.is_empty());
+    let restrict_fs = carve || (h.writable.is_some() && !h.writable_all());
     let scopes = abi >= SCOPE_ABI;
     if !restrict_fs && !h.deny_network && !scopes {
         return Ok(());
@@ -236,27 +356,12 @@ fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
     }
     let mut created = ruleset.create().map_err(err)?;
     if restrict_fs {
-        let mut dirs: Vec<PathBuf> = h.writable.iter().flatten().cloned().collect();
-        match (&h.tmp, in_namespace) {
-            (_, true) => dirs.push(PathBuf::from("/tmp")),
-            (Some(t), false) => dirs.push(t.clone()),
-            (None, false) => {}
+        let rules = file_rules(h, in_namespace, carve);
+        for (paths, access) in rules {
+            created = created
+                .add_rules(path_beneath_rules(&paths, access))
+                .map_err(err)?;
         }
-        // Only paths that are still what picogent resolved: a command may since have
-        // put a link where a missing allowed path was.
-        dirs.retain(|d| std::fs::canonicalize(d).ok().as_deref() == Some(d.as_path()));
-        let devices: Vec<&str> = DEVICES
-            .iter()
-            .copied()
-            .filter(|d| Path::new(d).exists())
-            .collect();
-        created = created
-            .add_rules(path_beneath_rules(["/"], AccessFs::from_read(FS_ABI)))
-            .map_err(err)?
-            .add_rules(path_beneath_rules(&dirs, AccessFs::from_all(FS_ABI)))
-            .map_err(err)?
-            .add_rules(path_beneath_rules(devices, AccessFs::from_all(FS_ABI)))
-            .map_err(err)?;
     }
     let status = created.restrict_self().map_err(err)?;
     if !status.no_new_privs {
@@ -270,6 +375,56 @@ fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The file rules: what may be read, and what written, each a list of paths with the
+/// rights granted beneath them.
+fn file_rules(
+    h: &HelperArgs,
+    in_namespace: bool,
+    carve: bool,
+) -> Vec<(Vec<PathBuf>, landlock::BitFlags<AccessFs>)> {
+    let read = AccessFs::from_read(FS_ABI);
+    let all = AccessFs::from_all(FS_ABI);
+    let whole = vec![PathBuf::from("/")];
+    let writable: &[PathBuf] = match &h.writable {
+        Some(w) if !h.writable_all() => w,
+        _ => &whole,
+    };
+    let mut dirs: Vec<PathBuf> = writable.to_vec();
+    match (&h.tmp, in_namespace) {
+        (_, true) => dirs.push(PathBuf::from("/tmp")),
+        (Some(t), false) => dirs.push(t.clone()),
+        (None, false) => {}
+    }
+    // Only paths that are still what picogent resolved: a command may since have put a
+    // link where a missing allowed path was.
+    dirs.retain(|d| std::fs::canonicalize(d).ok().as_deref() == Some(d.as_path()));
+    let devices: Vec<PathBuf> = DEVICES
+        .iter()
+        .map(PathBuf::from)
+        .filter(|d| d.exists())
+        .collect();
+    if !carve {
+        return vec![(whole, read), (dirs, all), (devices, all)];
+    }
+    // Read: all of `/` but the hidden files; write: the writable folders but what is
+    // hidden or read-only. The folders on the way to a hole can only be listed.
+    let hidden = &h.hidden;
+    let kept: Vec<PathBuf> = hidden.iter().chain(&h.read_only).cloned().collect();
+    let readable = super::carve::carve(Path::new("/"), hidden);
+    let mut rules = vec![
+        (readable.covered, read),
+        (readable.ancestors, AccessFs::ReadDir.into()),
+        (devices, all),
+    ];
+    for d in dirs {
+        let tmp = h.tmp.as_ref() == Some(&d);
+        // The private temporary folder may lie in picogent's state: it is the command's.
+        let holes: Vec<PathBuf> = if tmp { Vec::new() } else { kept.clone() };
+        rules.push((super::carve::carve(&d, &holes).covered, all));
+    }
+    rules
 }
 
 /// The command keeps no capability: neither those a namespace gave the helper (it
@@ -352,6 +507,18 @@ pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
     if in_namespace {
         for var in ["TMPDIR", "TMP", "TEMP"] {
             std::env::set_var(var, "/tmp");
+        }
+        // Counted per user namespace: the command's own processes, not the host's.
+        let limit = libc::rlimit {
+            rlim_cur: h.max_processes,
+            rlim_max: h.max_processes,
+        };
+        // SAFETY: setrlimit on this process with a valid struct.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &limit) } != 0 {
+            eprintln!(
+                "picogent sandbox: cannot limit the number of processes; the command was not run"
+            );
+            return 126;
         }
     }
     // SAFETY: plain prctl on this process.

@@ -42,18 +42,10 @@ const PINNED: &[&str] = &[
     "status.submoduleSummary=false",
 ];
 
-/// The only variables a git picogent runs inherits (no key or token reaches it).
+/// The only variables a git picogent runs inherits (no key or token reaches it, and
+/// no `HOME`: see `harden`).
 const KEPT_VARS: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TMPDIR",
-    "SSH_AUTH_SOCK",
+    "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 ];
 
 /// The `info/attributes` of picogent's own repositories: no filter, diff or merge
@@ -66,13 +58,18 @@ const OWN_CONFIG: &str =
     "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
 
 /// A git command for `git_dir` with `work_tree`, hardened as described above, and run
-/// through the sandbox helper when `confine` is given and the kernel can enforce it.
+/// through the sandbox helper when `confine` is given and the kernel can enforce it:
+/// in the agent's namespaces when it has them, writing only `work_tree` and `git_dir`.
 pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Command {
+    let writable: Vec<PathBuf> = confine.and_then(|c| c.writable.clone()).unwrap_or_default();
     let mut cmd = match confine.filter(|_| kernel_abi() >= 3) {
         Some(c) => {
-            let mut cmd = Command::new(&c.helper);
-            cmd.arg("sandbox-exec")
-                .arg("--rw")
+            let mut cmd = Command::new(c.helper.program());
+            cmd.arg("sandbox-exec");
+            if c.namespaces {
+                cmd.arg("--ns");
+            }
+            cmd.arg("--rw")
                 .arg(work_tree)
                 .arg("--rw")
                 .arg(git_dir)
@@ -89,7 +86,7 @@ pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confine
     cmd.arg(format!("--git-dir={}", git_dir.display()))
         .arg(format!("--work-tree={}", work_tree.display()))
         .current_dir(work_tree);
-    harden(&mut cmd);
+    harden(&mut cmd, &writable);
     cmd.env("GIT_AUTHOR_NAME", "picogent")
         .env("GIT_AUTHOR_EMAIL", "picogent@localhost")
         .env("GIT_COMMITTER_NAME", "picogent")
@@ -97,16 +94,56 @@ pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confine
     cmd
 }
 
+/// A git command that only reads (shared mode's `status`) in `cwd`: run through the
+/// helper when there is a confinement, with nothing writable (but a private `/tmp`),
+/// no network and picogent's own files hidden, in the agent's namespaces when it has
+/// them, so a filter or driver missed by the overrides can do no more than the agent.
+pub(crate) fn read_only_command(cwd: &Path, confine: Option<&Confinement>) -> Command {
+    let writable: Vec<PathBuf> = confine.and_then(|c| c.writable.clone()).unwrap_or_default();
+    let mut cmd = match confine.filter(|_| kernel_abi() >= 3) {
+        Some(c) => {
+            let mut cmd = Command::new(c.helper.program());
+            cmd.arg("sandbox-exec");
+            if c.namespaces {
+                cmd.arg("--ns");
+            }
+            cmd.arg("--no-writes");
+            // A repository under /tmp stays visible (read-only) in the private /tmp.
+            if let Some(top) = super::confine::tmp_top_folder(cwd) {
+                cmd.arg("--show").arg(top);
+            }
+            for d in &c.hidden {
+                cmd.arg("--hide").arg(d);
+            }
+            if kernel_abi() >= 4 {
+                cmd.arg("--deny-net");
+            }
+            cmd.args(["--", "git"]);
+            cmd
+        }
+        None => Command::new("git"),
+    };
+    cmd.current_dir(cwd);
+    harden(&mut cmd, &writable);
+    cmd
+}
+
 /// Makes a git command safe to run on a repository the agent may have written: the
-/// settings that run programs pinned, no system or global configuration, no variable
-/// of picogent's environment pointing git elsewhere, names taken literally.
-pub fn harden(cmd: &mut Command) {
+/// settings that run programs pinned, no system or global configuration (`HOME` and
+/// `XDG_CONFIG_HOME` are `/dev/null`, which no one can put a file under), `git` and
+/// what it starts found only on a `PATH` without folders `writable` by the agent's
+/// commands, no variable of picogent's environment pointing git elsewhere, names taken
+/// literally.
+pub fn harden(cmd: &mut Command, writable: &[PathBuf]) {
     cmd.env_clear();
     for var in KEPT_VARS {
         if let Some(v) = std::env::var_os(var) {
             cmd.env(var, v);
         }
     }
+    cmd.env("PATH", super::programs::trusted_path(writable))
+        .env("HOME", "/dev/null")
+        .env("XDG_CONFIG_HOME", "/dev/null");
     for setting in PINNED {
         cmd.args(["-c", setting]);
     }
@@ -116,25 +153,23 @@ pub fn harden(cmd: &mut Command) {
         .env("GIT_TERMINAL_PROMPT", "0")
         // File names are names: `:(exclude)x` or `*` in a folder are not patterns.
         .env("GIT_LITERAL_PATHSPECS", "1");
-    for var in [
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_COMMON_DIR",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_CONFIG",
-        "GIT_CONFIG_PARAMETERS",
-        "GIT_CONFIG_COUNT",
-        "GIT_EXTERNAL_DIFF",
-        "GIT_EXEC_PATH",
-        "GIT_SSH",
-        "GIT_SSH_COMMAND",
-        "GIT_ASKPASS",
-        "GIT_PROXY_COMMAND",
-    ] {
-        cmd.env_remove(var);
+}
+
+/// Adds settings through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`,
+/// which outrank every configuration file like `-c` does, but take a key whole: `-c`
+/// splits at the first `=`, so a driver the agent named `a=b` could not be emptied
+/// that way.
+pub(crate) fn set_config(cmd: &mut Command, settings: &[(String, String)]) {
+    let count = cmd
+        .get_envs()
+        .find(|(k, _)| *k == "GIT_CONFIG_COUNT")
+        .and_then(|(_, v)| v?.to_str()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    for (i, (k, v)) in settings.iter().enumerate() {
+        cmd.env(format!("GIT_CONFIG_KEY_{}", count + i), k)
+            .env(format!("GIT_CONFIG_VALUE_{}", count + i), v);
     }
+    cmd.env("GIT_CONFIG_COUNT", (count + settings.len()).to_string());
 }
 
 /// Puts picogent's own repository back as picogent made it: its `config`,

@@ -9,12 +9,14 @@
 //! these checks. `git` runs picogent's own git commands so that nothing the agent
 //! planted in a repository runs; `check` is `picogent sandbox-check`.
 
+mod carve;
 pub mod check;
 pub mod confine;
 pub(crate) mod git;
 mod mounts;
 mod namespaces;
 mod open;
+pub(crate) mod programs;
 mod seccomp;
 
 use std::fs::File;
@@ -24,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::ToolError;
-use confine::Confinement;
+use confine::{Confinement, Helper};
 
 #[derive(Debug, Default, Clone)]
 pub struct Sandbox {
@@ -83,6 +85,12 @@ fn real_path_depth(p: &Path, depth: u32) -> io::Result<PathBuf> {
     Ok(real_path_depth(parent, depth)?.join(name))
 }
 
+/// Where `p` really leads (`..` and symlinks resolved, missing parts appended), or `p`
+/// itself when that cannot be told.
+pub(crate) fn resolved(p: &Path) -> PathBuf {
+    real_path(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 fn canonical_list(paths: &[PathBuf], what: &str) -> Vec<PathBuf> {
     paths
         .iter()
@@ -131,15 +139,32 @@ impl Sandbox {
     }
 
     /// Confines commands: writes only under the allowed paths (when there are any),
-    /// picogent's own files protected, with `deny_network` no network.
+    /// picogent's own files protected, with `deny_network` no network. `helper` is
+    /// opened here and started through its descriptor from then on.
     pub fn with_confinement_level(
         mut self,
         helper: PathBuf,
         deny_network: bool,
         level: Level,
     ) -> Self {
+        let helper = match Helper::open(&helper) {
+            Ok(h) => h,
+            Err(e) => {
+                self.refusal = Some(format!(
+                    "cannot open the sandbox helper {}: {e}",
+                    helper.display()
+                ));
+                return self;
+            }
+        };
         let writable = (!self.allowed.is_empty()).then(|| self.allowed.clone());
-        let namespaces = level == Level::Full && namespaces_work(&helper).is_ok();
+        // The level is chosen once, here, from what the kernel can do; a command whose
+        // namespaces cannot be built later is refused, never run at a lower level.
+        let probe = match level {
+            Level::Full => probe_namespaces(&helper),
+            Level::Landlock => Err("sandbox: \"landlock\"".into()),
+        };
+        let namespaces = probe.is_ok();
         // picogent's configuration, `.env` and state (journal, outbox, checkpoint
         // repositories holding every file the agent saw, other runs' outputs) are hidden;
         // the sessions folder stays readable but not writable.
@@ -155,7 +180,7 @@ impl Sandbox {
             if !exposed.is_empty() {
                 self.refusal = Some(format!(
                     "this kernel does not allow user namespaces ({}), and under Landlock alone picogent's own files inside the allowed paths ({}) would be writable to commands. Move the agent's state, sessions and configuration outside allowed_paths, or set sandbox: \"landlock\" to accept this",
-                    namespaces_work(&helper).err().unwrap_or_default(),
+                    probe.as_ref().err().cloned().unwrap_or_default(),
                     exposed.join(", ")
                 ));
             }
@@ -165,6 +190,7 @@ impl Sandbox {
             writable,
             deny_network,
             namespaces,
+            why_not_namespaces: probe.err(),
             read_only,
             hidden,
         });
@@ -221,6 +247,13 @@ impl Sandbox {
     /// Why commands are refused here, when they are.
     pub(crate) fn refusal(&self) -> Option<&str> {
         self.refusal.as_deref()
+    }
+
+    /// The level commands run at (`off` without kernel confinement).
+    pub fn level(&self) -> confine::LevelInForce {
+        self.confinement
+            .as_ref()
+            .map_or(confine::LevelInForce::Off, Confinement::level)
     }
 
     pub fn confinement(&self) -> Option<&Confinement> {
@@ -450,6 +483,14 @@ impl Sandbox {
         };
         let (file, meta) =
             open::regular_file(fd, raw).map_err(|e| ToolError::Failed(e.to_string()))?;
+        // picogent may run as root, which keeps the bits on a write: filling a set-ID
+        // file someone made would hand its content the file owner's rights.
+        if meta.mode() & 0o6000 != 0 {
+            return Err(ToolError::Denied(format!(
+                "{raw} has the set-user-ID or set-group-ID bit (mode {:o}); picogent never writes into such a file. Remove it first (rm), then write it",
+                meta.mode() & 0o7777
+            )));
+        }
         if meta.nlink() > 1 {
             return Err(ToolError::Denied(format!(
                 "{raw} has {} hard links, and picogent cannot tell where the others lie (they may be outside the allowed paths), so it does not write through it. Remove the other links, or replace the file (delete it, then write it)",
@@ -565,25 +606,46 @@ fn opened_error(raw: &str, real: &Path, e: io::Error) -> ToolError {
     }
 }
 
-/// Whether the helper can build the namespace sandbox on this machine (probed once by
-/// running it; `Err` says why not).
+/// Whether the helper can build the namespace sandbox on this machine (`Err` says
+/// why not).
 pub fn namespaces_work(helper: &Path) -> Result<(), String> {
+    match Helper::open(helper) {
+        Ok(h) => probe_namespaces(&h),
+        Err(e) => Err(format!(
+            "cannot open the sandbox helper {}: {e}",
+            helper.display()
+        )),
+    }
+}
+
+/// Probed once per process by running the helper for real. Nothing of the place
+/// picogent starts in steers the answer: not its working folder (one under `/tmp`
+/// vanishes behind the private `/tmp`), not its environment, not what anyone mounted
+/// under `TMPDIR`: the only folder it is given is an empty one it makes itself.
+pub(crate) fn probe_namespaces(helper: &Helper) -> Result<(), String> {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
-            let tmp = std::env::temp_dir();
-            let out = std::process::Command::new(helper)
+            let dir = std::env::temp_dir().join(format!(
+                "picogent-probe-{}-{}",
+                std::process::id(),
+                crate::util::random_hex(6)
+            ));
+            std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+            let out = std::process::Command::new(helper.program())
                 .arg("sandbox-exec")
                 .arg("--ns")
                 .arg("--rw")
-                .arg(&tmp)
-                .arg("--tmp")
-                .arg(&tmp)
+                .arg(&dir)
                 .arg("--deny-net")
                 .args(["--", "/bin/sh", "-c", "exit 0"])
+                .current_dir("/")
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
                 .stdin(std::process::Stdio::null())
-                .output()
-                .map_err(|e| format!("cannot run {}: {e}", helper.display()))?;
+                .output();
+            let _ = std::fs::remove_dir(&dir);
+            let out = out.map_err(|e| format!("cannot run {}: {e}", helper.shown().display()))?;
             if out.status.success() {
                 Ok(())
             } else {

@@ -6,7 +6,7 @@
 //! - the whole file system read-only (and `nosuid`), except the allowed paths;
 //! - picogent's protected folders (state, sessions, checkpoints) read-only and its
 //!   configuration file and `.env` replaced by empty files, even inside an allowed path;
-//! - a private `/tmp` (the per-command folder picogent made) and a minimal `/dev`;
+//! - a private `/tmp` (a fresh tmpfs of limited size) and a minimal `/dev`;
 //! - a fresh `/proc` of its own PID namespace, in which picogent does not exist;
 //! - under `deny`, a network namespace with only its own loopback.
 //!
@@ -39,6 +39,10 @@ pub(crate) struct HelperArgs {
     /// one holding the program being run).
     pub(crate) shown: Vec<PathBuf>,
     pub(crate) deny_network: bool,
+    /// The private `/tmp`'s size (MiB).
+    pub(crate) tmp_size_mb: u64,
+    /// At most this many processes of the command's user in its namespace.
+    pub(crate) max_processes: u64,
     pub(crate) program: Vec<std::ffi::OsString>,
 }
 
@@ -202,8 +206,6 @@ struct Sources {
     writable: Vec<(PathBuf, bool, OwnedFd)>,
     /// Read-only copies of the folders under `/tmp` that stay visible.
     shown: Vec<(PathBuf, bool, OwnedFd)>,
-    /// The per-command temporary folder.
-    tmp: Option<OwnedFd>,
     /// Device nodes for the minimal `/dev`.
     dev: Vec<(&'static str, OwnedFd)>,
     /// An empty read-only file to cover hidden files and sockets with (writes fail,
@@ -227,16 +229,15 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
     }
     let mut shown = Vec::new();
     if restricted {
-        for d in &h.shown {
+        // Read-only paths under /tmp (a checkout there, picogent's sessions) stay as
+        // visible as anywhere else: copied read-only into the private /tmp.
+        let read_only = h.read_only.iter().filter(|p| p.starts_with("/tmp"));
+        for d in h.shown.iter().chain(read_only) {
             if std::fs::canonicalize(d).ok().as_deref() == Some(d.as_path()) && d.is_dir() {
                 shown.push((d.clone(), true, read_only_copy(d)?));
             }
         }
     }
-    let tmp = match (&h.tmp, restricted) {
-        (Some(t), true) => Some(open_tree(t, false)?),
-        _ => None,
-    };
     // The minimal /dev's nodes: read-only binds (device I/O still works, but nothing
     // can change the host's nodes).
     let mut dev = Vec::new();
@@ -255,7 +256,6 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
     Ok(Sources {
         writable,
         shown,
-        tmp,
         dev,
         blank,
     })
@@ -273,7 +273,6 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
     let Sources {
         mut writable,
         shown,
-        tmp,
         dev,
         blank,
     } = sources(h, restricted)?;
@@ -293,8 +292,17 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         )?;
     }
     minimal_dev(dev)?;
-    if let Some(fd) = tmp {
-        move_mount(fd, Path::new("/tmp"))?;
+    if restricted {
+        // A fresh, size-limited tmpfs: nothing of the host's /tmp (nor anything anyone
+        // mounted there) is copied, it cannot fill picogent's disk, and it vanishes
+        // with the command's mount namespace.
+        mount(
+            Some("tmpfs"),
+            Path::new("/tmp"),
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&format!("mode=1777,size={}m", h.tmp_size_mb)),
+        )?;
     }
     // Shown folders first: allowed paths inside them go on top, writable.
     let mut writable: Vec<_> = shown.into_iter().chain(writable.drain(..)).collect();

@@ -3,8 +3,8 @@
 //! - io_uring is refused always: its operations (including `IORING_OP_SOCKET`) would
 //!   bypass the rules below. `openat2` is refused (its mode is out of reach; programs
 //!   fall back to `openat`).
-//! - No file gets the set-user-ID or set-group-ID bit (chmod, open and creat with
-//!   such a mode): a command must not leave a program that runs as its user (root,
+//! - No file gets the set-user-ID or set-group-ID bit (chmod, open, creat and mknod
+//!   with such a mode): a command must not leave a program that runs as its user (root,
 //!   say) for someone else.
 //! - Under `network: "deny"`, `socket()` is refused for every family but IPv4 and IPv6
 //!   inside a network namespace (which then reach only the namespace's own loopback),
@@ -37,12 +37,15 @@ fn mode_setters() -> Vec<(i64, u32)> {
         (libc::SYS_fchmodat, 2),
         (SYS_FCHMODAT2, 2),
         (libc::SYS_openat, 3),
+        // mknod makes regular files too, with whatever mode it is given.
+        (libc::SYS_mknodat, 2),
     ];
     #[cfg(target_arch = "x86_64")]
     v.extend([
         (libc::SYS_chmod, 1),
         (libc::SYS_open, 2),
         (libc::SYS_creat, 1),
+        (libc::SYS_mknod, 1),
     ]);
     v
 }

@@ -129,53 +129,125 @@ impl Worktrees {
         Ok((commit, stat, diff))
     }
 
-    /// Pushes the task's branch with the machine's own git credentials (global
-    /// configuration allowed; programs named by the repository's configuration are not).
+    /// Pushes the task's branch with the operator's own git credentials (their global
+    /// configuration, when no command of the agent's could have written it; programs
+    /// named by the repository's configuration never run).
     fn push_branch(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
         self.check_remote(tree, remote)?;
-        let mut cmd = self.tree_git(tree);
+        let mut cmd = self.push_git(tree, remote);
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
-        cmd.env_remove("GIT_CONFIG_GLOBAL");
-        for setting in [
-            "protocol.allow=never".to_string(),
-            "protocol.file.allow=always".into(),
-            "protocol.http.allow=always".into(),
-            "protocol.https.allow=always".into(),
-            "protocol.ssh.allow=always".into(),
-            "protocol.git.allow=always".into(),
-            // Never a prompt, never a hang on a dead host.
-            "core.sshCommand=ssh -o BatchMode=yes -o ConnectTimeout=30".into(),
-            "http.lowSpeedLimit=1000".into(),
-            "http.lowSpeedTime=60".into(),
-            format!("remote.{remote}.receivepack=git-receive-pack"),
-            "credential.helper=".into(),
-        ] {
-            cmd.args(["-c", &setting]);
-        }
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
         run(cmd).map(|_| ()).map_err(|e| e.to_string())
     }
+
+    /// The git that pushes, and that says where a push goes: both see the same
+    /// configuration, so the URL checked is the URL used.
+    fn push_git(&self, tree: &TaskTree, remote: &str) -> std::process::Command {
+        let mut cmd = self.tree_git(tree);
+        let mut ssh = "ssh -o BatchMode=yes -o ConnectTimeout=30".to_string();
+        match operator_home(&self.allowed) {
+            Some(home) => {
+                cmd.env("HOME", home).env_remove("XDG_CONFIG_HOME");
+                cmd.env_remove("GIT_CONFIG_GLOBAL");
+                if let Some(sock) = std::env::var_os("SSH_AUTH_SOCK") {
+                    cmd.env("SSH_AUTH_SOCK", sock);
+                }
+            }
+            None => {
+                // The agent could have written the home's git and ssh configuration
+                // (a `pushInsteadOf`, a `ProxyCommand`): none of it is read.
+                tracing::warn!("push: HOME lies inside the agent's allowed paths (or nothing is restricted), so picogent pushes without the global git and ssh configuration found there");
+                ssh.push_str(" -F /dev/null");
+            }
+        }
+        let settings: Vec<(String, String)> = [
+            ("protocol.allow", "never"),
+            ("protocol.file.allow", "always"),
+            ("protocol.https.allow", "always"),
+            ("protocol.http.allow", "always"),
+            ("protocol.ssh.allow", "always"),
+            ("protocol.git.allow", "always"),
+            ("core.sshCommand", ssh.as_str()),
+            // Never a prompt, never a hang on a dead host.
+            ("http.lowSpeedLimit", "1000"),
+            ("http.lowSpeedTime", "60"),
+            ("credential.helper", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain([(
+            format!("remote.{remote}.receivepack"),
+            "git-receive-pack".to_string(),
+        )])
+        .collect();
+        // `credential.helper=` empties the whole list (a helper is a program, and the
+        // repository's list could name one): pushes authenticate by ssh key or agent,
+        // or a token in the remote's URL.
+        crate::tools::sandbox::git::set_config(&mut cmd, &settings);
+        cmd
+    }
+}
+
+/// The operator's home, when its git and ssh configuration are theirs: nothing is
+/// trusted when the agent's commands may write anywhere, or when the home or any of
+/// those files lies inside an allowed path.
+fn operator_home(allowed: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
+    if allowed.is_empty() {
+        return None;
+    }
+    let home = std::fs::canonicalize(std::env::var_os("HOME")?).ok()?;
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| home.join(".config"));
+    let inside = |p: &std::path::Path| {
+        let real = crate::tools::sandbox::resolved(p);
+        allowed
+            .iter()
+            .any(|a| real.starts_with(a) || a.starts_with(&real))
+    };
+    let files = [
+        home.clone(),
+        home.join(".gitconfig"),
+        xdg.join("git"),
+        xdg.join("git/config"),
+        home.join(".ssh"),
+        home.join(".ssh/config"),
+        home.join(".git-credentials"),
+    ];
+    (!files.iter().any(|f| inside(f))).then_some(home)
 }
 
 impl Worktrees {
-    /// A remote on this machine inside the agent's allowed paths is refused: pushing
-    /// to it would run hooks the agent could have planted there.
+    /// Where a push would really go, after every rewrite git applies: refused when it
+    /// is a path on this machine the agent could have written (inside the allowed
+    /// paths or the worktrees), a relative path (git would take it from the worktree,
+    /// which is the agent's), or a transport other than https, http, ssh, git or file.
     fn check_remote(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
-        let mut cmd = self.tree_git(tree);
+        let mut cmd = self.push_git(tree, remote);
         cmd.args(["remote", "get-url", "--push", remote]);
         let url = run(cmd).map_err(|e| e.to_string())?;
-        let local = match url.strip_prefix("file://") {
-            Some(p) => Some(p.to_string()),
-            None if !url.contains("://") && !url.split('/').next().unwrap_or("").contains(':') => {
-                Some(url.clone())
+        let refuse = |why: String| Err(format!("remote {remote} ({url}): {why}"));
+        let local = match url.split_once("://") {
+            Some(("file", p)) => Some(p.to_string()),
+            Some(("https" | "http" | "ssh" | "git" | "git+ssh" | "ssh+git", _)) => None,
+            Some((scheme, _)) => {
+                return refuse(format!("picogent pushes only over https, http, ssh, git or to a folder, not {scheme}://"));
             }
-            None => None,
+            None if url.contains("::") => {
+                return refuse("picogent does not push through a remote helper".into());
+            }
+            // `host:path`, git's scp-like ssh form (no slash before the colon).
+            None if url.split('/').next().unwrap_or("").contains(':') => None,
+            None => Some(url.clone()),
         };
         let Some(path) = local else { return Ok(()) };
-        let path = std::fs::canonicalize(self.top.join(&path)).unwrap_or_else(|_| path.into());
-        if self.allowed.iter().any(|a| path.starts_with(a)) {
-            return Err(format!(
-                "remote {remote} is a repository inside the agent's allowed paths ({}); picogent does not push there, since the agent could have planted hooks in it",
+        if !std::path::Path::new(&path).is_absolute() {
+            return refuse("a relative path would be taken from the task's worktree, which the agent writes; configure the remote with an absolute path".into());
+        }
+        let path = crate::tools::sandbox::resolved(std::path::Path::new(&path));
+        if self.allowed.iter().any(|a| path.starts_with(a)) || path.starts_with(&self.root) {
+            return refuse(format!(
+                "it is a repository inside the agent's allowed paths ({}); picogent does not push there, since the agent could have planted hooks in it",
                 path.display()
             ));
         }

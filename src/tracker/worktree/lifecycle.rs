@@ -107,7 +107,7 @@ impl Worktrees {
             notes.push(format!("The checkout is in the middle of {what}; the worktree started from its last commit."));
         }
         if self.base.is_none() {
-            let mut status = super::git(&self.top);
+            let mut status = super::git(&self.top, &self.allowed);
             self.neutral(&mut status);
             // Reading only: the user's index is not refreshed.
             status

@@ -106,16 +106,23 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// A hardened git command run in `cwd`, with nothing configured but the repository's.
-fn git(cwd: &Path) -> Command {
+/// A hardened git command run in `cwd`, with nothing configured but the repository's;
+/// `writable` are the folders the agent's commands can write (no `git` is taken from
+/// there).
+fn git(cwd: &Path, writable: &[PathBuf]) -> Command {
     let mut cmd = Command::new("git");
-    harden(&mut cmd);
+    harden(&mut cmd, writable);
     cmd.current_dir(cwd);
     cmd
 }
 
 /// Runs a git command; its trimmed standard output, or an error with its message.
-fn run(mut cmd: Command) -> Result<String, WorktreeError> {
+fn run(cmd: Command) -> Result<String, WorktreeError> {
+    run_raw(cmd).map(|out| out.trim_end().to_string())
+}
+
+/// Runs a git command; its whole standard output, or an error with its message.
+fn run_raw(mut cmd: Command) -> Result<String, WorktreeError> {
     let args: Vec<String> = cmd
         .get_args()
         .filter_map(|a| a.to_str())
@@ -129,7 +136,7 @@ fn run(mut cmd: Command) -> Result<String, WorktreeError> {
         message: format!("cannot run git: {e}"),
     })?;
     if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string());
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
     let err = String::from_utf8_lossy(&out.stderr);
     Err(WorktreeError::Git {
@@ -229,7 +236,12 @@ impl Worktrees {
     fn find(cfg: &Config) -> Result<Worktrees, String> {
         let cwd = std::fs::canonicalize(&cfg.work_dir)
             .map_err(|e| format!("{}: {e}", cfg.work_dir.display()))?;
-        let mut cmd = git(&cwd);
+        let allowed: Vec<PathBuf> = cfg
+            .allowed_paths
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect();
+        let mut cmd = git(&cwd, &allowed);
         cmd.args(["rev-parse", "--show-toplevel", "--git-common-dir"]);
         let out = run(cmd).map_err(|_| "it is not inside a git checkout".to_string())?;
         let mut lines = out.lines();
@@ -239,7 +251,7 @@ impl Worktrees {
         let top = std::fs::canonicalize(top).map_err(|e| format!("{top}: {e}"))?;
         let common =
             std::fs::canonicalize(cwd.join(common)).map_err(|e| format!("{common}: {e}"))?;
-        let mut cmd = git(&top);
+        let mut cmd = git(&top, &allowed);
         cmd.args(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]);
         run(cmd).map_err(|_| "the repository has no commit yet".to_string())?;
         let rel = cwd
@@ -273,11 +285,7 @@ impl Worktrees {
             root,
             records,
             base: cfg.base_branch.clone(),
-            allowed: cfg
-                .allowed_paths
-                .iter()
-                .filter_map(|p| std::fs::canonicalize(p).ok())
-                .collect(),
+            allowed,
             author: (
                 cfg.name.clone(),
                 cfg.git_email
@@ -304,7 +312,7 @@ impl Worktrees {
     /// A git command on the repository itself (no work tree), with no filter or
     /// driver of its configuration.
     fn repo_git(&self) -> Command {
-        let mut cmd = git(&self.top);
+        let mut cmd = git(&self.top, &self.allowed);
         self.neutral(&mut cmd);
         cmd.arg(format!("--git-dir={}", self.common.display()));
         cmd
@@ -313,7 +321,7 @@ impl Worktrees {
     /// A git command in a task's worktree, with no filter, diff driver or attribute the
     /// agent could have planted.
     fn tree_git(&self, tree: &TaskTree) -> Command {
-        let mut cmd = git(&tree.path);
+        let mut cmd = git(&tree.path, &self.allowed);
         self.neutral(&mut cmd);
         cmd.arg(format!("--git-dir={}", tree.admin.display()))
             .arg(format!("--work-tree={}", tree.path.display()));
@@ -322,46 +330,48 @@ impl Worktrees {
 
     /// Empties every filter and diff driver and reads attributes from no tree.
     fn neutral(&self, cmd: &mut Command) {
-        neutral(cmd, &self.top, Some(&self.common));
+        neutral(cmd, &self.top, Some(&self.common), &self.allowed);
     }
 }
 
 /// Empties every filter and diff driver the repository at `top` (git folder `git_dir`,
 /// else found from `top`) defines, and reads attributes from no tree.
-fn neutral(cmd: &mut Command, top: &Path, git_dir: Option<&Path>) {
-    for driver in drivers(top, git_dir) {
+fn neutral(cmd: &mut Command, top: &Path, git_dir: Option<&Path>, writable: &[PathBuf]) {
+    let mut settings = Vec::new();
+    for driver in drivers(top, git_dir, writable) {
         // Empty: no program, and a `required` filter no longer required.
         for key in [
             "clean", "smudge", "process", "required", "textconv", "command", "driver",
         ] {
-            cmd.args(["-c", &format!("{driver}.{key}=")]);
+            settings.push((format!("{driver}.{key}"), String::new()));
         }
     }
+    crate::tools::sandbox::git::set_config(cmd, &settings);
     cmd.arg(format!("--attr-source={EMPTY_TREE}"));
 }
 
-/// Every `filter.X`, `diff.X` and `merge.X` a repository's configuration defines.
-fn drivers(top: &Path, git_dir: Option<&Path>) -> Vec<String> {
-    {
-        let mut cmd = git(top);
-        if let Some(d) = git_dir {
-            cmd.arg(format!("--git-dir={}", d.display()));
-        }
-        cmd.args([
-            "config",
-            "--name-only",
-            "--get-regexp",
-            r"^(filter|diff|merge)\..*\.",
-        ]);
-        let out = run(cmd).unwrap_or_default();
-        let mut names: Vec<String> = out
-            .lines()
-            .filter_map(|l| l.rsplit_once('.').map(|(d, _)| d.to_string()))
-            .collect();
-        names.sort();
-        names.dedup();
-        names
+/// Every `filter.X`, `diff.X` and `merge.X` a repository's configuration defines (the
+/// names read NUL-separated: a subsection may hold `=`, `.` or a line break).
+fn drivers(top: &Path, git_dir: Option<&Path>, writable: &[PathBuf]) -> Vec<String> {
+    let mut cmd = git(top, writable);
+    if let Some(d) = git_dir {
+        cmd.arg(format!("--git-dir={}", d.display()));
     }
+    cmd.args([
+        "config",
+        "-z",
+        "--name-only",
+        "--get-regexp",
+        r"^(filter|diff|merge)\..*\.",
+    ]);
+    let out = run_raw(cmd).unwrap_or_default();
+    let mut names: Vec<String> = out
+        .split('\0')
+        .filter_map(|l| l.rsplit_once('.').map(|(d, _)| d.to_string()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 impl Worktrees {

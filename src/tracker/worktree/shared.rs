@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{git, run};
+use crate::tools::sandbox::confine::Confinement;
+use crate::tools::sandbox::git as sandbox_git;
+use crate::tools::sandbox::Sandbox;
 
 /// At most this many files are named in a comment.
 const MAX_LISTED: usize = 50;
@@ -15,6 +18,10 @@ const MAX_LISTED: usize = 50;
 /// The repository a shared working folder is in.
 pub(crate) struct SharedFolder {
     top: PathBuf,
+    /// What the agent's commands can write (no git is taken from there).
+    writable: Vec<PathBuf>,
+    /// The agent's confinement: `git status` runs under it, read-only.
+    confine: Option<Confinement>,
 }
 
 /// Each modified or untracked path, with the hash of its content (none when deleted).
@@ -22,20 +29,24 @@ pub(crate) type Status = HashMap<String, Option<String>>;
 
 impl SharedFolder {
     /// The repository `work_dir` is in, if any.
-    pub(crate) fn find(work_dir: &Path) -> Option<SharedFolder> {
-        let mut cmd = git(work_dir);
+    pub(crate) fn find(work_dir: &Path, sandbox: &Sandbox) -> Option<SharedFolder> {
+        let writable = sandbox.allowed_paths().to_vec();
+        let mut cmd = git(work_dir, &writable);
         cmd.args(["rev-parse", "--show-toplevel"]);
         let top = run(cmd).ok()?;
         Some(SharedFolder {
             top: PathBuf::from(top),
+            writable,
+            confine: sandbox.confinement().cloned(),
         })
     }
 
     fn status(&self) -> Status {
-        let mut cmd = git(&self.top);
-        // The repository is the agent's to write: no filter or driver it names runs,
-        // nothing nested is entered, and the user's index is not refreshed.
-        super::neutral(&mut cmd, &self.top, None);
+        let mut cmd = sandbox_git::read_only_command(&self.top, self.confine.as_ref());
+        // The repository is the agent's to write: no filter or driver it names runs
+        // (and one missed runs confined, unable to write), nothing nested is entered,
+        // and the user's index is not refreshed.
+        super::neutral(&mut cmd, &self.top, None, &self.writable);
         cmd.env("GIT_OPTIONAL_LOCKS", "0").args([
             "status",
             "--porcelain=v1",
