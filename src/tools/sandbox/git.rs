@@ -69,6 +69,16 @@ pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confine
             if c.namespaces {
                 cmd.arg("--ns");
             }
+            // Under /tmp, what git reads besides (an object store it borrows through
+            // `alternates`) stays visible, read-only, in the private /tmp.
+            let mut shown: Vec<PathBuf> = [work_tree, git_dir]
+                .into_iter()
+                .filter_map(super::confine::tmp_top_folder)
+                .collect();
+            shown.dedup();
+            for top in shown {
+                cmd.arg("--show").arg(top);
+            }
             cmd.arg("--rw")
                 .arg(work_tree)
                 .arg("--rw")
