@@ -22,5 +22,6 @@ mod races;
 mod sandbox;
 mod sessions;
 mod skills;
+mod tool_bounds;
 mod tools;
 mod worktrees;
