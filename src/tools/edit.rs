@@ -3,15 +3,18 @@
 //! same thing whatever order it is applied in. Line endings (LF or CRLF) and a UTF-8
 //! BOM are kept; the answer is a short unified diff. The `details` carry the diff as pi
 //! writes it (numbered lines, four lines of context, `...` for skipped ones) with
-//! `firstChangedLine`, so pi renders picogent's edits as its own.
+//! `firstChangedLine`, so pi renders picogent's edits as its own. A file over
+//! `MAX_FILE_BYTES` is refused before it is read; the diff is bounded by `diff`.
 
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::truncate::head_bytes;
-use super::{parse_args, ToolContext, ToolError, ToolOutput};
+use super::{
+    diff, parse_args, Sandbox, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_FILE_BYTES,
+};
 
 #[derive(Deserialize)]
 struct Edit {
@@ -35,6 +38,7 @@ struct Args {
 const BOM: &str = "\u{feff}";
 
 pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    let budget = diff::Budget::new(ctx.step_timeout);
     let mut a: Args = parse_args("edit", args)?;
     if let (Some(old_text), Some(new_text)) = (a.old_text.take(), a.new_text.take()) {
         a.edits.push(Edit { old_text, new_text });
@@ -45,22 +49,84 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
             message: "give `edits: [{oldText, newText}]` (or `oldText` and `newText`)".into(),
         });
     }
+    let n = a.edits.len();
     let (sandbox, work_dir, shown) = (ctx.sandbox.clone(), ctx.work_dir.clone(), a.path.clone());
-    // Checked and opened in one step beneath the allowed root; the same descriptor is
-    // written back, so a path swapped in between is never followed.
-    let (mut file, path, raw) = tokio::task::spawn_blocking(move || {
-        let (mut file, path, _) = sandbox.open_write(&work_dir, &shown, false)?;
-        let mut raw = Vec::new();
-        file.read_to_end(&mut raw)
-            .map_err(|e| ToolError::io(&path, e))?;
-        Ok::<_, ToolError>((file, path, raw))
-    })
-    .await
-    .map_err(|e| ToolError::Failed(format!("edit failed: {e}")))??;
+    let edits = std::mem::take(&mut a.edits);
+    // Everything that touches the file or is linear in its size, off the runtime's threads.
+    let (path, before, after) =
+        tokio::task::spawn_blocking(move || change(&sandbox, &work_dir, &shown, &edits))
+            .await
+            .map_err(|e| ToolError::Failed(format!("edit failed: {e}")))??;
+    let shown = diff::show(
+        diff::Request {
+            old: before,
+            new: after,
+            label: a.path.clone(),
+            unified_cap: MAX_BYTES,
+            numbered: true,
+        },
+        budget,
+    )
+    .await;
+    let mut text = format!(
+        "Edited {} ({n} edit{})",
+        a.path,
+        if n == 1 { "" } else { "s" }
+    );
+    if let Some(unified) = &shown.unified {
+        text.push('\n');
+        text.push_str(unified);
+    }
+    for note in &shown.notes {
+        text.push_str(&format!("\n[{note}]"));
+    }
+    let mut details = json!({
+        "path": path,
+        "diff": shown.numbered,
+        "firstChangedLine": shown.first_changed,
+    });
+    if let Some(note) = shown.note() {
+        details["diffNote"] = json!(note);
+    }
+    Ok(ToolOutput::ok(text).with_details(details))
+}
+
+/// Reads, edits and writes back the file (blocking): its path and its LF-normalised text
+/// before and after. Opened in one step beneath the allowed root and written back
+/// through the same descriptor, so a path swapped in between is never followed.
+fn change(
+    sandbox: &Sandbox,
+    work_dir: &Path,
+    shown: &str,
+    edits: &[Edit],
+) -> Result<(PathBuf, String, String), ToolError> {
+    let (mut file, path, _) = sandbox.open_write(work_dir, shown, false)?;
+    let io = |e| ToolError::io(&path, e);
+    // The size of what was opened, before reading it: a 2.5 GB file read whole ended
+    // the daemon (allocation failure). `take` bounds a file still growing.
+    let too_large = |size| {
+        ToolError::TooLarge {
+        tool: "edit",
+        what: shown.to_string(),
+        size,
+        hint: "edit reads files whole; change a file this large with bash instead (e.g. `sed -i 's/old/new/' FILE`, or a script)",
+    }
+    };
+    let len = file.metadata().map_err(io)?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(too_large(len));
+    }
+    let mut raw = Vec::with_capacity(usize::try_from(len).unwrap_or_default());
+    (&mut file)
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut raw)
+        .map_err(io)?;
+    if raw.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large(raw.len() as u64));
+    }
     let original = String::from_utf8(raw).map_err(|_| {
         ToolError::Failed(format!(
-            "{} is not UTF-8 text; edit only changes text files",
-            a.path
+            "{shown} is not UTF-8 text; edit only changes text files"
         ))
     })?;
     let (bom, body) = match original.strip_prefix(BOM) {
@@ -73,126 +139,17 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
     } else {
         body.to_string()
     };
-    let updated = apply(&text, &a.edits, &a.path)?;
-    let lines = similar::TextDiff::from_lines(&text, &updated);
-    let (numbered, first_changed) = numbered_diff(&text, &updated, &lines);
-    let diff = lines
-        .unified_diff()
-        .context_radius(3)
-        .header(&a.path, &a.path)
-        .to_string();
-    let mut out = if crlf {
-        updated.replace('\n', "\r\n")
+    let updated = apply(&text, edits, shown)?;
+    file.set_len(0).map_err(io)?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    file.write_all(bom.as_bytes()).map_err(io)?;
+    if crlf {
+        file.write_all(updated.replace('\n', "\r\n").as_bytes())
     } else {
-        updated
-    };
-    out.insert_str(0, bom);
-    let p = path.clone();
-    tokio::task::spawn_blocking(move || {
-        file.set_len(0)?;
-        file.seek(SeekFrom::Start(0))?;
-        file.write_all(out.as_bytes())
-    })
-    .await
-    .map_err(|e| ToolError::Failed(format!("edit failed: {e}")))?
-    .map_err(|e| ToolError::io(&p, e))?;
-    let (shown, cut) = head_bytes(diff.clone());
-    let note = if cut { "\n[diff cut at 50 KB]" } else { "" };
-    let n = a.edits.len();
-    Ok(ToolOutput::ok(format!(
-        "Edited {} ({n} edit{})\n{shown}{note}",
-        a.path,
-        if n == 1 { "" } else { "s" }
-    ))
-    .with_details(json!({"path": path, "diff": numbered, "firstChangedLine": first_changed})))
-}
-
-/// Lines of context pi shows around a change.
-const CONTEXT: usize = 4;
-
-/// pi's rendering of an edit: `+<n> line` for added lines (numbered in the new file),
-/// `-<n> line` for removed ones (numbered in the old), ` <n> line` for up to four lines of
-/// context around each change and `   ...` where lines are skipped; numbers padded to
-/// the widest. Returns it with the first changed line, numbered in the new file.
-fn numbered_diff<'a>(
-    old: &str,
-    new: &str,
-    diff: &'a similar::TextDiff<'a, 'a, 'a, str>,
-) -> (String, Option<usize>) {
-    let width = old
-        .split('\n')
-        .count()
-        .max(new.split('\n').count())
-        .to_string()
-        .len();
-    let line = |sign: char, n: usize, text: &str| {
-        format!(
-            "{sign}{n:>width$} {}",
-            text.strip_suffix('\n').unwrap_or(text)
-        )
-    };
-    let skipped = format!(" {:width$} ...", "");
-    // The diff as pi's parts: runs of equal, removed and added lines, in order.
-    let mut parts: Vec<(similar::ChangeTag, Vec<&'a str>)> = Vec::new();
-    for change in diff.iter_all_changes() {
-        match parts.last_mut() {
-            Some((tag, lines)) if *tag == change.tag() => lines.push(change.value()),
-            _ => parts.push((change.tag(), vec![change.value()])),
-        }
+        file.write_all(updated.as_bytes())
     }
-    let (mut out, mut first) = (Vec::new(), None);
-    let (mut old_n, mut new_n, mut last_was_change) = (1usize, 1usize, false);
-    for (i, (tag, lines)) in parts.iter().enumerate() {
-        if *tag != similar::ChangeTag::Equal {
-            first.get_or_insert(new_n);
-            for l in lines {
-                if *tag == similar::ChangeTag::Insert {
-                    out.push(line('+', new_n, l));
-                    new_n += 1;
-                } else {
-                    out.push(line('-', old_n, l));
-                    old_n += 1;
-                }
-            }
-            last_was_change = true;
-            continue;
-        }
-        let next_is_change = parts.get(i + 1).is_some();
-        if !last_was_change && !next_is_change {
-            old_n += lines.len();
-            new_n += lines.len();
-            continue;
-        }
-        let skip_start = if last_was_change {
-            0
-        } else {
-            lines.len().saturating_sub(CONTEXT)
-        };
-        let shown = lines.get(skip_start..).unwrap_or_default();
-        let skip_end = if next_is_change {
-            0
-        } else {
-            shown.len().saturating_sub(CONTEXT)
-        };
-        let shown = shown.get(..shown.len() - skip_end).unwrap_or_default();
-        if skip_start > 0 {
-            out.push(skipped.clone());
-            old_n += skip_start;
-            new_n += skip_start;
-        }
-        for l in shown {
-            out.push(line(' ', old_n, l));
-            old_n += 1;
-            new_n += 1;
-        }
-        if skip_end > 0 {
-            out.push(skipped.clone());
-            old_n += skip_end;
-            new_n += skip_end;
-        }
-        last_was_change = false;
-    }
-    (out.join("\n"), first)
+    .map_err(io)?;
+    Ok((path, text, updated))
 }
 
 /// Applies the edits to LF-normalised text, or says which edit failed and why.

@@ -8,6 +8,7 @@
 //! and command goes through.
 
 mod bash;
+mod diff;
 mod edit;
 mod find;
 mod grep;
@@ -34,6 +35,16 @@ pub use sandbox::{confine, Sandbox};
 const MAX_LINES: usize = 2000;
 const MAX_BYTES: usize = 50 * 1024;
 const MAX_LINE_CHARS: usize = 500;
+
+/// The largest file `edit` reads (it reads files whole) and the largest content `write`
+/// takes: 16 MiB. Hand-written source files are far smaller, and a model sees at most
+/// 50 KB of a file per `read`; anything bigger is data, a log or generated, and better
+/// changed by a command. An edit holds about four copies of its file (read, normalised,
+/// edited, diffed), so this keeps one under ~64 MiB. Claude Code's edit stops only at
+/// 1 GiB, JavaScript's string limit, which bounds nothing for a daemon running several
+/// tasks (a 2.5 GB file read whole ended picogent); other agents' edit tools refuse files
+/// over 2 to 50 MiB.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// Everything a tool call may touch.
 #[derive(Clone)]
@@ -96,6 +107,17 @@ pub(crate) enum ToolError {
     Failed(String),
     #[error("unknown tool {0:?}; the tools are read, write, edit, bash, grep, find, ls")]
     Unknown(String),
+    #[error(
+        "{what} is {} ({size} bytes), over the {} limit of {tool}; {hint}",
+        diff::size(*.size),
+        diff::size(MAX_FILE_BYTES)
+    )]
+    TooLarge {
+        tool: &'static str,
+        what: String,
+        size: u64,
+        hint: &'static str,
+    },
     #[error("{tool} timed out after {} s", .after.as_secs())]
     Timeout { tool: &'static str, after: Duration },
     #[error("aborted: the run was cancelled")]

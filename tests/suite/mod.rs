@@ -23,5 +23,6 @@ mod sandbox;
 mod seams;
 mod sessions;
 mod skills;
+mod tool_bounds;
 mod tools;
 mod worktrees;
