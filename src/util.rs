@@ -1,6 +1,10 @@
-//! Small helpers shared across modules: time stamps, ids, UTF-8-safe truncation.
+//! Small helpers shared across modules: time stamps, ids, UTF-8-safe truncation,
+//! removing folder trees.
 
 use std::time::{SystemTime, UNIX_EPOCH};
+
+mod tree;
+pub use tree::{remove_tree, RemoveTreeError};
 
 /// The log target of warnings that are also reported as events of a run (a retry, a
 /// failed run): a front door that shows the events itself can mute it.
@@ -162,6 +166,17 @@ pub(crate) fn append_whole(file: &std::fs::File, bytes: &[u8]) -> std::io::Resul
     f.write_all(bytes).inspect_err(|_| {
         let _ = file.set_len(before);
     })
+}
+
+/// Removes a tree on a blocking thread, off the async runtime's workers (a large
+/// tree takes long), and logs what could not be removed: `what` says whose tree.
+pub(crate) async fn remove_tree_blocking(path: std::path::PathBuf, what: &'static str) {
+    let removed = tokio::task::spawn_blocking(move || remove_tree(&path)).await;
+    match removed {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("{what}: {e}"),
+        Err(e) => tracing::warn!("{what}: the removal did not finish: {e}"),
+    }
 }
 
 /// Compares secrets in time that depends only on their length.

@@ -240,7 +240,14 @@ pub enum AgentError {
 /// Full bash outputs older than this are removed at start.
 const OUTPUT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
+/// Where swept run folders wait for removal: session ids never start with a dot.
+const SWEPT: &str = ".swept-";
+
 /// Removes run folders (full outputs, leftover temporary folders) past their retention.
+/// They are renamed aside at once, so a run of the same session starting now gets a
+/// fresh folder, and removed on a blocking thread: a command may have left any tree
+/// there, and removing a large one takes long. Folders a removal cut short earlier
+/// (picogent stopped) are removed again.
 fn sweep_outputs(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -252,9 +259,30 @@ fn sweep_outputs(dir: &Path) {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age > OUTPUT_RETENTION);
-        if old && e.file_type().is_ok_and(|t| t.is_dir()) {
-            let _ = std::fs::remove_dir_all(e.path());
+        let swept = e.file_name().to_string_lossy().starts_with(SWEPT);
+        if old && !swept && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let aside = dir.join(format!("{SWEPT}{}", crate::util::random_hex(12)));
+            if let Err(err) = std::fs::rename(e.path(), &aside) {
+                tracing::warn!("cannot sweep {}: {err}", e.path().display());
+            }
         }
+    }
+    let dir = dir.to_path_buf();
+    let remove = move || {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(SWEPT) {
+                if let Err(err) = crate::util::remove_tree(&e.path()) {
+                    tracing::warn!("sweeping old outputs: {err}");
+                }
+            }
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(remove)),
+        Err(_) => remove(),
     }
 }
 
@@ -406,8 +434,11 @@ impl Agent {
                 path: path.clone(),
                 source,
             })?;
-            let _ = std::fs::remove_dir_all(checkpoints);
-            let _ = std::fs::remove_dir_all(outputs);
+            for tree in [checkpoints, outputs] {
+                if let Err(e) = crate::util::remove_tree(&tree) {
+                    tracing::warn!("deleting a session: {e}");
+                }
+            }
             Ok(())
         })
         .await;

@@ -37,6 +37,7 @@ struct FileConfig {
     max_steps: Option<u32>,
     step_timeout_sec: Option<u64>,
     command_timeout_max_sec: Option<u64>,
+    max_saved_output_mb: Option<u64>,
     context_window: Option<u64>,
     max_tokens: Option<u32>,
     shutdown_grace_sec: Option<u64>,
@@ -242,6 +243,8 @@ struct Limits {
     max_steps: u32,
     step_timeout_sec: u64,
     command_timeout_max_sec: u64,
+    /// In bytes, from `max_saved_output_mb`.
+    max_saved_output: u64,
     context_window: u64,
     max_tokens: u32,
 }
@@ -445,6 +448,11 @@ impl Sources<'_> {
                 "command_timeout_max_sec",
                 f.command_timeout_max_sec.unwrap_or(step_timeout_sec),
             )?,
+            max_saved_output: f
+                .max_saved_output_mb
+                .unwrap_or(64)
+                .checked_mul(1 << 20)
+                .ok_or_else(|| self.field_error("max_saved_output_mb", "is too large".into()))?,
             context_window: positive("context_window", f.context_window.unwrap_or(default_window))?,
             max_tokens: positive("max_tokens", u64::from(f.max_tokens.unwrap_or(8192)))? as u32,
         };
@@ -575,6 +583,7 @@ impl Config {
             max_steps: l.max_steps,
             step_timeout: Duration::from_secs(l.step_timeout_sec),
             command_timeout_max: Duration::from_secs(l.command_timeout_max_sec),
+            max_saved_output: l.max_saved_output,
             context_window: l.context_window,
             max_tokens: l.max_tokens,
             shutdown_grace: Duration::from_secs(f.shutdown_grace_sec.unwrap_or(30)),

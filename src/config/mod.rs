@@ -74,6 +74,9 @@ pub struct Config {
     /// The longest `timeout` a bash call may ask for (`command_timeout_max_sec`,
     /// default `step_timeout_sec`): a model cannot hold a task slot for a day.
     pub command_timeout_max: Duration,
+    /// The most of one bash command's output saved to a file, in bytes
+    /// (`max_saved_output_mb`, default 64; 0 saves none).
+    pub max_saved_output: u64,
     pub context_window: u64,
     pub(crate) max_tokens: u32,
     /// How long running tasks may finish after SIGTERM before they are cancelled.

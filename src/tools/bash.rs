@@ -5,7 +5,9 @@
 //! timeout or cancellation the whole group is killed. When the command exits, its
 //! group is killed too: a background grandchild (`sleep 1000 &`) would otherwise hold
 //! the pipe open and hang the run, or outlive it unnoticed. Output is kept to the tail
-//! within the caps; when cut, the full output is saved to a file the result names.
+//! within the caps; when cut, the full output is saved to a file the result names
+//! (within its own limits, see `capture`). The command's private temporary folder is
+//! removed afterwards without recursion, whatever tree the command left there.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -14,11 +16,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe::Receiver;
 
 use super::truncate::tail;
-use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_LINES};
+use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES};
+use capture::Capture;
+
+mod capture;
 
 #[derive(Deserialize)]
 struct Args {
@@ -29,12 +34,37 @@ struct Args {
 /// Once the command has exited, how long its leftover children may keep the pipe open.
 const DRAIN: Duration = Duration::from_millis(300);
 
-/// Removes the command's temporary folder however the call ends.
-struct RemoveOnDrop(PathBuf);
+/// Removes the command's temporary folder however the call ends: awaited at the end
+/// of a call, else (the call failed or was dropped) handed to a blocking thread. The
+/// command may have left any tree there (a 15,000-deep chain overflowed the stack of
+/// the recursive `remove_dir_all`), so the removal never runs on the caller's thread.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl RemoveOnDrop {
+    async fn remove(mut self) {
+        if let Some(p) = self.0.take() {
+            crate::util::remove_tree_blocking(p, "a bash command's temporary folder").await;
+        }
+    }
+}
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let Some(p) = self.0.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || remove_tmp(&p));
+            }
+            Err(_) => remove_tmp(&p),
+        }
+    }
+}
+
+fn remove_tmp(p: &std::path::Path) {
+    if let Err(e) = crate::util::remove_tree(p) {
+        tracing::warn!("a bash command's temporary folder: {e}");
     }
 }
 
@@ -42,66 +72,6 @@ enum End {
     Exited(std::process::ExitStatus),
     TimedOut,
     Cancelled,
-}
-
-/// Collects output: a bounded tail in memory, everything in a file once it is large.
-struct Capture {
-    tail: Vec<u8>,
-    total_bytes: usize,
-    newlines: usize,
-    last_byte: Option<u8>,
-    file: Option<(PathBuf, tokio::fs::File)>,
-    dir: PathBuf,
-}
-
-impl Capture {
-    async fn push(&mut self, chunk: &[u8]) {
-        self.total_bytes += chunk.len();
-        self.newlines += chunk.iter().filter(|b| **b == b'\n').count();
-        self.last_byte = chunk.last().copied().or(self.last_byte);
-        self.tail.extend_from_slice(chunk);
-        if let Some((_, f)) = &mut self.file {
-            let _ = f.write_all(chunk).await;
-        } else if self.total_bytes > MAX_BYTES || self.newlines > MAX_LINES {
-            // Nothing was dropped from the tail yet, so it still holds everything.
-            self.file = self.open_file().await;
-            if let Some((_, f)) = &mut self.file {
-                let _ = f.write_all(&self.tail).await;
-            }
-        }
-        if self.tail.len() > 4 * MAX_BYTES {
-            let cut = self.tail.len() - 2 * MAX_BYTES;
-            self.tail.drain(..cut);
-        }
-    }
-
-    /// A new file only picogent's user can read, never through a link.
-    async fn open_file(&self) -> Option<(PathBuf, tokio::fs::File)> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = self.dir.join(format!(
-            "bash-{}-{}.log",
-            chrono::Utc::now().format("%Y%m%d-%H%M%S"),
-            crate::util::random_hex(6)
-        ));
-        let (dir, p) = (self.dir.clone(), path.clone());
-        let f = tokio::task::spawn_blocking(move || {
-            private_dir(&dir)?;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&p)
-        })
-        .await
-        .ok()?
-        .ok()?;
-        Some((path, tokio::fs::File::from_std(f)))
-    }
-
-    fn total_lines(&self) -> usize {
-        self.newlines + usize::from(self.last_byte.is_some_and(|b| b != b'\n'))
-    }
 }
 
 /// Creates a folder (and its parents) only picogent's user can enter.
@@ -123,18 +93,11 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
         .output_dir
         .join(format!("picogent-tmp-{}", crate::util::random_hex(12)));
     private_dir(&tmp).map_err(|e| ToolError::io(&tmp, e))?;
-    let _cleanup = RemoveOnDrop(tmp.clone());
+    let cleanup = RemoveOnDrop(Some(tmp.clone()));
     let (mut child, mut rx) = spawn(&a.command, &cwd, &tmp, ctx)?;
     let pgid = child.id().map(|p| p as i32);
 
-    let mut cap = Capture {
-        tail: Vec::new(),
-        total_bytes: 0,
-        newlines: 0,
-        last_byte: None,
-        file: None,
-        dir: ctx.output_dir.clone(),
-    };
+    let mut cap = Capture::new(ctx.output_dir.clone(), ctx.max_saved_output);
     let (end, exited) = watch(&mut child, &mut rx, &mut cap, timeout, ctx).await?;
     if let Some(pgid) = pgid {
         // SAFETY: plain syscall; the group id is the child's pid (its own session).
@@ -145,14 +108,9 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
     if !exited {
         let _ = child.wait().await;
     }
-    let full_path = match cap.file.take() {
-        Some((p, mut f)) => {
-            let _ = f.flush().await;
-            Some(p)
-        }
-        None => None,
-    };
-    Ok(report(&cap, full_path, &end, timeout))
+    let saved = cap.finish().await;
+    cleanup.remove().await;
+    Ok(report(&cap, saved, &end, timeout))
 }
 
 /// The model's own timeout, within the configured maximum.
@@ -239,7 +197,12 @@ async fn watch(
 }
 
 /// The result: the output's tail, where the full output went, and how it ended.
-fn report(cap: &Capture, full_path: Option<PathBuf>, end: &End, timeout: Duration) -> ToolOutput {
+fn report(
+    cap: &Capture,
+    (full_path, cut): (Option<PathBuf>, Option<String>),
+    end: &End,
+    timeout: Duration,
+) -> ToolOutput {
     let text = String::from_utf8_lossy(&cap.tail);
     let (kept, n, _) = tail(&text);
     let total = cap.total_lines();
@@ -250,10 +213,16 @@ fn report(cap: &Capture, full_path: Option<PathBuf>, end: &End, timeout: Duratio
     };
     if n < total || cap.total_bytes > MAX_BYTES {
         out.push_str(&format!("\n\n[Showing the last {n} lines of {total}."));
-        match &full_path {
-            Some(p) => out.push_str(&format!(" Full output: {}]", p.display())),
-            None => out.push(']'),
+        if let Some(p) = &full_path {
+            out.push_str(&format!(" Full output: {}", p.display()));
         }
+        if let Some(cut) = &cut {
+            out.push_str(&format!(
+                "{} {cut}",
+                if full_path.is_some() { "." } else { "" }
+            ));
+        }
+        out.push(']');
     }
     let (note, exit_code) = end_note(end, timeout);
     let mut output = match note {
@@ -266,6 +235,7 @@ fn report(cap: &Capture, full_path: Option<PathBuf>, end: &End, timeout: Duratio
     output.details = Some(json!({
         "exit_code": exit_code,
         "full_output_path": full_path,
+        "full_output_cut": cut,
         "timed_out": matches!(end, End::TimedOut),
     }));
     output

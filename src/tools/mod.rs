@@ -58,6 +58,9 @@ pub struct ToolContext {
     /// The run's private folder (mode 0700, in picogent's state): full bash outputs
     /// that were too long to return, and each command's temporary folder.
     pub output_dir: PathBuf,
+    /// The most of one command's output saved in `output_dir`, in bytes; saving also
+    /// stops before the disk's last free space (see `bash::capture`).
+    pub max_saved_output: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -40,6 +40,7 @@ fn confined(sb: &Sandbox, protected: &[PathBuf], deny_network: bool) -> ToolCont
         command_timeout_max: Duration::from_secs(20),
         cancel: CancellationToken::new(),
         output_dir: sb.home.join("state/outputs/s1"),
+        max_saved_output: 64 << 20,
     }
 }
 

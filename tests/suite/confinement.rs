@@ -35,6 +35,7 @@ fn confined(sb: &Sandbox, allowed: Vec<PathBuf>, deny_network: bool) -> ToolCont
         command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
+        max_saved_output: 64 << 20,
     }
 }
 

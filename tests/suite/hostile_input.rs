@@ -21,6 +21,7 @@ fn ctx(sb: &Sandbox) -> ToolContext {
         command_timeout_max: Duration::from_secs(20),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
+        max_saved_output: 64 << 20,
     }
 }
 

@@ -19,6 +19,7 @@ mod project_docs;
 mod properties;
 mod providers;
 mod races;
+mod resources;
 mod sandbox;
 mod seams;
 mod sessions;

@@ -27,6 +27,7 @@ fn confined(
         command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
+        max_saved_output: 64 << 20,
     }
 }
 

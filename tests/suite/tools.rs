@@ -18,6 +18,7 @@ fn ctx(sb: &Sandbox) -> ToolContext {
         command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
+        max_saved_output: 64 << 20,
     }
 }
 

@@ -343,7 +343,7 @@ pub(super) async fn drive(run: &mut Run<'_>) -> Result<String, RunError> {
     };
     kill_tree(pgid); // on cancel and timeout, and anything it left running in its group
     let status = child.wait().await;
-    let _ = std::fs::remove_dir_all(&tmp);
+    crate::util::remove_tree_blocking(tmp, "the claude CLI's temporary folder").await;
     let tail = err_tail.await.unwrap_or_default();
     match result? {
         Some((true, text)) => Ok(text),

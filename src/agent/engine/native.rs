@@ -212,6 +212,7 @@ impl<'a> Loop<'a> {
                 command_timeout_max: cfg.command_timeout_max,
                 cancel: run.cancel.clone(),
                 output_dir: run.output_dir.clone(),
+                max_saved_output: cfg.max_saved_output,
             },
             ckpt,
             repeats: RepeatGuard::default(),

@@ -130,6 +130,7 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
         command_timeout_max: Duration::from_secs(10),
         cancel: CancellationToken::new(),
         output_dir: s.base.join("outputs"),
+        max_saved_output: 64 << 20,
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
