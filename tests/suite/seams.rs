@@ -26,6 +26,7 @@ fn context(sb: &Sandbox, sandbox: PathSandbox) -> ToolContext {
         command_timeout_max: Duration::from_secs(20),
         cancel: CancellationToken::new(),
         output_dir: sb.home.join("state/outputs/s1"),
+        max_saved_output: 64 << 20,
     }
 }
 

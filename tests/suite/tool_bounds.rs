@@ -22,6 +22,7 @@ fn ctx(sb: &Sandbox, step_timeout: Duration) -> ToolContext {
         command_timeout_max: step_timeout,
         cancel: CancellationToken::new(),
         output_dir: sb.base().join("outputs"),
+        max_saved_output: 64 << 20,
     }
 }
 
