@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::provider::{Provider, ProviderError, ToolSpec};
 use crate::session::{self, SessionStore};
+use crate::tools::confine::Confinement;
 use crate::tools::Sandbox;
 pub use event::{AgentEvent, FailureKind, Outcome};
 use skills::Skill;
@@ -185,15 +186,28 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
             tracing::warn!(folder = %cwd.display(), "picogent looks for ./.env and ./agent.json in this folder at start, and it lies inside allowed_paths: a command could create them for the next start. Start picogent from another folder, or name its configuration explicitly");
         }
     }
-    match sandbox.confinement() {
-        Some(c) if abi < c.needed_abi() => tracing::warn!(
+    let Some(c) = sandbox.confinement().cloned() else {
+        tracing::warn!(
+            level = "off",
+            landlock_abi = abi,
+            "sandbox is off: commands run without kernel confinement"
+        );
+        return;
+    };
+    if abi < c.needed_abi() {
+        tracing::warn!(
             level = "partial",
             landlock_abi = abi,
             needed_abi = c.needed_abi(),
             network,
             "this kernel cannot enforce every sandbox rule; commands will be refused (set sandbox: \"off\" to run them unconfined)"
-        ),
-        Some(c) if c.namespaces => tracing::info!(
+        );
+        return;
+    }
+    // The level comes from the namespace probe, which is not waited for here: it is
+    // said once the probe has answered.
+    let say = move || match c.why_not_namespaces() {
+        None => tracing::info!(
             level = "namespaces",
             landlock_abi = abi,
             network,
@@ -201,21 +215,21 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
             "commands run in their own user, mount, PID{} namespaces, under Landlock and seccomp",
             if c.deny_network { " and network" } else { "" }
         ),
-        Some(c) => {
-            let why = c.why_not_namespaces().unwrap_or_default();
-            tracing::warn!(
-                level = "landlock",
-                landlock_abi = abi,
-                network,
-                writes = files,
-                "commands run under Landlock and seccomp without namespaces ({why}): they can see other processes and read what picogent's user can read; UNIX and UDP sockets are closed only under network: deny"
-            )
-        }
-        None => tracing::warn!(
-            level = "off",
+        Some(why) => tracing::warn!(
+            level = "landlock",
             landlock_abi = abi,
-            "sandbox is off: commands run without kernel confinement"
+            network,
+            writes = files,
+            "commands run under Landlock and seccomp without namespaces ({why}): they can see other processes and read what picogent's user can read; UNIX and UDP sockets are closed only under network: deny"
         ),
+    };
+    if sandbox.confinement().is_some_and(Confinement::settled) {
+        say();
+    } else if let Err(e) = std::thread::Builder::new()
+        .name("sandbox-probe".into())
+        .spawn(say)
+    {
+        tracing::warn!("cannot start the sandbox probe early ({e}); the first command runs it");
     }
 }
 

@@ -138,6 +138,7 @@ fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Router 
 /// Liveness, and the sandbox level commands run at (so an operator sees a container
 /// that gave picogent less than namespaces).
 async fn healthz(State(st): State<Arc<ChatState>>) -> Response {
+    st.agent.sandbox().settle().await;
     Json(json!({"status": "ok", "sandbox": st.agent.sandbox().level()})).into_response()
 }
 

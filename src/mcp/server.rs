@@ -240,6 +240,9 @@ async fn connect(server: &Server) -> Result<Connection, String> {
                 cwd: cwd.as_deref(),
                 confined: *sandbox,
             };
+            if let Some(c) = &server.launch.confinement {
+                c.settle().await;
+            }
             let (child, stdout, stdin) = transport::spawn(&spec, &server.launch)?;
             let service = handler
                 .serve((stdout, stdin))

@@ -139,7 +139,7 @@ impl Launch {
                 // and gone with it (under Landlock alone, picogent's folder for it). The
                 // operator's home stays its home, read-only like the rest of the system
                 // (version managers' shims find their installs there).
-                let inner = if c.namespaces {
+                let inner = if c.namespaces() {
                     PathBuf::from("/tmp")
                 } else {
                     tmp.clone()

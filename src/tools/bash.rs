@@ -94,6 +94,8 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
         .join(format!("picogent-tmp-{}", crate::util::random_hex(12)));
     private_dir(&tmp).map_err(|e| ToolError::io(&tmp, e))?;
     let cleanup = RemoveOnDrop(Some(tmp.clone()));
+    // The sandbox level, when the start-up probe has not answered yet.
+    ctx.sandbox.settle().await;
     let (mut child, mut rx) = spawn(&a.command, &cwd, &tmp, ctx)?;
     let pgid = child.id().map(|p| p as i32);
 

@@ -173,6 +173,7 @@ async fn metrics(State(ctx): State<Arc<Ctx>>) -> Response {
 }
 
 async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
+    ctx.router.settle_sandbox().await;
     let load = ctx.router.load();
     let mut body = json!({"status": "ok", "busy": load.status == "busy", "running": load.active_tasks.len(), "queued": load.queued, "sandbox": ctx.router.sandbox_level()});
     if let Some(reason) = ctx.router.degraded() {

@@ -620,6 +620,11 @@ impl Router {
         self.shared.delivery.backlog()
     }
 
+    /// Waits (off the runtime's threads) until the sandbox level is known.
+    pub(crate) async fn settle_sandbox(&self) {
+        self.shared.agent.sandbox().settle().await;
+    }
+
     /// The sandbox level the agent's commands run at.
     pub(crate) fn sandbox_level(&self) -> crate::tools::confine::LevelInForce {
         self.shared.agent.sandbox().level()

@@ -131,7 +131,7 @@ async fn a_symlink_inside_cannot_be_written_through_and_tmpdir_is_private_and_wr
     let mut lines = r.text.lines();
     assert_eq!(lines.next(), Some("scratch"));
     let tmpdir = PathBuf::from(lines.next().unwrap());
-    let private = ctx.sandbox.confinement().is_some_and(|c| c.namespaces);
+    let private = ctx.sandbox.confinement().is_some_and(|c| c.namespaces());
     if private {
         // Its own /tmp, backed by a folder of picogent's that is removed afterwards.
         assert_eq!(tmpdir, PathBuf::from("/tmp"));

@@ -326,6 +326,7 @@ pub(super) async fn drive(run: &mut Run<'_>) -> Result<String, RunError> {
         .join(format!("claude-tmp-{}", crate::util::random_hex(10)));
     std::fs::create_dir_all(&tmp).map_err(|e| engine_error(format!("{}: {e}", tmp.display())))?;
     let args = cli_args(run);
+    run.sandbox.settle().await;
     let mut child = command(run, &claude, &args, &tmp)
         .spawn()
         .map_err(|e| engine_error(format!("cannot start {}: {e}", claude.display())))?;

@@ -106,15 +106,27 @@ pub struct Confinement {
     /// the protected paths, the network and the process view are confined).
     pub(crate) writable: Option<Vec<PathBuf>>,
     pub(crate) deny_network: bool,
-    /// Run commands in their own namespaces (where the kernel allows it).
-    pub namespaces: bool,
+    /// Whether commands run in their own namespaces: asked of the kernel once (see
+    /// `Namespaces`), or not asked for.
+    pub(crate) choice: Namespaces,
     /// Never writable by commands, even inside `writable` (picogent's sessions).
     pub(crate) read_only: Vec<PathBuf>,
     /// Never readable or writable by commands (picogent's configuration file, `.env`,
     /// state).
     pub(crate) hidden: Vec<PathBuf>,
-    /// Why commands run without namespaces, when they do.
-    pub(crate) why_not_namespaces: Option<String>,
+}
+
+/// How the namespace level is chosen. The probe (one real helper run, once per process)
+/// is not on the way of a run that starts no command: it runs on a thread of its own
+/// when the agent starts, and the first command waits for its answer if it has to.
+/// Once chosen, the level never changes: a command whose namespaces then fail is
+/// refused, never run at a lower level.
+#[derive(Debug, Clone)]
+pub(crate) enum Namespaces {
+    /// Wherever the kernel allows them: the probe of this helper decides.
+    Probed(Helper),
+    /// Not used, and why.
+    Off(String),
 }
 
 /// The private `/tmp` of a command under namespaces (MiB of a tmpfs).
@@ -158,18 +170,44 @@ pub fn kernel_abi() -> i64 {
 }
 
 impl Confinement {
-    /// The level commands run at.
+    /// Whether commands run in their own namespaces. Waits for the probe when it has
+    /// not answered yet (a few milliseconds, once per process): from async code, call
+    /// `settle` first.
+    pub fn namespaces(&self) -> bool {
+        self.why_not_namespaces().is_none()
+    }
+
+    /// Why commands run without namespaces, when they do (waits like `namespaces`).
+    pub fn why_not_namespaces(&self) -> Option<String> {
+        match &self.choice {
+            Namespaces::Probed(h) => super::probe_namespaces(h).err(),
+            Namespaces::Off(why) => Some(why.clone()),
+        }
+    }
+
+    /// Whether the level is known without waiting.
+    pub(crate) fn settled(&self) -> bool {
+        match &self.choice {
+            Namespaces::Probed(_) => super::probe_answered(),
+            Namespaces::Off(_) => true,
+        }
+    }
+
+    /// Waits (off the runtime's threads) until the level is known.
+    pub async fn settle(&self) {
+        if !self.settled() {
+            let c = self.clone();
+            let _ = tokio::task::spawn_blocking(move || c.namespaces()).await;
+        }
+    }
+
+    /// The level commands run at (waits like `namespaces`).
     pub fn level(&self) -> LevelInForce {
-        if self.namespaces {
+        if self.namespaces() {
             LevelInForce::Namespaces
         } else {
             LevelInForce::Landlock
         }
-    }
-
-    /// Why commands run without namespaces, when they do.
-    pub fn why_not_namespaces(&self) -> Option<&str> {
-        self.why_not_namespaces.as_deref()
     }
 
     /// The ABI a command needs for every requested Landlock rule to be enforced.
@@ -195,9 +233,10 @@ impl Confinement {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
+        let namespaces = self.namespaces();
         let mut cmd = tokio::process::Command::new(self.helper.program());
         cmd.arg("sandbox-exec");
-        if self.namespaces {
+        if namespaces {
             cmd.arg("--ns");
         }
         for d in self.writable.iter().flatten() {
@@ -230,7 +269,7 @@ impl Confinement {
         }
         cmd.arg("--").arg(program).args(args);
         // Under namespaces the private folder is mounted at /tmp.
-        let tmp_env = if self.namespaces {
+        let tmp_env = if namespaces {
             Path::new("/tmp")
         } else {
             tmp

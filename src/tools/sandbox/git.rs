@@ -66,7 +66,7 @@ pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confine
         Some(c) => {
             let mut cmd = Command::new(c.helper.program());
             cmd.arg("sandbox-exec");
-            if c.namespaces {
+            if c.namespaces() {
                 cmd.arg("--ns");
             }
             // Under /tmp, what git reads besides (an object store it borrows through
@@ -114,7 +114,7 @@ pub(crate) fn read_only_command(cwd: &Path, confine: Option<&Confinement>) -> Co
         Some(c) => {
             let mut cmd = Command::new(c.helper.program());
             cmd.arg("sandbox-exec");
-            if c.namespaces {
+            if c.namespaces() {
                 cmd.arg("--ns");
             }
             cmd.arg("--no-writes");

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::ToolError;
-use confine::{Confinement, Helper};
+use confine::{Confinement, Helper, Namespaces};
 
 #[derive(Debug, Default, Clone)]
 pub struct Sandbox {
@@ -158,29 +158,27 @@ impl Sandbox {
             }
         };
         let writable = (!self.allowed.is_empty()).then(|| self.allowed.clone());
-        // The level is chosen once, here, from what the kernel can do; a command whose
-        // namespaces cannot be built later is refused, never run at a lower level.
-        let probe = match level {
-            Level::Full => probe_namespaces(&helper),
-            Level::Landlock => Err("sandbox: \"landlock\"".into()),
+        let choice = match level {
+            Level::Full => Namespaces::Probed(helper.clone()),
+            Level::Landlock => Namespaces::Off("sandbox: \"landlock\"".into()),
         };
-        let namespaces = probe.is_ok();
         // picogent's configuration, `.env` and state (journal, outbox, checkpoint
         // repositories holding every file the agent saw, other runs' outputs) are hidden;
         // the sessions folder stays readable but not writable.
         let hidden = self.protected.clone();
         let read_only = self.read_only.clone();
-        if level == Level::Full && !namespaces && writable.is_some() {
-            let exposed: Vec<String> = read_only
-                .iter()
-                .chain(&hidden)
-                .filter(|p| self.inside_allowed(p))
-                .map(|p| p.display().to_string())
-                .collect();
-            if !exposed.is_empty() {
+        let exposed: Vec<String> = read_only
+            .iter()
+            .chain(&hidden)
+            .filter(|p| self.inside_allowed(p))
+            .map(|p| p.display().to_string())
+            .collect();
+        // Only this case needs the probe's answer now (to refuse at start); otherwise
+        // the first command waits for it, and a run without commands never does.
+        if level == Level::Full && writable.is_some() && !exposed.is_empty() {
+            if let Err(why) = probe_namespaces(&helper) {
                 self.refusal = Some(format!(
-                    "this kernel does not allow user namespaces ({}), and under Landlock alone picogent's own files inside the allowed paths ({}) would be writable to commands. Move the agent's state, sessions and configuration outside allowed_paths, or set sandbox: \"landlock\" to accept this",
-                    probe.as_ref().err().cloned().unwrap_or_default(),
+                    "this kernel does not allow user namespaces ({why}), and under Landlock alone picogent's own files inside the allowed paths ({}) would be out of reach of commands only by leaving the folders that hold them unable to get new files. Move the agent's state, sessions and configuration outside allowed_paths, or set sandbox: \"landlock\" to accept this",
                     exposed.join(", ")
                 ));
             }
@@ -189,12 +187,18 @@ impl Sandbox {
             helper,
             writable,
             deny_network,
-            namespaces,
-            why_not_namespaces: probe.err(),
+            choice,
             read_only,
             hidden,
         });
         self
+    }
+
+    /// Waits (off the runtime's threads) until the sandbox level is known.
+    pub async fn settle(&self) {
+        if let Some(c) = &self.confinement {
+            c.settle().await;
+        }
     }
 
     /// The sandbox of a run that works in a git worktree (`tree`) of the checkout at
@@ -622,8 +626,14 @@ pub fn namespaces_work(helper: &Path) -> Result<(), String> {
 /// picogent starts in steers the answer: not its working folder (one under `/tmp`
 /// vanishes behind the private `/tmp`), not its environment, not what anyone mounted
 /// under `TMPDIR`: the only folder it is given is an empty one it makes itself.
+static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Whether the probe has answered.
+pub(crate) fn probe_answered() -> bool {
+    PROBE.get().is_some()
+}
+
 pub(crate) fn probe_namespaces(helper: &Helper) -> Result<(), String> {
-    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
             let dir = std::env::temp_dir().join(format!(
