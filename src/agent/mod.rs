@@ -206,7 +206,8 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
     }
     // The level comes from the namespace probe, which is not waited for here: it is
     // said once the probe has answered.
-    let say = move || match c.why_not_namespaces() {
+    let say = move || {
+        match c.why_not_namespaces() {
         None => tracing::info!(
             level = "namespaces",
             landlock_abi = abi,
@@ -222,6 +223,7 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
             writes = files,
             "commands run under Landlock and seccomp without namespaces ({why}): they can see other processes and read what picogent's user can read; UNIX and UDP sockets are closed only under network: deny"
         ),
+    }
     };
     if sandbox.confinement().is_some_and(Confinement::settled) {
         say();
@@ -360,6 +362,7 @@ impl Agent {
                     home: state.join("mcp"),
                     confinement: sandbox.confinement().cloned(),
                     writable: sandbox.allowed_paths().to_vec(),
+                    operator_home: config.home_dir.clone(),
                 };
                 crate::mcp::Mcp::start(&config.mcp_servers, launch)
             }

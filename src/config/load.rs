@@ -54,6 +54,7 @@ struct FileConfig {
     push: Option<bool>,
     remote: Option<String>,
     worktree_retention_days: Option<u64>,
+    git_timeout_sec: Option<u64>,
     temperature: Option<f64>,
     keep_alive: Option<serde_json::Value>,
     mcp_servers: Option<std::collections::BTreeMap<String, super::mcp::FileMcpServer>>,
@@ -607,6 +608,7 @@ impl Config {
             push: f.push.unwrap_or(false),
             remote: f.remote.clone().unwrap_or_else(|| "origin".into()),
             worktree_retention_days: f.worktree_retention_days.unwrap_or(7),
+            git_timeout: std::time::Duration::from_secs(f.git_timeout_sec.unwrap_or(300).max(1)),
             claude_code_path: env
                 .get("PICOGENT_CLAUDE_CODE_PATH")
                 .map(PathBuf::from)

@@ -100,6 +100,9 @@ pub struct Config {
     pub(crate) remote: String,
     /// A task's worktree is removed after this many days without an event.
     pub(crate) worktree_retention_days: u64,
+    /// The longest one git command of picogent's may take (agent mode's worktrees,
+    /// commits, pushes, shared mode's status): then it is stopped and reported.
+    pub(crate) git_timeout: std::time::Duration,
     /// Pause the run when a bash command fails.
     pub(crate) auto_pause_on_error: bool,
     /// Pause the run every N model turns.

@@ -83,6 +83,8 @@ pub struct Launch {
     pub(crate) confinement: Option<crate::tools::sandbox::confine::Confinement>,
     /// What the agent's commands can write (resolved; empty: everything).
     pub(crate) writable: Vec<PathBuf>,
+    /// The operator's home (`HOME` at start).
+    pub(crate) operator_home: Option<PathBuf>,
 }
 
 /// The only variables of picogent's environment a server inherits.
@@ -144,7 +146,14 @@ impl Launch {
                 } else {
                     tmp.clone()
                 };
-                let mut cmd = c.command(&program, spec.args, &tmp);
+                // The server's own files named in its configuration stay visible.
+                let shown: Vec<PathBuf> = spec
+                    .args
+                    .iter()
+                    .map(PathBuf::from)
+                    .filter(|a| a.is_absolute())
+                    .collect();
+                let mut cmd = c.command_showing(&program, spec.args, &tmp, &shown);
                 cmd.env_clear()
                     .env("TMPDIR", &inner)
                     .env("XDG_CACHE_HOME", inner.join(".cache"))
@@ -157,8 +166,21 @@ impl Launch {
                 (cmd, spec.cwd.map_or(cwd, Path::to_path_buf))
             }
         };
-        if let Some(home) = std::env::var_os("HOME") {
-            cmd.env("HOME", home);
+        // The operator's home only when no command could have written what programs
+        // read from it (Python's user site, `.npmrc`, uv's configuration); otherwise
+        // one of picogent's own, and no user site.
+        match crate::tools::sandbox::programs::trusted_home(
+            self.operator_home.as_deref(),
+            &self.writable,
+        ) {
+            Some(home) => {
+                cmd.env("HOME", home);
+            }
+            None => {
+                let home = own.join("home");
+                std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+                cmd.env("HOME", home).env("PYTHONNOUSERSITE", "1");
+            }
         }
         for var in KEPT_VARS {
             if let Some(v) = std::env::var_os(var) {

@@ -154,7 +154,12 @@ impl Router {
     ) -> Router {
         let max = agent.config().max_concurrent_tasks;
         let shared_folder = match worktrees {
-            None => SharedFolder::find(&agent.config().work_dir, agent.sandbox()).map(Arc::new),
+            None => SharedFolder::find(
+                &agent.config().work_dir,
+                agent.sandbox(),
+                agent.config().git_timeout,
+            )
+            .map(Arc::new),
             Some(_) => None,
         };
         Router {

@@ -409,3 +409,131 @@ fn skipping_is_refused_where_the_sandbox_is_required() {
         required || std::env::var_os("CI").is_some()
     );
 }
+
+#[tokio::test]
+async fn a_command_line_naming_a_path_under_tmp_never_makes_it_visible() {
+    if !namespaces_here() {
+        return;
+    }
+    let sb = Sandbox::new();
+    // Someone else's folder under the host's /tmp.
+    let victim = PathBuf::from(format!(
+        "/tmp/picogent-victim-{}-{}",
+        std::process::id(),
+        fastrand_suffix()
+    ));
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("secret"), "SECRET-IN-TMP").unwrap();
+    // A folder whose name is a command line and a link inside it back to /tmp: the
+    // whole command string then resolves to the victim's folder.
+    let trick = sb.work.join("x;. ./y #");
+    std::fs::create_dir_all(&trick).unwrap();
+    std::os::unix::fs::symlink("/tmp", trick.join("tmp")).unwrap();
+    sb.write("y", &format!("cat {}/secret\n", victim.display()));
+    let ctx = context(
+        &sb,
+        PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])
+            .with_confinement(helper(), false),
+    );
+    let command = format!(
+        "{}/tmp/{}",
+        trick.display(),
+        victim.file_name().unwrap().to_string_lossy()
+    );
+    let r = bash(&ctx, &command).await;
+    let _ = std::fs::remove_dir_all(&victim);
+    assert!(!r.text.contains("SECRET-IN-TMP"), "{}", r.text);
+    assert!(r.text.contains("No such file"), "{}", r.text);
+}
+
+fn fastrand_suffix() -> String {
+    format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+#[tokio::test]
+async fn at_the_landlock_level_no_unix_socket_reaches_a_daemon() {
+    if !landlock_here() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let path = sb.base().join("daemon.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let ctx = context(
+        &sb,
+        PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[]).with_confinement_level(
+            helper(),
+            false,
+            Level::Landlock,
+        ),
+    );
+    let r = bash(
+        &ctx,
+        &format!(
+            "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(\"connected\")' 2>&1 | tail -1; \
+             python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"x\"); print(\"pair\", b.recv(1))'",
+            path.display()
+        ),
+    )
+    .await;
+    assert!(!r.text.contains("connected"), "{}", r.text);
+    assert!(r.text.contains("Permission denied"), "{}", r.text);
+    assert!(r.text.contains("pair b'x'"), "{}", r.text);
+    assert!(listener.accept().is_err());
+}
+
+#[tokio::test]
+async fn an_mcp_server_ignores_what_the_agent_planted_in_an_allowed_home() {
+    if !landlock_here() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let marker = outside(&sb).join("user-site-ran");
+    // Python's user site under the operator's HOME, which lies in the allowed paths.
+    let site = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import site; print(site.getusersitepackages())"])
+        .env("HOME", &sb.user_home)
+        .output()
+        .unwrap();
+    let site = PathBuf::from(String::from_utf8_lossy(&site.stdout).trim());
+    assert!(site.starts_with(&sb.user_home), "{}", site.display());
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(
+        site.join("usercustomize.py"),
+        format!(
+            "open({:?}, 'w').write('ran')\n",
+            marker.display().to_string()
+        ),
+    )
+    .unwrap();
+    let server = sb.base().join("srv/server.py");
+    std::fs::create_dir_all(server.parent().unwrap()).unwrap();
+    std::fs::write(
+        &server,
+        format!(
+            "open({:?}, 'w').write('started')\n",
+            sb.work.join("proof").display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut cfg = mcp_config(
+        &sb,
+        "/usr/bin/python3",
+        &[server.to_str().unwrap()],
+        json!({"sandbox": false}),
+    );
+    cfg["allowed_paths"] = json!([sb.work, sb.user_home]);
+    let agent = run_once(&sb, cfg).await;
+    drop(agent);
+    assert_eq!(sb.read("proof"), "started");
+    assert!(
+        !marker.exists(),
+        "the agent's usercustomize.py ran in the MCP server"
+    );
+}

@@ -600,3 +600,28 @@ async fn a_push_rewrite_planted_in_an_allowed_home_is_not_followed() {
     assert!(comment_of(&tracker, "h1", 0).contains("Pushed to `origin`."));
     daemon.kill().await.unwrap();
 }
+
+/// A repository configuration that makes git wait for good (an `include.path` naming
+/// a FIFO, which the agent can write in shared mode) does not hang the task.
+#[tokio::test]
+async fn a_git_configuration_that_never_ends_does_not_hang_the_task() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let plant = "mkfifo .git/never && git config include.path never && echo planted";
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({ "command": plant })),
+        text("Done."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(
+        &llm,
+        &tracker,
+        json!({"workspace": "shared", "allowed_paths": [sb.work], "git_timeout_sec": 2}),
+    );
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "n1", "Plant")).await;
+    tracker.wait_status("n1", "review", 60).await;
+    assert!(comment_of(&tracker, "n1", 0).contains("Done."));
+    d.stop().await.unwrap();
+}

@@ -171,14 +171,22 @@ fn previous_claude_session(session: &Session) -> Option<String> {
     })
 }
 
-fn find_claude(configured: Option<&PathBuf>) -> Option<PathBuf> {
+fn find_claude(configured: Option<&PathBuf>, writable: &[PathBuf]) -> Result<PathBuf, String> {
     if let Some(p) = configured {
-        return p.is_file().then(|| p.clone());
+        return if p.is_file() {
+            Ok(p.clone())
+        } else {
+            Err(format!(
+                "the Claude Code CLI (`claude`) was not found at claude_code_path {}; install it with `npm install -g @anthropic-ai/claude-code`",
+                p.display()
+            ))
+        };
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("claude"))
-        .find(|p| p.is_file())
+    // It gets the API key: never one the agent could have put on PATH.
+    let path = crate::tools::sandbox::programs::trusted_path(writable);
+    crate::tools::sandbox::programs::resolve("claude", &path).map_err(|e| {
+        format!("the Claude Code CLI (`claude`) was not found ({e}); install it with `npm install -g @anthropic-ai/claude-code`, or set claude_code_path")
+    })
 }
 
 /// The CLI's arguments: headless stream-json, the model, picogent's role and skills,
@@ -260,7 +268,11 @@ fn command(run: &Run<'_>, claude: &Path, args: &[String], tmp: &Path) -> tokio::
         // in a sandbox; confined, it does.
         cmd.env("IS_SANDBOX", "1");
     }
+    // What the CLI starts (`#!/usr/bin/env node`, node itself) comes from the same
+    // PATH it was found on.
+    let trusted = crate::tools::sandbox::programs::trusted_path(run.sandbox.allowed_paths());
     cmd.current_dir(&run.work_dir)
+        .env("PATH", trusted)
         .env("ANTHROPIC_BASE_URL", &cfg.base_url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -318,9 +330,8 @@ fn engine_error(message: String) -> RunError {
 /// Runs the request through the `claude` CLI and maps its stream onto the run.
 pub(super) async fn drive(run: &mut Run<'_>) -> Result<String, RunError> {
     let cfg = run.config;
-    let Some(claude) = find_claude(cfg.claude_code_path.as_ref()) else {
-        return Err(engine_error("the Claude Code CLI (`claude`) was not found on PATH or at claude_code_path; install it with `npm install -g @anthropic-ai/claude-code`".into()));
-    };
+    let writable = run.sandbox.allowed_paths().to_vec();
+    let claude = find_claude(cfg.claude_code_path.as_ref(), &writable).map_err(engine_error)?;
     let tmp = run
         .output_dir
         .join(format!("claude-tmp-{}", crate::util::random_hex(10)));

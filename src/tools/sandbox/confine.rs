@@ -233,6 +233,22 @@ impl Confinement {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
+        self.command_showing(program, args, tmp, &[])
+    }
+
+    /// `command`, with folders of the operator's configuration (never the agent's)
+    /// that stay visible, read-only, when they lie under `/tmp`.
+    pub(crate) fn command_showing<I, S>(
+        &self,
+        program: &Path,
+        args: I,
+        tmp: &Path,
+        shown: &[PathBuf],
+    ) -> tokio::process::Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
         let namespaces = self.namespaces();
         let mut cmd = tokio::process::Command::new(self.helper.program());
         cmd.arg("sandbox-exec");
@@ -254,26 +270,21 @@ impl Confinement {
         }
         cmd.arg("--tmp-size").arg(TMP_SIZE_MB.to_string());
         cmd.arg("--max-procs").arg(MAX_PROCESSES.to_string());
-        // A program installed under /tmp (a checkout there, a package cache), or a
-        // script it is given by absolute path, stays usable inside the private /tmp:
-        // its top folder there is shown read-only.
-        let args: Vec<std::ffi::OsString> =
-            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
-        let mut shown: Vec<PathBuf> = std::iter::once(program)
-            .chain(args.iter().map(Path::new).filter(|a| a.is_absolute()))
-            .filter_map(tmp_top_folder)
-            .collect();
-        shown.dedup();
-        for top in shown {
+        // A program installed under /tmp (a checkout there, a package cache) stays
+        // runnable inside the private /tmp: its top folder there is shown read-only,
+        // and so are the `shown` folders picogent itself names (an MCP server's script
+        // from its configuration). Never anything derived from what the agent wrote:
+        // a command line naming a path is not a reason to show it.
+        let mut folders: Vec<PathBuf> = tmp_top_folder(program).into_iter().collect();
+        folders.extend(shown.iter().filter_map(|p| tmp_top_folder(p)));
+        folders.sort();
+        folders.dedup();
+        for top in folders {
             cmd.arg("--show").arg(top);
         }
         cmd.arg("--").arg(program).args(args);
         // Under namespaces the private folder is mounted at /tmp.
-        let tmp_env = if namespaces {
-            Path::new("/tmp")
-        } else {
-            tmp
-        };
+        let tmp_env = if namespaces { Path::new("/tmp") } else { tmp };
         cmd.env("TMPDIR", tmp_env)
             .env("TMP", tmp_env)
             .env("TEMP", tmp_env);
@@ -295,12 +306,23 @@ impl Confinement {
     }
 }
 
-/// The folder directly under `/tmp` that holds `program` (resolved), if it is there.
-pub(crate) fn tmp_top_folder(program: &Path) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(program).ok()?;
-    let rest = real.strip_prefix("/tmp").ok()?;
+/// The folder directly under `/tmp` that holds `path`, taken as given (absolute,
+/// no `..`): a real folder there, not a link, so nothing resolved through a link
+/// someone made decides what becomes visible.
+pub(crate) fn tmp_top_folder(path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let rest = path.strip_prefix("/tmp").ok()?;
+    if rest
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_)))
+    {
+        return None;
+    }
     let first = rest.components().next()?;
-    Some(Path::new("/tmp").join(first))
+    let top = Path::new("/tmp").join(first);
+    std::fs::symlink_metadata(&top)
+        .is_ok_and(|m| m.is_dir())
+        .then_some(top)
 }
 
 const USAGE: &str = "usage: picogent sandbox-exec [--ns] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] [--no-writes] [--tmp-size MIB] [--max-procs N] -- PROGRAM [ARGS]...";

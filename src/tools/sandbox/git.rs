@@ -85,6 +85,15 @@ pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confine
                 .arg(git_dir)
                 .arg("--tmp")
                 .arg(git_dir);
+            // The agent's own limits too (its configuration and `.env` hidden, its
+            // sessions read-only), but for the folders this git works in.
+            let apart = |p: &PathBuf| !git_dir.starts_with(p) && !work_tree.starts_with(p);
+            for h in c.hidden.iter().filter(|p| apart(p)) {
+                cmd.arg("--hide").arg(h);
+            }
+            for r in c.read_only.iter().filter(|p| apart(p)) {
+                cmd.arg("--ro").arg(r);
+            }
             if kernel_abi() >= 4 {
                 cmd.arg("--deny-net");
             }
@@ -163,6 +172,50 @@ pub fn harden(cmd: &mut Command, writable: &[PathBuf]) {
         .env("GIT_TERMINAL_PROMPT", "0")
         // File names are names: `:(exclude)x` or `*` in a folder are not patterns.
         .env("GIT_LITERAL_PATHSPECS", "1");
+}
+
+/// Runs git to the end, or kills it (and everything it started) after `limit`: a
+/// repository the agent wrote can make git wait for good (an `include.path` naming a
+/// FIFO), and a thread waiting on it must not wait with it.
+pub(crate) fn output_within(
+    mut cmd: Command,
+    limit: std::time::Duration,
+) -> std::io::Result<std::process::Output> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let child = cmd.spawn()?;
+    let pid = i32::try_from(child.id()).unwrap_or(0);
+    let (done, waited) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let out = child.wait_with_output();
+        let _ = done.send(());
+        out
+    });
+    let timed_out = waited.recv_timeout(limit).is_err();
+    if timed_out && pid > 0 {
+        // SAFETY: a plain system call; the child is not reaped yet (its waiter has not
+        // answered), so its process group is still its own.
+        unsafe {
+            libc::killpg(pid, libc::SIGKILL);
+        }
+    }
+    let out = waiter
+        .join()
+        .map_err(|_| std::io::Error::other("the thread waiting for git failed"))??;
+    if timed_out {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "git did not finish within {} s and was stopped",
+                limit.as_secs()
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 /// Adds settings through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`,

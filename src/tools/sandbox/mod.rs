@@ -625,7 +625,7 @@ pub fn namespaces_work(helper: &Path) -> Result<(), String> {
 /// Probed once per process by running the helper for real. Nothing of the place
 /// picogent starts in steers the answer: not its working folder (one under `/tmp`
 /// vanishes behind the private `/tmp`), not its environment, not what anyone mounted
-/// under `TMPDIR`: the only folder it is given is an empty one it makes itself.
+/// under `TMPDIR` or how full it is: it writes nothing and is given no folder.
 static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
 
 /// Whether the probe has answered.
@@ -636,17 +636,10 @@ pub(crate) fn probe_answered() -> bool {
 pub(crate) fn probe_namespaces(helper: &Helper) -> Result<(), String> {
     PROBE
         .get_or_init(|| {
-            let dir = std::env::temp_dir().join(format!(
-                "picogent-probe-{}-{}",
-                std::process::id(),
-                crate::util::random_hex(6)
-            ));
-            std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
             let out = std::process::Command::new(helper.program())
                 .arg("sandbox-exec")
                 .arg("--ns")
-                .arg("--rw")
-                .arg(&dir)
+                .arg("--no-writes")
                 .arg("--deny-net")
                 .args(["--", "/bin/sh", "-c", "exit 0"])
                 .current_dir("/")
@@ -654,7 +647,6 @@ pub(crate) fn probe_namespaces(helper: &Helper) -> Result<(), String> {
                 .env("PATH", "/usr/bin:/bin")
                 .stdin(std::process::Stdio::null())
                 .output();
-            let _ = std::fs::remove_dir(&dir);
             let out = out.map_err(|e| format!("cannot run {}: {e}", helper.shown().display()))?;
             if out.status.success() {
                 Ok(())

@@ -74,6 +74,38 @@ pub(crate) fn resolve(name: &str, path: &OsString) -> Result<PathBuf, String> {
         })
 }
 
+/// The operator's home, when what programs read from it (git and ssh configuration,
+/// Python's user site, `.npmrc`) is theirs: nothing is trusted when the agent's
+/// commands may write anywhere, or when the home or any of those files lies inside an
+/// allowed path.
+pub(crate) fn trusted_home(home: Option<&Path>, allowed: &[PathBuf]) -> Option<PathBuf> {
+    if allowed.is_empty() {
+        return None;
+    }
+    let home = std::fs::canonicalize(home?).ok()?;
+    let xdg = home.join(".config");
+    // A file (or folder of them) an allowed path lies in, or that lies in one.
+    let reachable = |p: &Path| {
+        let real = super::resolved(p);
+        allowed
+            .iter()
+            .any(|a| real.starts_with(a) || a.starts_with(&real))
+    };
+    if allowed.iter().any(|a| home.starts_with(a)) {
+        return None;
+    }
+    let files = [
+        home.join(".gitconfig"),
+        xdg.join("git"),
+        home.join(".ssh"),
+        home.join(".git-credentials"),
+        home.join(".local"),
+        home.join(".npmrc"),
+        home.join(".config"),
+    ];
+    (!files.iter().any(|f| reachable(f))).then_some(home)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

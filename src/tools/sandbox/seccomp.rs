@@ -10,6 +10,8 @@
 //!   inside a network namespace (which then reach only the namespace's own loopback),
 //!   and for every family without one. That closes pathname and abstract UNIX sockets,
 //!   UDP, raw and netlink sockets. `socketpair()` stays: it connects to nothing.
+//! - Without namespaces (the Landlock level) and with the network allowed, no UNIX
+//!   socket: nothing else keeps a command from the daemons' sockets under `/run`.
 //! - System calls of another architecture's ABI (32-bit compatibility, x32) are
 //!   refused, since the numbers above would not apply to them.
 
@@ -122,6 +124,16 @@ fn program(deny_network: bool, in_namespace: bool) -> Vec<libc::sock_filter> {
         } else {
             p.push(stmt(BPF_RET_K, errno(libc::EACCES)));
         }
+    } else if !in_namespace {
+        // Without namespaces nothing covers the daemons' sockets under /run (systemd,
+        // D-Bus, Docker) or other users' under /tmp, and Landlock cannot refuse a
+        // `connect` to them: no UNIX socket at all (`socketpair` stays).
+        p.push(jump(BPF_JEQ_K, libc::SYS_socket as u32, 1, 0));
+        p.push(allow);
+        p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0));
+        p.push(jump(BPF_JEQ_K, libc::AF_UNIX as u32, 0, 1));
+        p.push(stmt(BPF_RET_K, errno(libc::EACCES)));
+        p.push(allow);
     } else {
         p.push(allow);
     }

@@ -2,7 +2,7 @@
 //! the task's branch (author: the agent), pushed when `push` is on, and described for
 //! the result comment: branch, commit, diffstat and the diff up to a bounded size.
 
-use super::{run, RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
+use super::{RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
 use crate::tracker::router::lock;
 
 /// What a run's delivery did, for its comment.
@@ -42,10 +42,10 @@ impl Worktrees {
             for nested in crate::tools::sandbox::git::nested_repositories(&tree.path) {
                 add.arg(format!(":(exclude,literal){nested}"));
             }
-            run(add)?;
+            self.run(add)?;
             let mut changed = self.tree_git(tree);
             changed.args(["diff", "--cached", "--quiet", "--ignore-submodules=all"]);
-            if run(changed).is_ok() {
+            if self.run(changed).is_ok() {
                 None
             } else {
                 Some(self.commit(tree, title, summary, end)?)
@@ -104,7 +104,7 @@ impl Worktrees {
         run_with_stdin(commit, &message)?;
         let mut id = self.tree_git(tree);
         id.args(["rev-parse", "--short=12", "HEAD"]);
-        let commit = run(id)?;
+        let commit = self.run(id)?;
         let mut stat = self.tree_git(tree);
         stat.args([
             "diff",
@@ -114,7 +114,7 @@ impl Worktrees {
             "HEAD^",
             "HEAD",
         ]);
-        let stat = run(stat)?;
+        let stat = self.run(stat)?;
         let mut diff = self.tree_git(tree);
         diff.args([
             "diff",
@@ -137,7 +137,7 @@ impl Worktrees {
         let mut cmd = self.push_git(tree, remote);
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
-        run(cmd).map(|_| ()).map_err(|e| e.to_string())
+        self.run(cmd).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// The git that pushes, and that says where a push goes: both see the same
@@ -145,7 +145,7 @@ impl Worktrees {
     fn push_git(&self, tree: &TaskTree, remote: &str) -> std::process::Command {
         let mut cmd = self.tree_git(tree);
         let mut ssh = "ssh -o BatchMode=yes -o ConnectTimeout=30".to_string();
-        match operator_home(&self.allowed) {
+        match crate::tools::sandbox::programs::trusted_home(self.home.as_deref(), &self.allowed) {
             Some(home) => {
                 cmd.env("HOME", home).env_remove("XDG_CONFIG_HOME");
                 cmd.env_remove("GIT_CONFIG_GLOBAL");
@@ -188,35 +188,6 @@ impl Worktrees {
     }
 }
 
-/// The operator's home, when its git and ssh configuration are theirs: nothing is
-/// trusted when the agent's commands may write anywhere, or when the home or any of
-/// those files lies inside an allowed path.
-fn operator_home(allowed: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
-    if allowed.is_empty() {
-        return None;
-    }
-    let home = std::fs::canonicalize(std::env::var_os("HOME")?).ok()?;
-    let xdg = std::env::var_os("XDG_CONFIG_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| home.join(".config"));
-    let inside = |p: &std::path::Path| {
-        let real = crate::tools::sandbox::resolved(p);
-        allowed
-            .iter()
-            .any(|a| real.starts_with(a) || a.starts_with(&real))
-    };
-    let files = [
-        home.clone(),
-        home.join(".gitconfig"),
-        xdg.join("git"),
-        xdg.join("git/config"),
-        home.join(".ssh"),
-        home.join(".ssh/config"),
-        home.join(".git-credentials"),
-    ];
-    (!files.iter().any(|f| inside(f))).then_some(home)
-}
-
 impl Worktrees {
     /// Where a push would really go, after every rewrite git applies: refused when it
     /// is a path on this machine the agent could have written (inside the allowed
@@ -225,7 +196,7 @@ impl Worktrees {
     fn check_remote(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
         let mut cmd = self.push_git(tree, remote);
         cmd.args(["remote", "get-url", "--push", remote]);
-        let url = run(cmd).map_err(|e| e.to_string())?;
+        let url = self.run(cmd).map_err(|e| e.to_string())?;
         let refuse = |why: String| Err(format!("remote {remote} ({url}): {why}"));
         let local = match url.split_once("://") {
             Some(("file", p)) => Some(p.to_string()),

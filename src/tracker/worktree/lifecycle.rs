@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{now_secs, run, task_slug, Record, TaskTree, WorktreeError, Worktrees};
+use super::{now_secs, task_slug, Record, TaskTree, WorktreeError, Worktrees};
 use crate::tracker::router::lock;
 
 impl Worktrees {
@@ -67,7 +67,7 @@ impl Worktrees {
         ]);
         let mut cmd = self.repo_git();
         cmd.args(["worktree", "add", "--quiet"]);
-        if let Ok(tip) = run(exists) {
+        if let Ok(tip) = self.run(exists) {
             let short: String = tip.chars().take(12).collect();
             notes.push(format!(
                 "The branch `{branch}` existed from an earlier run of this task; work continued from its tip `{short}`."
@@ -82,7 +82,7 @@ impl Worktrees {
                 "--quiet",
                 &format!("{base}^{{commit}}"),
             ]);
-            if run(check).is_err() {
+            if self.run(check).is_err() {
                 return Err(WorktreeError::Setup(format!(
                     "base_branch {base:?} is not a branch or commit of {}",
                     self.top.display()
@@ -91,7 +91,7 @@ impl Worktrees {
             cmd.args(["-b", branch]).arg(path).arg(&base);
             notes.extend(self.checkout_notes());
         }
-        run(cmd).map(|_| ())
+        self.run(cmd).map(|_| ())
     }
 
     /// What the user's checkout holds that a worktree from `HEAD` does not.
@@ -115,7 +115,7 @@ impl Worktrees {
                 .arg(format!("--git-dir={}", self.common.display()))
                 .arg(format!("--work-tree={}", self.top.display()))
                 .args(["status", "--porcelain", "--untracked-files=normal"]);
-            if run(status).is_ok_and(|s| !s.is_empty()) {
+            if self.run(status).is_ok_and(|s| !s.is_empty()) {
                 notes.push("The checkout had uncommitted local changes; they were not included (the worktree started from `HEAD`).".into());
             }
         }
@@ -140,7 +140,7 @@ impl Worktrees {
             let mut cmd = self.repo_git();
             cmd.args(["worktree", "remove", "--force", "--force"])
                 .arg(&path);
-            run(cmd)?;
+            self.run(cmd)?;
             tracing::info!(worktree = %path.display(), "removed a task's worktree; its branch is kept");
         }
         self.prune_ours();

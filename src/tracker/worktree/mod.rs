@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Outcome;
 use crate::config::{Config, Workspace};
+use crate::tools::sandbox::confine::Confinement;
 use crate::tools::sandbox::git::harden;
 
 /// git's empty tree: as an attribute source it holds no `.gitattributes`.
@@ -91,6 +92,11 @@ pub(crate) struct Worktrees {
     base: Option<String>,
     /// The agent's allowed paths (canonical): no push goes to a remote inside them.
     allowed: Vec<PathBuf>,
+    /// The operator's home (`HOME` at start): its git and ssh configuration serve a
+    /// push when no command could have written them.
+    home: Option<PathBuf>,
+    /// How long one git command may take (`git_timeout_sec`).
+    limit: Duration,
     author: (String, String),
     push: Option<String>,
     retention: Duration,
@@ -117,12 +123,12 @@ fn git(cwd: &Path, writable: &[PathBuf]) -> Command {
 }
 
 /// Runs a git command; its trimmed standard output, or an error with its message.
-fn run(cmd: Command) -> Result<String, WorktreeError> {
-    run_raw(cmd).map(|out| out.trim_end().to_string())
+fn run(cmd: Command, limit: Duration) -> Result<String, WorktreeError> {
+    run_raw(cmd, limit).map(|out| out.trim_end().to_string())
 }
 
 /// Runs a git command; its whole standard output, or an error with its message.
-fn run_raw(mut cmd: Command) -> Result<String, WorktreeError> {
+fn run_raw(cmd: Command, limit: Duration) -> Result<String, WorktreeError> {
     let args: Vec<String> = cmd
         .get_args()
         .filter_map(|a| a.to_str())
@@ -131,10 +137,11 @@ fn run_raw(mut cmd: Command) -> Result<String, WorktreeError> {
         .map(str::to_string)
         .collect();
     let args = args.join(" ");
-    let out = cmd.output().map_err(|e| WorktreeError::Git {
-        args: args.clone(),
-        message: format!("cannot run git: {e}"),
-    })?;
+    let out =
+        crate::tools::sandbox::git::output_within(cmd, limit).map_err(|e| WorktreeError::Git {
+            args: args.clone(),
+            message: format!("cannot run git: {e}"),
+        })?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
@@ -243,7 +250,8 @@ impl Worktrees {
             .collect();
         let mut cmd = git(&cwd, &allowed);
         cmd.args(["rev-parse", "--show-toplevel", "--git-common-dir"]);
-        let out = run(cmd).map_err(|_| "it is not inside a git checkout".to_string())?;
+        let out =
+            run(cmd, cfg.git_timeout).map_err(|_| "it is not inside a git checkout".to_string())?;
         let mut lines = out.lines();
         let (Some(top), Some(common)) = (lines.next(), lines.next()) else {
             return Err("git did not name the repository".into());
@@ -253,7 +261,7 @@ impl Worktrees {
             std::fs::canonicalize(cwd.join(common)).map_err(|e| format!("{common}: {e}"))?;
         let mut cmd = git(&top, &allowed);
         cmd.args(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]);
-        run(cmd).map_err(|_| "the repository has no commit yet".to_string())?;
+        run(cmd, cfg.git_timeout).map_err(|_| "the repository has no commit yet".to_string())?;
         let rel = cwd
             .strip_prefix(&top)
             .map(Path::to_path_buf)
@@ -286,6 +294,8 @@ impl Worktrees {
             records,
             base: cfg.base_branch.clone(),
             allowed,
+            home: cfg.home_dir.clone(),
+            limit: cfg.git_timeout,
             author: (
                 cfg.name.clone(),
                 cfg.git_email
@@ -330,15 +340,34 @@ impl Worktrees {
 
     /// Empties every filter and diff driver and reads attributes from no tree.
     fn neutral(&self, cmd: &mut Command) {
-        neutral(cmd, &self.top, Some(&self.common), &self.allowed);
+        neutral(
+            cmd,
+            &self.top,
+            Some(&self.common),
+            &self.allowed,
+            None,
+            self.limit,
+        );
+    }
+
+    /// Runs one of this repository's git commands, within the configured time.
+    fn run(&self, cmd: Command) -> Result<String, WorktreeError> {
+        run(cmd, self.limit)
     }
 }
 
 /// Empties every filter and diff driver the repository at `top` (git folder `git_dir`,
 /// else found from `top`) defines, and reads attributes from no tree.
-fn neutral(cmd: &mut Command, top: &Path, git_dir: Option<&Path>, writable: &[PathBuf]) {
+fn neutral(
+    cmd: &mut Command,
+    top: &Path,
+    git_dir: Option<&Path>,
+    writable: &[PathBuf],
+    confine: Option<&Confinement>,
+    limit: Duration,
+) {
     let mut settings = Vec::new();
-    for driver in drivers(top, git_dir, writable) {
+    for driver in drivers(top, git_dir, writable, confine, limit) {
         // Empty: no program, and a `required` filter no longer required.
         for key in [
             "clean", "smudge", "process", "required", "textconv", "command", "driver",
@@ -352,8 +381,19 @@ fn neutral(cmd: &mut Command, top: &Path, git_dir: Option<&Path>, writable: &[Pa
 
 /// Every `filter.X`, `diff.X` and `merge.X` a repository's configuration defines (the
 /// names read NUL-separated: a subsection may hold `=`, `.` or a line break).
-fn drivers(top: &Path, git_dir: Option<&Path>, writable: &[PathBuf]) -> Vec<String> {
-    let mut cmd = git(top, writable);
+fn drivers(
+    top: &Path,
+    git_dir: Option<&Path>,
+    writable: &[PathBuf],
+    confine: Option<&Confinement>,
+    limit: Duration,
+) -> Vec<String> {
+    // A configuration the agent can write (shared mode) is read confined, like the
+    // status it serves.
+    let mut cmd = match confine {
+        Some(c) => crate::tools::sandbox::git::read_only_command(top, Some(c)),
+        None => git(top, writable),
+    };
     if let Some(d) = git_dir {
         cmd.arg(format!("--git-dir={}", d.display()));
     }
@@ -364,7 +404,7 @@ fn drivers(top: &Path, git_dir: Option<&Path>, writable: &[PathBuf]) -> Vec<Stri
         "--get-regexp",
         r"^(filter|diff|merge)\..*\.",
     ]);
-    let out = run_raw(cmd).unwrap_or_default();
+    let out = run_raw(cmd, limit).unwrap_or_default();
     let mut names: Vec<String> = out
         .split('\0')
         .filter_map(|l| l.rsplit_once('.').map(|(d, _)| d.to_string()))

@@ -22,6 +22,8 @@ pub(crate) struct SharedFolder {
     writable: Vec<PathBuf>,
     /// The agent's confinement: `git status` runs under it, read-only.
     confine: Option<Confinement>,
+    /// How long one git command may take (`git_timeout_sec`).
+    limit: std::time::Duration,
 }
 
 /// Each modified or untracked path, with the hash of its content (none when deleted).
@@ -29,15 +31,27 @@ pub(crate) type Status = HashMap<String, Option<String>>;
 
 impl SharedFolder {
     /// The repository `work_dir` is in, if any.
-    pub(crate) fn find(work_dir: &Path, sandbox: &Sandbox) -> Option<SharedFolder> {
+    pub(crate) fn find(
+        work_dir: &Path,
+        sandbox: &Sandbox,
+        limit: std::time::Duration,
+    ) -> Option<SharedFolder> {
         let writable = sandbox.allowed_paths().to_vec();
         let mut cmd = git(work_dir, &writable);
         cmd.args(["rev-parse", "--show-toplevel"]);
-        let top = run(cmd).ok()?;
+        let top = std::fs::canonicalize(run(cmd, limit).ok()?).ok()?;
+        // The repository's configuration is the agent's to write: a `core.worktree`
+        // pointing elsewhere would have picogent hash files there.
+        let work = std::fs::canonicalize(work_dir).ok()?;
+        if !work.starts_with(&top) {
+            tracing::warn!(folder = %work.display(), top = %top.display(), "the working folder's repository names a work tree that does not hold it; result comments will not list changed files");
+            return None;
+        }
         Some(SharedFolder {
-            top: PathBuf::from(top),
+            top,
             writable,
             confine: sandbox.confinement().cloned(),
+            limit,
         })
     }
 
@@ -46,7 +60,14 @@ impl SharedFolder {
         // The repository is the agent's to write: no filter or driver it names runs
         // (and one missed runs confined, unable to write), nothing nested is entered,
         // and the user's index is not refreshed.
-        super::neutral(&mut cmd, &self.top, None, &self.writable);
+        super::neutral(
+            &mut cmd,
+            &self.top,
+            None,
+            &self.writable,
+            self.confine.as_ref(),
+            self.limit,
+        );
         cmd.env("GIT_OPTIONAL_LOCKS", "0").args([
             "status",
             "--porcelain=v1",
@@ -55,7 +76,7 @@ impl SharedFolder {
             "--no-renames",
             "--ignore-submodules=all",
         ]);
-        let Ok(out) = run(cmd) else {
+        let Ok(out) = run(cmd, self.limit) else {
             return Status::new();
         };
         out.split('\0')
