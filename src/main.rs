@@ -303,6 +303,7 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
         }
     }
     let agent = new_agent(config).await?;
+    agent.announce_sandbox();
     let stop = tokio_util::sync::CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {

@@ -204,10 +204,14 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
         );
         return;
     }
-    // The level comes from the namespace probe, which is not waited for here: it is
-    // said once the probe has answered.
-    let say = move || {
-        match c.why_not_namespaces() {
+    if sandbox.confinement().is_some_and(Confinement::settled) {
+        say_level(&c, abi, network, files);
+    }
+}
+
+/// Says the level commands run at (asks the probe, waiting for it).
+fn say_level(c: &Confinement, abi: i64, network: &'static str, files: &'static str) {
+    match c.why_not_namespaces() {
         None => tracing::info!(
             level = "namespaces",
             landlock_abi = abi,
@@ -221,17 +225,8 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
             landlock_abi = abi,
             network,
             writes = files,
-            "commands run under Landlock and seccomp without namespaces ({why}): they can see other processes and read what picogent's user can read; UNIX and UDP sockets are closed only under network: deny"
+            "commands run under Landlock and seccomp without namespaces ({why}): they can see other processes and read what picogent's user can read; no UNIX sockets, and UDP closed only under network: deny"
         ),
-    }
-    };
-    if sandbox.confinement().is_some_and(Confinement::settled) {
-        say();
-    } else if let Err(e) = std::thread::Builder::new()
-        .name("sandbox-probe".into())
-        .spawn(say)
-    {
-        tracing::warn!("cannot start the sandbox probe early ({e}); the first command runs it");
     }
 }
 
@@ -409,6 +404,32 @@ impl Agent {
     /// Whether runs can be paused, resumed, stopped at a step and instructed mid-run.
     pub(crate) fn live_control(&self) -> bool {
         self.capabilities().live_control
+    }
+
+    /// For a daemon: finds out the sandbox level now, on a thread of its own, and says
+    /// it in the log (a one-off run leaves that to its first command instead).
+    pub fn announce_sandbox(&self) {
+        let Some(c) = self.sandbox().confinement().cloned() else {
+            return;
+        };
+        if c.settled() || crate::tools::confine::kernel_abi() < c.needed_abi() {
+            return;
+        }
+        let (abi, network) = (
+            crate::tools::confine::kernel_abi(),
+            if c.deny_network { "deny" } else { "allow" },
+        );
+        let files = if self.sandbox().is_restricted() {
+            "allowed paths only"
+        } else {
+            "unrestricted"
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("sandbox-probe".into())
+            .spawn(move || say_level(&c, abi, network, files))
+        {
+            tracing::warn!("cannot probe the sandbox level early ({e}); the first command does");
+        }
     }
 
     pub fn sandbox(&self) -> &Sandbox {

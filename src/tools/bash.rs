@@ -87,16 +87,43 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
     let a: Args = parse_args("bash", args)?;
     let cwd = ctx.sandbox.check_work_dir(&ctx.work_dir)?;
     let timeout = command_timeout(a.timeout, ctx);
-    // A private temporary folder per command (its /tmp under namespaces), removed
-    // afterwards.
+    // A process whose sandbox level is not known yet runs its first command as if
+    // namespaces work: when they do (the usual case), that is the answer, and the probe
+    // never costs a helper run of its own. When the helper could not build them, the
+    // probe decides, and the command runs again only if the level is Landlock's.
+    let optimistic = !ctx.sandbox.level_settled();
+    let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx).await?;
+    if optimistic {
+        if refused_by_helper(&cap, &end) {
+            ctx.sandbox.settle().await;
+            if !ctx.sandbox.namespaces() {
+                let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx).await?;
+                return Ok(report(&cap, saved, &end, timeout));
+            }
+        } else {
+            ctx.sandbox.namespaces_proven();
+        }
+    }
+    Ok(report(&cap, saved, &end, timeout))
+}
+
+/// What one command run left: its output, the saved full output, how it ended.
+type Ran = (Capture, (Option<PathBuf>, Option<String>), End);
+
+async fn run_command(
+    command: &str,
+    cwd: &std::path::Path,
+    timeout: Duration,
+    ctx: &ToolContext,
+) -> Result<Ran, ToolError> {
+    // A private temporary folder per command (under namespaces its /tmp is a tmpfs of
+    // its own instead), removed afterwards.
     let tmp = ctx
         .output_dir
         .join(format!("picogent-tmp-{}", crate::util::random_hex(12)));
     private_dir(&tmp).map_err(|e| ToolError::io(&tmp, e))?;
     let cleanup = RemoveOnDrop(Some(tmp.clone()));
-    // The sandbox level, when the start-up probe has not answered yet.
-    ctx.sandbox.settle().await;
-    let (mut child, mut rx) = spawn(&a.command, &cwd, &tmp, ctx)?;
+    let (mut child, mut rx) = spawn(command, cwd, &tmp, ctx)?;
     let pgid = child.id().map(|p| p as i32);
 
     let mut cap = Capture::new(ctx.output_dir.clone(), ctx.max_saved_output);
@@ -112,7 +139,16 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
     }
     let saved = cap.finish().await;
     cleanup.remove().await;
-    Ok(report(&cap, saved, &end, timeout))
+    Ok((cap, saved, end))
+}
+
+/// Whether the sandbox helper refused before the command started (its own message,
+/// and nothing else, with its status): then nothing of the command ran.
+fn refused_by_helper(cap: &Capture, end: &End) -> bool {
+    let text = String::from_utf8_lossy(&cap.tail);
+    matches!(end, End::Exited(st) if st.code() == Some(126))
+        && text.starts_with("picogent sandbox: ")
+        && text.trim_end().ends_with("the command was not run")
 }
 
 /// The model's own timeout, within the configured maximum.

@@ -392,7 +392,10 @@ async fn the_agent_runs_commands_in_namespaces_by_default() {
     ])
     .await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({ "allowed_paths": [sb.work] }));
-    assert!(agent.sandbox().confinement().is_some_and(|c| c.namespaces()));
+    assert!(agent
+        .sandbox()
+        .confinement()
+        .is_some_and(|c| c.namespaces()));
     let (events, _) = common::run(&agent, "who am i", "ns").await;
     let r = &common::tool_results(&events)[0];
     assert!(!r.1, "{r:?}");

@@ -537,3 +537,49 @@ async fn an_mcp_server_ignores_what_the_agent_planted_in_an_allowed_home() {
         "the agent's usercustomize.py ran in the MCP server"
     );
 }
+
+/// Where user namespaces are unavailable, a one-off run's first command (which tries
+/// them before any probe) still runs, once, at the Landlock level, and says so.
+#[tokio::test]
+async fn without_namespaces_the_first_command_runs_once_at_the_landlock_level() {
+    let probe = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        skip("cannot make a user namespace to take namespaces away in");
+        return;
+    }
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool(
+            "bash",
+            json!({ "command": "echo ran >> runs.txt; cat runs.txt" }),
+        ),
+        tool("bash", json!({ "command": "echo second >> runs.txt" })),
+        text("done"),
+    ])
+    .await;
+    sb.write_config(&llm, Wire::Anthropic, json!({ "allowed_paths": [sb.work] }));
+    let out = tokio::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"")
+        .arg("sh")
+        .arg(helper())
+        .args(["run", "--json", "--agent"])
+        .arg(&sb.home)
+        .arg("go")
+        .env("HOME", &sb.user_home)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Each command ran exactly once (the first after its namespaces were refused).
+    assert_eq!(sb.read("runs.txt"), "ran\nsecond\n", "{stdout}");
+    assert!(!stdout.contains("the command was not run"), "{stdout}");
+}

@@ -185,6 +185,15 @@ impl Confinement {
         }
     }
 
+    /// Whether commands run in namespaces, without waiting: until the probe answers,
+    /// the optimistic yes of a first command (see `tools::bash`).
+    pub(crate) fn namespaces_now(&self) -> bool {
+        match &self.choice {
+            Namespaces::Probed(_) => super::probe_answer().is_none_or(|r| r.is_ok()),
+            Namespaces::Off(_) => false,
+        }
+    }
+
     /// Whether the level is known without waiting.
     pub(crate) fn settled(&self) -> bool {
         match &self.choice {
@@ -249,7 +258,7 @@ impl Confinement {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        let namespaces = self.namespaces();
+        let namespaces = self.namespaces_now();
         let mut cmd = tokio::process::Command::new(self.helper.program());
         cmd.arg("sandbox-exec");
         if namespaces {

@@ -194,6 +194,29 @@ impl Sandbox {
         self
     }
 
+    /// Whether the level commands run at is known without waiting.
+    pub(crate) fn level_settled(&self) -> bool {
+        self.confinement.as_ref().is_none_or(Confinement::settled)
+    }
+
+    /// Whether commands run in their own namespaces (waits for the probe).
+    pub(crate) fn namespaces(&self) -> bool {
+        self.confinement
+            .as_ref()
+            .is_some_and(Confinement::namespaces)
+    }
+
+    /// A command ran in namespaces the helper built: they work here, whatever a probe
+    /// would have said.
+    pub(crate) fn namespaces_proven(&self) {
+        if matches!(
+            self.confinement.as_ref().map(|c| &c.choice),
+            Some(Namespaces::Probed(_))
+        ) {
+            let _ = PROBE.set(Ok(()));
+        }
+    }
+
     /// Waits (off the runtime's threads) until the sandbox level is known.
     pub async fn settle(&self) {
         if let Some(c) = &self.confinement {
@@ -631,6 +654,11 @@ static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
 /// Whether the probe has answered.
 pub(crate) fn probe_answered() -> bool {
     PROBE.get().is_some()
+}
+
+/// The probe's answer, when it has one.
+pub(crate) fn probe_answer() -> Option<&'static Result<(), String>> {
+    PROBE.get()
 }
 
 pub(crate) fn probe_namespaces(helper: &Helper) -> Result<(), String> {
