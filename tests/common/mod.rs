@@ -375,3 +375,45 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+impl Sandbox {
+    /// `BINARY run --json --agent <home> PROMPT` from the sandbox's base folder, with
+    /// only `PATH`, the fake `HOME` and the scripted model's key in its environment.
+    pub fn run_command(&self, binary: &Path, prompt: &str) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(binary);
+        cmd.args(["run", "--json", "--agent"])
+            .arg(&self.home)
+            .arg(prompt)
+            .current_dir(self.base())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &self.user_home)
+            .env("PICOGENT_API_KEY", llm::API_KEY);
+        cmd
+    }
+}
+
+/// Whether a test can make a user namespace here (to take namespaces away in).
+pub fn can_nest_user_namespaces() -> bool {
+    std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `picogent run` as on a machine without user namespaces (a container under Docker's
+/// default seccomp profile): inside a user namespace that may make no more of them.
+pub fn run_without_user_namespaces(sb: &Sandbox, level: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_picogent"))
+        .args(["run", "--json", "--agent"])
+        .arg(&sb.home)
+        .arg("go")
+        .env("HOME", &sb.user_home)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env("PICOGENT_SANDBOX", level);
+    cmd
+}

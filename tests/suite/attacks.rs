@@ -50,15 +50,8 @@ async fn bash(ctx: &ToolContext, command: &str) -> ToolOutput {
 
 /// The `picogent run --json` events of one scripted run of the real binary.
 async fn run_binary(sb: &Sandbox, extra_env: &[(&str, &str)]) -> (bool, Vec<Value>, String) {
-    let out = tokio::process::Command::new(helper())
-        .args(["run", "--json", "--agent"])
-        .arg(&sb.home)
-        .arg("attack")
-        .current_dir(sb.base())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &sb.user_home)
-        .env("PICOGENT_API_KEY", llm::API_KEY)
+    let out = sb
+        .run_command(&helper(), "attack")
         .env("ANTHROPIC_API_KEY", "sk-ant-SECRET-anthropic-0001")
         .env("AGENT_TOKEN", "SECRET-agent-token-0002")
         .envs(extra_env.iter().copied())
@@ -294,10 +287,7 @@ async fn full_outputs_are_private_files_in_picogent_state() {
 /// picogent refuses a configuration whose own files would be writable, unless relaxed.
 #[tokio::test]
 async fn without_namespaces_unsafe_configurations_are_refused_unless_relaxed() {
-    let probe = std::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "true"])
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
+    if !common::can_nest_user_namespaces() {
         skip("cannot make a user namespace to take namespaces away in");
         return;
     }
@@ -313,20 +303,7 @@ async fn without_namespaces_unsafe_configurations_are_refused_unless_relaxed() {
         Wire::Anthropic,
         json!({ "allowed_paths": [sb.home], "work_dir": sb.home }),
     );
-    let run = |level: &str| {
-        tokio::process::Command::new("unshare")
-            .args(["--user", "--map-root-user", "--", "sh", "-c"])
-            .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"")
-            .arg("sh")
-            .arg(helper())
-            .args(["run", "--json", "--agent"])
-            .arg(&sb.home)
-            .arg("go")
-            .env("HOME", &sb.user_home)
-            .env("PICOGENT_API_KEY", llm::API_KEY)
-            .env("PICOGENT_SANDBOX", level)
-            .output()
-    };
+    let run = |level: &str| common::run_without_user_namespaces(&sb, level).output();
     let out = run("on").await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");

@@ -92,15 +92,9 @@ async fn a_deep_folder_chain_left_in_tmp_is_removed_without_a_crash() {
         .arg(old.parent().unwrap())
         .status();
     assert!(week_ago.unwrap().success());
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .args(["run", "--json", "--session", "deep", "--agent"])
-        .arg(&sb.home)
-        .arg("go")
-        .current_dir(sb.base())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &sb.user_home)
-        .env("PICOGENT_API_KEY", llm::API_KEY)
+    let mut child = sb
+        .run_command(std::path::Path::new(env!("CARGO_BIN_EXE_picogent")), "go")
+        .args(["--session", "deep"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)

@@ -12,7 +12,7 @@ use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{self, llm, skip, text, tool, Sandbox, ScriptedLlm, Wire};
+use crate::common::{self, skip, text, tool, Sandbox, ScriptedLlm, Wire};
 
 fn helper() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_picogent"))
@@ -83,18 +83,7 @@ async fn a_picogent_binary_inside_an_allowed_folder_is_never_the_next_commands_h
     ])
     .await;
     sb.write_config(&llm, Wire::Anthropic, json!({ "allowed_paths": [sb.work] }));
-    let out = tokio::process::Command::new(&bin)
-        .args(["run", "--json", "--agent"])
-        .arg(&sb.home)
-        .arg("go")
-        .current_dir(sb.base())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &sb.user_home)
-        .env("PICOGENT_API_KEY", llm::API_KEY)
-        .output()
-        .await
-        .unwrap();
+    let out = sb.run_command(&bin, "go").output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("replaced"), "{stdout}");
     assert!(
@@ -253,15 +242,6 @@ async fn mcp_servers_run_confined_unless_one_opts_out() {
     }
 }
 
-/// A tmpfs mounted at `p` until dropped (as anyone could mount FUSE under /tmp).
-struct Mounted(PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[tokio::test]
 async fn a_mount_under_tmpdir_or_a_start_in_tmp_does_not_lower_the_level() {
     if !namespaces_here() {
@@ -269,18 +249,12 @@ async fn a_mount_under_tmpdir_or_a_start_in_tmp_does_not_lower_the_level() {
     }
     let sb = Sandbox::new();
     let tmpdir = sb.base().join("tmpdir");
+    // As anyone could mount FUSE under /tmp.
     let foreign = tmpdir.join("someone-elses-mount");
-    std::fs::create_dir_all(&foreign).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "none"])
-        .arg(&foreign)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
+    let Some(_mounted) = common::Tmpfs::mount(&foreign, "1m") else {
         skip("cannot mount a tmpfs here (needs root)");
         return;
-    }
-    let _unmount = Mounted(foreign.clone());
+    };
     // Started from a folder under /tmp, with TMPDIR holding a foreign mount.
     let start = sb.base().join("start");
     std::fs::create_dir_all(&start).unwrap();
@@ -542,10 +516,7 @@ async fn an_mcp_server_ignores_what_the_agent_planted_in_an_allowed_home() {
 /// them before any probe) still runs, once, at the Landlock level, and says so.
 #[tokio::test]
 async fn without_namespaces_the_first_command_runs_once_at_the_landlock_level() {
-    let probe = std::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "true"])
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
+    if !common::can_nest_user_namespaces() {
         skip("cannot make a user namespace to take namespaces away in");
         return;
     }
@@ -560,16 +531,7 @@ async fn without_namespaces_the_first_command_runs_once_at_the_landlock_level() 
     ])
     .await;
     sb.write_config(&llm, Wire::Anthropic, json!({ "allowed_paths": [sb.work] }));
-    let out = tokio::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "--", "sh", "-c"])
-        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"")
-        .arg("sh")
-        .arg(helper())
-        .args(["run", "--json", "--agent"])
-        .arg(&sb.home)
-        .arg("go")
-        .env("HOME", &sb.user_home)
-        .env("PICOGENT_API_KEY", llm::API_KEY)
+    let out = common::run_without_user_namespaces(&sb, "on")
         .output()
         .await
         .unwrap();

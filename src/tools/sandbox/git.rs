@@ -61,51 +61,26 @@ const OWN_CONFIG: &str =
 /// through the sandbox helper when `confine` is given and the kernel can enforce it:
 /// in the agent's namespaces when it has them, writing only `work_tree` and `git_dir`.
 pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Command {
-    let writable: Vec<PathBuf> = confine.and_then(|c| c.writable.clone()).unwrap_or_default();
-    let mut cmd = match confine.filter(|_| kernel_abi() >= 3) {
-        Some(c) => {
-            let mut cmd = Command::new(c.helper.program());
-            cmd.arg("sandbox-exec");
-            if c.namespaces() {
-                cmd.arg("--ns");
-            }
-            // Under /tmp, what git reads besides (an object store it borrows through
-            // `alternates`) stays visible, read-only, in the private /tmp.
-            let mut shown: Vec<PathBuf> = [work_tree, git_dir]
-                .into_iter()
-                .filter_map(super::confine::tmp_top_folder)
-                .collect();
-            shown.dedup();
-            for top in shown {
-                cmd.arg("--show").arg(top);
-            }
-            cmd.arg("--rw")
-                .arg(work_tree)
-                .arg("--rw")
-                .arg(git_dir)
-                .arg("--tmp")
-                .arg(git_dir);
-            // The agent's own limits too (its configuration and `.env` hidden, its
-            // sessions read-only), but for the folders this git works in.
-            let apart = |p: &PathBuf| !git_dir.starts_with(p) && !work_tree.starts_with(p);
-            for h in c.hidden.iter().filter(|p| apart(p)) {
-                cmd.arg("--hide").arg(h);
-            }
-            for r in c.read_only.iter().filter(|p| apart(p)) {
-                cmd.arg("--ro").arg(r);
-            }
-            if kernel_abi() >= 4 {
-                cmd.arg("--deny-net");
-            }
-            cmd.args(["--", "git"]);
-            cmd
+    // The agent's own limits too (its configuration and `.env` hidden, its sessions
+    // read-only), but for the folders this git works in.
+    let apart = |p: &&PathBuf| !git_dir.starts_with(p) && !work_tree.starts_with(p);
+    let mut cmd = helper_git(confine, &[work_tree, git_dir], |c, cmd| {
+        cmd.arg("--rw")
+            .arg(work_tree)
+            .arg("--rw")
+            .arg(git_dir)
+            .arg("--tmp")
+            .arg(git_dir);
+        for h in c.hidden.iter().filter(apart) {
+            cmd.arg("--hide").arg(h);
         }
-        None => Command::new("git"),
-    };
+        for r in c.read_only.iter().filter(apart) {
+            cmd.arg("--ro").arg(r);
+        }
+    });
     cmd.arg(format!("--git-dir={}", git_dir.display()))
         .arg(format!("--work-tree={}", work_tree.display()))
         .current_dir(work_tree);
-    harden(&mut cmd, &writable);
     cmd.env("GIT_AUTHOR_NAME", "picogent")
         .env("GIT_AUTHOR_EMAIL", "picogent@localhost")
         .env("GIT_COMMITTER_NAME", "picogent")
@@ -118,6 +93,25 @@ pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confine
 /// no network and picogent's own files hidden, in the agent's namespaces when it has
 /// them, so a filter or driver missed by the overrides can do no more than the agent.
 pub(crate) fn read_only_command(cwd: &Path, confine: Option<&Confinement>) -> Command {
+    let mut cmd = helper_git(confine, &[cwd], |c, cmd| {
+        cmd.arg("--no-writes");
+        for d in &c.hidden {
+            cmd.arg("--hide").arg(d);
+        }
+    });
+    cmd.current_dir(cwd);
+    cmd
+}
+
+/// git hardened, through the helper when there is a confinement the kernel can
+/// enforce (namespaces when the agent has them, no network, what `layers` adds); the
+/// folders under `/tmp` that `visible` lie in stay visible, read-only, in the private
+/// `/tmp` (a repository there, an object store it borrows through `alternates`).
+fn helper_git(
+    confine: Option<&Confinement>,
+    visible: &[&Path],
+    layers: impl FnOnce(&Confinement, &mut Command),
+) -> Command {
     let writable: Vec<PathBuf> = confine.and_then(|c| c.writable.clone()).unwrap_or_default();
     let mut cmd = match confine.filter(|_| kernel_abi() >= 3) {
         Some(c) => {
@@ -126,14 +120,16 @@ pub(crate) fn read_only_command(cwd: &Path, confine: Option<&Confinement>) -> Co
             if c.namespaces() {
                 cmd.arg("--ns");
             }
-            cmd.arg("--no-writes");
-            // A repository under /tmp stays visible (read-only) in the private /tmp.
-            if let Some(top) = super::confine::tmp_top_folder(cwd) {
+            let mut shown: Vec<PathBuf> = visible
+                .iter()
+                .filter_map(|p| super::confine::tmp_top_folder(p))
+                .collect();
+            shown.sort();
+            shown.dedup();
+            for top in shown {
                 cmd.arg("--show").arg(top);
             }
-            for d in &c.hidden {
-                cmd.arg("--hide").arg(d);
-            }
+            layers(c, &mut cmd);
             if kernel_abi() >= 4 {
                 cmd.arg("--deny-net");
             }
@@ -142,7 +138,6 @@ pub(crate) fn read_only_command(cwd: &Path, confine: Option<&Confinement>) -> Co
         }
         None => Command::new("git"),
     };
-    cmd.current_dir(cwd);
     harden(&mut cmd, &writable);
     cmd
 }
