@@ -54,6 +54,8 @@ pub enum DaemonError {
     },
     #[error(transparent)]
     Fatal(#[from] FatalError),
+    #[error(transparent)]
+    Locked(#[from] crate::tracker::state_lock::LockError),
 }
 
 fn log_start(cfg: &Config, agent: &Agent) {
@@ -86,6 +88,8 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     })?;
     log_start(&cfg, &agent);
     let state_dir = cfg.state_dir();
+    // Held until this function returns: no second daemon on this state meanwhile.
+    let _lock = crate::tracker::state_lock::StateLock::take(&state_dir)?;
     let state_err = |source| DaemonError::State {
         path: state_dir.display().to_string(),
         source,

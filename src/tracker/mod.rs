@@ -16,6 +16,7 @@ mod journal_writer;
 mod outbox;
 mod registration;
 mod router;
+mod state_lock;
 pub mod types;
 mod worktree;
 mod ws;

@@ -156,3 +156,36 @@ async fn a_chat_message_survives_a_crash_before_the_run_reads_it() {
         "it was acknowledged before it was safe"
     );
 }
+
+/// Two daemons on one agent directory would both accept every event and report it
+/// twice: the second exits at start, naming the first.
+#[tokio::test]
+async fn a_second_daemon_on_the_same_agent_directory_exits_naming_the_first() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    config(&sb, &llm, &tracker);
+    let first = spawn_daemon(&sb);
+    tracker.callback_url().await;
+    let second = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .arg(&sb.home)
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &sb.user_home)
+        .env("AGENT_TOKEN", crate::common::tracker::TOKEN)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .output();
+    let second = tokio::time::timeout(Duration::from_secs(20), second)
+        .await
+        .expect("the second daemon kept running")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    let pid = first.id().unwrap().to_string();
+    assert!(
+        stderr.contains("already running") && stderr.contains(&format!("pid {pid}")),
+        "{stderr}"
+    );
+    assert_eq!(tracker.ok_calls("/api/v1/agents/register").len(), 1);
+}

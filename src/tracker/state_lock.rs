@@ -1,0 +1,84 @@
+//! One daemon per agent directory: an exclusive lock on `state/daemon.lock`, held for
+//! the daemon's life (the kernel drops it when the process dies, kill -9 included).
+//! Two daemons on one state would both register, both accept every event and both
+//! report it.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+/// The held lock; dropping it releases it.
+#[derive(Debug)]
+pub(crate) struct StateLock {
+    _file: File,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("another picogent (pid {pid}) is already running on this agent directory ({path}); stop it first, or give this one an agent directory of its own")]
+    Held { pid: String, path: String },
+    #[error("cannot lock {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl StateLock {
+    /// Takes the lock on `state_dir`, or says which process holds it.
+    pub(crate) fn take(state_dir: &Path) -> Result<StateLock, LockError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = state_dir.join("daemon.lock");
+        let io = |source| LockError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        std::fs::create_dir_all(state_dir).map_err(io)?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(io)?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io(err));
+            }
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            return Err(LockError::Held {
+                pid: if pid.is_empty() { "unknown" } else { pid }.to_string(),
+                path: state_dir.display().to_string(),
+            });
+        }
+        file.set_len(0).map_err(io)?;
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        writeln!(file, "{}", std::process::id()).map_err(io)?;
+        Ok(StateLock { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_is_refused_with_the_first_ones_pid_until_it_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = StateLock::take(dir.path()).unwrap();
+        let second = StateLock::take(dir.path()).unwrap_err().to_string();
+        assert!(
+            second.contains(&format!("pid {}", std::process::id())),
+            "{second}"
+        );
+        drop(first);
+        assert!(StateLock::take(dir.path()).is_ok());
+    }
+}
