@@ -27,6 +27,7 @@ struct Metrics {
     queued: Gauge,
     running: Gauge,
     outbox: Gauge,
+    dead_letters: Gauge,
     ws_reconnects: Counter,
 }
 
@@ -44,6 +45,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         queued: Gauge::default(),
         running: Gauge::default(),
         outbox: Gauge::default(),
+        dead_letters: Gauge::default(),
         ws_reconnects: Counter::default(),
         registry: Registry::default(),
     };
@@ -89,6 +91,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "outbox_reports",
         "Agent mode: reports not yet delivered to the tracker",
         m.outbox.clone(),
+    );
+    registry.register(
+        "dead_letter_reports",
+        "Agent mode: reports the tracker refused for good, kept in state/dead-letter.jsonl",
+        m.dead_letters.clone(),
     );
     registry.register(
         "ws_reconnects",
@@ -186,6 +193,12 @@ pub(crate) fn set_load(queued: usize, running: usize, outbox: usize) {
     METRICS.queued.set(g(queued));
     METRICS.running.set(g(running));
     METRICS.outbox.set(g(outbox));
+}
+
+pub(crate) fn set_dead_letters(n: usize) {
+    METRICS
+        .dead_letters
+        .set(i64::try_from(n).unwrap_or(i64::MAX));
 }
 
 /// The text exposition format.

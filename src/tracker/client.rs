@@ -36,6 +36,17 @@ impl TrackerError {
     pub(crate) fn is_transient(&self) -> bool {
         matches!(self, TrackerError::Transient { .. })
     }
+
+    /// A refusal that may pass (a tracker that lost the task for a while, a proxy's
+    /// 404 during a deploy): retried for a bounded time. A bad token or a request the
+    /// tracker calls invalid (400, 422) will not pass by waiting.
+    pub(crate) fn may_pass(&self) -> bool {
+        match self {
+            TrackerError::NotFound { .. } => true,
+            TrackerError::Rejected { status, .. } => !matches!(status, 400 | 422),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -93,7 +104,19 @@ impl TrackerClient {
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
         match status {
-            200..=299 => Ok(serde_json::from_str(&text).unwrap_or(Value::Null)),
+            204 => Ok(Value::Null),
+            // A 2xx from a proxy or an error page is not the tracker's answer: the report
+            // was not delivered, whatever the status says.
+            200..=299 => match serde_json::from_str::<Value>(&text) {
+                Ok(v) if v.is_object() => Ok(v),
+                _ => Err(TrackerError::Transient {
+                    url,
+                    message: format!(
+                        "HTTP {status} with a body that is not the tracker's JSON: {}",
+                        crate::util::one_line(&text, 120)
+                    ),
+                }),
+            },
             401 | 403 => Err(TrackerError::Unauthorized {
                 status,
                 url,

@@ -26,6 +26,9 @@ pub struct Timing {
     pub ws_backoff: (Duration, Duration),
     /// Report delivery retry delay: first and cap.
     pub report_backoff: (Duration, Duration),
+    /// How long a report the tracker refuses (404, most 4xx) is retried before it is
+    /// kept in the dead-letter file.
+    pub report_refused_for: Duration,
 }
 
 impl Default for Timing {
@@ -34,6 +37,7 @@ impl Default for Timing {
             register_retry: Duration::from_secs(5),
             ws_backoff: (Duration::from_secs(1), Duration::from_secs(30)),
             report_backoff: (Duration::from_secs(1), Duration::from_secs(60)),
+            report_refused_for: Duration::from_secs(600),
         }
     }
 }
@@ -107,6 +111,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let outbox_task = tokio::spawn(outbox.clone().run(
         client.clone(),
         timing.report_backoff,
+        timing.report_refused_for,
         outbox_stop.clone(),
     ));
     router.resume_pending();

@@ -81,6 +81,11 @@ impl Delivery {
     }
 
     /// Reports not yet delivered.
+    /// Reports kept in the dead-letter file, and where.
+    pub(super) fn dead_letters(&self) -> (usize, std::path::PathBuf) {
+        self.outbox.dead_letters()
+    }
+
     pub(super) fn backlog(&self) -> usize {
         self.outbox.len()
     }

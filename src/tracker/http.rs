@@ -176,6 +176,11 @@ async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
     ctx.router.settle_sandbox().await;
     let load = ctx.router.load();
     let mut body = json!({"status": "ok", "busy": load.status == "busy", "running": load.active_tasks.len(), "queued": load.queued, "sandbox": ctx.router.sandbox_level()});
+    let (dead, file) = ctx.router.dead_letters();
+    if dead > 0 {
+        // Not a reason to restart picogent, but something for a person to read.
+        body["dead_letters"] = json!({"reports": dead, "file": file});
+    }
     if let Some(reason) = ctx.router.degraded() {
         // Still answering, but not keeping every promise: a supervisor should look.
         body["status"] = json!("degraded");

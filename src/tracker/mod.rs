@@ -9,6 +9,7 @@
 mod batch;
 mod client;
 pub mod daemon;
+mod dead_letter;
 mod delivery;
 mod http;
 mod journal;

@@ -3,7 +3,9 @@
 //! was queued, so the reports of a task arrive in order (`review` only after the result
 //! comment was accepted) and survive tracker outages and daemon restarts. Connection
 //! errors, 429 and 5xx are retried with backoff (capped at 60 s) for as long as the
-//! daemon runs; any other 4xx is logged and dropped so the next report proceeds.
+//! daemon runs; a 404 or another 4xx that may pass is retried for a bounded time, and
+//! what the tracker refuses for good is kept in the dead-letter file (`dead_letter.rs`)
+//! so the next report proceeds and none is dropped in silence.
 //!
 //! Each report carries an `Idempotency-Key`, so a tracker that honours it drops the one
 //! repeat that can happen when the daemon dies between a send and its bookkeeping.
@@ -24,6 +26,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{stopped, BatchThread};
+use super::dead_letter::DeadLetters;
 use super::router::lock;
 use super::types::Report;
 use super::TrackerClient;
@@ -85,6 +88,8 @@ pub(crate) struct Outbox {
     /// Pushes are bounded by the runs and events that report, delivery records by the
     /// one delivery worker.
     writer: Arc<BatchThread<Job>>,
+    /// Where reports the tracker refused for good go.
+    dead: Arc<DeadLetters>,
 }
 
 impl State {
@@ -202,6 +207,7 @@ impl Outbox {
             state,
             notify,
             writer: Arc::new(writer),
+            dead: Arc::new(DeadLetters::open(dir)),
         })
     }
 
@@ -251,14 +257,19 @@ impl Outbox {
         }
     }
 
+    /// Reports the tracker refused for good, kept in the dead-letter file.
+    pub(crate) fn dead_letters(&self) -> (usize, PathBuf) {
+        (self.dead.count(), self.dead.path().to_path_buf())
+    }
+
     /// Delivers reports until `stop` is cancelled.
     pub(crate) async fn run(
         self,
         client: TrackerClient,
         backoff: (Duration, Duration),
+        refused_for: Duration,
         stop: CancellationToken,
     ) {
-        let (start, cap) = backoff;
         loop {
             // Checked before every report: a long backlog must not hold up a shutdown.
             if stop.is_cancelled() {
@@ -271,29 +282,67 @@ impl Outbox {
                     _ = stop.cancelled() => return,
                 }
             };
-            let mut delay = start;
-            loop {
-                match client.report(&item.task_id, &item.report, &item.key).await {
-                    Ok(()) => {
-                        tracing::debug!(task = %item.task_id, seq = item.seq, "report delivered");
-                        self.mark_sent(item.seq);
-                        break;
-                    }
-                    Err(e) if e.is_transient() => {
-                        tracing::warn!(task = %item.task_id, "report not delivered, retrying in {delay:?}: {e}");
-                        tokio::select! {
-                            _ = tokio::time::sleep(delay) => {}
-                            _ = stop.cancelled() => return,
-                        }
-                        delay = (delay * 2).min(cap);
-                    }
-                    Err(e) => {
-                        tracing::error!(task = %item.task_id, "report dropped, the tracker refused it: {e}");
-                        self.mark_sent(item.seq);
-                        break;
-                    }
-                }
+            if !self
+                .deliver(&client, &item, backoff, refused_for, &stop)
+                .await
+            {
+                return;
             }
+        }
+    }
+
+    /// Delivers one report, retrying what may pass; false when `stop` came first.
+    async fn deliver(
+        &self,
+        client: &TrackerClient,
+        item: &Item,
+        (start, cap): (Duration, Duration),
+        refused_for: Duration,
+        stop: &CancellationToken,
+    ) -> bool {
+        let mut delay = start;
+        let first_refused = std::time::Instant::now();
+        loop {
+            let e = match client.report(&item.task_id, &item.report, &item.key).await {
+                Ok(()) => {
+                    tracing::debug!(task = %item.task_id, seq = item.seq, "report delivered");
+                    self.mark_sent(item.seq);
+                    return true;
+                }
+                Err(e) => e,
+            };
+            let retry = e.is_transient() || (e.may_pass() && first_refused.elapsed() < refused_for);
+            if !retry {
+                self.keep_dead(item, &e).await;
+                self.mark_sent(item.seq);
+                return true;
+            }
+            tracing::warn!(task = %item.task_id, "report not delivered, retrying in {delay:?}: {e}");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop.cancelled() => return false,
+            }
+            delay = (delay * 2).min(cap);
+        }
+    }
+
+    /// Keeps a refused report in the dead-letter file (off the runtime's threads).
+    async fn keep_dead(&self, item: &Item, e: &super::client::TrackerError) {
+        let (dead, it, why) = (self.dead.clone(), item.clone(), e.to_string());
+        let kept =
+            tokio::task::spawn_blocking(move || dead.keep(&it.task_id, &it.key, &it.report, &why))
+                .await;
+        match kept {
+            Ok(Ok(())) => tracing::error!(
+                task = %item.task_id,
+                file = %self.dead.path().display(),
+                "the tracker refused a report for good; it is kept in the dead-letter file: {e}"
+            ),
+            _ => tracing::error!(
+                task = %item.task_id,
+                "the tracker refused a report for good, and it could not be kept in {}: {e}",
+                self.dead.path().display()
+            ),
         }
     }
 }

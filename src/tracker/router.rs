@@ -620,6 +620,11 @@ impl Router {
     }
 
     /// What the heartbeat says.
+    /// Reports the tracker refused for good (kept in the dead-letter file), and where.
+    pub(crate) fn dead_letters(&self) -> (usize, std::path::PathBuf) {
+        self.shared.delivery.dead_letters()
+    }
+
     /// Reports not yet delivered to the tracker.
     pub(crate) fn backlog(&self) -> usize {
         self.shared.delivery.backlog()

@@ -27,6 +27,8 @@ pub struct Call {
     pub at: Instant,
     /// The answer's status code.
     pub status: u16,
+    /// Answered by a scripted fault (whatever its status), not by the tracker.
+    pub scripted: bool,
 }
 
 #[derive(Default)]
@@ -37,8 +39,12 @@ pub struct Faults {
     pub register_status: Option<u16>,
     /// Answer the next heartbeat with 404.
     pub forget_agent: bool,
-    /// Answer this many status/comment calls with 503 first.
+    /// Answer this many status/comment calls with 503 first (or `report_status` with
+    /// `report_body`, when set).
     pub reports_down: usize,
+    pub report_status: Option<u16>,
+    /// Sent as it is (an HTML page, say), instead of the tracker's JSON error.
+    pub report_body: Option<String>,
     /// Refuse this many WebSocket handshakes with 503 first.
     pub ws_refuse: usize,
     /// Answer the WebSocket auth frame with an error and close 4001.
@@ -114,7 +120,7 @@ impl FakeTracker {
     pub fn ok_calls(&self, path: &str) -> Vec<Call> {
         self.calls()
             .into_iter()
-            .filter(|c| c.path == path && c.status < 300)
+            .filter(|c| c.path == path && c.status < 300 && !c.scripted)
             .collect()
     }
 
@@ -124,7 +130,7 @@ impl FakeTracker {
         let comment_path = format!("/api/v1/tasks/{task}/comments");
         self.calls()
             .into_iter()
-            .filter(|c| c.status < 300)
+            .filter(|c| c.status < 300 && !c.scripted)
             .filter_map(|c| {
                 if c.path == status_path {
                     Some(format!(
@@ -235,12 +241,24 @@ pub async fn deliver_raw(callback: &str, token: Option<&str>, body: Vec<u8>) -> 
 }
 
 fn record(st: &Arc<Mutex<St>>, method: &'static str, path: String, body: &Value, status: u16) {
+    push_call(st, method, path, body, status, false);
+}
+
+fn push_call(
+    st: &Arc<Mutex<St>>,
+    method: &'static str,
+    path: String,
+    body: &Value,
+    status: u16,
+    scripted: bool,
+) {
     st.lock().unwrap().calls.push(Call {
         method,
         path,
         body: body.clone(),
         at: Instant::now(),
         status,
+        scripted,
     });
 }
 
@@ -294,14 +312,19 @@ async fn heartbeat(State(st): S, h: HeaderMap, Json(body): Json<Value>) -> Respo
     Json(json!({})).into_response()
 }
 
-fn report_fault(st: &Arc<Mutex<St>>) -> bool {
+/// The scripted answer to the next status or comment call, while a fault lasts.
+fn report_fault(st: &Arc<Mutex<St>>) -> Option<(u16, Response)> {
     let mut s = st.lock().unwrap();
-    if s.faults.reports_down > 0 {
-        s.faults.reports_down -= 1;
-        true
-    } else {
-        false
+    if s.faults.reports_down == 0 {
+        return None;
     }
+    s.faults.reports_down -= 1;
+    let status = s.faults.report_status.unwrap_or(503);
+    let resp = match &s.faults.report_body {
+        Some(body) => (StatusCode::from_u16(status).unwrap(), body.clone()).into_response(),
+        None => err(status, "unavailable", "scripted outage"),
+    };
+    Some((status, resp))
 }
 
 async fn status(
@@ -315,9 +338,9 @@ async fn status(
         record(&st, "PATCH", path, &body, 401);
         return err(401, "unauthorized", "bad token");
     }
-    if report_fault(&st) {
-        record(&st, "PATCH", path, &body, 503);
-        return err(503, "unavailable", "scripted outage");
+    if let Some((code, resp)) = report_fault(&st) {
+        push_call(&st, "PATCH", path, &body, code, true);
+        return resp;
     }
     record(&st, "PATCH", path, &body, 200);
     Json(json!({"id": id, "status": body["status"]})).into_response()
@@ -334,9 +357,9 @@ async fn comment(
         record(&st, "POST", path, &body, 401);
         return err(401, "unauthorized", "bad token");
     }
-    if report_fault(&st) {
-        record(&st, "POST", path, &body, 503);
-        return err(503, "unavailable", "scripted outage");
+    if let Some((code, resp)) = report_fault(&st) {
+        push_call(&st, "POST", path, &body, code, true);
+        return resp;
     }
     record(&st, "POST", path, &body, 201);
     (StatusCode::CREATED, Json(json!({"id": "c_1"}))).into_response()

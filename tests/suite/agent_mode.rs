@@ -661,3 +661,76 @@ async fn a_full_disk_delays_reports_but_loses_none() {
         }
     }
 }
+
+/// A 2xx whose body is not the tracker's JSON (a proxy's HTML page) is not a
+/// delivery: the reports are sent again, and each arrives once.
+#[tokio::test]
+async fn a_2xx_that_is_not_the_trackers_answer_is_not_a_delivery() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("All good.")]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| {
+        f.reports_down = 2;
+        f.report_status = Some(200);
+        f.report_body = Some("<html><body>Bad gateway, but 200</body></html>".into());
+    });
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    tracker
+        .deliver(&cb, &assigned("evt_h", "t_h", "Proxy"))
+        .await;
+    tracker.wait_status("t_h", "review", 20).await;
+    assert_eq!(
+        tracker.timeline("t_h"),
+        vec!["status:in_progress", "comment:All good.", "status:review"]
+    );
+    d.stop().await.unwrap();
+}
+
+/// A tracker that answers 404 for a while (it lost the task during a deploy) gets the
+/// reports once it knows the task again; one it refuses for good (400) is kept in the
+/// dead-letter file, counted in /healthz, and the next report proceeds.
+#[tokio::test]
+async fn refused_reports_are_retried_for_a_while_then_kept_never_dropped() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("First."), text("Second.")]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| {
+        f.reports_down = 3;
+        f.report_status = Some(404);
+    });
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    tracker
+        .deliver(&cb, &assigned("evt_n", "t_n", "Lost"))
+        .await;
+    tracker.wait_status("t_n", "review", 20).await;
+    assert_eq!(
+        tracker.timeline("t_n"),
+        vec!["status:in_progress", "comment:First.", "status:review"]
+    );
+    // Refused for good: the first report of the next task.
+    tracker.faults(|f| {
+        f.reports_down = 1;
+        f.report_status = Some(400);
+    });
+    tracker.deliver(&cb, &assigned("evt_b", "t_b", "Bad")).await;
+    tracker.wait_status("t_b", "review", 20).await;
+    assert_eq!(
+        tracker.timeline("t_b"),
+        vec!["comment:Second.", "status:review"]
+    );
+    let dead = std::fs::read_to_string(sb.home.join("state/dead-letter.jsonl")).unwrap();
+    let line: Value = serde_json::from_str(dead.lines().next().unwrap()).unwrap();
+    assert_eq!(line["task_id"], "t_b");
+    assert_eq!(line["report"]["status"], "in_progress", "{line}");
+    assert!(line["error"].as_str().unwrap().contains("400"), "{line}");
+    let health: Value = reqwest::get(cb.replace("/events", "/healthz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["dead_letters"]["reports"], 1, "{health}");
+    d.stop().await.unwrap();
+}
