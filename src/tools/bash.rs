@@ -100,7 +100,9 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
                 let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx).await?;
                 return Ok(report(&cap, saved, &end, timeout));
             }
-        } else {
+        } else if matches!(end, End::Exited(_)) {
+            // It ran to its end inside the namespaces the helper built (a timeout or a
+            // cancel proves nothing: the next command tries again).
             ctx.sandbox.namespaces_proven();
         }
     }

@@ -439,6 +439,10 @@ async fn at_the_landlock_level_no_unix_socket_reaches_a_daemon() {
     let path = sb.base().join("daemon.sock");
     let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
     listener.set_nonblocking(true).unwrap();
+    // A datagram socket (as journald's): a socket pair could `sendto` it.
+    let dgram_path = sb.base().join("journal.sock");
+    let dgram = std::os::unix::net::UnixDatagram::bind(&dgram_path).unwrap();
+    dgram.set_nonblocking(true).unwrap();
     let ctx = context(
         &sb,
         PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[]).with_confinement_level(
@@ -451,11 +455,16 @@ async fn at_the_landlock_level_no_unix_socket_reaches_a_daemon() {
         &ctx,
         &format!(
             "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(\"connected\")' 2>&1 | tail -1; \
-             python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"x\"); print(\"pair\", b.recv(1))'",
-            path.display()
+             python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"x\"); print(\"pair\", b.recv(1))'; \
+             python3 -c 'import socket; a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM); a.sendto(b\"forged\", \"{}\"); print(\"sent\")' 2>&1 | tail -1",
+            path.display(),
+            dgram_path.display()
         ),
     )
     .await;
+    assert!(!r.text.contains("sent"), "{}", r.text);
+    let mut buf = [0u8; 16];
+    assert!(dgram.recv(&mut buf).is_err(), "a datagram got through");
     assert!(!r.text.contains("connected"), "{}", r.text);
     assert!(r.text.contains("Permission denied"), "{}", r.text);
     assert!(r.text.contains("pair b'x'"), "{}", r.text);

@@ -3,21 +3,28 @@
 //! on every sibling along the way down to each hole. This is how the Landlock level
 //! (no namespaces to cover files with) keeps picogent's configuration, `.env`, state
 //! and sessions, and the checkout's git folder, out of commands' reach.
+//!
+//! The walk holds descriptors, never re-opens a path, and follows no link: a rule goes
+//! on exactly what was looked at, whatever a running command renames meanwhile, and an
+//! entry that is a link is never granted (what it leads to is reached, or not, through
+//! its own place).
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+use super::open::{is_dir, open_no_links};
 
 /// Bounds the walk: a folder with more entries than this along the way is not
 /// granted (safe: less access, never more).
 const MAX_ENTRIES: usize = 20_000;
 
 /// What to grant under `root` so that nothing in `holes` is reached: `covered` gets a
-/// rule each (everything beneath them, resolved: a link is granted where it leads,
-/// and one that leads into or above a hole is not granted at all); `ancestors` are
-/// the folders on the way down to a hole, which can get no rule that reaches beneath.
-#[derive(Debug, Default, PartialEq)]
+/// rule each (everything beneath them); `ancestors` are the folders on the way down to
+/// a hole, which can get no rule that reaches beneath.
+#[derive(Debug, Default)]
 pub(crate) struct Carved {
-    pub(crate) covered: Vec<PathBuf>,
-    pub(crate) ancestors: Vec<PathBuf>,
+    pub(crate) covered: Vec<OwnedFd>,
+    pub(crate) ancestors: Vec<OwnedFd>,
 }
 
 pub(crate) fn carve(root: &Path, holes: &[PathBuf]) -> Carved {
@@ -26,51 +33,88 @@ pub(crate) fn carve(root: &Path, holes: &[PathBuf]) -> Carved {
     if holes.iter().any(|h| h.as_path() == root) {
         return out;
     }
+    let Ok(root_fd) = open_no_links(root) else {
+        return out;
+    };
     if holes.is_empty() {
-        out.covered.push(root.to_path_buf());
+        out.covered.push(root_fd);
         return out;
     }
-    let touches_hole = |p: &Path| holes.iter().any(|h| h.starts_with(p) || p.starts_with(h));
-    let mut stack = vec![root.to_path_buf()];
+    let mut stack = vec![(root.to_path_buf(), root_fd)];
     let mut seen = 0usize;
-    while let Some(dir) = stack.pop() {
-        out.ancestors.push(dir.clone());
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
+    while let Some((dir, fd)) = stack.pop() {
+        for name in names(&fd) {
             seen += 1;
             if seen > MAX_ENTRIES {
                 return out;
             }
-            let p = e.path();
-            if holes.iter().any(|h| h.as_path() == p) {
+            let path = dir.join(&name);
+            if holes.iter().any(|h| **h == path) {
                 continue;
             }
-            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-            if is_dir && holes.iter().any(|h| h.starts_with(&p)) {
-                stack.push(p);
-                continue;
-            }
-            // A link (or anything) whose real place holds a hole or lies in one.
-            let Ok(real) = std::fs::canonicalize(&p) else {
+            let Some(child) = open_entry(&fd, &name) else {
                 continue;
             };
-            if touches_hole(&real) {
-                continue;
+            if is_dir(&child) && holes.iter().any(|h| h.starts_with(&path)) {
+                stack.push((path, child));
+            } else {
+                out.covered.push(child);
             }
-            out.covered.push(real);
         }
+        out.ancestors.push(fd);
     }
     out
+}
+
+/// The names in the folder `fd` refers to.
+fn names(fd: &OwnedFd) -> Vec<std::ffi::OsString> {
+    // The descriptor's own magic link: the very folder that was opened.
+    std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default()
+}
+
+/// `name` in the folder `dir`, as an `O_PATH` descriptor; `None` for a link (or
+/// anything that cannot be opened).
+fn open_entry(dir: &OwnedFd, name: &std::ffi::OsStr) -> Option<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(name.as_bytes()).ok()?;
+    // SAFETY: a valid folder descriptor and NUL-terminated name; the fd is owned here.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fstat on a valid fd into a zeroed struct.
+    let is_link = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd.as_raw_fd(), &mut st) != 0 || st.st_mode & libc::S_IFMT == libc::S_IFLNK
+    };
+    (!is_link).then_some(fd)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn paths(fds: &[OwnedFd]) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fds
+            .iter()
+            .map(|f| std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
     #[test]
-    fn holes_are_left_out_and_links_into_them_too() {
+    fn holes_are_left_out_and_links_are_never_granted() {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let agent = root.join("agent");
@@ -80,25 +124,26 @@ mod tests {
         std::fs::write(agent.join("notes.md"), "n").unwrap();
         std::fs::create_dir_all(root.join("other")).unwrap();
         std::os::unix::fs::symlink(agent.join("state"), root.join("link-in")).unwrap();
-        std::os::unix::fs::symlink(&root, agent.join("skills/up")).unwrap();
+        std::os::unix::fs::symlink(&root, agent.join("up")).unwrap();
         let holes = vec![agent.join("state"), agent.join("agent.json")];
         let c = carve(&root, &holes);
-        let mut covered = c.covered.clone();
-        covered.sort();
         assert_eq!(
-            covered,
+            paths(&c.covered),
             vec![
                 agent.join("notes.md"),
                 agent.join("skills"),
                 root.join("other")
             ]
         );
-        assert_eq!(c.ancestors, vec![root.clone(), agent.clone()]);
+        assert_eq!(paths(&c.ancestors), vec![root.clone(), agent.clone()]);
         // No hole: the root itself; the root a hole: nothing.
         assert_eq!(
-            carve(&root.join("other"), &holes).covered,
+            paths(&carve(&root.join("other"), &holes).covered),
             vec![root.join("other")]
         );
-        assert_eq!(carve(&agent.join("state"), &holes), Carved::default());
+        let none = carve(&agent.join("state"), &holes);
+        assert!(none.covered.is_empty() && none.ancestors.is_empty());
+        // A root reached through a link is not granted at all.
+        assert!(carve(&root.join("link-in"), &[]).covered.is_empty());
     }
 }

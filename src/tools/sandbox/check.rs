@@ -85,7 +85,10 @@ fn setup() -> std::io::Result<Setup> {
     let allowed = base.join("work");
     let outside = base.join("outside");
     let state = allowed.join("state");
-    for d in [&allowed, &outside, &state] {
+    // The project's own files (at the Landlock level the folder holding picogent's
+    // files can get no new entries of its own; its subfolders can).
+    let src = allowed.join("src");
+    for d in [&allowed, &outside, &state, &src] {
         std::fs::create_dir_all(d)?;
     }
     let config = allowed.join("agent.json");
@@ -203,7 +206,7 @@ fn attacks<'a>(
         ),
         attack(
             "write inside the allowed paths (must work)",
-            "echo ok > inside.txt && cat inside.txt".to_string(),
+            "echo ok > src/inside.txt && cat src/inside.txt".to_string(),
             |out| out.starts_with("ok"),
         ),
     ]

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use super::namespaces::HelperArgs;
 use landlock::{
-    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
@@ -180,7 +180,7 @@ impl Confinement {
     /// Why commands run without namespaces, when they do (waits like `namespaces`).
     pub fn why_not_namespaces(&self) -> Option<String> {
         match &self.choice {
-            Namespaces::Probed(h) => super::probe_namespaces(h).err(),
+            Namespaces::Probed(h) => super::probe_namespaces(h, self.deny_network).err(),
             Namespaces::Off(why) => Some(why.clone()),
         }
     }
@@ -189,7 +189,9 @@ impl Confinement {
     /// the optimistic yes of a first command (see `tools::bash`).
     pub(crate) fn namespaces_now(&self) -> bool {
         match &self.choice {
-            Namespaces::Probed(_) => super::probe_answer().is_none_or(|r| r.is_ok()),
+            Namespaces::Probed(_) => {
+                super::probe_answer(self.deny_network).is_none_or(|r| r.is_ok())
+            }
             Namespaces::Off(_) => false,
         }
     }
@@ -197,7 +199,7 @@ impl Confinement {
     /// Whether the level is known without waiting.
     pub(crate) fn settled(&self) -> bool {
         match &self.choice {
-            Namespaces::Probed(_) => super::probe_answered(),
+            Namespaces::Probed(_) => super::probe_answer(self.deny_network).is_some(),
             Namespaces::Off(_) => true,
         }
     }
@@ -426,11 +428,8 @@ fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
     }
     let mut created = ruleset.create().map_err(err)?;
     if restrict_fs {
-        let rules = file_rules(h, in_namespace, carve);
-        for (paths, access) in rules {
-            created = created
-                .add_rules(path_beneath_rules(&paths, access))
-                .map_err(err)?;
+        for (fd, access) in file_rules(h, in_namespace, carve) {
+            created = created.add_rule(rule(fd, access)).map_err(err)?;
         }
     }
     let status = created.restrict_self().map_err(err)?;
@@ -447,13 +446,15 @@ fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The file rules: what may be read, and what written, each a list of paths with the
-/// rights granted beneath them.
+/// The file rules: each a descriptor (opened without following links, so a rule goes
+/// on exactly what was checked, whatever a running command renames meanwhile) and the
+/// rights granted beneath it.
 fn file_rules(
     h: &HelperArgs,
     in_namespace: bool,
     carve: bool,
-) -> Vec<(Vec<PathBuf>, landlock::BitFlags<AccessFs>)> {
+) -> Vec<(OwnedFd, landlock::BitFlags<AccessFs>)> {
+    use super::open::open_no_links;
     let read = AccessFs::from_read(FS_ABI);
     let all = AccessFs::from_all(FS_ABI);
     let whole = vec![PathBuf::from("/")];
@@ -467,34 +468,58 @@ fn file_rules(
         (Some(t), false) => dirs.push(t.clone()),
         (None, false) => {}
     }
-    // Only paths that are still what picogent resolved: a command may since have put a
-    // link where a missing allowed path was.
-    dirs.retain(|d| std::fs::canonicalize(d).ok().as_deref() == Some(d.as_path()));
-    let devices: Vec<PathBuf> = DEVICES
+    let devices = DEVICES
         .iter()
-        .map(PathBuf::from)
-        .filter(|d| d.exists())
-        .collect();
+        .filter_map(|d| open_no_links(Path::new(d)).ok())
+        .map(|fd| (fd, all));
+    let mut rules: Vec<(OwnedFd, landlock::BitFlags<AccessFs>)> = Vec::new();
     if !carve {
-        return vec![(whole, read), (dirs, all), (devices, all)];
+        rules.extend(open_no_links(Path::new("/")).ok().map(|fd| (fd, read)));
+        rules.extend(
+            dirs.iter()
+                .filter_map(|d| open_no_links(d).ok())
+                .map(|fd| (fd, all)),
+        );
+        rules.extend(devices);
+        return rules;
     }
     // Read: all of `/` but the hidden files; write: the writable folders but what is
     // hidden or read-only. The folders on the way to a hole can only be listed.
-    let hidden = &h.hidden;
-    let kept: Vec<PathBuf> = hidden.iter().chain(&h.read_only).cloned().collect();
-    let readable = super::carve::carve(Path::new("/"), hidden);
-    let mut rules = vec![
-        (readable.covered, read),
-        (readable.ancestors, AccessFs::ReadDir.into()),
-        (devices, all),
-    ];
+    let kept: Vec<PathBuf> = h.hidden.iter().chain(&h.read_only).cloned().collect();
+    let readable = super::carve::carve(Path::new("/"), &h.hidden);
+    rules.extend(readable.covered.into_iter().map(|fd| (fd, read)));
+    rules.extend(
+        readable
+            .ancestors
+            .into_iter()
+            .map(|fd| (fd, AccessFs::ReadDir.into())),
+    );
+    rules.extend(devices);
     for d in dirs {
-        let tmp = h.tmp.as_ref() == Some(&d);
         // The private temporary folder may lie in picogent's state: it is the command's.
-        let holes: Vec<PathBuf> = if tmp { Vec::new() } else { kept.clone() };
-        rules.push((super::carve::carve(&d, &holes).covered, all));
+        let holes: &[PathBuf] = if h.tmp.as_ref() == Some(&d) {
+            &[]
+        } else {
+            &kept
+        };
+        rules.extend(
+            super::carve::carve(&d, holes)
+                .covered
+                .into_iter()
+                .map(|fd| (fd, all)),
+        );
     }
     rules
+}
+
+/// A rule for `fd`: on a file, only the rights a file can have.
+fn rule(fd: OwnedFd, access: landlock::BitFlags<AccessFs>) -> PathBeneath<OwnedFd> {
+    let access = if super::open::is_dir(&fd) {
+        access
+    } else {
+        access & AccessFs::from_file(FS_ABI)
+    };
+    PathBeneath::new(fd, access)
 }
 
 /// The command keeps no capability: neither those a namespace gave the helper (it

@@ -176,7 +176,7 @@ impl Sandbox {
         // Only this case needs the probe's answer now (to refuse at start); otherwise
         // the first command waits for it, and a run without commands never does.
         if level == Level::Full && writable.is_some() && !exposed.is_empty() {
-            if let Err(why) = probe_namespaces(&helper) {
+            if let Err(why) = probe_namespaces(&helper, deny_network) {
                 self.refusal = Some(format!(
                     "this kernel does not allow user namespaces ({why}), and under Landlock alone picogent's own files inside the allowed paths ({}) would be out of reach of commands only by leaving the folders that hold them unable to get new files. Move the agent's state, sessions and configuration outside allowed_paths, or set sandbox: \"landlock\" to accept this",
                     exposed.join(", ")
@@ -213,7 +213,8 @@ impl Sandbox {
             self.confinement.as_ref().map(|c| &c.choice),
             Some(Namespaces::Probed(_))
         ) {
-            let _ = PROBE.set(Ok(()));
+            let deny = self.confinement.as_ref().is_some_and(|c| c.deny_network);
+            let _ = PROBE[usize::from(deny)].set(Ok(()));
         }
     }
 
@@ -637,7 +638,7 @@ fn opened_error(raw: &str, real: &Path, e: io::Error) -> ToolError {
 /// why not).
 pub fn namespaces_work(helper: &Path) -> Result<(), String> {
     match Helper::open(helper) {
-        Ok(h) => probe_namespaces(&h),
+        Ok(h) => probe_namespaces(&h, true),
         Err(e) => Err(format!(
             "cannot open the sandbox helper {}: {e}",
             helper.display()
@@ -649,26 +650,24 @@ pub fn namespaces_work(helper: &Path) -> Result<(), String> {
 /// picogent starts in steers the answer: not its working folder (one under `/tmp`
 /// vanishes behind the private `/tmp`), not its environment, not what anyone mounted
 /// under `TMPDIR` or how full it is: it writes nothing and is given no folder.
-static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
-
-/// Whether the probe has answered.
-pub(crate) fn probe_answered() -> bool {
-    PROBE.get().is_some()
-}
+/// The probe's answers, with the network allowed and denied (a network namespace is
+/// one more the kernel may refuse): the probe asks for what commands will get.
+static PROBE: [OnceLock<Result<(), String>>; 2] = [OnceLock::new(), OnceLock::new()];
 
 /// The probe's answer, when it has one.
-pub(crate) fn probe_answer() -> Option<&'static Result<(), String>> {
-    PROBE.get()
+pub(crate) fn probe_answer(deny_network: bool) -> Option<&'static Result<(), String>> {
+    PROBE[usize::from(deny_network)].get()
 }
 
-pub(crate) fn probe_namespaces(helper: &Helper) -> Result<(), String> {
-    PROBE
+pub(crate) fn probe_namespaces(helper: &Helper, deny_network: bool) -> Result<(), String> {
+    PROBE[usize::from(deny_network)]
         .get_or_init(|| {
-            let out = std::process::Command::new(helper.program())
-                .arg("sandbox-exec")
-                .arg("--ns")
-                .arg("--no-writes")
-                .arg("--deny-net")
+            let mut cmd = std::process::Command::new(helper.program());
+            cmd.arg("sandbox-exec").arg("--ns").arg("--no-writes");
+            if deny_network {
+                cmd.arg("--deny-net");
+            }
+            let out = cmd
                 .args(["--", "/bin/sh", "-c", "exit 0"])
                 .current_dir("/")
                 .env_clear()

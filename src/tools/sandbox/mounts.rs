@@ -133,6 +133,28 @@ pub(crate) fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, String> {
         .map_err(|e| format!("cannot copy the mount at {}: {e}", p.display()))
 }
 
+/// A detached copy of the mount tree at `p`, reached without following any link: a
+/// path a command swapped for a link since picogent resolved it is not copied
+/// (`None`). With whether it is a folder.
+pub(crate) fn open_tree_no_links(
+    p: &Path,
+    recursive: bool,
+) -> Result<Option<(OwnedFd, bool)>, String> {
+    let Ok(fd) = super::open::open_no_links(p) else {
+        return Ok(None);
+    };
+    let is_dir = super::open::is_dir(&fd);
+    let flags = libc::AT_EMPTY_PATH as libc::c_uint
+        | if recursive {
+            libc::AT_RECURSIVE as libc::c_uint
+        } else {
+            0
+        };
+    clone_at(fd.as_raw_fd(), c"", flags)
+        .map(|t| Some((t, is_dir)))
+        .map_err(|e| format!("cannot copy the mount at {}: {e}", p.display()))
+}
+
 /// Another detached copy of a detached mount.
 pub(crate) fn copy_of(fd: &OwnedFd) -> Result<OwnedFd, String> {
     clone_at(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH as libc::c_uint)

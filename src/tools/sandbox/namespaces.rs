@@ -21,8 +21,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use super::mounts::{
-    blank_file, copy_of, errno, mount, move_mount, open_tree, set_attr, MOUNT_ATTR_NOSUID,
-    MOUNT_ATTR_RDONLY,
+    blank_file, copy_of, errno, mount, move_mount, open_tree, open_tree_no_links, set_attr,
+    MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
 };
 
 /// Devices the minimal `/dev` offers (bound from the host's).
@@ -217,13 +217,10 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
     let mut writable = Vec::new();
     if restricted {
         for d in h.writable.iter().flatten() {
-            // Only a path that is still what picogent resolved (a command may since
-            // have put a link where a missing allowed path was).
-            if std::fs::canonicalize(d).ok().as_deref() != Some(d.as_path()) {
-                continue;
-            }
-            if let Ok(meta) = std::fs::metadata(d) {
-                writable.push((d.clone(), meta.is_dir(), open_tree(d, true)?));
+            // Only a path that is still what picogent resolved, reached without a link
+            // (a command may since have put one where a folder was).
+            if let Some((fd, is_dir)) = open_tree_no_links(d, true)? {
+                writable.push((d.clone(), is_dir, fd));
             }
         }
     }
@@ -233,8 +230,14 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
         // visible as anywhere else: copied read-only into the private /tmp.
         let read_only = h.read_only.iter().filter(|p| p.starts_with("/tmp"));
         for d in h.shown.iter().chain(read_only) {
-            if std::fs::canonicalize(d).ok().as_deref() == Some(d.as_path()) && d.is_dir() {
-                shown.push((d.clone(), true, read_only_copy(d)?));
+            if let Some((fd, true)) = open_tree_no_links(d, true)? {
+                set_attr(
+                    Some(&fd),
+                    Path::new(""),
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
+                    true,
+                )?;
+                shown.push((d.clone(), true, fd));
             }
         }
     }

@@ -203,3 +203,23 @@ pub(crate) fn regular_file(fd: OwnedFd, shown: &str) -> io::Result<(File, std::f
 pub(crate) fn identity(p: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
+
+/// Opens the absolute path `abs` as an `O_PATH` descriptor without following any link
+/// on the way (a folder swapped for a link after picogent resolved it is refused, not
+/// followed): what the helper grants or mounts is what was checked.
+pub(crate) fn open_no_links(abs: &Path) -> io::Result<OwnedFd> {
+    let root = open_root(Path::new("/"))?;
+    let rel = abs
+        .strip_prefix("/")
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not an absolute path"))?;
+    open_beneath(&root, rel, libc::O_PATH, 0)
+}
+
+/// Whether a descriptor is a folder.
+pub(crate) fn is_dir(fd: &OwnedFd) -> bool {
+    // SAFETY: fstat on a valid fd into a zeroed struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+    }
+}

@@ -9,7 +9,8 @@
 //! - Under `network: "deny"`, `socket()` is refused for every family but IPv4 and IPv6
 //!   inside a network namespace (which then reach only the namespace's own loopback),
 //!   and for every family without one. That closes pathname and abstract UNIX sockets,
-//!   UDP, raw and netlink sockets. `socketpair()` stays: it connects to nothing.
+//!   UDP, raw and netlink sockets. `socketpair()` stays for streams (it connects to
+//!   nothing); a datagram pair is refused, since it can `sendto` a pathname socket.
 //! - Without namespaces (the Landlock level) and with the network allowed, no UNIX
 //!   socket: nothing else keeps a command from the daemons' sockets under `/run`.
 //! - System calls of another architecture's ABI (32-bit compatibility, x32) are
@@ -25,6 +26,7 @@ const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
 const BPF_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
 const BPF_JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const BPF_ALU_AND_K: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
 
 /// `fchmodat2` (Linux 6.6), the same number on every architecture.
 const SYS_FCHMODAT2: i64 = 452;
@@ -109,6 +111,16 @@ fn program(deny_network: bool, in_namespace: bool) -> Vec<libc::sock_filter> {
         p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0 + 8 * arg));
         p.push(jump(BPF_JSET_K, SET_ID_BITS, 0, 1));
         p.push(stmt(BPF_RET_K, errno(libc::EPERM)));
+        p.push(allow);
+    }
+    if deny_network || !in_namespace {
+        // Wherever UNIX sockets are refused, a datagram pair is too: one end could
+        // `sendto` any pathname socket (journald's, systemd's notify socket).
+        p.push(jump(BPF_JEQ_K, libc::SYS_socketpair as u32, 0, 5));
+        p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0 + 8));
+        p.push(stmt(BPF_ALU_AND_K, 0xf));
+        p.push(jump(BPF_JEQ_K, libc::SOCK_DGRAM as u32, 0, 1));
+        p.push(stmt(BPF_RET_K, errno(libc::EACCES)));
         p.push(allow);
     }
     if deny_network {
