@@ -135,6 +135,7 @@ impl Checkpoints {
     fn command(&self, git_dir: &Path, args: &[&str]) -> std::process::Command {
         let mut c = git::command(git_dir, &self.work_tree, self.confine.as_ref());
         c.args(args).stdin(std::process::Stdio::null());
+        git::die_with_picogent(&mut c);
         c
     }
 

@@ -507,9 +507,17 @@ impl Router {
             .running
             .get_mut(&task)
             .and_then(|r| r.why.take());
+        // The task whose record says its commit was named, once the comment is queued.
+        let mut named = None;
         let appendix = match (&self.shared.shared_folder, before) {
             (Some(f), Some(before)) => f.changed_since(before).await,
-            _ => self.close_tree(&job, tree, &outcome, &why).await,
+            _ => self
+                .close_tree(&job, tree, &outcome, &why)
+                .await
+                .map(|(text, slug)| {
+                    named = Some(slug);
+                    text
+                }),
         };
         let mut reports =
             delivery::outcome_reports(&task, job.reply_to(), &session_id, outcome, why);
@@ -522,8 +530,15 @@ impl Router {
         let done = match reports {
             Some(reports) => {
                 let (me, event) = (self.clone(), job.event_id.clone());
+                let trees = self.shared.worktrees.clone();
                 delivery
-                    .queue_or_retry(&task, reports, move || me.mark_done(&event))
+                    .queue_or_retry(&task, reports, move || {
+                        me.mark_done(&event);
+                        if let (Some(w), Some(slug)) = (trees, named) {
+                            // A small synced write, off the runtime's threads.
+                            tokio::task::spawn_blocking(move || w.reported(&slug));
+                        }
+                    })
                     .await
             }
             None => false,
@@ -562,7 +577,7 @@ impl Router {
         tree: Option<TaskTree>,
         outcome: &Outcome,
         why: &Option<StopReason>,
-    ) -> Option<String> {
+    ) -> Option<(String, String)> {
         let (w, tree) = (self.shared.worktrees.as_ref()?, tree?);
         let interrupted = matches!(
             (outcome, why),

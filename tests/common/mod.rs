@@ -315,6 +315,11 @@ pub fn last_tool_result(body: &Value) -> (String, bool) {
 
 /// Agent mode as a real child process on the agent folder, logging to `daemon.log`.
 pub fn spawn_daemon(sb: &Sandbox) -> tokio::process::Child {
+    spawn_daemon_with_path(sb, &std::env::var("PATH").unwrap_or_default())
+}
+
+/// `spawn_daemon`, finding programs (git) on `path`.
+pub fn spawn_daemon_with_path(sb: &Sandbox, path: &str) -> tokio::process::Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -324,7 +329,7 @@ pub fn spawn_daemon(sb: &Sandbox) -> tokio::process::Child {
         .arg(&sb.home)
         .current_dir(sb.base())
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PATH", path)
         .env("HOME", &sb.user_home)
         .env("AGENT_TOKEN", tracker::TOKEN)
         .env("PICOGENT_API_KEY", llm::API_KEY)

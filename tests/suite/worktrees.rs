@@ -625,3 +625,167 @@ async fn a_git_configuration_that_never_ends_does_not_hang_the_task() {
     assert!(comment_of(&tracker, "n1", 0).contains("Done."));
     d.stop().await.unwrap();
 }
+
+/// A `git` that stands in front of the real one and, for the subcommand a test names,
+/// stops at a chosen moment (announcing it with a file) until it is killed: so a test
+/// kills picogent at that exact step, not by timing luck. `extra` runs first.
+struct SlowGit {
+    dir: std::path::PathBuf,
+}
+
+impl SlowGit {
+    fn new(sb: &Sandbox) -> SlowGit {
+        let dir = sb.base().join("slow-git");
+        std::fs::create_dir_all(&dir).unwrap();
+        SlowGit { dir }
+    }
+
+    /// Stops the next `git SUB` after `before` (shell, with `$gitdir` and `$real`) ran.
+    fn stop_at(&self, sub: &str, before: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let real = String::from_utf8(
+            Command::new("sh")
+                .args(["-c", "command -v git"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_string();
+        let script = format!(
+            "#!/bin/sh\nreal={real}\ndir={d}\nskip=0; sub=; gitdir=\nfor a in \"$@\"; do\n  if [ $skip = 1 ]; then skip=0; continue; fi\n  case \"$a\" in\n    -c) skip=1;;\n    --git-dir=*) gitdir=\"${{a#--git-dir=}}\";;\n    -*) ;;\n    *) sub=\"$a\"; break;;\n  esac\ndone\nif [ \"$sub\" = {sub} ] && [ -e \"$dir/armed\" ]; then\n  rm -f \"$dir/armed\"\n  {before}\n  touch \"$dir/reached\"\n  exec sleep 60\nfi\nexec \"$real\" \"$@\"\n",
+            d = self.dir.display()
+        );
+        let git = self.dir.join("git");
+        std::fs::write(&git, script).unwrap();
+        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(self.dir.join("armed"), "").unwrap();
+    }
+
+    fn path(&self) -> String {
+        format!(
+            "{}:{}",
+            self.dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+
+    async fn reached(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !self.dir.join("reached").exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "git never reached the step"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Kills the daemon (SIGKILL, by pid: what it started is orphaned, not killed) at a
+/// step of a task's delivery, restarts it, and returns the task's comments.
+async fn killed_at(
+    sb: &Sandbox,
+    sub: &str,
+    before: &str,
+    extra: Value,
+) -> (FakeTracker, Vec<String>) {
+    let slow = SlowGit::new(sb);
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.per_conversation(vec![
+        tool("bash", json!({"command": "echo work > work.txt"})),
+        text("Done."),
+    ]);
+    let tracker = FakeTracker::start().await;
+    let mut cfg =
+        json!({"tracker_url": tracker.url(), "listen_port": 0, "allowed_paths": [sb.work]});
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        cfg[k] = v;
+    }
+    sb.write_config(&llm, Wire::Anthropic, cfg);
+    slow.stop_at(sub, before);
+    let mut daemon = spawn_daemon_with_path(sb, &slow.path());
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "c1", "Crash")).await;
+    slow.reached().await;
+    daemon.kill().await.unwrap();
+    let regs = tracker.ok_calls("/api/v1/agents/register").len();
+    let mut daemon = spawn_daemon_with_path(sb, &slow.path());
+    tracker
+        .wait_for(20, "re-registration", |t| {
+            t.ok_calls("/api/v1/agents/register").len() > regs
+        })
+        .await;
+    tracker.wait_status("c1", "review", 60).await;
+    daemon.kill().await.unwrap();
+    let comments = (0..tracker.comments("c1").len())
+        .map(|n| comment_of(&tracker, "c1", n))
+        .collect();
+    (tracker, comments)
+}
+
+/// Killed while committing, with git's `index.lock` held: the restarted daemon
+/// commits the work (the killed git died with picogent, and its lock is cleared).
+#[tokio::test]
+async fn a_kill_during_the_commit_loses_no_work() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let (_, comments) = killed_at(&sb, "commit", "exec 9>\"$gitdir/index.lock\"", json!({})).await;
+    let c = comments.join("\n");
+    assert!(c.contains("**Branch** `picogent/c1`"), "{c}");
+    assert_eq!(git(&sb.work, &["show", "picogent/c1:work.txt"]), "work");
+    let tip = git(&sb.work, &["rev-parse", "--short=12", "picogent/c1"]);
+    assert!(
+        c.contains(&tip),
+        "the comment does not name the commit {tip}: {c}"
+    );
+}
+
+/// Killed between the commit and the end of the push: the restarted daemon pushes the
+/// commit, and its comment names it.
+#[tokio::test]
+async fn a_kill_during_the_push_still_pushes_and_reports_the_commit() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let origin = sb.base().join("origin.git");
+    git(
+        &sb.base(),
+        &["init", "-q", "--bare", origin.to_str().unwrap()],
+    );
+    git(
+        &sb.work,
+        &["remote", "add", "origin", origin.to_str().unwrap()],
+    );
+    let (_, comments) = killed_at(&sb, "push", ":", json!({"push": true})).await;
+    let tip = git(&sb.work, &["rev-parse", "picogent/c1"]);
+    assert_eq!(git(&origin, &["rev-parse", "picogent/c1"]), tip);
+    let c = comments.join("\n");
+    assert!(
+        c.contains(&tip[..12]),
+        "no comment names the commit {tip}: {c}"
+    );
+    assert!(c.contains("Pushed to `origin`."), "{c}");
+}
+
+/// Killed while `git worktree add` was checking out: the restarted daemon does not
+/// work in the half-made worktree, it makes it again.
+#[tokio::test]
+async fn a_kill_during_worktree_add_never_leaves_a_half_made_worktree_in_use() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let tree = sb.home.join("worktrees/c1");
+    // The real add, then what a checkout cut short leaves: a file missing and git's
+    // own record saying it is still being made.
+    let torn = format!(
+        "\"$real\" \"$@\"; rm -f '{t}/shared.txt'; echo initializing > \"{w}/.git/worktrees/c1/locked\"",
+        t = tree.display(),
+        w = sb.work.display()
+    );
+    let (_, comments) = killed_at(&sb, "worktree", &torn, json!({})).await;
+    let c = comments.join("\n");
+    assert!(c.contains("**Branch** `picogent/c1`"), "{c}");
+    // The commit adds the work and deletes nothing of the checkout's.
+    let stat = git(&sb.work, &["diff", "--name-status", "main", "picogent/c1"]);
+    assert_eq!(stat, "A\twork.txt", "{c}");
+}

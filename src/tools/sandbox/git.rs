@@ -169,6 +169,32 @@ pub fn harden(cmd: &mut Command, writable: &[PathBuf]) {
         .env("GIT_LITERAL_PATHSPECS", "1");
 }
 
+/// Makes git picogent's child for good: its own process group (so what it starts is
+/// killed with it) and a parent-death signal, so a git running when picogent is
+/// killed dies too instead of finishing unseen (or holding `index.lock` for ever).
+pub(crate) fn die_with_picogent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    // SAFETY: getpid is read before the fork; prctl and getppid are async-signal-safe
+    // and nothing else runs between fork and exec.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("picogent exited while starting git"));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Runs git to the end, or kills it (and everything it started) after `limit`: a
 /// repository the agent wrote can make git wait for good (an `include.path` naming a
 /// FIFO), and a thread waiting on it must not wait with it.
@@ -176,12 +202,11 @@ pub(crate) fn output_within(
     mut cmd: Command,
     limit: std::time::Duration,
 ) -> std::io::Result<std::process::Output> {
-    use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stderr(Stdio::piped());
+    die_with_picogent(&mut cmd);
     let child = cmd.spawn()?;
     let pid = i32::try_from(child.id()).unwrap_or(0);
     let (done, waited) = std::sync::mpsc::channel();

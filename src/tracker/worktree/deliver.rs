@@ -13,6 +13,13 @@ pub(crate) enum Delivered {
         branch: String,
         push: Option<(String, Result<(), String>)>,
     },
+    /// The run changed nothing, and the branch holds a commit made before picogent
+    /// stopped that no comment named yet.
+    Earlier {
+        branch: String,
+        commit: String,
+        push: Option<(String, Result<(), String>)>,
+    },
     Committed {
         branch: String,
         commit: String,
@@ -24,7 +31,8 @@ pub(crate) enum Delivered {
 }
 
 impl Worktrees {
-    /// Commits what the run changed (nothing when nothing changed), then pushes.
+    /// Commits what the run changed (nothing when nothing changed), then pushes. Each
+    /// step's intent is in the task's record before it runs (see `Record`).
     pub(crate) fn deliver(
         &self,
         tree: &TaskTree,
@@ -32,8 +40,11 @@ impl Worktrees {
         summary: &str,
         end: RunEnd,
     ) -> Result<Delivered, WorktreeError> {
+        let slug = &tree.slug;
+        let mut record = self.read_record(slug).unwrap_or_default();
         let committed = {
             let _one = lock(&self.lock);
+            self.clear_stale_locks(&tree.admin, &tree.branch);
             let mut add = self.tree_git(tree);
             // A repository the agent made inside the worktree is left out: git would
             // run its `status` there, with that repository's own filters.
@@ -48,24 +59,39 @@ impl Worktrees {
             if self.run(changed).is_ok() {
                 None
             } else {
-                Some(self.commit(tree, title, summary, end)?)
+                // Intent: once committed, the branch owes the remote a push.
+                if self.push.is_some() && !record.push_pending {
+                    record.push_pending = true;
+                    self.write_record(slug, &record)?;
+                }
+                let made = self.commit(tree, title, summary, end)?;
+                record.unreported = Some(made.0.clone());
+                self.write_record(slug, &record)?;
+                Some(made)
             }
         };
         // Pushing can take long (a slow remote): other tasks are not held up by it.
-        let slug = &tree.slug;
-        let mut record = self.read_record(slug);
-        let owed = committed.is_some() || record.as_ref().is_some_and(|r| r.push_pending);
         let push = match &self.push {
-            Some(remote) if owed => Some((remote.clone(), self.push_branch(tree, remote))),
+            Some(remote) if record.push_pending => {
+                Some((remote.clone(), self.push_branch(tree, remote)))
+            }
             _ => None,
         };
-        if let Some(r) = &mut record {
-            r.push_pending = matches!(push, Some((_, Err(_))));
-            self.write_record(slug, r)?;
+        if matches!(push, Some((_, Ok(())))) {
+            record.push_pending = false;
+            self.write_record(slug, &record)?;
         }
         let branch = tree.branch.clone();
         Ok(match committed {
-            None => Delivered::Unchanged { branch, push },
+            // A commit made before picogent stopped, that no comment named yet.
+            None => match record.unreported {
+                Some(commit) => Delivered::Earlier {
+                    branch,
+                    commit,
+                    push,
+                },
+                None => Delivered::Unchanged { branch, push },
+            },
             Some((commit, stat, diff)) => Delivered::Committed {
                 branch,
                 commit,
@@ -75,6 +101,18 @@ impl Worktrees {
                 push,
             },
         })
+    }
+
+    /// The comment naming the task's last commit is queued: later comments need not
+    /// name it again.
+    pub(crate) fn reported(&self, slug: &str) {
+        let _one = lock(&self.lock);
+        if let Some(mut r) = self.read_record(slug).filter(|r| r.unreported.is_some()) {
+            r.unreported = None;
+            if let Err(e) = self.write_record(slug, &r) {
+                tracing::warn!(task = %r.task, "cannot record that the task's commit was reported: {e}");
+            }
+        }
     }
 
     /// Commits the staged work; its short id, diffstat and (bounded) diff.
@@ -236,6 +274,7 @@ fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), Wor
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
+    crate::tools::sandbox::git::die_with_picogent(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| failed(format!("cannot run git: {e}")))?;
@@ -268,6 +307,14 @@ impl Delivered {
         match self {
             Delivered::Unchanged { branch, push } => format!(
                 "---\nNo files changed in this run (branch `{branch}`).{}",
+                push_line(push)
+            ),
+            Delivered::Earlier {
+                branch,
+                commit,
+                push,
+            } => format!(
+                "---\n**Branch** `{branch}` · **commit** `{commit}`, made before picogent restarted; this run changed nothing more.{}",
                 push_line(push)
             ),
             Delivered::Committed {

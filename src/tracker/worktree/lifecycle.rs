@@ -5,6 +5,29 @@
 use std::path::{Path, PathBuf};
 
 use super::{now_secs, task_slug, Record, TaskTree, WorktreeError, Worktrees};
+
+/// Whether git's record of a worktree says it is still being made.
+fn initializing(admin: &Path) -> bool {
+    std::fs::read_to_string(admin.join("locked")).is_ok_and(|l| l.contains("initializing"))
+}
+
+/// Whether any process this one can see has `path` open (a scan of `/proc`).
+fn open_by_anyone(path: &Path) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs
+        .flatten()
+        .filter(|p| {
+            p.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|p| std::fs::read_dir(p.path().join("fd")).ok())
+        .flat_map(|fds| fds.flatten())
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+}
 use crate::tracker::router::lock;
 
 impl Worktrees {
@@ -16,6 +39,18 @@ impl Worktrees {
         let branch = format!("picogent/{slug}");
         let path = self.root.join(&slug);
         let mut notes = Vec::new();
+        let mut record = self.read_record(&slug).unwrap_or(Record {
+            task: task_id.to_string(),
+            branch: branch.clone(),
+            path: path.clone(),
+            ..Record::default()
+        });
+        // A `git worktree add` that never finished (picogent was killed during it)
+        // left a folder that is not to be worked in: it is made again.
+        if record.creating || self.admin_of(&path).is_some_and(|a| initializing(&a)) {
+            tracing::warn!(worktree = %path.display(), "a worktree was being made when picogent stopped; making it again");
+            self.discard_half_made(&path);
+        }
         let admin = match self.admin_of(&path).filter(|_| path.is_dir()) {
             Some(admin) => admin,
             None => {
@@ -27,7 +62,10 @@ impl Worktrees {
                         self.top.display()
                     )));
                 }
+                record.creating = true;
+                self.write_record(&slug, &record)?;
                 self.add(&path, &branch, &mut notes)?;
+                record.creating = false;
                 self.admin_of(&path).ok_or_else(|| {
                     WorktreeError::Setup(format!(
                         "git made no worktree record for {}",
@@ -36,13 +74,9 @@ impl Worktrees {
                 })?
             }
         };
-        let mut record = self.read_record(&slug).unwrap_or(Record {
-            task: task_id.to_string(),
-            branch: branch.clone(),
-            path: path.clone(),
-            last_event: 0,
-            push_pending: false,
-        });
+        // Locks of this task's own a killed git left: nothing of picogent's is running
+        // on this worktree now, and nothing else has them open.
+        self.clear_stale_locks(&admin, &branch);
         record.last_event = now_secs();
         self.write_record(&slug, &record)?;
         Ok(TaskTree {
@@ -53,6 +87,52 @@ impl Worktrees {
             admin,
             notes,
         })
+    }
+
+    /// Removes what an interrupted `git worktree add` left (the folder and git's record
+    /// of it); the branch is kept.
+    fn discard_half_made(&self, path: &Path) {
+        if self.admin_of(path).is_some() {
+            let mut cmd = self.repo_git();
+            cmd.args(["worktree", "remove", "--force", "--force"])
+                .arg(path);
+            if let Err(e) = self.run(cmd) {
+                tracing::warn!(worktree = %path.display(), "cannot remove the half-made worktree: {e}");
+            }
+        }
+        if std::fs::symlink_metadata(path).is_ok() {
+            if let Err(e) = crate::util::remove_tree(path) {
+                tracing::warn!(worktree = %path.display(), "cannot remove the half-made worktree's folder: {e}");
+            }
+        }
+        self.prune_ours();
+    }
+
+    /// Removes lock files of the task's worktree and branch that no process has open:
+    /// git keeps a lock file open while it holds it, so one nobody has open was left by
+    /// a git that was killed.
+    pub(super) fn clear_stale_locks(&self, admin: &Path, branch: &str) {
+        let candidates = [
+            admin.join("index.lock"),
+            admin.join("HEAD.lock"),
+            self.common
+                .join("refs/heads")
+                .join(format!("{branch}.lock")),
+        ];
+        for lock in candidates.iter().filter(|p| p.exists()) {
+            if open_by_anyone(lock) {
+                tracing::warn!(lock = %lock.display(), "a git lock is held by a running process; leaving it");
+                continue;
+            }
+            match std::fs::remove_file(lock) {
+                Ok(()) => {
+                    tracing::warn!(lock = %lock.display(), "removed a lock a killed git left")
+                }
+                Err(e) => {
+                    tracing::warn!(lock = %lock.display(), "cannot remove a stale git lock: {e}")
+                }
+            }
+        }
     }
 
     /// Adds the worktree: on the task's branch when it exists (continuing from its

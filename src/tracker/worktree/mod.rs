@@ -65,16 +65,27 @@ pub(crate) struct TaskTree {
     pub notes: Vec<String>,
 }
 
-/// What a task's record in the state folder holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// What a task's record in the state folder holds. Each step of a delivery writes its
+/// intent here before it runs and its result after (the record is written and synced
+/// before git starts), so a restart resumes at the first unfinished step: a worktree
+/// being made is made again, a commit made but not pushed is pushed, and one no
+/// comment named yet is named in the next.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Record {
     task: String,
     branch: String,
     path: PathBuf,
     /// Seconds since the epoch of the task's last event.
     last_event: u64,
+    /// The branch holds work the remote does not have yet (set before a commit).
     #[serde(default)]
     push_pending: bool,
+    /// `git worktree add` started and has not finished: the folder is not to be used.
+    #[serde(default)]
+    creating: bool,
+    /// The last commit made for the task that no queued comment has named yet.
+    #[serde(default)]
+    unreported: Option<String>,
 }
 
 /// The repository the daemon's `work_dir` is in, and where its tasks' worktrees go.
@@ -162,6 +173,7 @@ fn run_bounded(mut cmd: Command, limit: usize) -> Result<String, WorktreeError> 
     };
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
+    crate::tools::sandbox::git::die_with_picogent(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| failed(format!("cannot run git: {e}")))?;
@@ -424,10 +436,20 @@ impl Worktrees {
         serde_json::from_str(&text).ok()
     }
 
+    /// Writes a task's record and syncs it (an intent must be on disk before the git
+    /// step it announces starts), replacing the old one whole.
     fn write_record(&self, slug: &str, r: &Record) -> Result<(), WorktreeError> {
+        use std::io::Write;
         let path = self.record_path(slug);
+        let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_string(r).unwrap_or_default();
-        std::fs::write(&path, text).map_err(|e| WorktreeError::Io(path, e))
+        let written = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_data()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        written.map_err(|e| WorktreeError::Io(path, e))
     }
 
     /// Removes the repository's records of picogent's own worktrees whose folder is
@@ -496,7 +518,7 @@ impl Worktrees {
         subject: String,
         outcome: &Outcome,
         task_cancelled: bool,
-    ) -> String {
+    ) -> (String, String) {
         let (end, summary) = match outcome {
             Outcome::Completed { text, .. } => (RunEnd::Finished, text.clone()),
             Outcome::Failed { error, .. } => (RunEnd::Failed, format!("The run failed: {error}")),
@@ -504,6 +526,7 @@ impl Worktrees {
         };
         let me = self.clone();
         let notes = tree.notes.clone();
+        let slug = tree.slug.clone();
         let delivered = tokio::task::spawn_blocking(move || {
             let d = me.deliver(&tree, &subject, &summary, end);
             if task_cancelled {
@@ -526,7 +549,7 @@ impl Worktrees {
         if task_cancelled {
             text.push_str("\n\n_The task's worktree was removed; its branch is kept._");
         }
-        text
+        (text, slug)
     }
 
     /// Removes a cancelled task's worktree when no run of it is going.
