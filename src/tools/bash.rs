@@ -23,7 +23,7 @@ use super::truncate::tail;
 use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES};
 use capture::Capture;
 
-mod capture;
+pub(crate) mod capture;
 
 #[derive(Deserialize)]
 struct Args {

@@ -7,7 +7,7 @@
 //! and `find`, and `sandbox` holds the path policy and the kernel confinement every tool
 //! and command goes through.
 
-mod bash;
+pub(crate) mod bash;
 mod diff;
 mod edit;
 mod find;

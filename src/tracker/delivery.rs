@@ -81,6 +81,11 @@ impl Delivery {
     }
 
     /// Reports not yet delivered.
+    /// Why the tracker is not taking reports, while it is not.
+    pub(super) fn failing(&self) -> Option<String> {
+        self.outbox.failing()
+    }
+
     /// Reports kept in the dead-letter file, and where.
     pub(super) fn dead_letters(&self) -> (usize, std::path::PathBuf) {
         self.outbox.dead_letters()

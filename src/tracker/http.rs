@@ -178,8 +178,12 @@ async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
     let mut body = json!({"status": "ok", "busy": load.status == "busy", "running": load.active_tasks.len(), "queued": load.queued, "sandbox": ctx.router.sandbox_level()});
     let (dead, file) = ctx.router.dead_letters();
     if dead > 0 {
-        // Not a reason to restart picogent, but something for a person to read.
         body["dead_letters"] = json!({"reports": dead, "file": file});
+    }
+    // Not reasons to restart picogent (the answer stays 200), but for a person to read.
+    let warnings = ctx.router.warnings();
+    if !warnings.is_empty() {
+        body["warnings"] = json!(warnings);
     }
     if let Some(reason) = ctx.router.degraded() {
         // Still answering, but not keeping every promise: a supervisor should look.

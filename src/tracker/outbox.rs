@@ -90,6 +90,8 @@ pub(crate) struct Outbox {
     writer: Arc<BatchThread<Job>>,
     /// Where reports the tracker refused for good go.
     dead: Arc<DeadLetters>,
+    /// Why the last attempt failed, while the tracker is not taking reports.
+    failing: Arc<Mutex<Option<String>>>,
 }
 
 impl State {
@@ -208,6 +210,7 @@ impl Outbox {
             notify,
             writer: Arc::new(writer),
             dead: Arc::new(DeadLetters::open(dir)),
+            failing: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -255,6 +258,11 @@ impl Outbox {
         if let Err(e) = self.writer.send(Job::Sent { seq }) {
             tracing::error!(seq, "cannot record a delivered report: {e}");
         }
+    }
+
+    /// Why the tracker is not taking reports, while it is not.
+    pub(crate) fn failing(&self) -> Option<String> {
+        lock(&self.failing).clone()
     }
 
     /// Reports the tracker refused for good, kept in the dead-letter file.
@@ -306,11 +314,13 @@ impl Outbox {
             let e = match client.report(&item.task_id, &item.report, &item.key).await {
                 Ok(()) => {
                     tracing::debug!(task = %item.task_id, seq = item.seq, "report delivered");
+                    *lock(&self.failing) = None;
                     self.mark_sent(item.seq);
                     return true;
                 }
                 Err(e) => e,
             };
+            *lock(&self.failing) = Some(e.to_string());
             let retry = e.is_transient() || (e.may_pass() && first_refused.elapsed() < refused_for);
             if !retry {
                 self.keep_dead(item, &e).await;

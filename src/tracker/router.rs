@@ -635,6 +635,36 @@ impl Router {
     }
 
     /// What the heartbeat says.
+    /// What a person watching the daemon should know (a tracker not taking reports, a
+    /// state disk nearly full, reports refused for good), in words.
+    pub(crate) fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let waiting = self.backlog();
+        if let Some(why) = self.shared.delivery.failing().filter(|_| waiting > 0) {
+            w.push(format!(
+                "the tracker is not taking reports ({why}); {waiting} waiting"
+            ));
+        }
+        let state = self.shared.agent.config().state_dir();
+        if let Ok((free, total)) = crate::tools::bash::capture::disk_space(&state) {
+            if free < crate::tools::bash::capture::reserve(total) {
+                w.push(format!(
+                    "the state disk is nearly full ({} MB free of {} MB): new outputs are not saved, and the journal and outbox may soon refuse",
+                    free >> 20,
+                    total >> 20
+                ));
+            }
+        }
+        let (dead, file) = self.dead_letters();
+        if dead > 0 {
+            w.push(format!(
+                "{dead} report(s) the tracker refused for good are kept in {}",
+                file.display()
+            ));
+        }
+        w
+    }
+
     /// Reports the tracker refused for good (kept in the dead-letter file), and where.
     pub(crate) fn dead_letters(&self) -> (usize, std::path::PathBuf) {
         self.shared.delivery.dead_letters()

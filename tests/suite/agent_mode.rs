@@ -732,5 +732,11 @@ async fn refused_reports_are_retried_for_a_while_then_kept_never_dropped() {
         .await
         .unwrap();
     assert_eq!(health["dead_letters"]["reports"], 1, "{health}");
+    assert!(
+        health["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("refused for good")),
+        "{health}"
+    );
     d.stop().await.unwrap();
 }

@@ -260,7 +260,7 @@ async fn open_file(dir: &Path) -> Result<(PathBuf, tokio::fs::File), String> {
 }
 
 /// Free bytes (for an unprivileged user) and total bytes of the disk holding `dir`.
-fn disk_space(dir: &Path) -> std::io::Result<(u64, u64)> {
+pub(crate) fn disk_space(dir: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
