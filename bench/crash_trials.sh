@@ -16,6 +16,7 @@ for line in sys.stdin:
         print(m["executable"])')
 for phase in a_kill_during_worktree_add_never_leaves_a_half_made_worktree_in_use \
              a_kill_during_the_commit_loses_no_work \
+             a_kill_right_after_the_commit_still_names_it \
              a_kill_during_the_push_still_pushes_and_reports_the_commit; do
   ok=0; lost=0
   for _ in $(seq "$n"); do

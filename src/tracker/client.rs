@@ -37,6 +37,12 @@ impl TrackerError {
         matches!(self, TrackerError::Transient { .. })
     }
 
+    /// A token the tracker refuses: reports wait for it to be fixed (a rotated token,
+    /// a restart with the right one) rather than being given up.
+    pub(crate) fn is_unauthorized(&self) -> bool {
+        matches!(self, TrackerError::Unauthorized { .. })
+    }
+
     /// A refusal that may pass (a tracker that lost the task for a while, a proxy's
     /// 404 during a deploy): retried for a bounded time. A bad token or a request the
     /// tracker calls invalid (400, 422) will not pass by waiting.
@@ -88,6 +94,8 @@ impl TrackerClient {
         body: &B,
         idempotency_key: Option<&str>,
     ) -> Result<Value, TrackerError> {
+        // Only a report's answer is checked: registration and heartbeats take any 2xx.
+        let strict = idempotency_key.is_some();
         let url = format!("{}{path}", self.base);
         let mut req = self
             .http
@@ -109,6 +117,7 @@ impl TrackerClient {
             // was not delivered, whatever the status says.
             200..=299 => match serde_json::from_str::<Value>(&text) {
                 Ok(v) if v.is_object() => Ok(v),
+                _ if !strict => Ok(Value::Null),
                 _ => Err(TrackerError::Transient {
                     url,
                     message: format!(

@@ -60,7 +60,20 @@ impl DeadLetters {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&self.path)?;
-        let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
+        let mut bytes = Vec::new();
+        // A line torn by an earlier full disk is ended first, so this one stays whole.
+        let len = f.metadata()?.len();
+        if len > 0 {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut last = [0u8; 1];
+            let mut r = std::fs::File::open(&self.path)?;
+            r.seek(SeekFrom::Start(len - 1))?;
+            r.read_exact(&mut last)?;
+            if last[0] != b'\n' {
+                bytes.push(b'\n');
+            }
+        }
+        bytes.extend(serde_json::to_vec(&line).map_err(std::io::Error::other)?);
         bytes.push(b'\n');
         f.write_all(&bytes)?;
         f.sync_data()?;

@@ -43,7 +43,8 @@ impl Delivery {
 
     /// Queues an outcome's reports; true when they are queued. When the outbox cannot
     /// take them, the daemon is degraded and they are queued again every few seconds
-    /// until it can; only then is `on_queued` called (it marks the event done).
+    /// until it can. `on_queued` is called once they are queued, at once or after
+    /// retries (it marks the event done).
     pub(super) async fn queue_or_retry(
         self: &Arc<Self>,
         task_id: &str,
@@ -51,6 +52,7 @@ impl Delivery {
         on_queued: impl FnOnce() + Send + 'static,
     ) -> bool {
         let Err(e) = self.push(task_id, reports.clone()).await else {
+            on_queued();
             return true;
         };
         tracing::error!(task = %task_id, "cannot queue the result, will retry: {e}");

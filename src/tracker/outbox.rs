@@ -309,7 +309,8 @@ impl Outbox {
         stop: &CancellationToken,
     ) -> bool {
         let mut delay = start;
-        let first_refused = std::time::Instant::now();
+        // When the tracker first refused it (an outage before does not count).
+        let mut first_refused: Option<std::time::Instant> = None;
         loop {
             let e = match client.report(&item.task_id, &item.report, &item.key).await {
                 Ok(()) => {
@@ -321,9 +322,14 @@ impl Outbox {
                 Err(e) => e,
             };
             *lock(&self.failing) = Some(e.to_string());
-            let retry = e.is_transient() || (e.may_pass() && first_refused.elapsed() < refused_for);
-            if !retry {
-                self.keep_dead(item, &e).await;
+            let refused_since = e
+                .may_pass()
+                .then(|| *first_refused.get_or_insert_with(std::time::Instant::now));
+            let retry = e.is_transient()
+                || e.is_unauthorized()
+                || refused_since.is_some_and(|t| t.elapsed() < refused_for);
+            // Kept only once it is on disk: otherwise it stays queued and is tried again.
+            if !retry && self.keep_dead(item, &e).await {
                 self.mark_sent(item.seq);
                 return true;
             }
@@ -336,23 +342,30 @@ impl Outbox {
         }
     }
 
-    /// Keeps a refused report in the dead-letter file (off the runtime's threads).
-    async fn keep_dead(&self, item: &Item, e: &super::client::TrackerError) {
+    /// Keeps a refused report in the dead-letter file (off the runtime's threads);
+    /// false when it could not be written.
+    async fn keep_dead(&self, item: &Item, e: &super::client::TrackerError) -> bool {
         let (dead, it, why) = (self.dead.clone(), item.clone(), e.to_string());
         let kept =
             tokio::task::spawn_blocking(move || dead.keep(&it.task_id, &it.key, &it.report, &why))
                 .await;
         match kept {
-            Ok(Ok(())) => tracing::error!(
-                task = %item.task_id,
-                file = %self.dead.path().display(),
-                "the tracker refused a report for good; it is kept in the dead-letter file: {e}"
-            ),
-            _ => tracing::error!(
-                task = %item.task_id,
-                "the tracker refused a report for good, and it could not be kept in {}: {e}",
-                self.dead.path().display()
-            ),
+            Ok(Ok(())) => {
+                tracing::error!(
+                    task = %item.task_id,
+                    file = %self.dead.path().display(),
+                    "the tracker refused a report for good; it is kept in the dead-letter file: {e}"
+                );
+                true
+            }
+            _ => {
+                tracing::error!(
+                    task = %item.task_id,
+                    "the tracker refused a report for good, and it cannot be kept in {} yet; it stays queued: {e}",
+                    self.dead.path().display()
+                );
+                false
+            }
         }
     }
 }

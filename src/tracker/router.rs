@@ -482,10 +482,11 @@ impl Router {
             Ok(tree) => tree,
             Err(reports) => {
                 let (me, event) = (self.clone(), job.event_id.clone());
-                let done = delivery
+                delivery
                     .queue_or_retry(&task, reports, move || me.mark_done(&event))
                     .await;
-                self.finish(&job, done);
+                // Marked done when queued (by the closure), not here.
+                self.finish(&job, false);
                 return;
             }
         };
@@ -507,15 +508,15 @@ impl Router {
             .running
             .get_mut(&task)
             .and_then(|r| r.why.take());
-        // The task whose record says its commit was named, once the comment is queued.
+        // The task's commit the comment names: recorded as named once it is queued.
         let mut named = None;
         let appendix = match (&self.shared.shared_folder, before) {
             (Some(f), Some(before)) => f.changed_since(before).await,
             _ => self
                 .close_tree(&job, tree, &outcome, &why)
                 .await
-                .map(|(text, slug)| {
-                    named = Some(slug);
+                .map(|(text, commit)| {
+                    named = commit;
                     text
                 }),
         };
@@ -527,23 +528,28 @@ impl Router {
                 content.push_str(&text);
             }
         }
-        let done = match reports {
-            Some(reports) => {
-                let (me, event) = (self.clone(), job.event_id.clone());
-                let trees = self.shared.worktrees.clone();
-                delivery
-                    .queue_or_retry(&task, reports, move || {
-                        me.mark_done(&event);
-                        if let (Some(w), Some(slug)) = (trees, named) {
-                            // A small synced write, off the runtime's threads.
-                            tokio::task::spawn_blocking(move || w.reported(&slug));
-                        }
-                    })
-                    .await
+        let record_named = {
+            let trees = self.shared.worktrees.clone();
+            move || {
+                if let (Some(w), Some((slug, commit))) = (trees, named) {
+                    // A small synced write, off the runtime's threads.
+                    tokio::task::spawn_blocking(move || w.reported(&slug, &commit));
+                }
             }
-            None => false,
         };
-        self.finish(&job, done);
+        // Without reports (a shutdown interrupted the run) the event stays pending.
+        if let Some(reports) = reports {
+            let (me, event) = (self.clone(), job.event_id.clone());
+            // Called when the reports are queued, now or after retries: the event is
+            // marked done there, and the commit recorded as named.
+            delivery
+                .queue_or_retry(&task, reports, move || {
+                    me.mark_done(&event);
+                    record_named();
+                })
+                .await;
+        }
+        self.finish(&job, false);
     }
 
     /// Records in the journal that the event's work starts; returns which attempt this
@@ -577,7 +583,7 @@ impl Router {
         tree: Option<TaskTree>,
         outcome: &Outcome,
         why: &Option<StopReason>,
-    ) -> Option<(String, String)> {
+    ) -> Option<(String, Option<(String, String)>)> {
         let (w, tree) = (self.shared.worktrees.as_ref()?, tree?);
         let interrupted = matches!(
             (outcome, why),

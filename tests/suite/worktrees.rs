@@ -789,3 +789,47 @@ async fn a_kill_during_worktree_add_never_leaves_a_half_made_worktree_in_use() {
     let stat = git(&sb.work, &["diff", "--name-status", "main", "picogent/c1"]);
     assert_eq!(stat, "A\twork.txt", "{c}");
 }
+
+/// Killed after `git commit` finished but before picogent could note it: the commit is
+/// named by the next comment (the branch's tip is past what any comment named).
+#[tokio::test]
+async fn a_kill_right_after_the_commit_still_names_it() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let (_, comments) = killed_at(&sb, "commit", "\"$real\" \"$@\"", json!({})).await;
+    let c = comments.join("\n");
+    let tip = git(&sb.work, &["rev-parse", "--short=12", "picogent/c1"]);
+    assert_eq!(git(&sb.work, &["show", "picogent/c1:work.txt"]), "work");
+    assert!(c.contains(&tip), "no comment names the commit {tip}: {c}");
+}
+
+/// Without any crash, a follow-up that changes nothing says so, and does not name the
+/// commit the first comment already named.
+#[tokio::test]
+async fn a_follow_up_without_changes_names_no_commit_again() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo new > new.txt"})),
+        text("Wrote it."),
+        text("Nothing more to do."),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let d = sb.daemon(&llm, &tracker, json!({"allowed_paths": [sb.work]}));
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "f1", "Write")).await;
+    tracker.wait_status("f1", "review", 30).await;
+    let tip = git(&sb.work, &["rev-parse", "--short=12", "picogent/f1"]);
+    assert!(comment_of(&tracker, "f1", 0).contains(&tip));
+    let msg = json!({"id": "e2", "type": "chat.message", "data": {"task_id": "f1",
+        "message": {"id": "m1", "content": "Anything else?"}}});
+    tracker.deliver(&cb, &msg).await;
+    tracker
+        .wait_for(30, "the reply", |t| t.comments("f1").len() == 2)
+        .await;
+    let reply = comment_of(&tracker, "f1", 1);
+    assert!(reply.contains("No files changed in this run"), "{reply}");
+    assert!(!reply.contains(&tip), "{reply}");
+    d.stop().await.unwrap();
+}

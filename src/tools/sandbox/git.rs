@@ -157,7 +157,9 @@ pub fn harden(cmd: &mut Command, writable: &[PathBuf]) {
     }
     cmd.env("PATH", super::programs::trusted_path(writable))
         .env("HOME", "/dev/null")
-        .env("XDG_CONFIG_HOME", "/dev/null");
+        .env("XDG_CONFIG_HOME", "/dev/null")
+        // git's words are read (a worktree `initializing`, errors in comments): untranslated.
+        .env("LC_ALL", "C");
     for setting in PINNED {
         cmd.args(["-c", setting]);
     }

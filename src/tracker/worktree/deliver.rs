@@ -2,7 +2,7 @@
 //! the task's branch (author: the agent), pushed when `push` is on, and described for
 //! the result comment: branch, commit, diffstat and the diff up to a bounded size.
 
-use super::{RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
+use super::{Record, RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
 use crate::tracker::router::lock;
 
 /// What a run's delivery did, for its comment.
@@ -13,8 +13,7 @@ pub(crate) enum Delivered {
         branch: String,
         push: Option<(String, Result<(), String>)>,
     },
-    /// The run changed nothing, and the branch holds a commit made before picogent
-    /// stopped that no comment named yet.
+    /// The run changed nothing, and the branch's tip is work no comment named yet.
     Earlier {
         branch: String,
         commit: String,
@@ -32,7 +31,8 @@ pub(crate) enum Delivered {
 
 impl Worktrees {
     /// Commits what the run changed (nothing when nothing changed), then pushes. Each
-    /// step's intent is in the task's record before it runs (see `Record`).
+    /// step's intent is in the task's record before it runs (see `Record`); every
+    /// change to the record is made under the lock, on a fresh read.
     pub(crate) fn deliver(
         &self,
         tree: &TaskTree,
@@ -41,9 +41,11 @@ impl Worktrees {
         end: RunEnd,
     ) -> Result<Delivered, WorktreeError> {
         let slug = &tree.slug;
-        let mut record = self.read_record(slug).unwrap_or_default();
-        let committed = {
+        let (committed, record) = {
             let _one = lock(&self.lock);
+            let mut record = self.read_record(slug).ok_or_else(|| {
+                WorktreeError::Setup(format!("the record of task {slug} is missing"))
+            })?;
             self.clear_stale_locks(&tree.admin, &tree.branch);
             let mut add = self.tree_git(tree);
             // A repository the agent made inside the worktree is left out: git would
@@ -56,7 +58,7 @@ impl Worktrees {
             self.run(add)?;
             let mut changed = self.tree_git(tree);
             changed.args(["diff", "--cached", "--quiet", "--ignore-submodules=all"]);
-            if self.run(changed).is_ok() {
+            let committed = if self.run(changed).is_ok() {
                 None
             } else {
                 // Intent: once committed, the branch owes the remote a push.
@@ -64,11 +66,9 @@ impl Worktrees {
                     record.push_pending = true;
                     self.write_record(slug, &record)?;
                 }
-                let made = self.commit(tree, title, summary, end)?;
-                record.unreported = Some(made.0.clone());
-                self.write_record(slug, &record)?;
-                Some(made)
-            }
+                Some(self.commit(tree, title, summary, end)?)
+            };
+            (committed, record)
         };
         // Pushing can take long (a slow remote): other tasks are not held up by it.
         let push = match &self.push {
@@ -78,13 +78,16 @@ impl Worktrees {
             _ => None,
         };
         if matches!(push, Some((_, Ok(())))) {
-            record.push_pending = false;
-            self.write_record(slug, &record)?;
+            self.update_record(slug, |r| r.push_pending = false);
         }
         let branch = tree.branch.clone();
         Ok(match committed {
-            // A commit made before picogent stopped, that no comment named yet.
-            None => match record.unreported {
+            // The branch holds work no comment named yet (committed before picogent
+            // stopped, or before a comment could be queued).
+            None => match self
+                .tip(tree)
+                .filter(|t| Some(t) != record.reported_tip.as_ref())
+            {
                 Some(commit) => Delivered::Earlier {
                     branch,
                     commit,
@@ -103,16 +106,29 @@ impl Worktrees {
         })
     }
 
-    /// The comment naming the task's last commit is queued: later comments need not
-    /// name it again.
-    pub(crate) fn reported(&self, slug: &str) {
+    /// The task branch's tip (short id), if it can be read.
+    pub(super) fn tip(&self, tree: &TaskTree) -> Option<String> {
+        let mut id = self.tree_git(tree);
+        id.args(["rev-parse", "--short=12", "HEAD"]);
+        self.run(id).ok().filter(|t| !t.is_empty())
+    }
+
+    /// Changes the task's record on a fresh read, under the lock; a failure is logged
+    /// (the record is a promise about what is owed, not the work itself).
+    fn update_record(&self, slug: &str, change: impl FnOnce(&mut Record)) {
         let _one = lock(&self.lock);
-        if let Some(mut r) = self.read_record(slug).filter(|r| r.unreported.is_some()) {
-            r.unreported = None;
+        if let Some(mut r) = self.read_record(slug) {
+            change(&mut r);
             if let Err(e) = self.write_record(slug, &r) {
-                tracing::warn!(task = %r.task, "cannot record that the task's commit was reported: {e}");
+                tracing::warn!(task = %r.task, "cannot update the task's record: {e}");
             }
         }
+    }
+
+    /// A comment naming `commit` (the branch's tip) is queued: later comments name
+    /// only what comes after it.
+    pub(crate) fn reported(&self, slug: &str, commit: &str) {
+        self.update_record(slug, |r| r.reported_tip = Some(commit.to_string()));
     }
 
     /// Commits the staged work; its short id, diffstat and (bounded) diff.
@@ -140,9 +156,9 @@ impl Worktrees {
             .env("GIT_COMMITTER_NAME", name)
             .env("GIT_COMMITTER_EMAIL", email);
         run_with_stdin(commit, &message)?;
-        let mut id = self.tree_git(tree);
-        id.args(["rev-parse", "--short=12", "HEAD"]);
-        let commit = self.run(id)?;
+        let commit = self
+            .tip(tree)
+            .ok_or_else(|| WorktreeError::Setup("the new commit cannot be read".into()))?;
         let mut stat = self.tree_git(tree);
         stat.args([
             "diff",
@@ -293,6 +309,14 @@ fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), Wor
 }
 
 impl Delivered {
+    /// The commit the comment names, if it names one.
+    pub(crate) fn commit(&self) -> Option<&str> {
+        match self {
+            Delivered::Unchanged { .. } => None,
+            Delivered::Earlier { commit, .. } | Delivered::Committed { commit, .. } => Some(commit),
+        }
+    }
+
     /// The comment's section about the branch: after the agent's answer.
     pub(crate) fn comment(&self) -> String {
         let push_line = |push: &Option<(String, Result<(), String>)>| {
@@ -314,7 +338,7 @@ impl Delivered {
                 commit,
                 push,
             } => format!(
-                "---\n**Branch** `{branch}` · **commit** `{commit}`, made before picogent restarted; this run changed nothing more.{}",
+                "---\nNo files changed in this run. **Branch** `{branch}` · **commit** `{commit}` holds work no earlier comment named (made before an interruption).{}",
                 push_line(push)
             ),
             Delivered::Committed {

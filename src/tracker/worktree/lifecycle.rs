@@ -65,15 +65,30 @@ impl Worktrees {
                 record.creating = true;
                 self.write_record(&slug, &record)?;
                 self.add(&path, &branch, &mut notes)?;
-                record.creating = false;
-                self.admin_of(&path).ok_or_else(|| {
+                let admin = self.admin_of(&path).ok_or_else(|| {
                     WorktreeError::Setup(format!(
                         "git made no worktree record for {}",
                         path.display()
                     ))
-                })?
+                })?;
+                // The checkout, as picogent's own child (git's `worktree add` would run
+                // it as a grandchild, which outlives a killed picogent).
+                let mut checkout = super::git(&path, &self.allowed);
+                self.neutral(&mut checkout);
+                checkout
+                    .arg(format!("--git-dir={}", admin.display()))
+                    .arg(format!("--work-tree={}", path.display()))
+                    .args(["reset", "--hard", "--quiet"]);
+                self.run(checkout)?;
+                record.creating = false;
+                // Work up to here was not the task's: a comment names what comes after.
+                record.reported_tip = self.branch_tip(&branch);
+                admin
             }
         };
+        if record.reported_tip.is_none() {
+            record.reported_tip = self.branch_tip(&branch);
+        }
         // Locks of this task's own a killed git left: nothing of picogent's is running
         // on this worktree now, and nothing else has them open.
         self.clear_stale_locks(&admin, &branch);
@@ -108,9 +123,22 @@ impl Worktrees {
         self.prune_ours();
     }
 
-    /// Removes lock files of the task's worktree and branch that no process has open:
-    /// git keeps a lock file open while it holds it, so one nobody has open was left by
-    /// a git that was killed.
+    /// The branch's tip (short id), if it exists.
+    fn branch_tip(&self, branch: &str) -> Option<String> {
+        let mut cmd = self.repo_git();
+        cmd.args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--short=12",
+            &format!("refs/heads/{branch}"),
+        ]);
+        self.run(cmd).ok().filter(|t| !t.is_empty())
+    }
+
+    /// Removes lock files of the task's worktree and branch left by a git killed with
+    /// an earlier daemon: older than this daemon (every git of its own on this task
+    /// runs under the lock held now) and open in no process it can see.
     pub(super) fn clear_stale_locks(&self, admin: &Path, branch: &str) {
         let candidates = [
             admin.join("index.lock"),
@@ -120,7 +148,10 @@ impl Worktrees {
                 .join(format!("{branch}.lock")),
         ];
         for lock in candidates.iter().filter(|p| p.exists()) {
-            if open_by_anyone(lock) {
+            let older = std::fs::symlink_metadata(lock)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < self.started);
+            if !older || open_by_anyone(lock) {
                 tracing::warn!(lock = %lock.display(), "a git lock is held by a running process; leaving it");
                 continue;
             }
@@ -146,7 +177,7 @@ impl Worktrees {
             &format!("refs/heads/{branch}"),
         ]);
         let mut cmd = self.repo_git();
-        cmd.args(["worktree", "add", "--quiet"]);
+        cmd.args(["worktree", "add", "--quiet", "--no-checkout"]);
         if let Ok(tip) = self.run(exists) {
             let short: String = tip.chars().take(12).collect();
             notes.push(format!(

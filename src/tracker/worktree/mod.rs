@@ -80,12 +80,15 @@ struct Record {
     /// The branch holds work the remote does not have yet (set before a commit).
     #[serde(default)]
     push_pending: bool,
-    /// `git worktree add` started and has not finished: the folder is not to be used.
+    /// `git worktree add` (and its checkout) started and has not finished: the folder
+    /// is not to be used.
     #[serde(default)]
     creating: bool,
-    /// The last commit made for the task that no queued comment has named yet.
+    /// The branch's tip that the last queued comment named (or the tip the task found
+    /// when its worktree was made): a tip past it holds work no comment named yet,
+    /// whatever happened between the commit and the record.
     #[serde(default)]
-    unreported: Option<String>,
+    reported_tip: Option<String>,
 }
 
 /// The repository the daemon's `work_dir` is in, and where its tasks' worktrees go.
@@ -108,6 +111,9 @@ pub(crate) struct Worktrees {
     home: Option<PathBuf>,
     /// How long one git command may take (`git_timeout_sec`).
     limit: Duration,
+    /// When this daemon started: a git lock older than that, that nobody has open, was
+    /// left by a git killed with an earlier daemon.
+    started: SystemTime,
     author: (String, String),
     push: Option<String>,
     retention: Duration,
@@ -308,6 +314,7 @@ impl Worktrees {
             allowed,
             home: cfg.home_dir.clone(),
             limit: cfg.git_timeout,
+            started: SystemTime::now(),
             author: (
                 cfg.name.clone(),
                 cfg.git_email
@@ -441,7 +448,7 @@ impl Worktrees {
     fn write_record(&self, slug: &str, r: &Record) -> Result<(), WorktreeError> {
         use std::io::Write;
         let path = self.record_path(slug);
-        let tmp = path.with_extension("json.tmp");
+        let tmp = path.with_extension(format!("{}.tmp", crate::util::random_hex(6)));
         let text = serde_json::to_string(r).unwrap_or_default();
         let written = (|| {
             let mut f = std::fs::File::create(&tmp)?;
@@ -518,7 +525,7 @@ impl Worktrees {
         subject: String,
         outcome: &Outcome,
         task_cancelled: bool,
-    ) -> (String, String) {
+    ) -> (String, Option<(String, String)>) {
         let (end, summary) = match outcome {
             Outcome::Completed { text, .. } => (RunEnd::Finished, text.clone()),
             Outcome::Failed { error, .. } => (RunEnd::Failed, format!("The run failed: {error}")),
@@ -527,6 +534,7 @@ impl Worktrees {
         let me = self.clone();
         let notes = tree.notes.clone();
         let slug = tree.slug.clone();
+        let mut named = None;
         let delivered = tokio::task::spawn_blocking(move || {
             let d = me.deliver(&tree, &subject, &summary, end);
             if task_cancelled {
@@ -537,7 +545,10 @@ impl Worktrees {
         .await
         .unwrap_or_else(|e| Err(WorktreeError::Setup(format!("worktree task failed: {e}"))));
         let mut text = match delivered {
-            Ok(d) => d.comment(),
+            Ok(d) => {
+                named = d.commit().map(|c| (slug.clone(), c.to_string()));
+                d.comment()
+            }
             Err(e) => {
                 tracing::error!("cannot commit the task's work: {e}");
                 format!("---\n**The work could not be committed** ({e}); it is still in the task's worktree.")
@@ -549,7 +560,7 @@ impl Worktrees {
         if task_cancelled {
             text.push_str("\n\n_The task's worktree was removed; its branch is kept._");
         }
-        (text, slug)
+        (text, named)
     }
 
     /// Removes a cancelled task's worktree when no run of it is going.
