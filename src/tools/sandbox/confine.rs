@@ -25,21 +25,18 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use super::namespaces::HelperArgs;
-use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
-};
+use landlock::ABI;
 
 /// File-system rights the helper handles (Linux 6.2+: truncate and cross-folder
 /// rename are covered).
-const FS_ABI: ABI = ABI::V3;
+pub(super) const FS_ABI: ABI = ABI::V3;
 /// Network rules need Linux 6.7+.
-const NET_ABI: ABI = ABI::V4;
+pub(super) const NET_ABI: ABI = ABI::V4;
 /// Signal and abstract-socket scoping, Linux 6.12+.
-const SCOPE_ABI: i64 = 6;
+pub(super) const SCOPE_ABI: i64 = 6;
 
 /// Devices a shell needs to write to whatever the rules say.
-const DEVICES: &[&str] = &[
+pub(super) const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
@@ -398,130 +395,6 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
     Err(USAGE.into())
 }
 
-/// Landlock for this process: returns an error when a requested rule is not enforced.
-fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
-    let err = |e: landlock::RulesetError| e.to_string();
-    let abi = kernel_abi();
-    // Without namespaces to cover picogent's files, Landlock itself must keep them out
-    // of reach, whatever the allowed paths are.
-    let carve = !in_namespace && (!h.hidden.is_empty() || !h.read_only.is_empty());
-    let restrict_fs = carve || (h.writable.is_some() && !h.writable_all());
-    let scopes = abi >= SCOPE_ABI;
-    if !restrict_fs && !h.deny_network && !scopes {
-        return Ok(());
-    }
-    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort);
-    if restrict_fs {
-        ruleset = ruleset
-            .handle_access(AccessFs::from_all(FS_ABI))
-            .map_err(err)?;
-    }
-    if h.deny_network {
-        ruleset = ruleset
-            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
-            .map_err(err)?;
-    }
-    if scopes {
-        ruleset = ruleset
-            .scope(Scope::AbstractUnixSocket | Scope::Signal)
-            .map_err(err)?;
-    }
-    let mut created = ruleset.create().map_err(err)?;
-    if restrict_fs {
-        for (fd, access) in file_rules(h, in_namespace, carve) {
-            created = created.add_rule(rule(fd, access)).map_err(err)?;
-        }
-    }
-    let status = created.restrict_self().map_err(err)?;
-    if !status.no_new_privs {
-        return Err("no_new_privs could not be set".into());
-    }
-    if (restrict_fs || h.deny_network) && status.ruleset != RulesetStatus::FullyEnforced {
-        return Err(format!(
-            "the kernel cannot fully enforce the sandbox ({:?}; Landlock ABI {abi} here, {} needed), so the command was not run. Use a newer kernel, or set sandbox: \"off\" to run commands without kernel confinement",
-            status.ruleset,
-            if h.deny_network { NET_ABI as i64 } else { FS_ABI as i64 }
-        ));
-    }
-    Ok(())
-}
-
-/// The file rules: each a descriptor (opened without following links, so a rule goes
-/// on exactly what was checked, whatever a running command renames meanwhile) and the
-/// rights granted beneath it.
-fn file_rules(
-    h: &HelperArgs,
-    in_namespace: bool,
-    carve: bool,
-) -> Vec<(OwnedFd, landlock::BitFlags<AccessFs>)> {
-    use super::open::open_no_links;
-    let read = AccessFs::from_read(FS_ABI);
-    let all = AccessFs::from_all(FS_ABI);
-    let whole = vec![PathBuf::from("/")];
-    let writable: &[PathBuf] = match &h.writable {
-        Some(w) if !h.writable_all() => w,
-        _ => &whole,
-    };
-    let mut dirs: Vec<PathBuf> = writable.to_vec();
-    match (&h.tmp, in_namespace) {
-        (_, true) => dirs.push(PathBuf::from("/tmp")),
-        (Some(t), false) => dirs.push(t.clone()),
-        (None, false) => {}
-    }
-    let devices = DEVICES
-        .iter()
-        .filter_map(|d| open_no_links(Path::new(d)).ok())
-        .map(|fd| (fd, all));
-    let mut rules: Vec<(OwnedFd, landlock::BitFlags<AccessFs>)> = Vec::new();
-    if !carve {
-        rules.extend(open_no_links(Path::new("/")).ok().map(|fd| (fd, read)));
-        rules.extend(
-            dirs.iter()
-                .filter_map(|d| open_no_links(d).ok())
-                .map(|fd| (fd, all)),
-        );
-        rules.extend(devices);
-        return rules;
-    }
-    // Read: all of `/` but the hidden files; write: the writable folders but what is
-    // hidden or read-only. The folders on the way to a hole can only be listed.
-    let kept: Vec<PathBuf> = h.hidden.iter().chain(&h.read_only).cloned().collect();
-    let readable = super::carve::carve(Path::new("/"), &h.hidden);
-    rules.extend(readable.covered.into_iter().map(|fd| (fd, read)));
-    rules.extend(
-        readable
-            .ancestors
-            .into_iter()
-            .map(|fd| (fd, AccessFs::ReadDir.into())),
-    );
-    rules.extend(devices);
-    for d in dirs {
-        // The private temporary folder may lie in picogent's state: it is the command's.
-        let holes: &[PathBuf] = if h.tmp.as_ref() == Some(&d) {
-            &[]
-        } else {
-            &kept
-        };
-        rules.extend(
-            super::carve::carve(&d, holes)
-                .covered
-                .into_iter()
-                .map(|fd| (fd, all)),
-        );
-    }
-    rules
-}
-
-/// A rule for `fd`: on a file, only the rights a file can have.
-fn rule(fd: OwnedFd, access: landlock::BitFlags<AccessFs>) -> PathBeneath<OwnedFd> {
-    let access = if super::open::is_dir(&fd) {
-        access
-    } else {
-        access & AccessFs::from_file(FS_ABI)
-    };
-    PathBeneath::new(fd, access)
-}
-
 /// The command keeps no capability: neither those a namespace gave the helper (it
 /// could undo the read-only mounts) nor root's outside one (raw devices, the kernel).
 fn drop_capabilities() -> Result<(), String> {
@@ -621,7 +494,7 @@ pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
         eprintln!("picogent sandbox: cannot set no_new_privs; the command was not run");
         return 126;
     }
-    if let Err(e) = restrict(h, in_namespace) {
+    if let Err(e) = super::landlock_rules::restrict(h, in_namespace) {
         eprintln!("picogent sandbox: {e}");
         return 126;
     }

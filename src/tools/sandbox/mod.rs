@@ -13,9 +13,11 @@ mod carve;
 pub mod check;
 pub mod confine;
 pub(crate) mod git;
+mod landlock_rules;
 mod mounts;
 mod namespaces;
 mod open;
+mod probe;
 pub(crate) mod programs;
 mod seccomp;
 
@@ -23,10 +25,11 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use super::ToolError;
 use confine::{Confinement, Helper, Namespaces};
+pub use probe::namespaces_work;
+pub(crate) use probe::{probe_answer, probe_namespaces};
 
 #[derive(Debug, Default, Clone)]
 pub struct Sandbox {
@@ -214,7 +217,7 @@ impl Sandbox {
             Some(Namespaces::Probed(_))
         ) {
             let deny = self.confinement.as_ref().is_some_and(|c| c.deny_network);
-            let _ = PROBE[usize::from(deny)].set(Ok(()));
+            probe::proven(deny);
         }
     }
 
@@ -632,56 +635,4 @@ fn opened_error(raw: &str, real: &Path, e: io::Error) -> ToolError {
         )),
         _ => ToolError::io(real, e),
     }
-}
-
-/// Whether the helper can build the namespace sandbox on this machine (`Err` says
-/// why not).
-pub fn namespaces_work(helper: &Path) -> Result<(), String> {
-    match Helper::open(helper) {
-        Ok(h) => probe_namespaces(&h, true),
-        Err(e) => Err(format!(
-            "cannot open the sandbox helper {}: {e}",
-            helper.display()
-        )),
-    }
-}
-
-/// Probed once per process by running the helper for real. Nothing of the place
-/// picogent starts in steers the answer: not its working folder (one under `/tmp`
-/// vanishes behind the private `/tmp`), not its environment, not what anyone mounted
-/// under `TMPDIR` or how full it is: it writes nothing and is given no folder.
-/// The probe's answers, with the network allowed and denied (a network namespace is
-/// one more the kernel may refuse): the probe asks for what commands will get.
-static PROBE: [OnceLock<Result<(), String>>; 2] = [OnceLock::new(), OnceLock::new()];
-
-/// The probe's answer, when it has one.
-pub(crate) fn probe_answer(deny_network: bool) -> Option<&'static Result<(), String>> {
-    PROBE[usize::from(deny_network)].get()
-}
-
-pub(crate) fn probe_namespaces(helper: &Helper, deny_network: bool) -> Result<(), String> {
-    PROBE[usize::from(deny_network)]
-        .get_or_init(|| {
-            let mut cmd = std::process::Command::new(helper.program());
-            cmd.arg("sandbox-exec").arg("--ns").arg("--no-writes");
-            if deny_network {
-                cmd.arg("--deny-net");
-            }
-            let out = cmd
-                .args(["--", "/bin/sh", "-c", "exit 0"])
-                .current_dir("/")
-                .env_clear()
-                .env("PATH", "/usr/bin:/bin")
-                .stdin(std::process::Stdio::null())
-                .output();
-            let out = out.map_err(|e| format!("cannot run {}: {e}", helper.shown().display()))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr)
-                    .trim()
-                    .replace("picogent sandbox: ", ""))
-            }
-        })
-        .clone()
 }
