@@ -231,13 +231,7 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
         let read_only = h.read_only.iter().filter(|p| p.starts_with("/tmp"));
         for d in h.shown.iter().chain(read_only) {
             if let Some((fd, true)) = open_tree_no_links(d, true)? {
-                set_attr(
-                    Some(&fd),
-                    Path::new(""),
-                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID,
-                    true,
-                )?;
-                shown.push((d.clone(), true, fd));
+                shown.push((d.clone(), true, made_read_only(fd)?));
             }
         }
     }
@@ -395,7 +389,11 @@ fn hide_daemon_sockets(blank: &OwnedFd) {
 
 /// A detached, read-only copy of the mount tree at `p`.
 fn read_only_copy(p: &Path) -> Result<OwnedFd, String> {
-    let fd = open_tree(p, true)?;
+    made_read_only(open_tree(p, true)?)
+}
+
+/// The detached tree `fd`, made read-only (and `nosuid`) throughout.
+fn made_read_only(fd: OwnedFd) -> Result<OwnedFd, String> {
     set_attr(
         Some(&fd),
         Path::new(""),
