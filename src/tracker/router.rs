@@ -322,15 +322,19 @@ impl Router {
         );
         tokio::spawn(async move {
             if receipt.await.is_ok() {
-                me.shared.delivery.report(
-                    &task_id,
-                    vec![Report::comment(
-                        "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
-                        Some(message.id.clone()),
-                    )],
-                )
-                .await;
-                me.mark_done(&event_id);
+                let (done, event) = (me.clone(), event_id.clone());
+                // Done once the answer is queued (a full disk delays it, never drops it).
+                me.shared
+                    .delivery
+                    .queue_or_retry(
+                        &task_id,
+                        vec![Report::comment(
+                            "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
+                            Some(message.id.clone()),
+                        )],
+                        move || done.mark_done(&event),
+                    )
+                    .await;
             } else {
                 let mut st = lock(&me.shared.state);
                 if st.cancelled.contains(&task_id) {
@@ -403,11 +407,14 @@ impl Router {
                 if let Some(w) = &me.shared.worktrees {
                     w.discard(&task).await;
                 }
+                let done = me.clone();
+                // Done once the comment is queued (a full disk delays it, never drops it).
                 me.shared
                     .delivery
-                    .report(&task, vec![Report::comment(content, None)])
+                    .queue_or_retry(&task, vec![Report::comment(content, None)], move || {
+                        done.mark_done(&event)
+                    })
                     .await;
-                me.mark_done(&event);
             });
         } else {
             self.mark_done(event_id);
@@ -461,8 +468,11 @@ impl Router {
             JobKind::Task { title, description } => {
                 if attempt > MAX_ATTEMPTS {
                     let reports = delivery::stopped_retrying(attempt - 1, &session_id);
-                    delivery.report(&task, reports).await;
-                    self.finish(&job, true);
+                    let (me, event) = (self.clone(), job.event_id.clone());
+                    delivery
+                        .queue_or_retry(&task, reports, move || me.mark_done(&event))
+                        .await;
+                    self.finish(&job, false);
                     return;
                 }
                 delivery
