@@ -87,11 +87,6 @@ pub struct Launch {
     pub(crate) operator_home: Option<PathBuf>,
 }
 
-/// The only variables of picogent's environment a server inherits.
-const KEPT_VARS: &[&str] = &[
-    "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM",
-];
-
 /// One stdio server's settings, as configured.
 pub(super) struct StdioSpec<'a> {
     pub(super) name: &'a str,
@@ -182,7 +177,11 @@ impl Launch {
                 cmd.env("HOME", home).env("PYTHONNOUSERSITE", "1");
             }
         }
-        for var in KEPT_VARS {
+        // Only these of picogent's variables, and `TERM`.
+        for var in crate::tools::sandbox::programs::BASE_ENV
+            .iter()
+            .chain(&["TERM"])
+        {
             if let Some(v) = std::env::var_os(var) {
                 cmd.env(var, v);
             }

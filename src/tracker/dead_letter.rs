@@ -56,6 +56,7 @@ impl DeadLetters {
         });
         let mut f = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
@@ -64,11 +65,9 @@ impl DeadLetters {
         // A line torn by an earlier full disk is ended first, so this one stays whole.
         let len = f.metadata()?.len();
         if len > 0 {
-            use std::io::{Read, Seek, SeekFrom};
+            use std::os::unix::fs::FileExt;
             let mut last = [0u8; 1];
-            let mut r = std::fs::File::open(&self.path)?;
-            r.seek(SeekFrom::Start(len - 1))?;
-            r.read_exact(&mut last)?;
+            f.read_exact_at(&mut last, len - 1)?;
             if last[0] != b'\n' {
                 bytes.push(b'\n');
             }

@@ -30,6 +30,15 @@ fn context(sb: &Sandbox, sandbox: PathSandbox) -> ToolContext {
     }
 }
 
+/// A tool context confined to the working folder, at the level the machine gives.
+fn confined(sb: &Sandbox) -> ToolContext {
+    context(
+        sb,
+        PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])
+            .with_confinement(helper(), false),
+    )
+}
+
 async fn bash(ctx: &ToolContext, command: &str) -> ToolOutput {
     execute("bash", &json!({ "command": command }), ctx).await
 }
@@ -100,11 +109,7 @@ async fn no_set_id_file_is_made_by_a_command_or_filled_by_the_file_tools() {
         return;
     }
     let sb = Sandbox::new();
-    let ctx = context(
-        &sb,
-        PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])
-            .with_confinement(helper(), false),
-    );
+    let ctx = confined(&sb);
     // mknod makes regular files too, and FIFOs; neither with a set-ID bit.
     let r = bash(
         &ctx,
@@ -352,11 +357,7 @@ async fn the_private_tmp_is_a_small_tmpfs_and_processes_are_counted() {
         return;
     }
     let sb = Sandbox::new();
-    let ctx = context(
-        &sb,
-        PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])
-            .with_confinement(helper(), false),
-    );
+    let ctx = confined(&sb);
     let r = bash(
         &ctx,
         "stat -f -c '%T' /tmp; df -m /tmp | tail -1; ulimit -u",
@@ -404,11 +405,7 @@ async fn a_command_line_naming_a_path_under_tmp_never_makes_it_visible() {
     std::fs::create_dir_all(&trick).unwrap();
     std::os::unix::fs::symlink("/tmp", trick.join("tmp")).unwrap();
     sb.write("y", &format!("cat {}/secret\n", victim.display()));
-    let ctx = context(
-        &sb,
-        PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])
-            .with_confinement(helper(), false),
-    );
+    let ctx = confined(&sb);
     let command = format!(
         "{}/tmp/{}",
         trick.display(),

@@ -33,6 +33,20 @@ fn repository(sb: &Sandbox) {
     git(&sb.work, &["commit", "-q", "-m", "first"]);
 }
 
+/// A bare repository outside the allowed paths, added to the checkout as `origin`.
+fn with_origin(sb: &Sandbox) -> std::path::PathBuf {
+    let origin = sb.base().join("origin.git");
+    git(
+        &sb.base(),
+        &["init", "-q", "--bare", origin.to_str().unwrap()],
+    );
+    git(
+        &sb.work,
+        &["remote", "add", "origin", origin.to_str().unwrap()],
+    );
+    origin
+}
+
 fn assigned(event: &str, task: &str, title: &str) -> Value {
     json!({"id": event, "type": "task.assigned",
            "data": {"task": {"id": task, "title": title, "description": "Do it.", "status": "todo"}}})
@@ -147,15 +161,7 @@ async fn two_tasks_at_once_each_deliver_their_own_branch_and_leave_the_checkout_
 async fn the_branch_is_pushed_and_a_failed_push_keeps_the_commit() {
     let sb = Sandbox::new();
     repository(&sb);
-    let origin = sb.base().join("origin.git");
-    git(
-        &sb.base(),
-        &["init", "-q", "--bare", origin.to_str().unwrap()],
-    );
-    git(
-        &sb.work,
-        &["remote", "add", "origin", origin.to_str().unwrap()],
-    );
+    let origin = with_origin(&sb);
     git(
         &sb.work,
         &["remote", "add", "gone", "/nonexistent/picogent-remote.git"],
@@ -553,15 +559,7 @@ async fn a_filter_named_with_an_equals_sign_never_runs_in_shared_mode() {
 async fn a_push_rewrite_planted_in_an_allowed_home_is_not_followed() {
     let sb = Sandbox::new();
     repository(&sb);
-    let origin = sb.base().join("origin.git");
-    git(
-        &sb.base(),
-        &["init", "-q", "--bare", origin.to_str().unwrap()],
-    );
-    git(
-        &sb.work,
-        &["remote", "add", "origin", origin.to_str().unwrap()],
-    );
+    let origin = with_origin(&sb);
     let marker = sb.base().join("hook-ran");
     let plant = format!(
         "(cd \"$HOME\" && git init -q --bare evil.git && \
@@ -748,15 +746,7 @@ async fn a_kill_during_the_commit_loses_no_work() {
 async fn a_kill_during_the_push_still_pushes_and_reports_the_commit() {
     let sb = Sandbox::new();
     repository(&sb);
-    let origin = sb.base().join("origin.git");
-    git(
-        &sb.base(),
-        &["init", "-q", "--bare", origin.to_str().unwrap()],
-    );
-    git(
-        &sb.work,
-        &["remote", "add", "origin", origin.to_str().unwrap()],
-    );
+    let origin = with_origin(&sb);
     let (_, comments) = killed_at(&sb, "push", ":", json!({"push": true})).await;
     let tip = git(&sb.work, &["rev-parse", "picogent/c1"]);
     assert_eq!(git(&origin, &["rev-parse", "picogent/c1"]), tip);

@@ -42,12 +42,6 @@ const PINNED: &[&str] = &[
     "status.submoduleSummary=false",
 ];
 
-/// The only variables a git picogent runs inherits (no key or token reaches it, and
-/// no `HOME`: see `harden`).
-const KEPT_VARS: &[&str] = &[
-    "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
-];
-
 /// The `info/attributes` of picogent's own repositories: no filter, diff or merge
 /// driver for any path, whatever `.gitattributes` in the tree say.
 const NEUTRAL_ATTRIBUTES: &str =
@@ -149,8 +143,9 @@ fn helper_git(
 /// commands, no variable of picogent's environment pointing git elsewhere, names taken
 /// literally.
 pub fn harden(cmd: &mut Command, writable: &[PathBuf]) {
+    // Only these of picogent's variables (no key or token, no `HOME`), and `TMPDIR`.
     cmd.env_clear();
-    for var in KEPT_VARS {
+    for var in super::programs::BASE_ENV.iter().chain(&["TMPDIR"]) {
         if let Some(v) = std::env::var_os(var) {
             cmd.env(var, v);
         }

@@ -30,6 +30,10 @@ fn filter_path(raw: &std::ffi::OsStr, writable: &[PathBuf]) -> OsString {
     std::env::join_paths(kept).unwrap_or_default()
 }
 
+/// The variables of picogent's environment every program it starts for the agent
+/// (git, MCP servers) keeps: who and where, nothing that points it at files.
+pub(crate) const BASE_ENV: &[&str] = &["USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
+
 /// Where programs are installed by the system (kept when nothing else can be trusted).
 const SYSTEM: &[&str] = &[
     "/usr/local/sbin",

@@ -187,8 +187,15 @@ impl Worktrees {
     /// configuration, when no command of the agent's could have written it; programs
     /// named by the repository's configuration never run).
     fn push_branch(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
-        self.check_remote(tree, remote)?;
-        let mut cmd = self.push_git(tree, remote);
+        let home =
+            crate::tools::sandbox::programs::trusted_home(self.home.as_deref(), &self.allowed);
+        if home.is_none() {
+            // The agent could have written the home's git and ssh configuration (a
+            // `pushInsteadOf`, a `ProxyCommand`): none of it is read.
+            tracing::warn!("push: HOME lies inside the agent's allowed paths (or nothing is restricted), so picogent pushes without the global git and ssh configuration found there");
+        }
+        self.check_remote(tree, remote, home.as_deref())?;
+        let mut cmd = self.push_git(tree, remote, home.as_deref());
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
         self.run(cmd).map(|_| ()).map_err(|e| e.to_string())
@@ -196,10 +203,16 @@ impl Worktrees {
 
     /// The git that pushes, and that says where a push goes: both see the same
     /// configuration, so the URL checked is the URL used.
-    fn push_git(&self, tree: &TaskTree, remote: &str) -> std::process::Command {
+    /// `home` is the operator's, when it is trusted (`programs::trusted_home`).
+    fn push_git(
+        &self,
+        tree: &TaskTree,
+        remote: &str,
+        home: Option<&std::path::Path>,
+    ) -> std::process::Command {
         let mut cmd = self.tree_git(tree);
         let mut ssh = "ssh -o BatchMode=yes -o ConnectTimeout=30".to_string();
-        match crate::tools::sandbox::programs::trusted_home(self.home.as_deref(), &self.allowed) {
+        match home {
             Some(home) => {
                 cmd.env("HOME", home).env_remove("XDG_CONFIG_HOME");
                 cmd.env_remove("GIT_CONFIG_GLOBAL");
@@ -207,12 +220,7 @@ impl Worktrees {
                     cmd.env("SSH_AUTH_SOCK", sock);
                 }
             }
-            None => {
-                // The agent could have written the home's git and ssh configuration
-                // (a `pushInsteadOf`, a `ProxyCommand`): none of it is read.
-                tracing::warn!("push: HOME lies inside the agent's allowed paths (or nothing is restricted), so picogent pushes without the global git and ssh configuration found there");
-                ssh.push_str(" -F /dev/null");
-            }
+            None => ssh.push_str(" -F /dev/null"),
         }
         let settings: Vec<(String, String)> = [
             ("protocol.allow", "never"),
@@ -247,8 +255,13 @@ impl Worktrees {
     /// is a path on this machine the agent could have written (inside the allowed
     /// paths or the worktrees), a relative path (git would take it from the worktree,
     /// which is the agent's), or a transport other than https, http, ssh, git or file.
-    fn check_remote(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
-        let mut cmd = self.push_git(tree, remote);
+    fn check_remote(
+        &self,
+        tree: &TaskTree,
+        remote: &str,
+        home: Option<&std::path::Path>,
+    ) -> Result<(), String> {
+        let mut cmd = self.push_git(tree, remote, home);
         cmd.args(["remote", "get-url", "--push", remote]);
         let url = self.run(cmd).map_err(|e| e.to_string())?;
         let refuse = |why: String| Err(format!("remote {remote} ({url}): {why}"));

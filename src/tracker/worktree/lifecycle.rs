@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{now_secs, task_slug, Record, TaskTree, WorktreeError, Worktrees};
+use crate::tracker::router::lock;
 
 /// Whether git's record of a worktree says it is still being made.
 fn initializing(admin: &Path) -> bool {
@@ -28,7 +29,6 @@ fn open_by_anyone(path: &Path) -> bool {
         .flat_map(|fds| fds.flatten())
         .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
 }
-use crate::tracker::router::lock;
 
 impl Worktrees {
     /// The task's worktree, made on its branch at the first event and found again at
