@@ -60,6 +60,9 @@ pub(crate) struct TrackerClient {
     http: reqwest::Client,
     base: String,
     token: String,
+    /// How long one report may take to be answered. Long on purpose: a report that
+    /// timed out may still be taken by a slow tracker, and its retry would be a repeat.
+    report_timeout: Duration,
 }
 
 /// The message of a tracker error body `{"error": {"code", "message"}}`, else the body.
@@ -84,7 +87,14 @@ impl TrackerClient {
             http,
             base: base.trim_end_matches('/').to_string(),
             token: token.to_string(),
+            report_timeout: Duration::from_secs(30),
         })
+    }
+
+    /// Sets how long one report may take to be answered (`Timing::report_timeout`).
+    pub(crate) fn with_report_timeout(mut self, timeout: Duration) -> Self {
+        self.report_timeout = timeout;
+        self
     }
 
     async fn send<B: Serialize>(
@@ -103,7 +113,9 @@ impl TrackerClient {
             .bearer_auth(&self.token)
             .json(body);
         if let Some(k) = idempotency_key {
-            req = req.header("Idempotency-Key", k);
+            req = req
+                .header("Idempotency-Key", k)
+                .timeout(self.report_timeout);
         }
         let resp = req.send().await.map_err(|e| TrackerError::Transient {
             url: url.clone(),

@@ -29,6 +29,8 @@ pub struct Timing {
     /// How long a report the tracker refuses (404, most 4xx) is retried before it is
     /// kept in the dead-letter file.
     pub report_refused_for: Duration,
+    /// How long one report may wait for the tracker's answer before it is tried again.
+    pub report_timeout: Duration,
 }
 
 impl Default for Timing {
@@ -38,6 +40,7 @@ impl Default for Timing {
             ws_backoff: (Duration::from_secs(1), Duration::from_secs(30)),
             report_backoff: (Duration::from_secs(1), Duration::from_secs(60)),
             report_refused_for: Duration::from_secs(600),
+            report_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -102,7 +105,8 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let journal = JournalWriter::start(journal).map_err(state_err)?;
     let outbox = Outbox::open(&state_dir).map_err(state_err)?;
     let client = TrackerClient::new(&tracker_url, &token)
-        .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?;
+        .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?
+        .with_report_timeout(timing.report_timeout);
     let worktrees =
         crate::tracker::worktree::Worktrees::decide(&cfg).map_err(DaemonError::Config)?;
     let router = Router::new(agent.clone(), journal, outbox.clone(), worktrees);

@@ -180,15 +180,19 @@ async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
     if dead > 0 {
         body["dead_letters"] = json!({"reports": dead, "file": file});
     }
+    let health = super::health::assess(&ctx.router);
     // Not reasons to restart picogent (the answer stays 200), but for a person to read.
-    let warnings = ctx.router.warnings();
-    if !warnings.is_empty() {
-        body["warnings"] = json!(warnings);
+    if !health.warnings.is_empty() {
+        let words: Vec<&str> = health.warnings.iter().map(|w| w.message.as_str()).collect();
+        body["warnings"] = json!(words);
+        body["warning_details"] = json!(health.warnings);
     }
-    if let Some(reason) = ctx.router.degraded() {
+    if !health.degraded.is_empty() {
         // Still answering, but not keeping every promise: a supervisor should look.
+        let words: Vec<&str> = health.degraded.iter().map(|d| d.message.as_str()).collect();
         body["status"] = json!("degraded");
-        body["reason"] = json!(reason);
+        body["reason"] = json!(words.join("; "));
+        body["reasons"] = json!(health.degraded);
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     Json(body).into_response()

@@ -1,11 +1,14 @@
 //! The outbox: every report to the tracker (status change, comment) is written to
-//! `state/outbox.jsonl` before it is sent, then delivered by one worker in the order it
-//! was queued, so the reports of a task arrive in order (`review` only after the result
-//! comment was accepted) and survive tracker outages and daemon restarts. Connection
-//! errors, 429 and 5xx are retried with backoff (capped at 60 s) for as long as the
-//! daemon runs; a 404 or another 4xx that may pass is retried for a bounded time, and
-//! what the tracker refuses for good is kept in the dead-letter file (`dead_letter.rs`)
-//! so the next report proceeds and none is dropped in silence.
+//! `state/outbox.jsonl` before it is sent, then delivered in the order it was queued,
+//! task by task, so the reports of a task arrive in order (`review` only after the
+//! result comment was accepted) and survive tracker outages and daemon restarts.
+//! Different tasks' reports go out side by side (`LANES`), so a slow or refused report
+//! holds back only its own task. Connection errors, 429 and 5xx are retried with
+//! backoff (capped at 60 s) for as long as the daemon runs; a 404 or another 4xx that
+//! may pass is retried for a bounded time, and what the tracker refuses for good is kept
+//! in the dead-letter file (`dead_letter.rs`) so the next report proceeds and none is
+//! dropped in silence. A report waits `report_timeout` (5 min) for its answer before it
+//! is tried again: a slow tracker is not sent a repeat while it is still answering.
 //!
 //! Each report carries an `Idempotency-Key`, so a tracker that honours it drops the one
 //! repeat that can happen when the daemon dies between a send and its bookkeeping.
@@ -14,7 +17,7 @@
 //! queued together are written and synced once, and a delivery's record and the
 //! compaction it may cause never run on the async runtime's threads.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -33,6 +36,8 @@ use super::TrackerClient;
 
 /// Most jobs taken in one batch (one sync).
 const MAX_BATCH: usize = 256;
+/// Tasks whose reports are delivered at the same time.
+const LANES: usize = 8;
 /// Records written before the file is compacted, at least (see `commit`).
 const COMPACT_EVERY: usize = 1000;
 
@@ -270,7 +275,10 @@ impl Outbox {
         (self.dead.count(), self.dead.path().to_path_buf())
     }
 
-    /// Delivers reports until `stop` is cancelled.
+    /// Delivers reports until `stop` is cancelled: one report at a time per task (its
+    /// reports stay in order, and the tracker never gets a report while the same one
+    /// is still being answered), up to `LANES` tasks at once, so one slow or refused
+    /// report holds back only its own task's later reports.
     pub(crate) async fn run(
         self,
         client: TrackerClient,
@@ -278,25 +286,49 @@ impl Outbox {
         refused_for: Duration,
         stop: CancellationToken,
     ) {
+        let mut lanes: tokio::task::JoinSet<Option<String>> = tokio::task::JoinSet::new();
+        let mut busy: HashSet<String> = HashSet::new();
         loop {
             // Checked before every report: a long backlog must not hold up a shutdown.
             if stop.is_cancelled() {
-                return;
+                break;
             }
-            let next = self.lock().items.front().cloned();
-            let Some(item) = next else {
-                tokio::select! {
-                    _ = self.notify.notified() => continue,
-                    _ = stop.cancelled() => return,
-                }
-            };
-            if !self
-                .deliver(&client, &item, backoff, refused_for, &stop)
-                .await
-            {
-                return;
+            let next = (lanes.len() < LANES)
+                .then(|| self.next_free(&busy))
+                .flatten();
+            if let Some(item) = next {
+                busy.insert(item.task_id.clone());
+                let (me, client, stop) = (self.clone(), client.clone(), stop.clone());
+                lanes.spawn(async move {
+                    me.deliver(&client, &item, backoff, refused_for, &stop)
+                        .await
+                        .then_some(item.task_id)
+                });
+                continue;
+            }
+            tokio::select! {
+                _ = self.notify.notified() => {}
+                done = lanes.join_next(), if !lanes.is_empty() => match done {
+                    Some(Ok(Some(task))) => {
+                        busy.remove(&task);
+                    }
+                    // Stopped (or a lane panicked): nothing more is delivered this run.
+                    _ => break,
+                },
+                _ = stop.cancelled() => break,
             }
         }
+        lanes.shutdown().await;
+    }
+
+    /// The first queued report whose task has no report in flight: the earliest of
+    /// its task, since any earlier one would be in flight or found first.
+    fn next_free(&self, busy: &HashSet<String>) -> Option<Item> {
+        self.lock()
+            .items
+            .iter()
+            .find(|i| !busy.contains(&i.task_id))
+            .cloned()
     }
 
     /// Delivers one report, retrying what may pass; false when `stop` came first.

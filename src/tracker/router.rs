@@ -17,6 +17,7 @@ use crate::agent::{Agent, AgentEvent, Outcome, RunRequest, WorktreeRun};
 use crate::tracker::delivery::{self, Delivery};
 use crate::tracker::journal_writer::JournalWriter;
 use crate::tracker::outbox::Outbox;
+use crate::tracker::room::Room;
 use crate::tracker::types::{Envelope, Event, Load, Report};
 use crate::tracker::worktree::{SharedFolder, TaskTree, Worktrees};
 
@@ -107,6 +108,10 @@ struct Shared {
     max: usize,
     state: Mutex<State>,
     changed: Notify,
+    /// Runs start only when the disks they write to have room.
+    room: Arc<Room>,
+    /// Why the last event could not be journaled, until one is again.
+    journal_refusing: Mutex<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -153,6 +158,10 @@ impl Router {
         worktrees: Option<Worktrees>,
     ) -> Router {
         let max = agent.config().max_concurrent_tasks;
+        let mut dirs = vec![agent.config().state_dir(), agent.config().sessions_dir()];
+        if let Some(w) = &worktrees {
+            dirs.push(w.root().to_path_buf());
+        }
         let shared_folder = match worktrees {
             None => SharedFolder::find(
                 &agent.config().work_dir,
@@ -172,6 +181,8 @@ impl Router {
                 max,
                 state: Mutex::new(State::default()),
                 changed: Notify::new(),
+                room: Room::new(dirs),
+                journal_refusing: Mutex::new(None),
             }),
         }
     }
@@ -213,12 +224,9 @@ impl Router {
         event: Event,
     ) -> Result<Accepted, AcceptError> {
         // Acknowledged only once on disk; events arriving together share one sync.
-        let new = self
-            .shared
-            .journal
-            .accept(env.clone())
-            .await
-            .map_err(|e| AcceptError::Journal(e.to_string()))?;
+        let new = self.shared.journal.accept(env.clone()).await;
+        *lock(&self.shared.journal_refusing) = new.as_ref().err().map(ToString::to_string);
+        let new = new.map_err(|e| AcceptError::Journal(e.to_string()))?;
         if !new {
             return Ok(Accepted::Duplicate);
         }
@@ -460,6 +468,10 @@ impl Router {
     }
 
     async fn run_job(self, job: Job, cancel: CancellationToken) {
+        // Not counted as an attempt, and nothing reported, until it can really start.
+        if !self.shared.room.wait(&job.task_id, &cancel).await {
+            return self.never_started(job).await;
+        }
         let attempt = self.record_start(&job.event_id).await;
         let task = job.task_id.clone();
         let session_id = session_for(&task);
@@ -562,6 +574,30 @@ impl Router {
         self.finish(&job, false);
     }
 
+    /// A run stopped while it waited for room to start: reported as a run cancelled
+    /// before its first turn; on shutdown its event stays pending for the next start.
+    async fn never_started(&self, job: Job) {
+        let why = lock(&self.shared.state)
+            .running
+            .get_mut(&job.task_id)
+            .and_then(|r| r.why.take());
+        let outcome = Outcome::Cancelled {
+            steps: 0,
+            usage: Default::default(),
+        };
+        let session_id = session_for(&job.task_id);
+        let reports =
+            delivery::outcome_reports(&job.task_id, job.reply_to(), &session_id, outcome, why);
+        if let Some(reports) = reports {
+            let (me, event) = (self.clone(), job.event_id.clone());
+            self.shared
+                .delivery
+                .queue_or_retry(&job.task_id, reports, move || me.mark_done(&event))
+                .await;
+        }
+        self.finish(&job, false);
+    }
+
     /// Records in the journal that the event's work starts; returns which attempt this
     /// is (1 when it cannot be recorded).
     async fn record_start(&self, event_id: &str) -> u32 {
@@ -635,11 +671,6 @@ impl Router {
         }
     }
 
-    /// Why the daemon cannot currently keep its promises, if it cannot.
-    pub(crate) fn degraded(&self) -> Option<String> {
-        self.shared.delivery.degraded()
-    }
-
     fn finish(&self, job: &Job, done: bool) {
         if done {
             self.mark_done(&job.event_id);
@@ -650,35 +681,38 @@ impl Router {
         self.schedule();
     }
 
-    /// What the heartbeat says.
-    /// What a person watching the daemon should know (a tracker not taking reports, a
-    /// state disk nearly full, reports refused for good), in words.
-    pub(crate) fn warnings(&self) -> Vec<String> {
-        let mut w = Vec::new();
-        let waiting = self.backlog();
-        if let Some(why) = self.shared.delivery.failing().filter(|_| waiting > 0) {
-            w.push(format!(
-                "the tracker is not taking reports ({why}); {waiting} waiting"
-            ));
-        }
-        let state = self.shared.agent.config().state_dir();
-        if let Ok((free, total)) = crate::tools::bash::capture::disk_space(&state) {
-            if free < crate::tools::bash::capture::reserve(total) {
-                w.push(format!(
-                    "the state disk is nearly full ({} MB free of {} MB): new outputs are not saved, and the journal and outbox may soon refuse",
-                    free >> 20,
-                    total >> 20
-                ));
-            }
-        }
-        let (dead, file) = self.dead_letters();
-        if dead > 0 {
-            w.push(format!(
-                "{dead} report(s) the tracker refused for good are kept in {}",
-                file.display()
-            ));
-        }
-        w
+    /// Why results cannot be queued now, if they cannot.
+    pub(crate) fn results_waiting(&self) -> Option<String> {
+        self.shared.delivery.degraded()
+    }
+
+    /// Why runs wait for disk space, while some do.
+    pub(crate) fn runs_waiting_for_room(&self) -> Option<String> {
+        self.shared.room.degraded()
+    }
+
+    /// Why events cannot be journaled, while they cannot.
+    pub(crate) fn journal_refusing(&self) -> Option<String> {
+        lock(&self.shared.journal_refusing).clone()
+    }
+
+    /// Why the tracker is not taking reports, while it is not.
+    pub(crate) fn tracker_failing(&self) -> Option<String> {
+        self.shared.delivery.failing()
+    }
+
+    /// The sandbox asked for, and the level commands run at.
+    pub(crate) fn sandbox(
+        &self,
+    ) -> (
+        crate::config::SandboxMode,
+        crate::tools::confine::LevelInForce,
+    ) {
+        (self.shared.agent.config().sandbox, self.sandbox_level())
+    }
+
+    pub(crate) fn state_dir(&self) -> std::path::PathBuf {
+        self.shared.agent.config().state_dir()
     }
 
     /// Reports the tracker refused for good (kept in the dead-letter file), and where.

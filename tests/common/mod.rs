@@ -132,6 +132,7 @@ pub fn fast_timing() -> picogent::tracker::daemon::Timing {
         ws_backoff: (Duration::from_millis(100), Duration::from_secs(1)),
         report_backoff: (Duration::from_millis(50), Duration::from_millis(200)),
         report_refused_for: Duration::from_secs(3),
+        report_timeout: Duration::from_secs(30),
     }
 }
 

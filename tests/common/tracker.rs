@@ -49,6 +49,9 @@ pub struct Faults {
     pub ws_refuse: usize,
     /// Answer the WebSocket auth frame with an error and close 4001.
     pub ws_reject_auth: bool,
+    /// Answer this task's status and comment calls only after this long (a tracker
+    /// that is slow for one task).
+    pub slow_task: Option<(String, Duration)>,
     /// Drop the connection when this event id is acked, without recording the ack.
     pub ws_lose_ack_of: Option<String>,
 }
@@ -63,6 +66,9 @@ struct St {
     ws_unacked: VecDeque<Value>,
     ws_acked: Vec<String>,
     ws_conn: Option<mpsc::UnboundedSender<Option<Value>>>,
+    /// Report calls being answered now, and the most at once for one task.
+    in_flight: std::collections::HashMap<String, usize>,
+    most_in_flight: std::collections::HashMap<String, usize>,
 }
 
 #[derive(Clone)]
@@ -147,6 +153,12 @@ impl FakeTracker {
                 }
             })
             .collect()
+    }
+
+    /// The most report calls for `task` the tracker was answering at the same time.
+    pub fn most_in_flight(&self, task: &str) -> usize {
+        let s = self.st.lock().unwrap();
+        s.most_in_flight.get(task).copied().unwrap_or(0)
     }
 
     pub fn comments(&self, task: &str) -> Vec<Value> {
@@ -312,6 +324,42 @@ async fn heartbeat(State(st): S, h: HeaderMap, Json(body): Json<Value>) -> Respo
     Json(json!({})).into_response()
 }
 
+/// Holds a report call for a slow task, counting how many are answered at once.
+async fn slow_down(st: &Arc<Mutex<St>>, task: &str) {
+    let delay = {
+        let mut s = st.lock().unwrap();
+        let Some(delay) = s
+            .faults
+            .slow_task
+            .as_ref()
+            .and_then(|(t, d)| (t == task).then_some(*d))
+        else {
+            return;
+        };
+        let now = {
+            let n = s.in_flight.entry(task.to_string()).or_default();
+            *n += 1;
+            *n
+        };
+        let most = s.most_in_flight.entry(task.to_string()).or_default();
+        *most = (*most).max(now);
+        delay
+    };
+    // Counted down even when the agent gives up on the call and this future is dropped.
+    struct Leave<'a>(&'a Arc<Mutex<St>>, String);
+    impl Drop for Leave<'_> {
+        fn drop(&mut self) {
+            if let Ok(mut s) = self.0.lock() {
+                if let Some(n) = s.in_flight.get_mut(&self.1) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+    }
+    let _leave = Leave(st, task.to_string());
+    tokio::time::sleep(delay).await;
+}
+
 /// The scripted answer to the next status or comment call, while a fault lasts.
 fn report_fault(st: &Arc<Mutex<St>>) -> Option<(u16, Response)> {
     let mut s = st.lock().unwrap();
@@ -338,6 +386,7 @@ async fn status(
         record(&st, "PATCH", path, &body, 401);
         return err(401, "unauthorized", "bad token");
     }
+    slow_down(&st, &id).await;
     if let Some((code, resp)) = report_fault(&st) {
         push_call(&st, "PATCH", path, &body, code, true);
         return resp;
@@ -357,6 +406,7 @@ async fn comment(
         record(&st, "POST", path, &body, 401);
         return err(401, "unauthorized", "bad token");
     }
+    slow_down(&st, &id).await;
     if let Some((code, resp)) = report_fault(&st) {
         push_call(&st, "POST", path, &body, code, true);
         return resp;

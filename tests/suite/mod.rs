@@ -11,6 +11,7 @@ mod cli;
 mod config;
 mod confinement;
 mod daemon_process;
+mod delivery;
 mod hostile_input;
 mod live;
 mod mcp;

@@ -329,6 +329,11 @@ impl Worktrees {
     }
 
     /// The checkout's top folder.
+    /// Where the tasks' worktrees are made.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
     pub(crate) fn checkout(&self) -> &Path {
         &self.top
     }

@@ -1,0 +1,95 @@
+//! What `/healthz` says about agent mode: the promises the daemon cannot keep right
+//! now (`degraded`: a supervisor should look) and what a person should know
+//! (`warnings`), each with a kind a program can match and a sentence a person reads.
+
+use serde::Serialize;
+
+use crate::config::SandboxMode;
+use crate::tools::confine::LevelInForce;
+use crate::tracker::router::Router;
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Concern {
+    pub(crate) kind: &'static str,
+    pub(crate) message: String,
+}
+
+fn concern(kind: &'static str, message: String) -> Concern {
+    Concern { kind, message }
+}
+
+pub(crate) struct Health {
+    pub(crate) degraded: Vec<Concern>,
+    pub(crate) warnings: Vec<Concern>,
+}
+
+/// Looks at the daemon now.
+pub(crate) fn assess(router: &Router) -> Health {
+    let mut degraded = Vec::new();
+    if let Some(why) = router.results_waiting() {
+        degraded.push(concern("reports_not_queued", why));
+    }
+    if let Some(why) = router.journal_refusing() {
+        degraded.push(concern(
+            "journal_refusing",
+            format!("new events are refused (they cannot be recorded): {why}"),
+        ));
+    }
+    if let Some(why) = router.runs_waiting_for_room() {
+        degraded.push(concern("state_disk_full", why));
+    }
+    let waiting = router.backlog();
+    if let Some(why) = router.tracker_failing().filter(|_| waiting > 0) {
+        degraded.push(concern(
+            "tracker_unreachable",
+            format!("the tracker is not taking reports ({why}); {waiting} waiting"),
+        ));
+    }
+    let (mode, level) = router.sandbox();
+    let weaker = match mode {
+        SandboxMode::On => level != LevelInForce::Namespaces,
+        SandboxMode::Landlock => level == LevelInForce::Off,
+        SandboxMode::Off => false,
+    };
+    if weaker {
+        degraded.push(concern(
+            "sandbox_weaker",
+            format!(
+                "commands run at sandbox level `{}`, weaker than `sandbox` asks for (see `picogent sandbox-check`)",
+                level.as_str()
+            ),
+        ));
+    }
+    Health {
+        degraded,
+        warnings: warnings(router),
+    }
+}
+
+fn warnings(router: &Router) -> Vec<Concern> {
+    let mut w = Vec::new();
+    let state = router.state_dir();
+    if let Ok((free, total)) = crate::tools::bash::capture::disk_space(&state) {
+        if free < crate::tools::bash::capture::reserve(total) {
+            w.push(concern(
+                "state_disk_low",
+                format!(
+                    "the state disk is nearly full ({} MB free of {} MB): new outputs are not saved, and the journal and outbox may soon refuse",
+                    free >> 20,
+                    total >> 20
+                ),
+            ));
+        }
+    }
+    let (dead, file) = router.dead_letters();
+    if dead > 0 {
+        w.push(concern(
+            "dead_letters",
+            format!(
+                "{dead} report(s) the tracker refused for good are kept in {}",
+                file.display()
+            ),
+        ));
+    }
+    w
+}
