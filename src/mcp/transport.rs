@@ -2,7 +2,9 @@
 //!
 //! A stdio server is started like bash's commands are supervised: its own session and
 //! process group (so everything it starts can be killed together, `npx` and the node
-//! process under it included), a parent-death signal (killed if picogent is).
+//! process under it included), a parent-death signal (killed if picogent is), and,
+//! where user namespaces work, a PID namespace of its own, confined or not (`"sandbox":
+//! false` keeps only that): what it starts in a session of its own dies with it too.
 //!
 //! It acts for the agent, so nothing the agent wrote may steer it: its program is found
 //! on a `PATH` without folders the agent's commands can write (an absolute program
@@ -156,8 +158,16 @@ impl Launch {
                 (cmd, spec.cwd.map_or(inner, Path::to_path_buf))
             }
             None => {
-                let mut cmd = tokio::process::Command::new(&program);
-                cmd.args(spec.args).env_clear().env("TMPDIR", &tmp);
+                let supervised = self
+                    .confinement
+                    .as_ref()
+                    .and_then(|c| c.supervised_command(&program, spec.args));
+                let mut cmd = supervised.unwrap_or_else(|| {
+                    let mut cmd = tokio::process::Command::new(&program);
+                    cmd.args(spec.args);
+                    cmd
+                });
+                cmd.env_clear().env("TMPDIR", &tmp);
                 (cmd, spec.cwd.map_or(cwd, Path::to_path_buf))
             }
         };

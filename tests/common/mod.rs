@@ -424,3 +424,14 @@ pub fn run_without_user_namespaces(sb: &Sandbox, level: &str) -> tokio::process:
         .env("PICOGENT_SANDBOX", level);
     cmd
 }
+
+/// Whether commands get the namespace sandbox here; says SKIPPED (failing in CI) when
+/// they do not.
+pub fn namespaces_here() -> bool {
+    let helper = std::path::Path::new(env!("CARGO_BIN_EXE_picogent"));
+    if let Err(e) = picogent::tools::sandbox::namespaces_work(helper) {
+        skip(&format!("no namespace sandbox on this machine: {e}"));
+        return false;
+    }
+    true
+}

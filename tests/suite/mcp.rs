@@ -295,3 +295,76 @@ async fn a_server_that_dies_mid_run_fails_calls_until_it_is_restarted() {
     let new = server_pids(&base);
     assert!(new.len() == 1 && new[0] != pid, "not restarted: {new:?}");
 }
+
+/// What an MCP server starts in a session of its own (out of its process group) dies
+/// with picogent, killed with -9 or exiting normally, confined or with `"sandbox":
+/// false`: each server has a PID namespace of its own.
+#[tokio::test]
+async fn what_a_server_starts_in_its_own_session_dies_with_picogent() {
+    if !namespaces_here() {
+        return;
+    }
+    for unconfined in [false, true] {
+        for kill in [true, false] {
+            let sb = Sandbox::new();
+            let marker = format!("mcp-orphan-{}", sb.base().display());
+            // It never answers `initialize`: picogent gives up on it after a second.
+            let script = format!(
+                "setsid bash -c 'exec -a {marker} sleep 300' </dev/null >/dev/null 2>&1 & exec sleep 300"
+            );
+            let mut server =
+                json!({"command": "bash", "args": ["-c", script], "startup_timeout_sec": 1});
+            if unconfined {
+                server["sandbox"] = json!(false);
+            }
+            let first = if kill {
+                Turn::Stall(Duration::from_secs(120), "late".into())
+            } else {
+                text("done")
+            };
+            let llm = ScriptedLlm::start(vec![first]).await;
+            sb.write_config(
+                &llm,
+                Wire::Anthropic,
+                json!({"allowed_paths": [sb.work], "mcp_servers": {"s": server}}),
+            );
+            let mut child = sb
+                .run_command(Path::new(env!("CARGO_BIN_EXE_picogent")), "hi")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap();
+            let case = format!("unconfined: {unconfined}, kill -9: {kill}");
+            wait_until(20, &case, || !pids_named(&marker).is_empty()).await;
+            if kill {
+                llm.wait_requests(1).await;
+                // SAFETY: a plain system call on picogent's pid.
+                unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGKILL) };
+            }
+            let status = child.wait().await.unwrap();
+            assert_eq!(status.success(), !kill, "{case}");
+            wait_until(10, &case, || pids_named(&marker).is_empty()).await;
+        }
+    }
+}
+
+/// The host's pids of processes whose command line starts with `name`.
+fn pids_named(name: &str) -> Vec<i32> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", &format!("^{name}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+async fn wait_until(secs: u64, what: &str, cond: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(secs), "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -12,7 +12,7 @@ use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{self, skip, text, tool, Sandbox, ScriptedLlm, Wire};
+use crate::common::{self, namespaces_here, skip, text, tool, Sandbox, ScriptedLlm, Wire};
 
 fn helper() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_picogent"))
@@ -57,14 +57,6 @@ fn landlock_here() -> bool {
         skip(&format!(
             "this kernel offers Landlock ABI {abi}; confinement needs 3"
         ));
-        return false;
-    }
-    true
-}
-
-fn namespaces_here() -> bool {
-    if let Err(e) = namespaces_work(&helper()) {
-        skip(&format!("no namespace sandbox on this machine: {e}"));
         return false;
     }
     true

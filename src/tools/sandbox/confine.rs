@@ -244,6 +244,24 @@ impl Confinement {
         self.command_showing(program, args, tmp, &[])
     }
 
+    /// `program` unconfined, but in a PID namespace of its own where namespaces work:
+    /// whatever it starts, even in a session of its own, dies with it and with picogent.
+    /// `None` where they do not (then only its process group is killed).
+    pub(crate) fn supervised_command(
+        &self,
+        program: &Path,
+        args: &[String],
+    ) -> Option<tokio::process::Command> {
+        if !self.namespaces() {
+            return None;
+        }
+        let mut cmd = tokio::process::Command::new(self.helper.program());
+        cmd.args(["sandbox-exec", "--pid-only", "--"])
+            .arg(program)
+            .args(args);
+        Some(cmd)
+    }
+
     /// `command`, with folders of the operator's configuration (never the agent's)
     /// that stay visible, read-only, when they lie under `/tmp`.
     pub(crate) fn command_showing<I, S>(
@@ -333,11 +351,12 @@ pub(crate) fn tmp_top_folder(path: &Path) -> Option<PathBuf> {
         .then_some(top)
 }
 
-const USAGE: &str = "usage: picogent sandbox-exec [--ns] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] [--no-writes] [--tmp-size MIB] [--max-procs N] -- PROGRAM [ARGS]...";
+const USAGE: &str = "usage: picogent sandbox-exec [--ns | --pid-only] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] [--no-writes] [--tmp-size MIB] [--max-procs N] -- PROGRAM [ARGS]...";
 
 fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
     let mut h = HelperArgs {
         namespaces: false,
+        pid_only: false,
         writable: None,
         tmp: None,
         read_only: Vec::new(),
@@ -357,6 +376,7 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
         };
         match a.to_str() {
             Some("--ns") => h.namespaces = true,
+            Some("--pid-only") => h.pid_only = true,
             Some("--rw") => {
                 let d = value("--rw")?;
                 h.writable.get_or_insert_with(Vec::new).push(d);
@@ -511,6 +531,15 @@ pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
     127
 }
 
+/// Becomes the program as it is (`--pid-only`); returns only when that failed.
+fn exec_unconfined(h: &HelperArgs) -> i32 {
+    let err = std::process::Command::new(&h.program[0])
+        .args(&h.program[1..])
+        .exec();
+    eprintln!("picogent sandbox: cannot run {:?}: {err}", h.program[0]);
+    127
+}
+
 /// `picogent sandbox-exec`: confine this process, then become the program.
 pub fn helper_main(args: impl Iterator<Item = OsString>) -> ExitCode {
     // Nothing picogent's own parent left open reaches the command.
@@ -530,6 +559,12 @@ pub fn helper_main(args: impl Iterator<Item = OsString>) -> ExitCode {
             return ExitCode::from(126);
         }
     };
+    if h.pid_only {
+        // Returns only when the namespace could not be made.
+        let Err(e) = super::namespaces::run(&h, &|h: &HelperArgs| exec_unconfined(h));
+        eprintln!("picogent sandbox: {e}; the program was not run");
+        return ExitCode::from(126);
+    }
     if h.namespaces {
         // Returns only when the namespaces could not be made.
         let Err(e) = super::namespaces::run(&h, &|h: &HelperArgs| become_command(h, true));

@@ -31,6 +31,10 @@ const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"]
 /// What `picogent sandbox-exec` was asked to do.
 pub(crate) struct HelperArgs {
     pub(crate) namespaces: bool,
+    /// Only a PID namespace, to supervise a program that runs unconfined (an MCP
+    /// server with `"sandbox": false`): everything it starts dies with it and with
+    /// picogent, whatever it does with sessions; nothing else about it changes.
+    pub(crate) pid_only: bool,
     pub(crate) writable: Option<Vec<PathBuf>>,
     pub(crate) tmp: Option<PathBuf>,
     pub(crate) read_only: Vec<PathBuf>,
@@ -74,15 +78,24 @@ pub(crate) fn run(
     if h.deny_network {
         flags |= libc::CLONE_NEWNET;
     }
+    if h.pid_only {
+        // root keeps its own user (a user namespace would map away its privileges).
+        flags = libc::CLONE_NEWPID;
+        if uid != 0 {
+            flags |= libc::CLONE_NEWUSER;
+        }
+    }
     // SAFETY: the helper is single-threaded here (it runs before any runtime).
     if unsafe { libc::unshare(flags) } != 0 {
         return Err(errno("cannot create the sandbox namespaces"));
     }
-    std::fs::write("/proc/self/setgroups", "deny").map_err(|e| format!("setgroups: {e}"))?;
-    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
-        .map_err(|e| format!("uid_map: {e}"))?;
-    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
-        .map_err(|e| format!("gid_map: {e}"))?;
+    if flags & libc::CLONE_NEWUSER != 0 {
+        std::fs::write("/proc/self/setgroups", "deny").map_err(|e| format!("setgroups: {e}"))?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
+            .map_err(|e| format!("uid_map: {e}"))?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+            .map_err(|e| format!("gid_map: {e}"))?;
+    }
     // A pipe whose write end only the helper holds: PID 1 sees it close if the helper
     // died before PID 1 could ask for its parent-death signal.
     let mut fds = [0; 2];
@@ -152,7 +165,9 @@ fn init(h: &HelperArgs, cwd: &Path, alive: OwnedFd, become_command: Become) -> !
         std::process::exit(125);
     }
     drop(alive);
-    if let Err(e) = setup(h, cwd) {
+    // Supervision only: the view stays the host's.
+    let view = if h.pid_only { Ok(()) } else { setup(h, cwd) };
+    if let Err(e) = view {
         eprintln!("picogent sandbox: {e}; the command was not run");
         std::process::exit(126);
     }
