@@ -14,6 +14,7 @@
 //! only when a server says its list changed. Dropping the last `Mcp` clone stops the
 //! supervisors, which kill their children's process groups.
 
+mod lines;
 mod server;
 mod transport;
 

@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use tokio::io::AsyncBufReadExt;
-use tokio::process::{ChildStdin, ChildStdout};
+use tokio::io::DuplexStream;
+use tokio::process::ChildStdin;
 use tokio::task::JoinHandle;
 
 /// How many of the server's last stderr lines are kept, and how long each may be.
@@ -37,6 +38,8 @@ pub(super) struct Child {
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// Forwards stderr to the log; aborted on drop.
     stderr_task: JoinHandle<()>,
+    /// Passes stdout on to the client, line by line (`lines.rs`); aborted on drop.
+    stdout_task: JoinHandle<()>,
 }
 
 impl Child {
@@ -72,6 +75,7 @@ impl Drop for Child {
             }
         }
         self.stderr_task.abort();
+        self.stdout_task.abort();
         // kill_on_drop reaps the leader itself.
     }
 }
@@ -205,7 +209,7 @@ impl Launch {
 pub(super) fn spawn(
     spec: &StdioSpec,
     launch: &Launch,
-) -> Result<(Child, ChildStdout, ChildStdin), String> {
+) -> Result<(Child, DuplexStream, ChildStdin), String> {
     let (name, command) = (spec.name, spec.command);
     let mut cmd = launch.command(spec)?;
     cmd.stdin(Stdio::piped())
@@ -228,6 +232,8 @@ pub(super) fn spawn(
         Some(pipe) => tokio::spawn(forward_stderr(name.to_string(), pipe, stderr.clone())),
         None => tokio::spawn(async {}),
     };
+    let (messages, pipe) = tokio::io::duplex(64 << 10);
+    let stdout_task = tokio::spawn(super::lines::pump(name.to_string(), stdout, pipe));
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     Ok((
         Child {
@@ -235,8 +241,9 @@ pub(super) fn spawn(
             pgid,
             stderr,
             stderr_task,
+            stdout_task,
         },
-        stdout,
+        messages,
         stdin,
     ))
 }

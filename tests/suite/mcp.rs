@@ -368,3 +368,64 @@ async fn wait_until(secs: u64, what: &str, cond: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A raw stdio MCP server with one tool, `big`, whose answer is 17 MiB (its request id
+/// written first, or last as JavaScript servers write it), or small with `small`.
+const BIG_SERVER: &str = r#"
+import json, sys
+def send(obj):
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, i = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": i, "result": {"protocolVersion": msg["params"]["protocolVersion"],
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "big", "version": "1"}}})
+    elif method == "tools/list":
+        schema = {"type": "object", "properties": {"last": {"type": "boolean"}, "small": {"type": "boolean"}}}
+        send({"jsonrpc": "2.0", "id": i, "result": {"tools": [{"name": "big", "description": "a big answer", "inputSchema": schema}]}})
+    elif method == "tools/call":
+        args = msg["params"].get("arguments") or {}
+        text = "small ok" if args.get("small") else "x" * (17 << 20)
+        result = {"content": [{"type": "text", "text": text}]}
+        if args.get("last"):
+            send({"result": result, "jsonrpc": "2.0", "id": i})
+        else:
+            send({"jsonrpc": "2.0", "id": i, "result": result})
+    elif i is not None:
+        send({"jsonrpc": "2.0", "id": i, "error": {"code": -32601, "message": "no such method"}})
+"#;
+
+/// An answer over 16 MiB ends its call at once with an error saying so (not at the
+/// call's timeout), whichever end of the message its id is at; the server keeps working.
+#[tokio::test]
+async fn an_answer_over_16_mib_ends_its_call_at_once_with_a_reason() {
+    let sb = Sandbox::new();
+    let script = sb.base().join("big_server.py");
+    std::fs::write(&script, BIG_SERVER).unwrap();
+    let llm = ScriptedLlm::start(vec![
+        tool("mcp__big__big", json!({"last": false})),
+        tool("mcp__big__big", json!({"last": true})),
+        tool("mcp__big__big", json!({"small": true})),
+        text("done"),
+    ])
+    .await;
+    let server = json!({"command": "python3", "args": [script], "timeout_sec": 300});
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"mcp_servers": {"big": server}}),
+    );
+    let (_, outcome) = tokio::time::timeout(Duration::from_secs(90), run(&agent, "big", "b1"))
+        .await
+        .expect("a call waited for its timeout");
+    assert_eq!(final_text(&outcome), "done");
+    let reqs = llm.requests();
+    for r in &reqs[1..3] {
+        let (text, is_error) = last_tool_result(&r.body);
+        assert!(is_error, "{text:.200}");
+        assert!(text.contains("over the 16 MB"), "{text:.300}");
+    }
+    assert_eq!(last_tool_result(&reqs[3].body), ("small ok".into(), false));
+}
