@@ -214,6 +214,10 @@ fn record_item(r: Record) -> Option<HistoryItem> {
             rating: r.rating,
             note: r.note,
         },
+        Record::Interrupted(i) => HistoryItem::Interrupted {
+            run_id: i.run,
+            content: i.prompt,
+        },
         Record::Preference(_) | Record::ClaudeCodeSession(_) => return None,
     })
 }

@@ -14,6 +14,7 @@
 
 mod branches;
 mod history;
+mod inflight;
 mod protocol;
 mod requests;
 mod rewind;
@@ -68,6 +69,8 @@ struct ChatState {
     public: bool,
     allowed: Vec<String>,
     stop: CancellationToken,
+    /// The runs going now, on disk, and those a crash interrupted.
+    inflight: Arc<inflight::InFlight>,
 }
 
 /// Binds the chat port, refusing a non-loopback address without a token.
@@ -100,13 +103,19 @@ pub async fn serve(
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
-    let app = app(agent, addr, stop.clone());
+    let inflight = inflight::InFlight::recover(&agent).await;
+    let app = app(agent, addr, stop.clone(), inflight);
     axum::serve(crate::net::GuardedListener::new(listener), app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
 }
 
-fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Router {
+fn app(
+    agent: Agent,
+    addr: SocketAddr,
+    stop: CancellationToken,
+    inflight: Arc<inflight::InFlight>,
+) -> axum::Router {
     let cfg = agent.config();
     let port = addr.port();
     let mut own_origins = vec![format!("http://{addr}")];
@@ -126,6 +135,7 @@ fn app(agent: Agent, addr: SocketAddr, stop: CancellationToken) -> axum::Router 
         own_origins,
         agent,
         stop,
+        inflight,
     });
     axum::Router::new()
         .route("/", get(entry))

@@ -116,6 +116,13 @@ pub(crate) enum HistoryItem {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
     },
+    /// The run above stopped with the server, unfinished (a crash): it can be continued.
+    Interrupted {
+        #[serde(rename = "runId", default, skip_serializing_if = "Option::is_none")]
+        run_id: Option<String>,
+        /// Its prompt.
+        content: String,
+    },
     /// Anything a request's frames say (`text`, `tool_use`, `tool_output`, ...).
     #[serde(untagged)]
     Frame(ServerFrame),

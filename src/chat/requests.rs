@@ -86,6 +86,9 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     // A keepAlive run outlives its connection, so it also gets an id any client can
     // address it by (`runId` in its frames); other runs stay the connection's.
     let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
+    let running = st
+        .inflight
+        .begin(&session, run_id.as_deref(), &content, st.stop.clone());
     let log = RunLog::new(
         id,
         session,
@@ -100,7 +103,11 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         runs.insert(k.clone(), log.clone());
     }
     drop(runs);
-    tokio::spawn(forward(handle, log.clone(), st.runs.clone(), keys));
+    let forwarding = forward(handle, log.clone(), st.runs.clone(), keys);
+    tokio::spawn(async move {
+        forwarding.await;
+        drop(running);
+    });
     attach(log, 0, tx.clone(), conn.token.clone());
 }
 
@@ -120,8 +127,26 @@ pub(super) fn subscribe(st: &ChatState, conn: &Conn, s: Subscribe, tx: &Outbound
         Some(log) => attach(log, s.after, tx.clone(), conn.token.clone()),
         None => {
             let name = s.to.reply_id().to_string();
-            let message = format!("no request with id {name:?} to subscribe to");
-            tx.send(&Outgoing::error(Some(name), None, message));
+            let lost =
+                s.to.run_id
+                    .as_deref()
+                    .and_then(|r| st.inflight.interrupted(r));
+            let Some(session) = lost else {
+                let message = format!("no request with id {name:?} to subscribe to");
+                tx.send(&Outgoing::error(Some(name), None, message));
+                return;
+            };
+            let message = "interrupted: the server stopped while this run was going; its session keeps what it did, and it can be continued".to_string();
+            tx.send(&Outgoing::error(
+                Some(name.clone()),
+                Some(session.clone()),
+                message,
+            ));
+            tx.send(&Outgoing::new(
+                Some(name),
+                Some(session),
+                ServerFrame::done(),
+            ));
         }
     }
 }

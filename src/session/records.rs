@@ -111,6 +111,20 @@ pub struct ClaudeCodeSession {
     pub(crate) id: String,
 }
 
+/// A chat run that was still going when the server stopped without ending it (a crash,
+/// a kill -9): its answer stops where the session does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interrupted {
+    /// The run's `runId` (a `keepAlive` run), if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) run: Option<String>,
+    /// Its request's prompt.
+    pub(crate) prompt: String,
+    /// When it started, and when the interruption was found.
+    pub(crate) started: String,
+    pub(crate) time: String,
+}
+
 /// One of picogent's records; the variant name is the entry's `customType`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "customType", content = "data", rename_all = "snake_case")]
@@ -123,10 +137,11 @@ pub enum Record {
     ClaudeCodeSession(ClaudeCodeSession),
     StepLabel(StepLabel),
     RunRating(RunRating),
+    Interrupted(Interrupted),
 }
 
 /// The `customType`s that are ours.
-const OURS: [&str; 8] = [
+const OURS: [&str; 9] = [
     "checkpoint",
     "rollback",
     "branch",
@@ -135,6 +150,7 @@ const OURS: [&str; 8] = [
     "claude_code_session",
     "step_label",
     "run_rating",
+    "interrupted",
 ];
 
 impl Record {
@@ -192,6 +208,7 @@ impl Record {
             Record::ClaudeCodeSession(_) => "claude_code_session",
             Record::StepLabel(_) => "step_label",
             Record::RunRating(_) => "run_rating",
+            Record::Interrupted(_) => "interrupted",
         }
     }
 }
@@ -203,6 +220,12 @@ mod tests {
     #[test]
     fn records_round_trip_through_custom_entries() {
         let all = [
+            Record::Interrupted(Interrupted {
+                run: Some("run-1".into()),
+                prompt: "go on".into(),
+                started: "2026-12-01T10:00:00Z".into(),
+                time: "2026-12-01T10:01:00Z".into(),
+            }),
             Record::Checkpoint(Checkpoint {
                 step: 2,
                 commit: "abc".into(),

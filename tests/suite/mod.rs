@@ -4,6 +4,7 @@ mod attacks;
 mod caching;
 mod chat;
 mod chat_annotate;
+mod chat_crash;
 mod chat_rewind;
 mod checkpoints;
 mod claude_code;

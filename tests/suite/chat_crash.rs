@@ -1,0 +1,156 @@
+//! The chat server killed with -9 mid-answer: the next server marks the run interrupted
+//! in its session, says so to a page still following it by `runId`, and `history` ends
+//! with it, so the page can offer to continue.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::common::*;
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `picogent <home>` in chat mode on `port`.
+fn chat_server(sb: &Sandbox, port: u16) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .arg(&sb.home)
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &sb.user_home)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env("PICOGENT_PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+async fn connect(port: u16) -> Ws {
+    for _ in 0..400 {
+        if let Ok((ws, _)) =
+            tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws")).await
+        {
+            return ws;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the chat server never listened on {port}");
+}
+
+async fn send(ws: &mut Ws, v: Value) {
+    ws.send(Message::Text(v.to_string().into())).await.unwrap();
+}
+
+/// The next frame of `kind`.
+async fn next_of(ws: &mut Ws, kind: &str) -> Value {
+    let mut seen = Vec::new();
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} frame for 30 s; had {seen:?}"))
+            .unwrap()
+            .unwrap();
+        if let Message::Text(t) = msg {
+            let v: Value = serde_json::from_str(&t).unwrap();
+            if v["type"] == kind {
+                return v;
+            }
+            seen.push(v);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_run_killed_with_the_server_is_marked_interrupted_and_can_be_continued() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        Turn::Stall(Duration::from_secs(300), "Never seen".into()),
+        text("The rest."),
+    ])
+    .await;
+    // The model never gives up on its stalled answer before the kill.
+    sb.write_config(&llm, Wire::Anthropic, json!({"step_timeout_sec": 600}));
+    let port = free_port();
+    let mut first = chat_server(&sb, port);
+    let mut ws = connect(port).await;
+    send(
+        &mut ws,
+        json!({"id": "m1", "content": "Write it all", "sessionId": "s-crash", "keepAlive": true}),
+    )
+    .await;
+    let first_frame = next_of(&mut ws, "checkpoint").await;
+    let run_id = first_frame["runId"]
+        .as_str()
+        .expect("a keepAlive run has a runId")
+        .to_string();
+    llm.wait_requests(1).await;
+    // Killed while the model is still answering.
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    let port = free_port();
+    let _second = chat_server(&sb, port);
+    let mut ws = connect(port).await;
+    // The page, reconnecting, asks for the run it was following.
+    send(
+        &mut ws,
+        json!({"type": "subscribe", "runId": run_id, "after": 1}),
+    )
+    .await;
+    let error = next_of(&mut ws, "error").await;
+    assert_eq!(error["id"], run_id.as_str(), "{error}");
+    assert!(
+        error["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted"),
+        "{error}"
+    );
+    let done = next_of(&mut ws, "done").await;
+    assert_eq!(done["id"], run_id.as_str(), "{done}");
+    // History ends with the interruption, after what the run wrote.
+    send(&mut ws, json!({"type": "history", "sessionId": "s-crash"})).await;
+    let h = next_of(&mut ws, "history").await;
+    let items = h["content"]["items"].as_array().unwrap();
+    assert_eq!(
+        items[0],
+        json!({"type": "user", "content": "Write it all"}),
+        "{h}"
+    );
+    let last = items.last().unwrap();
+    assert_eq!(last["type"], "interrupted", "{h}");
+    assert_eq!(last["runId"], run_id.as_str(), "{h}");
+    // Continuing it is a prompt in the same session, with what was done before.
+    send(
+        &mut ws,
+        json!({"id": "m2", "content": "Continue where you left off.", "sessionId": "s-crash"}),
+    )
+    .await;
+    let t = next_of(&mut ws, "text").await;
+    assert!(t["content"].as_str().unwrap().starts_with("The"), "{t}");
+    let reqs = llm.requests();
+    let body = reqs.last().unwrap().body.to_string();
+    assert!(body.contains("Write it all"), "{body:.400}");
+    // Marked once: the run that continued it adds no second mark.
+    send(&mut ws, json!({"type": "history", "sessionId": "s-crash"})).await;
+    let h = next_of(&mut ws, "history").await;
+    let marks = h["content"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "interrupted")
+        .count();
+    assert_eq!(marks, 1, "{h}");
+}
