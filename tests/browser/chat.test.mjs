@@ -391,3 +391,33 @@ test("after a run has finished, Rollback previews the files, restores them, and 
   assert.equal(await page.locator('.step .label:text-is("Write: new.txt")').count(), 0);
   await page.close();
 });
+
+test("an answer whose single blocks are longer than a frame's budget streams to the end and finishes", async () => {
+  const code = Array.from({ length: 80 }, (_, i) => `const line${i} = "${"x".repeat(40)}"; // ${i}`).join("\n");
+  const table = "| n | square | note |\n|---|---|---|\n" +
+    Array.from({ length: 60 }, (_, i) => `| ${i} | ${i * i} | row ${i} of the table, with some words |`).join("\n");
+  const list = Array.from({ length: 60 }, (_, i) => `- item ${i}: ${"words ".repeat(8)}`).join("\n");
+  const answer = "Here is the file:\n\n```js\n" + code + "\n```\n\n" + table + "\n\n" + list + "\n\nAll done.";
+  const { url } = await startPicogent([{ text: answer }, { text: "Second answer." }]);
+  const page = await browser.newPage({ viewport: { width: 900, height: 640 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Show me everything");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  const codeText = await page.textContent(".msg.assistant .codeblock code");
+  assert.equal(codeText.split("\n").filter((l) => l.startsWith("const line")).length, 80);
+  assert.match(codeText, /line79 /);
+  assert.equal(await page.locator(".msg.assistant table tbody tr").count(), 60);
+  assert.equal(await page.locator(".msg.assistant ul > li").count(), 60);
+  assert.match(await page.textContent(".msg.assistant"), /All done\./);
+  assert.equal(await page.locator(".msg.assistant .codeblock button.copy").count(), 1);
+  assert.equal(await page.isHidden("#stop"), true);
+  // The next message is not "queued" behind an answer that never ended.
+  await page.fill("#input", "And then?");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"] >> nth=1', { timeout: 20000 });
+  assert.equal(await page.locator(".queued").count(), 0);
+  assert.match(await page.textContent('.msg.assistant >> nth=1'), /Second answer\./);
+  await page.close();
+});
