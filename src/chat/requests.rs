@@ -67,6 +67,13 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         .snapshot(&session)
         .map(|s| s.entries().len())
         .unwrap_or(0);
+    // A keepAlive run outlives its connection, so it also gets an id any client can
+    // address it by (`runId` in its frames); other runs stay the connection's.
+    let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
+    // Noted on disk before the shared map is locked (a small write, not synced).
+    let running = st
+        .inflight
+        .begin(&session, run_id.as_deref(), &content, st.stop.clone());
     let Ok(mut runs) = st.runs.lock() else { return };
     let key = own_key(conn, &id);
     if runs.get(&key).is_some_and(|l| !l.is_done()) {
@@ -83,12 +90,6 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         worktree: None,
     };
     let handle = st.agent.start_with_cancel(request, token.clone());
-    // A keepAlive run outlives its connection, so it also gets an id any client can
-    // address it by (`runId` in its frames); other runs stay the connection's.
-    let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
-    let running = st
-        .inflight
-        .begin(&session, run_id.as_deref(), &content, st.stop.clone());
     let log = RunLog::new(
         id,
         session,

@@ -55,11 +55,23 @@ impl Oversized {
         let first =
             regex::Regex::new(r#"^\s*\{[^{\[]*?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")"#).ok()?;
         let last = regex::Regex::new(r#""id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*\}\s*$"#).ok()?;
-        first
+        // A request from the server (it names a method) answers none of ours.
+        let method = regex::Regex::new(r#"^\s*\{[^{\[]*?"method"\s*:"#).ok()?;
+        if method.is_match(&head) {
+            return None;
+        }
+        let text = first
             .captures(&head)
             .or_else(|| last.captures(&tail))
-            .and_then(|c| c.get(1))
-            .map(|m| m.as_str().to_string())
+            .and_then(|c| c.get(1))?
+            .as_str()
+            .to_string();
+        // Only what is valid JSON, an integer or a string, written out again.
+        match serde_json::from_str::<serde_json::Value>(&text).ok()? {
+            v @ serde_json::Value::String(_) => serde_json::to_string(&v).ok(),
+            serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+            _ => None,
+        }
     }
 
     /// The error that stands for it, when the request it answers is known.
@@ -148,5 +160,10 @@ mod tests {
             Some(r#""a\"b""#)
         );
         assert_eq!(id_of(r#"{"result":{"id":5,"x":"#), None);
+        assert_eq!(
+            id_of(r#"{"jsonrpc":"2.0","method":"sampling/createMessage","id":3,"params":{}}"#),
+            None
+        );
+        assert_eq!(id_of(r#"{"jsonrpc":"2.0","id":"bad\x","result":{}}"#), None);
     }
 }

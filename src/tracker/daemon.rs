@@ -126,6 +126,15 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
             run_http(&cfg, &token, &client, &router, &timing, &stop, &server_stop).await
         }
         Transport::Ws => {
+            // Probes (a container's health check, Kubernetes) reach `/healthz` and
+            // `/livez` from outside the pod: every interface, and no `/events`.
+            let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+            match serve(&cfg, &token, &router, false, any, &server_stop).await {
+                Ok(port) => {
+                    tracing::info!(port, "health server listening (/healthz, /livez, /metrics)")
+                }
+                Err(e) => tracing::warn!("no health server: {e}"),
+            }
             let opts = super::ws::WsOptions {
                 tracker_url,
                 token,
@@ -189,29 +198,9 @@ async fn run_http(
         }
         _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
     };
-    let addr = std::net::SocketAddr::new(host, cfg.listen_port);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| DaemonError::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
-    let port = listener
-        .local_addr()
-        .map(|a| a.port())
-        .unwrap_or(cfg.listen_port);
+    let port = serve(cfg, token, router, true, host, server_stop).await?;
     let callback = cfg.callback_url_for(port);
     tracing::info!(listen = %std::net::SocketAddr::new(host, port), callback = %callback, "events server listening");
-    let app = super::http::app(token.to_string(), router.clone());
-    let graceful = server_stop.clone();
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(crate::net::GuardedListener::new(listener), app)
-            .with_graceful_shutdown(async move { graceful.cancelled().await })
-            .await
-        {
-            tracing::error!("events server failed: {e}");
-        }
-    });
 
     let desc = AgentDescription::new(cfg, Some(callback));
     let Some(reg) = registration::register(client, &desc, timing.register_retry, stop).await?
@@ -234,4 +223,38 @@ async fn run_http(
     )
     .await?;
     Ok(())
+}
+
+/// Binds `listen_port` on `host` and serves the events app (`/events` only when
+/// `with_events`) until `server_stop`; the port it listens on.
+async fn serve(
+    cfg: &Config,
+    token: &str,
+    router: &Router,
+    with_events: bool,
+    host: IpAddr,
+    server_stop: &CancellationToken,
+) -> Result<u16, DaemonError> {
+    let addr = std::net::SocketAddr::new(host, cfg.listen_port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| DaemonError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+    let port = listener
+        .local_addr()
+        .map(|a| a.port())
+        .unwrap_or(cfg.listen_port);
+    let app = super::http::app(token.to_string(), router.clone(), with_events);
+    let graceful = server_stop.clone();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(crate::net::GuardedListener::new(listener), app)
+            .with_graceful_shutdown(async move { graceful.cancelled().await })
+            .await
+        {
+            tracing::error!("events server failed: {e}");
+        }
+    });
+    Ok(port)
 }

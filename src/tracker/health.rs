@@ -36,28 +36,13 @@ pub(crate) fn assess(router: &Router) -> Health {
         ));
     }
     if let Some(why) = router.runs_waiting_for_room() {
-        degraded.push(concern("state_disk_full", why));
+        degraded.push(concern("disk_full", why));
     }
     let waiting = router.backlog();
     if let Some(why) = router.tracker_failing().filter(|_| waiting > 0) {
         degraded.push(concern(
             "tracker_unreachable",
             format!("the tracker is not taking reports ({why}); {waiting} waiting"),
-        ));
-    }
-    let (mode, level) = router.sandbox();
-    let weaker = match mode {
-        SandboxMode::On => level != LevelInForce::Namespaces,
-        SandboxMode::Landlock => level == LevelInForce::Off,
-        SandboxMode::Off => false,
-    };
-    if weaker {
-        degraded.push(concern(
-            "sandbox_weaker",
-            format!(
-                "commands run at sandbox level `{}`, weaker than `sandbox` asks for (see `picogent sandbox-check`)",
-                level.as_str()
-            ),
         ));
     }
     Health {
@@ -68,6 +53,24 @@ pub(crate) fn assess(router: &Router) -> Health {
 
 fn warnings(router: &Router) -> Vec<Concern> {
     let mut w = Vec::new();
+    // A kernel without user namespaces (a container) is what `on` falls back from, not
+    // a fault a restart would mend: said, but the answer stays 200.
+    let (mode, level) = router.sandbox();
+    let weaker = match mode {
+        SandboxMode::On => level != LevelInForce::Namespaces,
+        SandboxMode::Landlock => level == LevelInForce::Off,
+        SandboxMode::Off => false,
+    };
+    if weaker {
+        w.push(concern(
+            "sandbox_weaker",
+            format!(
+                "commands run at sandbox level `{}`, weaker than `sandbox` asks for (see `picogent sandbox-check`)",
+                level.as_str()
+            ),
+        ));
+    }
+
     let state = router.state_dir();
     if let Ok((free, total)) = crate::tools::bash::capture::disk_space(&state) {
         if free < crate::tools::bash::capture::reserve(total) {

@@ -38,21 +38,26 @@ struct Slot {
     _permit: Arc<tokio::sync::OwnedSemaphorePermit>,
 }
 
-pub(crate) fn app(token: String, router: Router) -> axum::Router {
+/// The events server: `/events` (`with_events`: the HTTP transport; the WebSocket
+/// transport serves only the rest), `/healthz`, `/livez` and `/metrics`.
+pub(crate) fn app(token: String, router: Router, with_events: bool) -> axum::Router {
     let ctx = Arc::new(Ctx {
         token,
         router,
         in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
     });
-    axum::Router::new()
-        .route(
+    let mut app = axum::Router::new();
+    if with_events {
+        app = app.route(
             "/events",
             post(events).layer(axum::middleware::from_fn_with_state(
                 ctx.clone(),
                 authorized,
             )),
-        )
-        .route("/healthz", get(healthz))
+        );
+    }
+    app.route("/healthz", get(healthz))
+        .route("/livez", get(livez))
         .route(
             "/metrics",
             get(metrics).layer(axum::middleware::from_fn_with_state(
@@ -170,6 +175,12 @@ async fn metrics(State(ctx): State<Arc<Ctx>>) -> Response {
     let load = ctx.router.load();
     crate::metrics::set_load(load.queued, load.active_tasks.len(), ctx.router.backlog());
     crate::metrics::response()
+}
+
+/// The process answers: what a liveness probe asks. A degraded `/healthz` (a full disk,
+/// a tracker outage) is not mended by a restart, which would only cut running tasks.
+async fn livez() -> Response {
+    Json(json!({"status": "alive"})).into_response()
 }
 
 async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {

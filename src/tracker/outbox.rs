@@ -91,7 +91,7 @@ pub(crate) struct Outbox {
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
     /// Pushes are bounded by the runs and events that report, delivery records by the
-    /// one delivery worker.
+    /// delivery lanes.
     writer: Arc<BatchThread<Job>>,
     /// Where reports the tracker refused for good go.
     dead: Arc<DeadLetters>,
@@ -224,7 +224,8 @@ impl Outbox {
     }
 
     /// Queues reports for a task durably (written and synced with any queued at the
-    /// same time); they are delivered in this order, after every report queued before.
+    /// same time); they are delivered in this order, after every report queued before
+    /// for the same task.
     pub(crate) async fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
         let (reply, answer) = oneshot::channel();
         self.writer.send(Job::Push {
@@ -288,6 +289,9 @@ impl Outbox {
     ) {
         let mut lanes: tokio::task::JoinSet<Option<String>> = tokio::task::JoinSet::new();
         let mut busy: HashSet<String> = HashSet::new();
+        // Which task each lane serves, to free it even when the lane panicked.
+        let mut serving: std::collections::HashMap<tokio::task::Id, String> =
+            std::collections::HashMap::new();
         loop {
             // Checked before every report: a long backlog must not hold up a shutdown.
             if stop.is_cancelled() {
@@ -299,20 +303,30 @@ impl Outbox {
             if let Some(item) = next {
                 busy.insert(item.task_id.clone());
                 let (me, client, stop) = (self.clone(), client.clone(), stop.clone());
-                lanes.spawn(async move {
+                let task = item.task_id.clone();
+                let lane = lanes.spawn(async move {
                     me.deliver(&client, &item, backoff, refused_for, &stop)
                         .await
                         .then_some(item.task_id)
                 });
+                serving.insert(lane.id(), task);
                 continue;
             }
             tokio::select! {
                 _ = self.notify.notified() => {}
-                done = lanes.join_next(), if !lanes.is_empty() => match done {
-                    Some(Ok(Some(task))) => {
+                done = lanes.join_next_with_id(), if !lanes.is_empty() => match done {
+                    Some(Ok((id, Some(task)))) => {
+                        serving.remove(&id);
                         busy.remove(&task);
                     }
-                    // Stopped (or a lane panicked): nothing more is delivered this run.
+                    // A bug in one lane: its report stays queued and is tried again.
+                    Some(Err(e)) if e.is_panic() => {
+                        tracing::error!("a report delivery failed unexpectedly: {e}");
+                        if let Some(task) = serving.remove(&e.id()) {
+                            busy.remove(&task);
+                        }
+                    }
+                    // Stopped.
                     _ => break,
                 },
                 _ = stop.cancelled() => break,
@@ -353,7 +367,10 @@ impl Outbox {
                 }
                 Err(e) => e,
             };
-            *lock(&self.failing) = Some(e.to_string());
+            // Unreachable is what `/healthz` calls degraded: a refusal is not that.
+            if e.is_transient() {
+                *lock(&self.failing) = Some(e.to_string());
+            }
             let refused_since = e
                 .may_pass()
                 .then(|| *first_refused.get_or_insert_with(std::time::Instant::now));

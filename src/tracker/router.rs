@@ -581,13 +581,15 @@ impl Router {
             .running
             .get_mut(&job.task_id)
             .and_then(|r| r.why.take());
-        let outcome = Outcome::Cancelled {
-            steps: 0,
-            usage: Default::default(),
+        let reports = match why {
+            // Shutdown: pending for the next start.
+            Some(StopReason::Shutdown) | None => None,
+            Some(StopReason::Cancelled(reason)) => {
+                let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+                let content = format!("Work on this was cancelled{reason} while it waited for disk space to start; nothing was run or changed.");
+                Some(vec![Report::comment(content, job.reply_to())])
+            }
         };
-        let session_id = session_for(&job.task_id);
-        let reports =
-            delivery::outcome_reports(&job.task_id, job.reply_to(), &session_id, outcome, why);
         if let Some(reports) = reports {
             let (me, event) = (self.clone(), job.event_id.clone());
             self.shared

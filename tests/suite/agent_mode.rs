@@ -386,7 +386,16 @@ async fn websocket_transport_works_end_to_end() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![text("Done over WebSocket.")]).await;
     let tracker = FakeTracker::start().await;
-    let d = sb.daemon(&llm, &tracker, json!({"transport": "ws"}));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = sb.daemon(
+        &llm,
+        &tracker,
+        json!({"transport": "ws", "listen_port": port}),
+    );
     tracker.ws_send(assigned("evt_w", "t_w", "Over ws"));
     tracker.wait_status("t_w", "review", 20).await;
     assert_eq!(
@@ -403,6 +412,19 @@ async fn websocket_transport_works_end_to_end() {
     assert_eq!(frames[1]["type"], "register");
     assert_eq!(frames[1]["agent"]["transport"], "ws");
     assert!(frames[1]["agent"].get("callback_url").is_none());
+    // Probes reach the health endpoints; events come only over the WebSocket.
+    let base = format!("http://127.0.0.1:{port}");
+    let health: Value = reqwest::get(format!("{base}/healthz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    let live = reqwest::get(format!("{base}/livez")).await.unwrap();
+    assert_eq!(live.status().as_u16(), 200);
+    let (code, _) = deliver_raw(&format!("{base}/events"), Some(TOKEN), b"{}".to_vec()).await;
+    assert_eq!(code, 404, "events are not taken over HTTP in ws mode");
     tracker
         .wait_for(5, "a heartbeat frame", |t| {
             t.ws_frames().iter().any(|f| f["type"] == "heartbeat")

@@ -247,7 +247,7 @@ async fn a_task_that_comes_up_on_a_full_disk_waits_for_room_then_runs() {
     // Full while the first task's model is still answering: the second comes up next.
     let filler = fill(&state);
     let health = cb.replace("/events", "/healthz");
-    let degraded = degraded_with(&health, "state_disk_full").await;
+    let degraded = degraded_with(&health, "disk_full").await;
     assert!(
         degraded["reason"]
             .as_str()

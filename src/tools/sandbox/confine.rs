@@ -561,9 +561,11 @@ pub fn helper_main(args: impl Iterator<Item = OsString>) -> ExitCode {
     };
     if h.pid_only {
         // Returns only when the namespace could not be made.
+        // Supervision is a best effort for a program that runs unconfined anyway (root
+        // without CAP_SYS_ADMIN cannot make a PID namespace alone): it still runs.
         let Err(e) = super::namespaces::run(&h, &|h: &HelperArgs| exec_unconfined(h));
-        eprintln!("picogent sandbox: {e}; the program was not run");
-        return ExitCode::from(126);
+        eprintln!("picogent sandbox: {e}; running it without a PID namespace of its own");
+        return ExitCode::from(exec_unconfined(&h).clamp(0, 255) as u8);
     }
     if h.namespaces {
         // Returns only when the namespaces could not be made.

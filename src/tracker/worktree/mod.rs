@@ -328,12 +328,12 @@ impl Worktrees {
         })
     }
 
-    /// The checkout's top folder.
     /// Where the tasks' worktrees are made.
     pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
+    /// The checkout's top folder.
     pub(crate) fn checkout(&self) -> &Path {
         &self.top
     }
