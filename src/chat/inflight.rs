@@ -30,19 +30,40 @@ pub(super) struct InFlight {
     interrupted: Mutex<HashMap<String, String>>,
 }
 
-/// Removes its run's file when the run ends, unless the server is stopping (then the
-/// run was cut short, and the next start marks it interrupted).
+/// Its run's file, locked while the run goes (so another server on the same folder
+/// never takes it for a leftover), removed when the run ends unless the server's stop
+/// cut it short (then the next start marks it interrupted).
 pub(super) struct Running {
-    file: Option<PathBuf>,
+    file: Option<(PathBuf, std::fs::File)>,
     stop: CancellationToken,
+}
+
+impl Running {
+    /// The run ended; `cancelled`: by a cancellation (the server's stop among them).
+    pub(super) fn end(mut self, cancelled: bool) {
+        if let Some((path, _)) = self.file.take() {
+            if cancelled && self.stop.is_cancelled() {
+                return;
+            }
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(f) = self.file.take().filter(|_| !self.stop.is_cancelled()) {
-            let _ = std::fs::remove_file(f);
+        // Dropped without `end`: the task was dropped with the runtime, mid-run.
+        if let Some((path, _)) = self.file.take().filter(|_| !self.stop.is_cancelled()) {
+            let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// Takes `file`'s lock without waiting; false when another process holds it.
+fn try_lock(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor `file` owns.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 impl InFlight {
@@ -102,14 +123,20 @@ impl InFlight {
             .dir
             .join(format!("{}.json", crate::util::random_hex(12)));
         let written = std::fs::create_dir_all(&self.dir)
-            .and_then(|()| std::fs::write(&file, serde_json::to_vec(&mark).unwrap_or_default()));
-        if let Err(e) = &written {
-            tracing::warn!("cannot note a chat run in {}: {e}", self.dir.display());
-        }
-        Running {
-            file: written.is_ok().then_some(file),
-            stop,
-        }
+            .and_then(|()| std::fs::write(&file, serde_json::to_vec(&mark).unwrap_or_default()))
+            .and_then(|()| std::fs::File::open(&file));
+        let held = match written {
+            Ok(f) if try_lock(&f) => Some((file, f)),
+            Ok(_) => {
+                let _ = std::fs::remove_file(&file);
+                None
+            }
+            Err(e) => {
+                tracing::warn!("cannot note a chat run in {}: {e}", self.dir.display());
+                None
+            }
+        };
+        Running { file: held, stop }
     }
 
     /// The session of a run found interrupted at start, by its `runId`.
@@ -125,6 +152,10 @@ fn leftovers(dir: &Path) -> Vec<(PathBuf, Mark)> {
     let mut out = Vec::new();
     for e in rd.flatten() {
         let path = e.path();
+        // Locked: a run another server on this folder is still going.
+        if !std::fs::File::open(&path).is_ok_and(|f| try_lock(&f)) {
+            continue;
+        }
         match std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice::<Mark>(&b).ok())

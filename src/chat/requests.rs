@@ -106,8 +106,8 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     drop(runs);
     let forwarding = forward(handle, log.clone(), st.runs.clone(), keys);
     tokio::spawn(async move {
-        forwarding.await;
-        drop(running);
+        let cancelled = forwarding.await;
+        running.end(cancelled);
     });
     attach(log, 0, tx.clone(), conn.token.clone());
 }

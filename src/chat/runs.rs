@@ -354,16 +354,20 @@ pub(crate) fn tool_output(
 }
 
 /// Turns one run's events into its request's frames; `keys` are the run's entries in
-/// `runs`, removed a while after it ends.
+/// `runs`, removed a while after it ends. True when the run ended cancelled.
 pub(crate) async fn forward(
     mut handle: RunHandle,
     log: Arc<RunLog>,
     runs: Runs,
     keys: Vec<String>,
-) {
+) -> bool {
+    let mut cancelled = false;
     while let Some(ev) = handle.events.recv().await {
         match ev {
-            AgentEvent::Finished { outcome } => log.finish(Some(outcome)),
+            AgentEvent::Finished { outcome } => {
+                cancelled = matches!(outcome, Outcome::Cancelled { .. });
+                log.finish(Some(outcome));
+            }
             AgentEvent::ToolResult {
                 id,
                 name,
@@ -393,6 +397,7 @@ pub(crate) async fn forward(
         log.finish(None);
     }
     tokio::spawn(forget_later(log, runs, keys));
+    cancelled
 }
 
 /// Removes a finished request from `runs` after `KEEP_FINISHED`. Only its own

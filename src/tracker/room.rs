@@ -23,6 +23,9 @@ pub(super) struct Room {
     /// Runs waiting for room now, and what the last look found.
     waiting: AtomicUsize,
     short: Mutex<String>,
+    /// Cancelled when the daemon drains: a run still waiting gives up at once (its
+    /// event stays pending) instead of holding the shutdown for its grace period.
+    drain: CancellationToken,
 }
 
 impl Room {
@@ -31,6 +34,7 @@ impl Room {
             dirs,
             waiting: AtomicUsize::new(0),
             short: Mutex::new(String::new()),
+            drain: CancellationToken::new(),
         })
     }
 
@@ -59,7 +63,13 @@ impl Room {
             .flatten()
     }
 
-    /// Returns once there is room (true), or when `stop` is cancelled first (false).
+    /// Runs waiting for room stop waiting (the daemon is shutting down).
+    pub(super) fn drain(&self) {
+        self.drain.cancel();
+    }
+
+    /// Returns once there is room (true), or when `stop` is cancelled or the daemon
+    /// drains first (false).
     pub(super) async fn wait(&self, task: &str, stop: &CancellationToken) -> bool {
         let Some(why) = self.look().await else {
             return true;
@@ -74,6 +84,7 @@ impl Room {
             tokio::select! {
                 _ = tokio::time::sleep(LOOK_EVERY) => {}
                 _ = stop.cancelled() => break false,
+                _ = self.drain.cancelled() => break false,
             }
             match self.look().await {
                 Some(why) => *lock(&self.short) = why,

@@ -110,8 +110,8 @@ struct Shared {
     changed: Notify,
     /// Runs start only when the disks they write to have room.
     room: Arc<Room>,
-    /// Why the last event could not be journaled, until one is again.
-    journal_refusing: Mutex<Option<String>>,
+    /// Why the last event could not be journaled, and when, until one is again.
+    journal_refusing: Mutex<Option<(std::time::Instant, String)>>,
 }
 
 #[derive(Clone)]
@@ -225,7 +225,10 @@ impl Router {
     ) -> Result<Accepted, AcceptError> {
         // Acknowledged only once on disk; events arriving together share one sync.
         let new = self.shared.journal.accept(env.clone()).await;
-        *lock(&self.shared.journal_refusing) = new.as_ref().err().map(ToString::to_string);
+        *lock(&self.shared.journal_refusing) = new
+            .as_ref()
+            .err()
+            .map(|e| (std::time::Instant::now(), e.to_string()));
         let new = new.map_err(|e| AcceptError::Journal(e.to_string()))?;
         if !new {
             return Ok(Accepted::Duplicate);
@@ -693,9 +696,13 @@ impl Router {
         self.shared.room.degraded()
     }
 
-    /// Why events cannot be journaled, while they cannot.
+    /// Why events cannot be journaled, while they cannot: the last one was refused,
+    /// within the last minute (without events since, nothing is being refused).
     pub(crate) fn journal_refusing(&self) -> Option<String> {
-        lock(&self.shared.journal_refusing).clone()
+        lock(&self.shared.journal_refusing)
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < Duration::from_secs(60))
+            .map(|(_, why)| why.clone())
     }
 
     /// Why the tracker is not taking reports, while it is not.
@@ -752,6 +759,7 @@ impl Router {
     /// cancelled work stays in the journal and resumes at the next start.
     pub(crate) async fn shutdown(&self, grace: Duration) {
         lock(&self.shared.state).draining = true;
+        self.shared.room.drain();
         let deadline = tokio::time::Instant::now() + grace;
         loop {
             let notified = self.shared.changed.notified();

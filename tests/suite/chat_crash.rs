@@ -154,3 +154,67 @@ async fn a_run_killed_with_the_server_is_marked_interrupted_and_can_be_continued
         .count();
     assert_eq!(marks, 1, "{h}");
 }
+
+/// A second server on the same agent folder never takes the first one's live run for a
+/// leftover; a run the server's own stop cut short is marked at the next start.
+#[tokio::test]
+async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
+    use super::chat::{connect as chat_connect, next_of as chat_next, send as chat_send, start};
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![Turn::Stall(
+        Duration::from_secs(300),
+        "Never seen".into(),
+    )])
+    .await;
+    let cfg = || sb.config(&llm, Wire::Anthropic, json!({"step_timeout_sec": 600}));
+    let first = start(cfg()).await;
+    let mut ws = chat_connect(&first).await;
+    chat_send(
+        &mut ws,
+        json!({"id": "m1", "content": "Long one", "sessionId": "s-two", "keepAlive": true}),
+    )
+    .await;
+    llm.wait_requests(1).await;
+    chat_send(&mut ws, json!({"type": "history", "sessionId": "s-two"})).await;
+    let h = chat_next(&mut ws, "history").await;
+    let run_id = h["content"]["running"][0]["runId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no running run: {h}"))
+        .to_string();
+    // Another server on the same folder while the run goes.
+    let second = start(cfg()).await;
+    let mut other = chat_connect(&second).await;
+    chat_send(&mut other, json!({"type": "history", "sessionId": "s-two"})).await;
+    let h = chat_next(&mut other, "history").await;
+    assert!(
+        !h.to_string().contains("interrupted"),
+        "a live run was marked interrupted: {h}"
+    );
+    drop(other);
+    drop(second);
+    // The first server stops mid-run: the next start marks the run.
+    drop(ws);
+    drop(first);
+    let mut third = None;
+    for _ in 0..100 {
+        let c = start(cfg()).await;
+        let mut ws = chat_connect(&c).await;
+        chat_send(&mut ws, json!({"type": "history", "sessionId": "s-two"})).await;
+        let h = chat_next(&mut ws, "history").await;
+        let items = h["content"]["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if items.last().is_some_and(|i| i["type"] == "interrupted") {
+            assert_eq!(items.last().unwrap()["runId"], run_id.as_str(), "{h}");
+            third = Some(c);
+            break;
+        }
+        // The stopped run's task may not have ended yet: its file is still locked.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        third.is_some(),
+        "the stopped run was never marked interrupted"
+    );
+}
