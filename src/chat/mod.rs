@@ -16,6 +16,7 @@ mod branches;
 mod history;
 mod inflight;
 mod protocol;
+mod replay;
 mod requests;
 mod rewind;
 mod runs;
@@ -355,15 +356,16 @@ const SESSION_FRAMES: usize = 64;
 async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
     let (sender, mut rx) = tokio::sync::mpsc::channel(runs::OUTBOUND_FRAMES);
+    let token = st.stop.child_token();
+    let (tx, taken) = Outbound::new(sender, token.clone());
     let writer = tokio::spawn(async move {
         while let Some(text) = rx.recv().await {
+            taken.took(&text);
             if sink.send(Message::Text(text)).await.is_err() {
                 break;
             }
         }
     });
-    let token = st.stop.child_token();
-    let tx = Outbound::new(sender, token.clone());
     let (sessions, mut session_rx) = tokio::sync::mpsc::channel(SESSION_FRAMES);
     let (agent, runs, session_tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
     let session_worker = tokio::spawn(async move {

@@ -11,6 +11,9 @@ use serde_json::Value;
 pub(crate) enum ServerFrame {
     /// A fragment of the answer, streamed as generated.
     Text { content: String },
+    /// A replay cannot give every frame after the `seq` asked for (the oldest of a very
+    /// long answer are let go): what is missing, in words; the session has it all.
+    Gap { content: String },
     /// A tool call: `"Read: src/main.rs"`, with the tool's name, its arguments and
     /// the call's id (absent only in frames built before they were added).
     ToolUse {

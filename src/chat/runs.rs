@@ -4,23 +4,20 @@
 //! then follow the live stream, without loss or repeats (`attach`). Also each
 //! connection's bounded queue of outgoing frames (`Outbound`).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::ws::Utf8Bytes;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{Outgoing, ServerFrame};
+use super::replay::{Logged, Replay};
 use crate::agent::control::RunControl;
 use crate::agent::{AgentEvent, Outcome, RunHandle};
 
-/// Frames kept per request; older ones are dropped from the replay log.
-const MAX_FRAMES: usize = 20_000;
-/// Bytes of frames kept per request, whatever their number.
-const MAX_LOG_BYTES: usize = 8 << 20;
 /// Frames a request's live stream holds for a follower that has not taken them yet;
 /// one further behind catches up from the log. Small: every request allocates all
 /// of its slots at once, so 1,024 of them made a 200-session burst ~16 MB larger.
@@ -30,81 +27,137 @@ const KEEP_FINISHED: Duration = Duration::from_secs(600);
 
 pub(crate) type Runs = Arc<Mutex<HashMap<String, Arc<RunLog>>>>;
 
-/// Frames waiting for one connection's writer; a client that lets more pile up is too
-/// slow to follow and is disconnected (its runs then follow the `keepAlive` rules).
+/// Frames waiting for one connection's writer, at most; the last `RESERVED` of them
+/// only for frames that are not a request's (answers to the client's own frames), so
+/// a request's backlog never crowds those out.
 pub(crate) const OUTBOUND_FRAMES: usize = 4096;
+const RESERVED: usize = 256;
+/// Bytes of a request's frames waiting for one connection's writer, at most.
+const OUTBOUND_BYTES: usize = 8 << 20;
+/// How long a client may take nothing at all before it is disconnected (its runs then
+/// follow the `keepAlive` rules). A client that reads, however slowly, stays.
+const STALLED_FOR: Duration = Duration::from_secs(30);
 
-/// The way to one connection: a bounded queue of frame texts toward its writer.
+/// The way to one connection: a bounded queue of frame texts toward its writer. A
+/// follower that falls behind is not dropped: it catches up from the request's log,
+/// where the text pieces it missed are joined into a few frames.
 #[derive(Clone)]
 pub(crate) struct Outbound {
     tx: tokio::sync::mpsc::Sender<Utf8Bytes>,
-    /// Cancelled when the client falls too far behind.
+    /// Bytes queued and not yet taken by the writer.
+    queued: Arc<AtomicUsize>,
+    /// Notified whenever the writer takes a frame.
+    taken: Arc<Notify>,
+    /// Cancelled when the client stops reading.
     conn: CancellationToken,
+}
+
+/// The writer's side of an `Outbound`: it says what it took.
+pub(crate) struct Taken {
+    queued: Arc<AtomicUsize>,
+    taken: Arc<Notify>,
+}
+
+impl Taken {
+    pub(crate) fn took(&self, text: &Utf8Bytes) {
+        self.queued.fetch_sub(text.len(), Ordering::AcqRel);
+        self.taken.notify_waiters();
+    }
+}
+
+enum Queued {
+    Yes,
+    /// No room now: catch up from the log later.
+    Full,
+    Gone,
 }
 
 impl Outbound {
     pub(crate) fn new(
         tx: tokio::sync::mpsc::Sender<Utf8Bytes>,
         conn: CancellationToken,
-    ) -> Outbound {
-        Outbound { tx, conn }
+    ) -> (Outbound, Taken) {
+        let (queued, taken) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
+        let side = Taken {
+            queued: queued.clone(),
+            taken: taken.clone(),
+        };
+        (
+            Outbound {
+                tx,
+                queued,
+                taken,
+                conn,
+            },
+            side,
+        )
     }
 
-    /// Queues a frame; false when the connection is gone or was just dropped for
-    /// being too slow.
+    /// Queues a frame that is not a request's; false when the connection is gone (or
+    /// holds so much that even the reserved room is used up: then it is closed).
     pub(crate) fn send(&self, frame: &Outgoing) -> bool {
-        self.send_text(frame.encode().into())
-    }
-
-    /// Queues a frame already written out (one of a request's log).
-    fn send_text(&self, text: Utf8Bytes) -> bool {
+        let text: Utf8Bytes = frame.encode().into();
+        let len = text.len();
+        self.queued.fetch_add(len, Ordering::AcqRel);
         match self.tx.try_send(text) {
             Ok(()) => true,
-            Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(
-                    "a chat client is {OUTBOUND_FRAMES} frames behind; closing its connection"
-                );
-                self.conn.cancel();
-                false
-            }
-            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
-        }
-    }
-
-    /// Queues a frame of a replayed backlog, waiting for room (a backlog may be
-    /// longer than the queue); a client that takes nothing for `BACKLOG_WAIT` is
-    /// disconnected.
-    async fn send_backlog(&self, text: Utf8Bytes) -> bool {
-        match tokio::time::timeout(BACKLOG_WAIT, self.tx.send(text)).await {
-            Ok(r) => r.is_ok(),
-            Err(_) => {
-                self.conn.cancel();
+            Err(e) => {
+                self.queued.fetch_sub(len, Ordering::AcqRel);
+                if matches!(e, tokio::sync::mpsc::error::TrySendError::Full(_)) {
+                    tracing::warn!("a chat client's queue is full; closing its connection");
+                    self.conn.cancel();
+                }
                 false
             }
         }
     }
-}
 
-/// How long a replaying client may leave its queue full.
-const BACKLOG_WAIT: Duration = Duration::from_secs(30);
+    /// Queues one of a request's frames if there is room for it now.
+    fn try_send_logged(&self, text: Utf8Bytes) -> Queued {
+        if self.tx.is_closed() {
+            return Queued::Gone;
+        }
+        let len = text.len();
+        let full = self.tx.capacity() <= RESERVED
+            || self.queued.load(Ordering::Acquire).saturating_add(len) > OUTBOUND_BYTES;
+        // One frame larger than the whole budget still goes when nothing waits.
+        if full && self.queued.load(Ordering::Acquire) > 0 {
+            return Queued::Full;
+        }
+        self.queued.fetch_add(len, Ordering::AcqRel);
+        match self.tx.try_send(text) {
+            Ok(()) => Queued::Yes,
+            Err(e) => {
+                self.queued.fetch_sub(len, Ordering::AcqRel);
+                match e {
+                    tokio::sync::mpsc::error::TrySendError::Full(_) => Queued::Full,
+                    tokio::sync::mpsc::error::TrySendError::Closed(_) => Queued::Gone,
+                }
+            }
+        }
+    }
 
-/// One frame of a request's log, written out once and shared by every connection that
-/// follows the request.
-#[derive(Clone)]
-struct Logged {
-    seq: u64,
-    /// The request's `done`, its last frame.
-    last: bool,
-    text: Utf8Bytes,
-}
-
-/// A request's replay log: the last `seq`, the frames kept (oldest first) and their
-/// total size in bytes.
-#[derive(Default)]
-struct Kept {
-    seq: u64,
-    frames: VecDeque<Logged>,
-    bytes: usize,
+    /// Queues one of a request's frames, waiting for room; a client that takes nothing
+    /// for `STALLED_FOR` is disconnected. False when the connection is gone.
+    async fn send_logged(&self, text: Utf8Bytes) -> bool {
+        loop {
+            let taken = self.taken.notified();
+            match self.try_send_logged(text.clone()) {
+                Queued::Yes => return true,
+                Queued::Gone => return false,
+                Queued::Full => {}
+            }
+            tokio::select! {
+                _ = taken => {}
+                _ = tokio::time::sleep(STALLED_FOR) => {
+                    tracing::warn!("a chat client took nothing for {STALLED_FOR:?}; closing its connection");
+                    self.conn.cancel();
+                    return false;
+                }
+                _ = self.conn.cancelled() => return false,
+            }
+        }
+    }
 }
 
 pub(crate) struct RunLog {
@@ -115,7 +168,7 @@ pub(crate) struct RunLog {
     /// The server-issued id of a `keepAlive` run, by which any connection may address
     /// it; other runs belong to the connection that started them.
     pub(crate) run_id: Option<String>,
-    frames: Mutex<Kept>,
+    frames: Mutex<Replay>,
     live: broadcast::Sender<Logged>,
     done: AtomicBool,
     pub(crate) token: CancellationToken,
@@ -142,7 +195,7 @@ impl RunLog {
             id,
             session,
             run_id,
-            frames: Mutex::new(Kept::default()),
+            frames: Mutex::new(Replay::default()),
             live: broadcast::channel(LIVE_FRAMES).0,
             done: AtomicBool::new(false),
             token,
@@ -161,37 +214,27 @@ impl RunLog {
         self.done.load(Ordering::Acquire)
     }
 
-    /// Adds a frame of this request, with its `seq` (and `runId`), and sends it to the
-    /// connections following the request.
+    /// A frame of this request as connections are sent it, with its `seq` (and `runId`).
+    fn encode(&self, seq: u64, frame: ServerFrame) -> Utf8Bytes {
+        let out = Outgoing {
+            seq: Some(seq),
+            run_id: self.run_id.clone(),
+            ..Outgoing::new(Some(self.id.clone()), Some(self.session.clone()), frame)
+        };
+        Utf8Bytes::from(out.encode())
+    }
+
+    /// Adds a frame of this request and sends it to the connections following it.
     fn push(&self, frame: ServerFrame) {
         let Ok(mut k) = self.frames.lock() else {
             return;
         };
-        k.seq += 1;
+        let seq = k.next_seq();
         let last = frame.is_done();
-        let out = Outgoing {
-            seq: Some(k.seq),
-            run_id: self.run_id.clone(),
-            ..Outgoing::new(Some(self.id.clone()), Some(self.session.clone()), frame)
-        };
-        let text = Utf8Bytes::from(out.encode());
-        let size = text.len();
-        while k.frames.len() >= MAX_FRAMES
-            || (k.bytes + size > MAX_LOG_BYTES && !k.frames.is_empty())
-        {
-            if let Some(old) = k.frames.pop_front() {
-                k.bytes -= old.text.len();
-            }
-        }
-        let logged = Logged {
-            seq: k.seq,
-            last,
-            text,
-        };
-        k.frames.push_back(logged.clone());
-        k.bytes += size;
+        let text = self.encode(seq, frame.clone());
+        k.keep(seq, &frame, text.clone());
         // Sent under the lock, so live frames arrive in `seq` order.
-        let _ = self.live.send(logged);
+        let _ = self.live.send(Logged { seq, last, text });
     }
 
     /// Ends the request: `error` for a failed or cancelled run (or one whose task
@@ -215,12 +258,13 @@ impl RunLog {
 
     /// The last `seq` so far.
     pub(crate) fn seq(&self) -> u64 {
-        self.frames.lock().map(|k| k.seq).unwrap_or(0)
+        self.frames.lock().map(|k| k.seq()).unwrap_or(0)
     }
 
+    /// The frames after `after`, text pieces joined (see `replay.rs`).
     fn since(&self, after: u64) -> Vec<Logged> {
         match self.frames.lock() {
-            Ok(k) => k.frames.iter().filter(|f| f.seq > after).cloned().collect(),
+            Ok(k) => k.since(after, |seq, frame| self.encode(seq, frame)),
             Err(_) => Vec::new(),
         }
     }
@@ -237,7 +281,7 @@ pub(crate) fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: Cancellat
         async fn backlog(log: &RunLog, tx: &Outbound, last: &mut u64) -> bool {
             for f in log.since(*last) {
                 *last = f.seq;
-                if !tx.send_backlog(f.text).await || f.last {
+                if !tx.send_logged(f.text).await || f.last {
                     return false;
                 }
             }
@@ -260,12 +304,17 @@ pub(crate) fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: Cancellat
             };
             match f {
                 Ok(f) if f.seq <= last => {}
-                Ok(f) => {
-                    last = f.seq;
-                    if !tx.send_text(f.text) || f.last {
-                        return;
+                Ok(f) => match tx.try_send_logged(f.text) {
+                    Queued::Yes if f.last => return,
+                    Queued::Yes => last = f.seq,
+                    Queued::Gone => return,
+                    // Behind: the rest comes from the log, pieces joined.
+                    Queued::Full => {
+                        if !backlog(&log, &tx, &mut last).await {
+                            return;
+                        }
                     }
-                }
+                },
                 // Fell behind the live stream: catch up from the log.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     if !backlog(&log, &tx, &mut last).await {
