@@ -7,7 +7,8 @@
 //! simulate the APIs' prompt caching (off otherwise, so the server's own cost stays
 //! flat in timing benchmarks; every request then counts as fresh).
 //!
-//! SCRIPT.json is a list of turns: `{"text": "..."}` or `{"tool": "read", "args": {...}}`.
+//! SCRIPT.json is a list of turns: `{"text": "..."}`, `{"tool": "read", "args": {...}}`, or
+//! both (the text, then the call).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/common/llm.rs"]
@@ -26,6 +27,11 @@ async fn main() {
     let turns: Vec<llm::Turn> = script
         .iter()
         .map(|t| match (t.get("text"), t.get("tool")) {
+            // Text, then a tool call, in one turn.
+            (Some(text), Some(name)) => llm::Turn::Tools(
+                text.as_str().unwrap().to_string(),
+                vec![(name.as_str().unwrap().to_string(), t["args"].clone())],
+            ),
             (Some(text), _) => llm::text(text.as_str().unwrap()),
             (_, Some(name)) => llm::tool(name.as_str().unwrap(), t["args"].clone()),
             _ => panic!("a turn needs `text` or `tool`: {t}"),

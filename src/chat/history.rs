@@ -119,6 +119,9 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
     let path = path_before(s, end);
     let mut out = Vec::new();
     let frame = HistoryItem::Frame;
+    // When the message that made each tool call was written: its result's time less
+    // that is how long the call took.
+    let mut called_at: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     for (n, &i) in path.iter().enumerate() {
         let next_is_instruction = path.get(n + 1).is_some_and(|&j| {
             matches!(
@@ -135,6 +138,9 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
                 }),
                 Message::Assistant(a) => {
                     for block in &a.content {
+                        if let Content::ToolCall { id, .. } = block {
+                            called_at.insert(id.clone(), a.timestamp);
+                        }
                         out.push(frame(match block {
                             Content::Text { text } => ServerFrame::Text {
                                 content: text.clone(),
@@ -159,13 +165,19 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
                         out.push(frame(ServerFrame::error(e.clone())));
                     }
                 }
-                Message::ToolResult(r) => out.push(frame(tool_output(
-                    r.tool_call_id.clone(),
-                    r.tool_name.clone(),
-                    r.is_error,
-                    &blocks_text(&r.content),
-                    r.details.clone(),
-                ))),
+                Message::ToolResult(r) => {
+                    let took = called_at
+                        .get(&r.tool_call_id)
+                        .and_then(|at| u64::try_from(r.timestamp.saturating_sub(*at)).ok());
+                    out.push(frame(tool_output(
+                        r.tool_call_id.clone(),
+                        r.tool_name.clone(),
+                        r.is_error,
+                        &blocks_text(&r.content),
+                        r.details.clone(),
+                        took,
+                    )))
+                }
             },
             Body::Known(Known::Custom { .. }) => {
                 if let Some(item) = Record::of(&entries[i]).and_then(record_item) {

@@ -37,6 +37,13 @@ pub(crate) enum ServerFrame {
         is_error: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
+        /// How long the call took (from the session's timestamps in a history).
+        #[serde(
+            default,
+            rename = "durationMs",
+            skip_serializing_if = "Option::is_none"
+        )]
+        duration_ms: Option<u64>,
     },
     /// A fragment of the model's thinking, when the provider sends it.
     Thinking { content: String },

@@ -383,6 +383,7 @@ pub(crate) fn tool_output(
     is_error: bool,
     output: &str,
     details: Option<serde_json::Value>,
+    duration_ms: Option<u64>,
 ) -> ServerFrame {
     let cut = crate::util::truncate_bytes(output, OUTPUT_BYTES);
     let content = if cut.len() < output.len() {
@@ -399,6 +400,7 @@ pub(crate) fn tool_output(
         call_id,
         is_error,
         details,
+        duration_ms,
     }
 }
 
@@ -411,7 +413,12 @@ pub(crate) async fn forward(
     keys: Vec<String>,
 ) -> bool {
     let mut cancelled = false;
+    // When each tool call started, to say how long it took.
+    let mut started: HashMap<String, std::time::Instant> = HashMap::new();
     while let Some(ev) = handle.events.recv().await {
+        if let AgentEvent::ToolCall { id, .. } = &ev {
+            started.insert(id.clone(), std::time::Instant::now());
+        }
         match ev {
             AgentEvent::Finished { outcome } => {
                 cancelled = matches!(outcome, Outcome::Cancelled { .. });
@@ -424,14 +431,19 @@ pub(crate) async fn forward(
                 output,
                 details,
             } => {
-                // Every result as `tool_output`; a failed one also as `tool_result`,
-                // the frame clients knew before `tool_output`.
-                if is_error {
-                    log.push(ServerFrame::ToolResult {
-                        content: format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
-                    });
+                // Every result as `tool_output`; a failed one then also as
+                // `tool_result`, the frame clients knew before `tool_output` (after it,
+                // so a client that knows both has finished the step already).
+                let took = started
+                    .remove(&id)
+                    .map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX));
+                let legacy = is_error.then(|| ServerFrame::ToolResult {
+                    content: format!("{name}: {}", crate::util::truncate_bytes(&output, 4000)),
+                });
+                log.push(tool_output(id, name, is_error, &output, details, took));
+                if let Some(f) = legacy {
+                    log.push(f);
                 }
-                log.push(tool_output(id, name, is_error, &output, details));
             }
             ev => {
                 if let Some(f) = frame_of(ev) {

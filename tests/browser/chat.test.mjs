@@ -421,3 +421,39 @@ test("an answer whose single blocks are longer than a frame's budget streams to 
   assert.match(await page.textContent('.msg.assistant >> nth=1'), /Second answer\./);
   await page.close();
 });
+
+test("a failed step shows its error once, steps keep their durations after a reload, Copy separates paragraphs, entities render", async () => {
+  const { url } = await startPicogent([
+    { text: "First I look.", tool: "bash", args: { command: "sleep 1.2; echo slept" } },
+    { tool: "read", args: { path: "missing.txt" } },
+    { text: "Tom &amp; Jerry &lt;3 &#x2713; and `&amp;` in code." },
+  ]);
+  const context = await browser.newContext({ viewport: { width: 900, height: 640 } });
+  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: url.replace(/\/$/, "") });
+  const page = await context.newPage();
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Go");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  const check = async () => {
+    const failed = page.locator(".step.error");
+    assert.equal(await failed.count(), 1);
+    const titles = await failed.locator(".body .k").allTextContents();
+    assert.equal(titles.filter((t) => t === "error").length, 1, JSON.stringify(titles));
+    assert.equal(titles.filter((t) => t === "output").length, 0, JSON.stringify(titles));
+    const bashTime = await page.locator(".step").first().locator(".time").textContent();
+    assert.match(bashTime, /^(1|1\.\d|2) s$/, bashTime);
+    const md = await page.locator(".msg.assistant .md").last().textContent();
+    assert.match(md, /Tom & Jerry <3 ✓ and &amp; in code\./);
+  };
+  await check();
+  await page.click(".msg.assistant .copy-answer");
+  const copied = await page.evaluate(() => navigator.clipboard.readText());
+  assert.match(copied, /^First I look\.\n\nTom &amp; Jerry/);
+  // After a reload, the same from the session's history.
+  await page.reload();
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  await check();
+  await context.close();
+});
