@@ -133,7 +133,9 @@ test("Stop cancels a running request and the tool step shows the error", async (
   await page.waitForSelector('.notice:text-is("stopping after the current step")');
   await page.click("#stop");
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 10000 });
-  assert.match(await page.textContent(".msg.assistant .error-line"), /cancelled/);
+  // Ended by a person: said plainly, not as a failure.
+  assert.match(await page.textContent(".msg.assistant .notice.stopped"), /Stopped/);
+  assert.equal(await page.locator(".msg.assistant .error-line").count(), 0);
   assert.deepEqual((await page.evaluate(() => window.sent)).map((f) => f.type), ["stop", "cancel"]);
   assert.equal(await page.locator('.step[data-state="aborted"], .step.error').count(), 1);
   await page.close();
@@ -258,7 +260,8 @@ test("a person labels a step and rates the run; export --format annotations list
   await page.click('.step .label:text-is("Write: g.txt")');
   await page.click('.step[data-tool="write"] button.label-incorrect');
   assert.equal(await page.getAttribute('.step[data-tool="write"]', "data-label"), "incorrect");
-  // Alt+A approves the newest step (the bash one) from the keyboard.
+  // With no step focused, Alt+A approves the newest step (the bash one).
+  await page.evaluate(() => document.activeElement.blur());
   await page.keyboard.press("Alt+KeyA");
   assert.equal(await page.getAttribute('.step[data-tool="bash"]', "data-label"), "correct");
   await page.click(".msg.assistant .rate-partial");
@@ -456,4 +459,56 @@ test("a failed step shows its error once, steps keep their durations after a rel
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
   await check();
   await context.close();
+});
+
+test("rollback waits for a pause, Pause says pausing at once, Escape in a field never stops, Stop is not a failure, keys label the focused step", async () => {
+  const { url } = await startPicogent([
+    { tool: "bash", args: { command: "sleep 1.5; echo one" } },
+    { tool: "bash", args: { command: "sleep 1.5; echo two" } },
+    { tool: "bash", args: { command: "sleep 1.5; echo three" } },
+    { text: "never reached" },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 900, height: 640 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Go");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.step[data-state="running"]', { timeout: 20000 });
+  await page.waitForSelector(".msg.assistant .marker", { state: "attached" });
+  // Running and not paused: no checkpoint offers a rollback or a branch.
+  assert.equal(await page.locator(".msg.assistant .marker button:not([disabled])").count(), 0);
+  await page.click("#pause");
+  assert.equal(await page.textContent("#pause"), "Pausing…");
+  assert.equal(await page.isDisabled("#pause"), true);
+  await page.waitForSelector('.msg.assistant[data-paused="true"]', { timeout: 20000 });
+  assert.ok(await page.locator(".msg.assistant .marker button:not([disabled])").count() > 0);
+  assert.equal(await page.textContent("#pause"), "Resume");
+  // Escape while typing leaves the field; the run is still there.
+  await page.fill("#input", "a draft");
+  await page.press("#input", "Escape");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "");
+  assert.equal(await page.getAttribute(".msg.assistant", "data-state"), "running");
+  assert.equal(await page.inputValue("#input"), "a draft");
+  await page.click("#pause"); // resume
+  await page.waitForSelector('.msg.assistant[data-paused="false"]');
+  await page.keyboard.press("Escape"); // not in a field: stop
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  assert.equal(await page.locator(".msg.assistant .notice.stopped").count(), 1);
+  assert.equal(await page.locator(".msg.assistant .error-line").count(), 0);
+  // Keyboard verdicts: j focuses the first step, r labels it (not the newest).
+  const steps = page.locator(".step");
+  assert.ok(await steps.count() >= 2);
+  await page.locator("body").click({ position: { x: 5, y: 5 } });
+  await page.keyboard.press("j");
+  await page.keyboard.press("r");
+  await page.waitForFunction(() => document.querySelector(".step").dataset.label === "incorrect");
+  assert.equal(await steps.last().getAttribute("data-label"), null);
+  // Alt+A while typing in the message box labels nothing.
+  await page.focus("#input");
+  await page.keyboard.press("Alt+KeyA");
+  assert.equal(await steps.last().getAttribute("data-label"), null);
+  // The shortcuts are listed.
+  await page.click("#show-shortcuts");
+  assert.match(await page.textContent("#shortcuts"), /j \/ k/);
+  await page.close();
 });
