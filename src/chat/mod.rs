@@ -20,6 +20,7 @@ mod replay;
 mod requests;
 mod rewind;
 mod runs;
+mod watchers;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -72,6 +73,8 @@ struct ChatState {
     stop: CancellationToken,
     /// The runs going now, on disk, and those a crash interrupted.
     inflight: Arc<inflight::InFlight>,
+    /// The session each connection shows.
+    watchers: watchers::Watchers,
 }
 
 /// Binds the chat port, refusing a non-loopback address without a token.
@@ -137,6 +140,7 @@ fn app(
         agent,
         stop,
         inflight,
+        watchers: watchers::Watchers::default(),
     });
     axum::Router::new()
         .route("/", get(entry))
@@ -405,6 +409,7 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     }
     // The client is gone: its runs are cancelled (unless started with `keepAlive`),
     // leaving their sessions consistent.
+    st.watchers.leave(conn.id);
     conn.token.cancel();
     // Session frames already sent are still answered (a label is still written).
     drop(conn);
@@ -441,6 +446,9 @@ fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Conn) {
         Ok(ClientFrame::Control(c)) => requests::control(st, conn, c, tx),
         Ok(ClientFrame::Rewind(r)) => rewind::handle(st, conn, r, tx),
         Ok(ClientFrame::Session(f)) => {
+            if matches!(f.query, protocol::Query::History) {
+                st.watchers.watch(conn.id, &f.about.session_id, tx);
+            }
             let id = f.about.id.clone();
             if conn.sessions.try_send(f).is_err() {
                 tx.send(&Outgoing::error(

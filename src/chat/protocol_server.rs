@@ -11,6 +11,9 @@ use serde_json::Value;
 pub(crate) enum ServerFrame {
     /// A fragment of the answer, streamed as generated.
     Text { content: String },
+    /// Another connection started a `keepAlive` request in this connection's session:
+    /// `subscribe` to its `runId` to follow it.
+    Started { content: RunningRequest },
     /// A replay cannot give every frame after the `seq` asked for (the oldest of a very
     /// long answer are let go): what is missing, in words; the session has it all.
     Gap { content: String },

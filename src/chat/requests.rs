@@ -99,6 +99,16 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         start_entries,
         content,
     );
+    st.watchers.watch(conn.id, &log.session, tx);
+    if let Some(run) = &run_id {
+        let request = super::protocol::RunningRequest {
+            id: log.id().to_string(),
+            run_id: run.clone(),
+            prompt: log.prompt.clone(),
+            seq: 0,
+        };
+        st.watchers.started(conn.id, &log.session, request);
+    }
     let keys: Vec<String> = std::iter::once(key).chain(run_id).collect();
     for k in &keys {
         runs.insert(k.clone(), log.clone());

@@ -512,3 +512,26 @@ test("rollback waits for a pause, Pause says pausing at once, Escape in a field 
   assert.match(await page.textContent("#shortcuts"), /j \/ k/);
   await page.close();
 });
+
+test("two tabs on one session: a turn sent in one appears and streams in the other", async () => {
+  const { url } = await startPicogent([{ text: "Answer to the first tab." }, { text: "Answer to the second tab." }]);
+  const context = await browser.newContext({ viewport: { width: 900, height: 640 } });
+  const a = await context.newPage();
+  await a.goto(url);
+  await a.waitForSelector('#status[data-state="open"]');
+  await a.fill("#input", "From tab A");
+  await a.press("#input", "Enter");
+  await a.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  // Tab B opens the same session (it is the stored one), then A sends again.
+  const b = await context.newPage();
+  await b.goto(url);
+  await b.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  await a.fill("#input", "Again from A");
+  await a.press("#input", "Enter");
+  await b.waitForSelector('.msg.user:text-is("Again from A")', { timeout: 10000 });
+  await b.waitForSelector('.msg.assistant[data-state="done"] >> nth=1', { timeout: 20000 });
+  assert.match(await b.textContent(".msg.assistant >> nth=1"), /Answer to the second tab\./);
+  assert.equal(await b.locator(".msg.user").count(), 2);
+  assert.equal(await b.isHidden("#stop"), true);
+  await context.close();
+});
