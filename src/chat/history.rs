@@ -113,22 +113,73 @@ fn path_before(s: &Session, end: usize) -> Vec<usize> {
         .unwrap_or_default()
 }
 
-/// The items of the conversation up to (not including) entry `end`.
+/// The items of the conversation up to (not including) entry `end`. Where the path
+/// was rolled back, what the rollback undid comes first (from the leaf it left), so
+/// the page shows those steps greyed, as it did live, not as if they never happened.
 fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
     let entries = s.entries();
     let path = path_before(s, end);
-    let mut out = Vec::new();
-    let frame = HistoryItem::Frame;
-    // When the message that made each tool call was written: its result's time less
-    // that is how long the call took.
-    let mut called_at: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    let on_path: HashSet<&str> = path.iter().map(|&i| entries[i].id()).collect();
+    let index: std::collections::HashMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.id(), i))
+        .collect();
+    let mut conv = Converter::default();
     for (n, &i) in path.iter().enumerate() {
-        let next_is_instruction = path.get(n + 1).is_some_and(|&j| {
+        if let Some(Record::Rollback(r)) = Record::of(&entries[i]) {
+            let undone = abandoned(entries, &index, &on_path, r.from.as_deref());
+            for (m, &j) in undone.iter().enumerate() {
+                conv.entry(entries, j, undone.get(m + 1).copied());
+            }
+        }
+        conv.entry(entries, i, path.get(n + 1).copied());
+    }
+    conv.out
+}
+
+/// The entries from where `leaf`'s branch left the current path down to `leaf`
+/// (oldest first): what a rollback from `leaf` undid.
+fn abandoned(
+    entries: &[crate::session::Entry],
+    index: &std::collections::HashMap<&str, usize>,
+    on_path: &HashSet<&str>,
+    leaf: Option<&str>,
+) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut at = leaf.and_then(|l| index.get(l).copied());
+    while let Some(i) = at {
+        let e = &entries[i];
+        if on_path.contains(e.id()) || out.len() > entries.len() {
+            break;
+        }
+        out.push(i);
+        at = e.parent_id.as_deref().and_then(|p| index.get(p).copied());
+    }
+    out.reverse();
+    out
+}
+
+/// Turns entries into history items, one after another.
+#[derive(Default)]
+struct Converter {
+    out: Vec<HistoryItem>,
+    /// When the message that made each tool call was written: its result's time less
+    /// that is how long the call took.
+    called_at: std::collections::HashMap<String, i64>,
+}
+
+impl Converter {
+    /// Entry `i`'s items; `next` is the entry after it on the same line.
+    fn entry(&mut self, entries: &[crate::session::Entry], i: usize, next: Option<usize>) {
+        let frame = HistoryItem::Frame;
+        let next_is_instruction = next.is_some_and(|j| {
             matches!(
                 Record::of(&entries[j]),
                 Some(Record::Intervention(Intervention::Instruct { .. }))
             )
         });
+        let out = &mut self.out;
         match &entries[i].body {
             Body::Known(Known::Message { message }) => match message {
                 // An instruction is written as a user message, then its record.
@@ -139,7 +190,7 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
                 Message::Assistant(a) => {
                     for block in &a.content {
                         if let Content::ToolCall { id, .. } = block {
-                            called_at.insert(id.clone(), a.timestamp);
+                            self.called_at.insert(id.clone(), a.timestamp);
                         }
                         out.push(frame(match block {
                             Content::Text { text } => ServerFrame::Text {
@@ -166,7 +217,8 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
                     }
                 }
                 Message::ToolResult(r) => {
-                    let took = called_at
+                    let took = self
+                        .called_at
                         .get(&r.tool_call_id)
                         .and_then(|at| u64::try_from(r.timestamp.saturating_sub(*at)).ok());
                     out.push(frame(tool_output(
@@ -190,7 +242,6 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
             _ => {}
         }
     }
-    out
 }
 
 fn record_item(r: Record) -> Option<HistoryItem> {

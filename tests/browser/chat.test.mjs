@@ -388,10 +388,13 @@ test("after a run has finished, Rollback previews the files, restores them, and 
   await page.press("#input", "Enter");
   await page.waitForSelector('.msg.assistant[data-state="done"] >> nth=1', { timeout: 20000 });
   assert.match(await page.locator(".msg.assistant").nth(1).textContent(), /Continued from A/);
-  // A reload shows the session from the checkpoint on: the rolled-back steps are gone.
+  // A reload shows the same: the rolled-back steps greyed and inert, then what followed.
   await page.reload();
   await page.waitForSelector('.msg.user:text-is("Go on")');
-  assert.equal(await page.locator('.step .label:text-is("Write: new.txt")').count(), 0);
+  await page.waitForSelector('.msg.assistant[data-state="done"] >> nth=1');
+  assert.equal(await page.locator(".step.rolled-back").count(), 2);
+  assert.equal(await page.locator('.step.rolled-back .label:text-is("Write: new.txt")').count(), 1);
+  assert.equal(await page.locator(".marker.rolled-back button:enabled").count(), 0);
   await page.close();
 });
 

@@ -120,18 +120,27 @@ async fn a_finished_run_rolls_back_and_the_next_message_continues_from_the_check
     assert!(!sent.contains("done with B"), "{sent}");
     assert_eq!(last_text(&body), "go on");
 
-    // The history shows the path from the checkpoint on.
+    // The history shows what the rollback undid before it (the page greys it, as it
+    // did live), then the path from the checkpoint on.
     send(&mut ws, json!({"type": "history", "sessionId": "rw"})).await;
     let h = next_of(&mut ws, "history").await;
-    let kinds: Vec<&str> = h["content"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let items = h["content"]["items"].as_array().unwrap();
+    let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
     let at = kinds.iter().position(|k| *k == "rollback").unwrap();
     assert_eq!(kinds[at + 1], "user", "{kinds:?}");
-    assert!(!h.to_string().contains("done with B"), "{h}");
+    let undone = items
+        .iter()
+        .position(|i| i["type"] == "text" && i["content"] == "done with B")
+        .expect("the undone answer is in the history");
+    assert!(undone < at, "{kinds:?}");
+    assert_eq!(
+        items
+            .iter()
+            .filter(|i| i["content"] == "done with B")
+            .count(),
+        1,
+        "{h}"
+    );
 }
 
 #[tokio::test]
