@@ -10,6 +10,12 @@ pub use tree::{remove_tree, RemoveTreeError};
 /// failed run): a front door that shows the events itself can mute it.
 pub const REPORTED: &str = "picogent::reported";
 
+/// Locks a mutex whose holder may have panicked: the data is still there, and a
+/// panic elsewhere must not take every later user down with it.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub(crate) fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -43,9 +43,7 @@ pub(crate) struct Store {
     work: Mutex<()>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::util::lock;
 
 impl Store {
     /// The store for `work_tree` under `checkpoints` (created when new), shared with

@@ -7,19 +7,22 @@
 //! reports are queued, so a crash in between replays it instead of losing it.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, AgentEvent, Outcome, RunRequest, WorktreeRun};
-use crate::tracker::delivery::{self, Delivery};
+mod run;
+mod status;
+
+use crate::agent::Agent;
+use crate::tracker::delivery::Delivery;
 use crate::tracker::journal_writer::JournalWriter;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::room::Room;
-use crate::tracker::types::{Envelope, Event, Load, Report};
-use crate::tracker::worktree::{SharedFolder, TaskTree, Worktrees};
+use crate::tracker::types::{Envelope, Event, Report};
+use crate::tracker::worktree::{SharedFolder, Worktrees};
 
 /// After this many starts without finishing (the daemon died each time), a task is
 /// reported as blocked instead of being run again.
@@ -119,6 +122,34 @@ pub(crate) struct Router {
     shared: Arc<Shared>,
 }
 
+/// Frees a job's task if the job ends without doing so itself (a bug made it panic):
+/// the task's later jobs still run and a shutdown does not wait for it; its event stays
+/// pending, so it is tried again at the next start.
+struct Ended {
+    router: Router,
+    task: String,
+    armed: bool,
+}
+
+impl Ended {
+    /// The job ended as it should (it freed its task itself).
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::error!(task = %self.task, "a job ended unexpectedly; its event stays pending");
+        lock(&self.router.shared.state).running.remove(&self.task);
+        self.router.shared.changed.notify_waiters();
+        self.router.schedule();
+    }
+}
+
 /// The session a task's work and chat continue in.
 pub(super) fn session_for(task_id: &str) -> String {
     let clean: String = task_id
@@ -143,12 +174,7 @@ pub(super) fn session_for(task_id: &str) -> String {
     }
 }
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
+pub(super) use crate::util::lock;
 
 impl Router {
     pub(crate) fn new(
@@ -466,292 +492,15 @@ impl Router {
                 },
             );
             let me = self.clone();
-            tokio::spawn(async move { me.run_job(job, cancel).await });
-        }
-    }
-
-    async fn run_job(self, job: Job, cancel: CancellationToken) {
-        // Not counted as an attempt, and nothing reported, until it can really start.
-        if !self.shared.room.wait(&job.task_id, &cancel).await {
-            return self.never_started(job).await;
-        }
-        let attempt = self.record_start(&job.event_id).await;
-        let task = job.task_id.clone();
-        let session_id = session_for(&task);
-        let delivery = self.shared.delivery.clone();
-        let prompt = match &job.kind {
-            JobKind::Task { title, description } => {
-                if attempt > MAX_ATTEMPTS {
-                    let reports = delivery::stopped_retrying(attempt - 1, &session_id);
-                    let (me, event) = (self.clone(), job.event_id.clone());
-                    delivery
-                        .queue_or_retry(&task, reports, move || me.mark_done(&event))
-                        .await;
-                    self.finish(&job, false);
-                    return;
-                }
-                delivery
-                    .report(&task, vec![Report::status("in_progress")])
-                    .await;
-                task_prompt(title, description, attempt)
-            }
-            JobKind::Chat {
-                content, author, ..
-            } => match author {
-                Some(a) => format!("{a} writes on this task:\n\n{content}"),
-                None => content.clone(),
-            },
-        };
-        let mut request = RunRequest::new(prompt, session_id.clone());
-        let tree = match self.open_tree(&job, &session_id).await {
-            Ok(tree) => tree,
-            Err(reports) => {
-                let (me, event) = (self.clone(), job.event_id.clone());
-                delivery
-                    .queue_or_retry(&task, reports, move || me.mark_done(&event))
-                    .await;
-                // Marked done when queued (by the closure), not here.
-                self.finish(&job, false);
-                return;
-            }
-        };
-        if let (Some(t), Some(w)) = (&tree, &self.shared.worktrees) {
-            request.work_dir = Some(t.work_dir.clone());
-            request.worktree = Some(WorktreeRun {
-                checkout: w.checkout().to_path_buf(),
-                repository: w.repository().to_path_buf(),
-                worktree: t.path.clone(),
+            let ended = Ended {
+                router: self.clone(),
+                task: job.task_id.clone(),
+                armed: true,
+            };
+            tokio::spawn(async move {
+                me.run_job(job, cancel).await;
+                ended.disarm();
             });
-        }
-        let before = match &self.shared.shared_folder {
-            Some(f) => Some(f.before().await),
-            None => None,
-        };
-        tracing::info!(task = %task, event = %job.event_id, attempt, "run started");
-        let outcome = self.drive(&job, request, cancel).await;
-        let why = lock(&self.shared.state)
-            .running
-            .get_mut(&task)
-            .and_then(|r| r.why.take());
-        // The task's commit the comment names: recorded as named once it is queued.
-        let mut named = None;
-        let appendix = match (&self.shared.shared_folder, before) {
-            (Some(f), Some(before)) => f.changed_since(before).await,
-            _ => self
-                .close_tree(&job, tree, &outcome, &why)
-                .await
-                .map(|(text, commit)| {
-                    named = commit;
-                    text
-                }),
-        };
-        let mut reports =
-            delivery::outcome_reports(&task, job.reply_to(), &session_id, outcome, why);
-        if let (Some(reports), Some(text)) = (&mut reports, appendix) {
-            if let Some(Report::Comment { content, .. }) = reports.first_mut() {
-                content.push_str("\n\n");
-                content.push_str(&text);
-            }
-        }
-        let record_named = {
-            let trees = self.shared.worktrees.clone();
-            move || {
-                if let (Some(w), Some((slug, commit))) = (trees, named) {
-                    // A small synced write, off the runtime's threads.
-                    tokio::task::spawn_blocking(move || w.reported(&slug, &commit));
-                }
-            }
-        };
-        // Without reports (a shutdown interrupted the run) the event stays pending.
-        if let Some(reports) = reports {
-            let (me, event) = (self.clone(), job.event_id.clone());
-            // Called when the reports are queued, now or after retries: the event is
-            // marked done there, and the commit recorded as named.
-            delivery
-                .queue_or_retry(&task, reports, move || {
-                    me.mark_done(&event);
-                    record_named();
-                })
-                .await;
-        }
-        self.finish(&job, false);
-    }
-
-    /// A run stopped while it waited for room to start: reported as a run cancelled
-    /// before its first turn; on shutdown its event stays pending for the next start.
-    async fn never_started(&self, job: Job) {
-        let why = lock(&self.shared.state)
-            .running
-            .get_mut(&job.task_id)
-            .and_then(|r| r.why.take());
-        let reports = match why {
-            // Shutdown: pending for the next start.
-            Some(StopReason::Shutdown) | None => None,
-            Some(StopReason::Cancelled(reason)) => {
-                let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-                let content = format!("Work on this was cancelled{reason} while it waited for disk space to start; nothing was run or changed.");
-                Some(vec![Report::comment(content, job.reply_to())])
-            }
-        };
-        if let Some(reports) = reports {
-            let (me, event) = (self.clone(), job.event_id.clone());
-            self.shared
-                .delivery
-                .queue_or_retry(&job.task_id, reports, move || me.mark_done(&event))
-                .await;
-        }
-        self.finish(&job, false);
-    }
-
-    /// Records in the journal that the event's work starts; returns which attempt this
-    /// is (1 when it cannot be recorded).
-    async fn record_start(&self, event_id: &str) -> u32 {
-        self.shared.journal.started(event_id).await
-    }
-
-    /// The task's worktree, when tasks have their own; the reports for a task that
-    /// cannot get one.
-    async fn open_tree(
-        &self,
-        job: &Job,
-        session_id: &str,
-    ) -> Result<Option<TaskTree>, Vec<Report>> {
-        let Some(w) = &self.shared.worktrees else {
-            return Ok(None);
-        };
-        w.open(&job.task_id).await.map(Some).map_err(|e| {
-            tracing::error!(task = %job.task_id, "cannot prepare the task's worktree: {e}");
-            let why = format!("Its git worktree could not be prepared: {e}");
-            delivery::failure(job.reply_to(), session_id, &why)
-        })
-    }
-
-    /// Commits the run's work on the task's branch (not when shutdown interrupted it:
-    /// it resumes in the same worktree); the comment's section about it.
-    async fn close_tree(
-        &self,
-        job: &Job,
-        tree: Option<TaskTree>,
-        outcome: &Outcome,
-        why: &Option<StopReason>,
-    ) -> Option<(String, Option<(String, String)>)> {
-        let (w, tree) = (self.shared.worktrees.as_ref()?, tree?);
-        let interrupted = matches!(
-            (outcome, why),
-            (Outcome::Cancelled { .. }, Some(StopReason::Shutdown))
-        );
-        if interrupted {
-            return None;
-        }
-        let subject = match &job.kind {
-            JobKind::Task { title, .. } => title.clone(),
-            JobKind::Chat { content, .. } => {
-                format!("Follow-up: {}", crate::util::one_line(content, 60))
-            }
-        };
-        let cancelled = matches!(why, Some(StopReason::Cancelled(_)));
-        Some(w.close(tree, subject, outcome, cancelled).await)
-    }
-
-    /// Runs the agent on the job's prompt until it ends, logging its tool calls.
-    async fn drive(&self, job: &Job, request: RunRequest, cancel: CancellationToken) -> Outcome {
-        let task = &job.task_id;
-        let mut handle = self.shared.agent.start_with_cancel(request, cancel);
-        if matches!(job.kind, JobKind::Task { .. }) {
-            if let Some(r) = lock(&self.shared.state).running.get_mut(task) {
-                r.control = Some(handle.control.clone());
-            }
-        }
-        let mut outcome = None;
-        while let Some(ev) = handle.events.recv().await {
-            match ev {
-                AgentEvent::ToolCall { summary, .. } => tracing::info!(task = %task, "{summary}"),
-                AgentEvent::Finished { outcome: o } => outcome = Some(o),
-                _ => {}
-            }
-        }
-        match outcome {
-            Some(o) => o,
-            None => handle.finish().await,
-        }
-    }
-
-    fn finish(&self, job: &Job, done: bool) {
-        if done {
-            self.mark_done(&job.event_id);
-        }
-        lock(&self.shared.state).running.remove(&job.task_id);
-        tracing::info!(task = %job.task_id, "run ended");
-        self.shared.changed.notify_waiters();
-        self.schedule();
-    }
-
-    /// Why results cannot be queued now, if they cannot.
-    pub(crate) fn results_waiting(&self) -> Option<String> {
-        self.shared.delivery.degraded()
-    }
-
-    /// Why runs wait for disk space, while some do.
-    pub(crate) fn runs_waiting_for_room(&self) -> Option<String> {
-        self.shared.room.degraded()
-    }
-
-    /// Why events cannot be journaled, while they cannot: the last one was refused,
-    /// within the last minute (without events since, nothing is being refused).
-    pub(crate) fn journal_refusing(&self) -> Option<String> {
-        lock(&self.shared.journal_refusing)
-            .as_ref()
-            .filter(|(at, _)| at.elapsed() < Duration::from_secs(60))
-            .map(|(_, why)| why.clone())
-    }
-
-    /// Why the tracker is not taking reports, while it is not.
-    pub(crate) fn tracker_failing(&self) -> Option<String> {
-        self.shared.delivery.failing()
-    }
-
-    /// The sandbox asked for, and the level commands run at.
-    pub(crate) fn sandbox(
-        &self,
-    ) -> (
-        crate::config::SandboxMode,
-        crate::tools::confine::LevelInForce,
-    ) {
-        (self.shared.agent.config().sandbox, self.sandbox_level())
-    }
-
-    pub(crate) fn state_dir(&self) -> std::path::PathBuf {
-        self.shared.agent.config().state_dir()
-    }
-
-    /// Reports the tracker refused for good (kept in the dead-letter file), and where.
-    pub(crate) fn dead_letters(&self) -> (usize, std::path::PathBuf) {
-        self.shared.delivery.dead_letters()
-    }
-
-    /// Reports not yet delivered to the tracker.
-    pub(crate) fn backlog(&self) -> usize {
-        self.shared.delivery.backlog()
-    }
-
-    /// Waits (off the runtime's threads) until the sandbox level is known.
-    pub(crate) async fn settle_sandbox(&self) {
-        self.shared.agent.sandbox().settle().await;
-    }
-
-    /// The sandbox level the agent's commands run at.
-    pub(crate) fn sandbox_level(&self) -> crate::tools::confine::LevelInForce {
-        self.shared.agent.sandbox().level()
-    }
-
-    pub(crate) fn load(&self) -> Load {
-        let st = lock(&self.shared.state);
-        let mut active: Vec<String> = st.running.keys().cloned().collect();
-        active.sort();
-        Load {
-            status: if active.is_empty() { "idle" } else { "busy" },
-            active_tasks: active,
-            queued: st.queue.len(),
         }
     }
 
@@ -793,18 +542,4 @@ impl Router {
             }
         }
     }
-}
-
-/// The prompt for work on a task; after a restart it says the last step may not have
-/// finished.
-fn task_prompt(title: &str, description: &str, attempt: u32) -> String {
-    let mut p = String::new();
-    if attempt > 1 {
-        p.push_str("picogent was restarted while you were working on this task, so your last step may not have finished. Check the current state of the working folder, then continue.\n\n");
-    }
-    p.push_str(&format!("Task: {title}"));
-    if !description.trim().is_empty() {
-        p.push_str(&format!("\n\n{description}"));
-    }
-    p
 }

@@ -1,0 +1,243 @@
+//! One job's life: it waits for room on its disks, is counted as an attempt, opens its
+//! worktree, drives the agent, commits what it did, and queues its reports; a job the
+//! daemon gave up on before it began says so or stays pending.
+
+use tokio_util::sync::CancellationToken;
+
+use super::{lock, session_for, Job, JobKind, Router, StopReason, MAX_ATTEMPTS};
+use crate::agent::{AgentEvent, Outcome, RunRequest, WorktreeRun};
+use crate::tracker::delivery;
+use crate::tracker::types::Report;
+use crate::tracker::worktree::TaskTree;
+
+impl Router {
+    pub(super) async fn run_job(self, job: Job, cancel: CancellationToken) {
+        // Not counted as an attempt, and nothing reported, until it can really start.
+        if !self.shared.room.wait(&job.task_id, &cancel).await {
+            return self.never_started(job).await;
+        }
+        let attempt = self.record_start(&job.event_id).await;
+        let task = job.task_id.clone();
+        let session_id = session_for(&task);
+        let delivery = self.shared.delivery.clone();
+        let prompt = match &job.kind {
+            JobKind::Task { title, description } => {
+                if attempt > MAX_ATTEMPTS {
+                    let reports = delivery::stopped_retrying(attempt - 1, &session_id);
+                    let (me, event) = (self.clone(), job.event_id.clone());
+                    delivery
+                        .queue_or_retry(&task, reports, move || me.mark_done(&event))
+                        .await;
+                    self.finish(&job, false);
+                    return;
+                }
+                delivery
+                    .report(&task, vec![Report::status("in_progress")])
+                    .await;
+                task_prompt(title, description, attempt)
+            }
+            JobKind::Chat {
+                content, author, ..
+            } => match author {
+                Some(a) => format!("{a} writes on this task:\n\n{content}"),
+                None => content.clone(),
+            },
+        };
+        let mut request = RunRequest::new(prompt, session_id.clone());
+        let tree = match self.open_tree(&job, &session_id).await {
+            Ok(tree) => tree,
+            Err(reports) => {
+                let (me, event) = (self.clone(), job.event_id.clone());
+                delivery
+                    .queue_or_retry(&task, reports, move || me.mark_done(&event))
+                    .await;
+                // Marked done when queued (by the closure), not here.
+                self.finish(&job, false);
+                return;
+            }
+        };
+        if let (Some(t), Some(w)) = (&tree, &self.shared.worktrees) {
+            request.work_dir = Some(t.work_dir.clone());
+            request.worktree = Some(WorktreeRun {
+                checkout: w.checkout().to_path_buf(),
+                repository: w.repository().to_path_buf(),
+                worktree: t.path.clone(),
+            });
+        }
+        let before = match &self.shared.shared_folder {
+            Some(f) => Some(f.before().await),
+            None => None,
+        };
+        tracing::info!(task = %task, event = %job.event_id, attempt, "run started");
+        let outcome = self.drive(&job, request, cancel).await;
+        let why = lock(&self.shared.state)
+            .running
+            .get_mut(&task)
+            .and_then(|r| r.why.take());
+        // The task's commit the comment names: recorded as named once it is queued.
+        let mut named = None;
+        let appendix = match (&self.shared.shared_folder, before) {
+            (Some(f), Some(before)) => f.changed_since(before).await,
+            _ => self
+                .close_tree(&job, tree, &outcome, &why)
+                .await
+                .map(|(text, commit)| {
+                    named = commit;
+                    text
+                }),
+        };
+        let mut reports =
+            delivery::outcome_reports(&task, job.reply_to(), &session_id, outcome, why);
+        if let (Some(reports), Some(text)) = (&mut reports, appendix) {
+            if let Some(Report::Comment { content, .. }) = reports.first_mut() {
+                content.push_str("\n\n");
+                content.push_str(&text);
+            }
+        }
+        let record_named = {
+            let trees = self.shared.worktrees.clone();
+            move || {
+                if let (Some(w), Some((slug, commit))) = (trees, named) {
+                    // A small synced write, off the runtime's threads.
+                    tokio::task::spawn_blocking(move || w.reported(&slug, &commit));
+                }
+            }
+        };
+        // Without reports (a shutdown interrupted the run) the event stays pending.
+        if let Some(reports) = reports {
+            let (me, event) = (self.clone(), job.event_id.clone());
+            // Called when the reports are queued, now or after retries: the event is
+            // marked done there, and the commit recorded as named.
+            delivery
+                .queue_or_retry(&task, reports, move || {
+                    me.mark_done(&event);
+                    record_named();
+                })
+                .await;
+        }
+        self.finish(&job, false);
+    }
+
+    /// A run stopped while it waited for room to start: reported as a run cancelled
+    /// before its first turn; on shutdown its event stays pending for the next start.
+    async fn never_started(&self, job: Job) {
+        let why = lock(&self.shared.state)
+            .running
+            .get_mut(&job.task_id)
+            .and_then(|r| r.why.take());
+        let reports = match why {
+            // Shutdown: pending for the next start.
+            Some(StopReason::Shutdown) | None => None,
+            Some(StopReason::Cancelled(reason)) => {
+                let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+                let content = format!("Work on this was cancelled{reason} while it waited for disk space to start; nothing was run or changed.");
+                Some(vec![Report::comment(content, job.reply_to())])
+            }
+        };
+        if let Some(reports) = reports {
+            let (me, event) = (self.clone(), job.event_id.clone());
+            self.shared
+                .delivery
+                .queue_or_retry(&job.task_id, reports, move || me.mark_done(&event))
+                .await;
+        }
+        self.finish(&job, false);
+    }
+
+    /// Records in the journal that the event's work starts; returns which attempt this
+    /// is (1 when it cannot be recorded).
+    async fn record_start(&self, event_id: &str) -> u32 {
+        self.shared.journal.started(event_id).await
+    }
+
+    /// The task's worktree, when tasks have their own; the reports for a task that
+    /// cannot get one.
+    async fn open_tree(
+        &self,
+        job: &Job,
+        session_id: &str,
+    ) -> Result<Option<TaskTree>, Vec<Report>> {
+        let Some(w) = &self.shared.worktrees else {
+            return Ok(None);
+        };
+        w.open(&job.task_id).await.map(Some).map_err(|e| {
+            tracing::error!(task = %job.task_id, "cannot prepare the task's worktree: {e}");
+            let why = format!("Its git worktree could not be prepared: {e}");
+            delivery::failure(job.reply_to(), session_id, &why)
+        })
+    }
+
+    /// Commits the run's work on the task's branch (not when shutdown interrupted it:
+    /// it resumes in the same worktree); the comment's section about it.
+    async fn close_tree(
+        &self,
+        job: &Job,
+        tree: Option<TaskTree>,
+        outcome: &Outcome,
+        why: &Option<StopReason>,
+    ) -> Option<(String, Option<(String, String)>)> {
+        let (w, tree) = (self.shared.worktrees.as_ref()?, tree?);
+        let interrupted = matches!(
+            (outcome, why),
+            (Outcome::Cancelled { .. }, Some(StopReason::Shutdown))
+        );
+        if interrupted {
+            return None;
+        }
+        let subject = match &job.kind {
+            JobKind::Task { title, .. } => title.clone(),
+            JobKind::Chat { content, .. } => {
+                format!("Follow-up: {}", crate::util::one_line(content, 60))
+            }
+        };
+        let cancelled = matches!(why, Some(StopReason::Cancelled(_)));
+        Some(w.close(tree, subject, outcome, cancelled).await)
+    }
+
+    /// Runs the agent on the job's prompt until it ends, logging its tool calls.
+    async fn drive(&self, job: &Job, request: RunRequest, cancel: CancellationToken) -> Outcome {
+        let task = &job.task_id;
+        let mut handle = self.shared.agent.start_with_cancel(request, cancel);
+        if matches!(job.kind, JobKind::Task { .. }) {
+            if let Some(r) = lock(&self.shared.state).running.get_mut(task) {
+                r.control = Some(handle.control.clone());
+            }
+        }
+        let mut outcome = None;
+        while let Some(ev) = handle.events.recv().await {
+            match ev {
+                AgentEvent::ToolCall { summary, .. } => tracing::info!(task = %task, "{summary}"),
+                AgentEvent::Finished { outcome: o } => outcome = Some(o),
+                _ => {}
+            }
+        }
+        match outcome {
+            Some(o) => o,
+            None => handle.finish().await,
+        }
+    }
+
+    fn finish(&self, job: &Job, done: bool) {
+        if done {
+            self.mark_done(&job.event_id);
+        }
+        lock(&self.shared.state).running.remove(&job.task_id);
+        tracing::info!(task = %job.task_id, "run ended");
+        self.shared.changed.notify_waiters();
+        self.schedule();
+    }
+}
+
+/// The prompt for work on a task; after a restart it says the last step may not have
+/// finished.
+fn task_prompt(title: &str, description: &str, attempt: u32) -> String {
+    let mut p = String::new();
+    if attempt > 1 {
+        p.push_str("picogent was restarted while you were working on this task, so your last step may not have finished. Check the current state of the working folder, then continue.\n\n");
+    }
+    p.push_str(&format!("Task: {title}"));
+    if !description.trim().is_empty() {
+        p.push_str(&format!("\n\n{description}"));
+    }
+    p
+}
