@@ -11,6 +11,15 @@ use clap::{Parser, Subcommand};
 use picogent::agent::{Agent, AgentEvent, Outcome, RunRequest};
 use picogent::config::{self, Config, Env};
 
+/// `eprintln!` that never panics: with stderr closed (a pipe whose reader left), the
+/// line is lost, not the run.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 const ABOUT: &str = "picogent: a small, fast agent daemon. An LLM works tasks with real tools \
 (read, write, edit, bash, grep, find, ls) inside the folders it is allowed to touch.";
 
@@ -187,6 +196,8 @@ fn init_logging(default: &str) {
         .with_writer(std::io::stderr)
         .with_ansi(colour())
         .with_target(false)
+        // Its own complaint about a closed stderr would go to stderr with a panic.
+        .log_internal_errors(false)
         .init();
 }
 
@@ -197,7 +208,7 @@ fn colour() -> bool {
 
 /// The one line an error gets, on stderr.
 fn fail(msg: &str, code: u8) -> ExitCode {
-    eprintln!("picogent: {msg}");
+    say!("picogent: {msg}");
     ExitCode::from(code)
 }
 
@@ -362,7 +373,7 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot write {}", path.display()))?,
         None => write_stdout(text.as_bytes())?,
     }
-    eprintln!(
+    say!(
         "{} line(s) of {} for session {}",
         lines.len(),
         args.format,
@@ -437,7 +448,7 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cancel = handle.cancel_token();
     let signals = tokio::spawn(async move {
         let code = run_signal().await;
-        eprintln!("\npicogent: cancelling (again to quit at once)");
+        say!("\npicogent: cancelling (again to quit at once)");
         cancel.cancel();
         run_signal().await;
         std::process::exit(i32::from(code));
@@ -457,7 +468,7 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => handle.finish().await,
     };
     signals.abort();
-    eprintln!("session: {session_id}");
+    say!("session: {session_id}");
     Ok(match outcome {
         Outcome::Completed { .. } => ExitCode::SUCCESS,
         Outcome::Failed { .. } => ExitCode::from(1),
@@ -480,7 +491,7 @@ fn pick_session(config: &mut Config, arg: &str) -> anyhow::Result<String> {
             Ok(id)
         }
         find::Found::New(id) => {
-            eprintln!("new session {id}");
+            say!("new session {id}");
             Ok(id)
         }
     }
@@ -525,7 +536,7 @@ impl Printer {
             // Steps go to stderr: stdout carries only the answer.
             AgentEvent::ToolCall { summary, .. } => {
                 self.line_break(&mut out);
-                eprintln!("→ {summary}");
+                say!("→ {summary}");
             }
             AgentEvent::ToolResult {
                 is_error: true,
@@ -538,7 +549,7 @@ impl Printer {
                     .rev()
                     .find(|l| !l.trim().is_empty())
                     .unwrap_or("");
-                eprintln!("  ✗ {}", picogent::util::one_line(first, 160));
+                say!("  ✗ {}", picogent::util::one_line(first, 160));
             }
             AgentEvent::Retry {
                 attempt,
@@ -547,27 +558,27 @@ impl Printer {
                 ..
             } => {
                 self.line_break(&mut out);
-                eprintln!("[retry {attempt} in {delay_ms} ms: {reason}]");
+                say!("[retry {attempt} in {delay_ms} ms: {reason}]");
             }
             AgentEvent::Compacted { tokens_before, .. } => {
-                eprintln!("[compacted the conversation at about {tokens_before} tokens]");
+                say!("[compacted the conversation at about {tokens_before} tokens]");
             }
             AgentEvent::Notice { message } => {
                 self.line_break(&mut out);
-                eprintln!("[{message}]");
+                say!("[{message}]");
             }
             AgentEvent::Finished { outcome } => {
                 self.line_break(&mut out);
                 match outcome {
-                    Outcome::Completed { steps, usage, .. } => eprintln!(
+                    Outcome::Completed { steps, usage, .. } => say!(
                         "done: {steps} steps, {} input ({} read from cache, {} written to cache) / {} output tokens",
                         usage.input + usage.cache_read + usage.cache_write,
                         usage.cache_read,
                         usage.cache_write,
                         usage.output
                     ),
-                    Outcome::Failed { error, .. } => eprintln!("error: {error}"),
-                    Outcome::Cancelled { .. } => eprintln!("cancelled"),
+                    Outcome::Failed { error, .. } => say!("error: {error}"),
+                    Outcome::Cancelled { .. } => say!("cancelled"),
                 }
             }
             _ => {}

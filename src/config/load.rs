@@ -244,6 +244,8 @@ struct Limits {
     max_steps: u32,
     step_timeout_sec: u64,
     command_timeout_max_sec: u64,
+    shutdown_grace_sec: u64,
+    git_timeout_sec: u64,
     /// In bytes, from `max_saved_output_mb`.
     max_saved_output: u64,
     context_window: u64,
@@ -421,6 +423,16 @@ impl Sources<'_> {
 
     fn limits(&self, provider: ProviderKind) -> Result<Limits, ConfigError> {
         let f = &self.file;
+        // A year at most: a duration past that is a mistake, and one large enough
+        // overflows the clock's arithmetic (a deadline `now + grace`).
+        const MAX_SECS: u64 = 365 * 86_400;
+        let at_most_a_year = |field: &str, v: u64| -> Result<u64, ConfigError> {
+            if v > MAX_SECS {
+                Err(self.field_error(field, format!("must be at most {MAX_SECS} (a year)")))
+            } else {
+                Ok(v)
+            }
+        };
         let positive = |field: &str, v: u64| -> Result<u64, ConfigError> {
             if v == 0 {
                 Err(self.field_error(field, "must be greater than 0".into()))
@@ -428,7 +440,9 @@ impl Sources<'_> {
                 Ok(v)
             }
         };
-        let step_timeout_sec = positive("step_timeout_sec", f.step_timeout_sec.unwrap_or(120))?;
+        let seconds =
+            |field: &str, v: u64| positive(field, v).and_then(|v| at_most_a_year(field, v));
+        let step_timeout_sec = seconds("step_timeout_sec", f.step_timeout_sec.unwrap_or(120))?;
         let default_window = match provider {
             ProviderKind::Anthropic => 200_000,
             ProviderKind::Openai => 128_000,
@@ -439,16 +453,21 @@ impl Sources<'_> {
                 "max_concurrent_tasks",
                 f.max_concurrent_tasks.unwrap_or(2) as u64,
             )? as usize,
-            heartbeat_interval_sec: positive(
+            heartbeat_interval_sec: seconds(
                 "heartbeat_interval_sec",
                 f.heartbeat_interval_sec.unwrap_or(30),
             )?,
             max_steps: positive("max_steps", u64::from(f.max_steps.unwrap_or(50)))? as u32,
             step_timeout_sec,
-            command_timeout_max_sec: positive(
+            command_timeout_max_sec: seconds(
                 "command_timeout_max_sec",
                 f.command_timeout_max_sec.unwrap_or(step_timeout_sec),
             )?,
+            shutdown_grace_sec: at_most_a_year(
+                "shutdown_grace_sec",
+                f.shutdown_grace_sec.unwrap_or(30),
+            )?,
+            git_timeout_sec: seconds("git_timeout_sec", f.git_timeout_sec.unwrap_or(300))?,
             max_saved_output: f
                 .max_saved_output_mb
                 .unwrap_or(64)
@@ -587,7 +606,7 @@ impl Config {
             max_saved_output: l.max_saved_output,
             context_window: l.context_window,
             max_tokens: l.max_tokens,
-            shutdown_grace: Duration::from_secs(f.shutdown_grace_sec.unwrap_or(30)),
+            shutdown_grace: Duration::from_secs(l.shutdown_grace_sec),
             network,
             sandbox,
             sandbox_helper: None,
@@ -608,7 +627,7 @@ impl Config {
             push: f.push.unwrap_or(false),
             remote: f.remote.clone().unwrap_or_else(|| "origin".into()),
             worktree_retention_days: f.worktree_retention_days.unwrap_or(7),
-            git_timeout: std::time::Duration::from_secs(f.git_timeout_sec.unwrap_or(300).max(1)),
+            git_timeout: std::time::Duration::from_secs(l.git_timeout_sec),
             claude_code_path: env
                 .get("PICOGENT_CLAUDE_CODE_PATH")
                 .map(PathBuf::from)

@@ -366,3 +366,28 @@ async fn an_ambiguous_session_prefix_is_an_error_listing_the_matches() {
     .await;
     assert!(!out.status.success());
 }
+
+/// A reader that goes away (`picogent run ... 2>&1 | head -1`) loses the lines, not
+/// the run: no panic (exit 101) when stdout and stderr are closed pipes.
+#[tokio::test]
+async fn run_survives_closed_stdout_and_stderr() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo hi"})),
+        text("All done."),
+    ])
+    .await;
+    sb.write_config(&llm, Wire::Anthropic, json!({}));
+    let (out_r, out_w) = std::io::pipe().unwrap();
+    let (err_r, err_w) = std::io::pipe().unwrap();
+    drop((out_r, err_r));
+    let status = sb
+        .run_command(std::path::Path::new(env!("CARGO_BIN_EXE_picogent")), "hi")
+        .stdout(out_w)
+        .stderr(err_w)
+        .status()
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(llm.requests().len(), 2);
+}

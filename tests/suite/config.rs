@@ -161,6 +161,23 @@ fn invalid_json_and_bad_values_are_clear() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("no agent.json"), "{e}");
+    // Durations the clock's arithmetic would overflow are refused, naming the field.
+    for field in [
+        "heartbeat_interval_sec",
+        "shutdown_grace_sec",
+        "step_timeout_sec",
+        "git_timeout_sec",
+    ] {
+        write(
+            &sb.home,
+            "agent.json",
+            &format!(r#"{{"{field}": 18446744073709551615}}"#),
+        );
+        let e = Config::load(Some(&sb.home), &Env::default(), &sb.base())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field) && e.contains("at most"), "{e}");
+    }
 }
 
 #[test]
