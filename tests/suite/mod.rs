@@ -13,6 +13,7 @@ mod config;
 mod confinement;
 mod daemon_process;
 mod delivery;
+mod deploy;
 mod hostile_input;
 mod live;
 mod mcp;

@@ -1,0 +1,93 @@
+//! The deploy files as shipped: the Kubernetes manifest's and the Dockerfile's probes
+//! are served by the binary started with the manifest's environment and transport.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::tracker::{FakeTracker, TOKEN};
+use crate::common::*;
+
+fn read(file: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap()
+}
+
+/// `path: /x` of every `httpGet` probe in the manifest.
+fn probe_paths(manifest: &str) -> Vec<String> {
+    let re = regex::Regex::new(r"httpGet:\s*\{path:\s*(/[\w/]*),\s*port:\s*http\}").unwrap();
+    re.captures_iter(manifest)
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_manifests_probes_answer_with_its_transport_and_the_image_healthcheck_too() {
+    let manifest = read("deploy/kubernetes.yaml");
+    let dockerfile = read("deploy/Dockerfile");
+    // What the manifest sets: the WebSocket transport, port 3200 named http.
+    let transport = regex::Regex::new(r#"name: AGENT_TRANSPORT, value: "(\w+)""#)
+        .unwrap()
+        .captures(&manifest)
+        .map(|c| c[1].to_string())
+        .expect("the manifest sets AGENT_TRANSPORT");
+    assert!(manifest.contains("containerPort: 3200, name: http"));
+    assert!(
+        !manifest.contains("kind: Secret"),
+        "no placeholder Secret is applied"
+    );
+    let latest = regex::Regex::new(r"image:\s*\S+:latest").unwrap();
+    assert!(!latest.is_match(&manifest), "the image tag is pinned");
+    let mut paths = probe_paths(&manifest);
+    assert_eq!(paths.len(), 2, "{paths:?}");
+    let health = regex::Regex::new(r"127\.0\.0\.1:\$\{AGENT_PORT:-3200\}(/\w+)")
+        .unwrap()
+        .captures(&dockerfile)
+        .map(|c| c[1].to_string())
+        .expect("the Dockerfile has a HEALTHCHECK");
+    paths.push(health);
+
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    sb.write_config(&llm, Wire::Anthropic, json!({"allowed_paths": [sb.work]}));
+    let _daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .arg(&sb.home)
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &sb.user_home)
+        .env("AGENT_TOKEN", TOKEN)
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env("TRACKER_URL", tracker.url())
+        .env("AGENT_TRANSPORT", &transport)
+        .env("AGENT_PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tracker
+        .wait_for(20, "the agent registers", |t| !t.ws_frames().is_empty())
+        .await;
+    for path in paths {
+        let url = format!("http://127.0.0.1:{port}{path}");
+        let mut answer = None;
+        for _ in 0..100 {
+            if let Ok(r) = reqwest::get(&url).await {
+                answer = Some((
+                    r.status().as_u16(),
+                    r.json::<Value>().await.unwrap_or_default(),
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (code, body) = answer.unwrap_or_else(|| panic!("nothing answers {url}"));
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+}
