@@ -11,6 +11,14 @@ use serde_json::Value;
 pub(crate) enum ServerFrame {
     /// A fragment of the answer, streamed as generated.
     Text { content: String },
+    /// Token use (and its cost, where the model's price is known) of one model call:
+    /// `input`, `output`, `cacheRead`, `cacheWrite`, `totalTokens`, `cost.total`.
+    Usage {
+        content: crate::message::Usage,
+        step: u32,
+    },
+    /// Something a person watching should know (a loop warning, why a run paused).
+    Notice { content: String },
     /// Another connection started a `keepAlive` request in this connection's session:
     /// `subscribe` to its `runId` to follow it.
     Started { content: RunningRequest },

@@ -369,6 +369,14 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
             content: format!("rolled back to step {step}"),
             step,
         },
+        AgentEvent::Usage { step, usage } => ServerFrame::Usage {
+            content: usage,
+            step,
+        },
+        AgentEvent::Notice { message } => ServerFrame::Notice { content: message },
+        AgentEvent::Compacted { .. } => ServerFrame::State {
+            content: "compacted".into(),
+        },
         _ => return None,
     })
 }

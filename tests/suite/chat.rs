@@ -104,8 +104,12 @@ pub(super) async fn next(ws: &mut Ws) -> Value {
             .unwrap();
         if let Message::Text(t) = msg {
             let v: Value = serde_json::from_str(&t).unwrap();
-            // The detail frames a page renders steps from; these tests follow the rest.
-            if !matches!(v["type"].as_str(), Some("tool_output" | "thinking")) {
+            // The detail frames a page renders steps and totals from; these tests
+            // follow the rest.
+            if !matches!(
+                v["type"].as_str(),
+                Some("tool_output" | "thinking" | "usage")
+            ) {
                 return v;
             }
         }
@@ -197,6 +201,16 @@ async fn frames_stream_tool_use_text_and_done_last_with_a_session_id() {
     until_done(&mut ws, "msg-2").await;
     let msgs = llm.requests()[2].body["messages"].as_array().unwrap().len();
     assert_eq!(msgs, 5);
+    // Each model call's tokens reach the page, for the run's totals.
+    llm.push(text("Once more."));
+    send(
+        &mut ws,
+        json!({"id": "msg-3", "content": "Count?", "sessionId": session}),
+    )
+    .await;
+    let usage = next_of(&mut ws, "usage").await;
+    assert_eq!(usage["id"], "msg-3", "{usage}");
+    assert!(usage["content"]["output"].as_u64().unwrap() > 0, "{usage}");
 }
 
 #[tokio::test]
@@ -804,9 +818,10 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     )
     .await;
     let first = next(&mut ws).await;
+    // Seq 1 is the model call's `usage`, which `next` passes over.
     assert_eq!(
         (first["type"].as_str(), first["seq"].as_u64()),
-        (Some("tool_use"), Some(1))
+        (Some("tool_use"), Some(2))
     );
     // A keepAlive run is addressed from other connections by the id the server gave it.
     let run_id = first["runId"].as_str().unwrap().to_string();
@@ -817,7 +832,7 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     let mut ws2 = connect(&c).await;
     send(
         &mut ws2,
-        json!({"type": "subscribe", "id": "k1", "after": 1}),
+        json!({"type": "subscribe", "id": "k1", "after": 2}),
     )
     .await;
     assert!(
@@ -829,15 +844,15 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     );
     send(
         &mut ws2,
-        json!({"type": "subscribe", "runId": run_id, "after": 1}),
+        json!({"type": "subscribe", "runId": run_id, "after": 2}),
     )
     .await;
     let frames = until_done(&mut ws2, "k1").await;
     let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
-    // Seq 2 is the tool's `tool_output`, which `until_done` passes over; text pieces
+    // Seq 3 is the tool's `tool_output`, which `until_done` passes over; text pieces
     // it caught up on come joined, under the last piece's seq.
     assert!(
-        seqs[0] >= 3 && seqs.windows(2).all(|w| w[0] < w[1]),
+        seqs[0] >= 4 && seqs.windows(2).all(|w| w[0] < w[1]),
         "{frames:?}"
     );
     let text: String = frames
@@ -1251,7 +1266,11 @@ async fn history_renders_a_session_and_a_running_request_reattaches_from_its_sta
     )
     .await;
     let frames = until_done_all(&mut ws, "h2").await;
-    let kinds: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = frames
+        .iter()
+        .map(|f| f["type"].as_str().unwrap())
+        .filter(|k| *k != "usage")
+        .collect();
     assert_eq!(
         kinds.first(),
         Some(&"tool_use"),
