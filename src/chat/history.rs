@@ -126,9 +126,12 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
         .map(|(i, e)| (e.id(), i))
         .collect();
     let mut conv = Converter::default();
+    // Undone entries already shown (a later rollback may lead back through them).
+    let mut shown: HashSet<usize> = HashSet::new();
     for (n, &i) in path.iter().enumerate() {
         if let Some(Record::Rollback(r)) = Record::of(&entries[i]) {
-            let undone = abandoned(entries, &index, &on_path, r.from.as_deref());
+            let mut undone = abandoned(entries, &index, &on_path, r.from.as_deref());
+            undone.retain(|j| shown.insert(*j));
             for (m, &j) in undone.iter().enumerate() {
                 conv.entry(entries, j, undone.get(m + 1).copied());
             }

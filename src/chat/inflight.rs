@@ -122,11 +122,25 @@ impl InFlight {
         let file = self
             .dir
             .join(format!("{}.json", crate::util::random_hex(12)));
-        let written = std::fs::create_dir_all(&self.dir)
-            .and_then(|()| std::fs::write(&file, serde_json::to_vec(&mark).unwrap_or_default()))
-            .and_then(|()| std::fs::File::open(&file));
-        let held = match written {
-            Ok(f) if try_lock(&f) => Some((file, f)),
+        // Locked before it has content: another server never reads it half-written.
+        let opened = std::fs::create_dir_all(&self.dir).and_then(|()| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&file)
+        });
+        let held = match opened {
+            Ok(mut f) if try_lock(&f) => {
+                let body = serde_json::to_vec(&mark).unwrap_or_default();
+                match std::io::Write::write_all(&mut f, &body) {
+                    Ok(()) => Some((file, f)),
+                    Err(e) => {
+                        tracing::warn!("cannot note a chat run in {}: {e}", self.dir.display());
+                        let _ = std::fs::remove_file(&file);
+                        None
+                    }
+                }
+            }
             Ok(_) => {
                 let _ = std::fs::remove_file(&file);
                 None

@@ -352,6 +352,9 @@ struct Conn {
     /// another in the order the client sent them: two labels on one step sent quickly
     /// must not be written the other way round.
     sessions: tokio::sync::mpsc::Sender<protocol::SessionFrame>,
+    /// The request logs this connection follows, each by one `attach` (a new
+    /// `subscribe` to the same request replaces the last, never doubles it).
+    follows: Arc<std::sync::Mutex<std::collections::HashMap<usize, CancellationToken>>>,
 }
 
 /// Session frames a connection may have waiting before it is told to slow down.
@@ -383,6 +386,7 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             .next_conn
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         sessions,
+        follows: Arc::default(),
     };
     let error = |message: String| tx.send(&Outgoing::error(None, None, message));
     loop {

@@ -74,10 +74,14 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     let running = st
         .inflight
         .begin(&session, run_id.as_deref(), &content, st.stop.clone());
-    let Ok(mut runs) = st.runs.lock() else { return };
+    let Ok(mut runs) = st.runs.lock() else {
+        running.end(false);
+        return;
+    };
     let key = own_key(conn, &id);
     if runs.get(&key).is_some_and(|l| !l.is_done()) {
         drop(runs);
+        running.end(false);
         let message = format!("a request with id {id:?} is already running");
         tx.send(&Outgoing::error(Some(id), None, message));
         return;
@@ -119,7 +123,22 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         let cancelled = forwarding.await;
         running.end(cancelled);
     });
-    attach(log, 0, tx.clone(), conn.token.clone());
+    let following = follow(conn, &log);
+    attach(log, 0, tx.clone(), following);
+}
+
+/// The token of this connection's one follower of `log`: a follower it had before is
+/// stopped (a page that asks again, after a history, starts over from its `after`).
+fn follow(conn: &Conn, log: &Arc<RunLog>) -> tokio_util::sync::CancellationToken {
+    let token = conn.token.child_token();
+    if let Ok(mut f) = conn.follows.lock() {
+        // Finished logs' followers are gone: forget them as new ones come.
+        f.retain(|_, t| !t.is_cancelled());
+        if let Some(old) = f.insert(Arc::as_ptr(log) as usize, token.clone()) {
+            old.cancel();
+        }
+    }
+    token
 }
 
 /// A prompt's `workDir`: it must exist inside the allowed paths.
@@ -135,7 +154,10 @@ fn check_work_dir(st: &ChatState, dir: &str) -> Result<PathBuf, String> {
 /// `subscribe`: the request's frames after `after`, then its live stream.
 pub(super) fn subscribe(st: &ChatState, conn: &Conn, s: Subscribe, tx: &Outbound) {
     match find_run(st, conn, &s.to) {
-        Some(log) => attach(log, s.after, tx.clone(), conn.token.clone()),
+        Some(log) => {
+            let following = follow(conn, &log);
+            attach(log, s.after, tx.clone(), following);
+        }
         None => {
             let name = s.to.reply_id().to_string();
             let lost =

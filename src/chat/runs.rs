@@ -275,6 +275,9 @@ impl RunLog {
 pub(crate) fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToken) {
     let mut rx = log.live.subscribe();
     tokio::spawn(async move {
+        // `conn` is this follower's own token: cancelled once it ends, so its
+        // connection forgets it.
+        let _ended = conn.clone().drop_guard();
         let mut last = after;
         // Frames after `last`, from the log, waiting for room; false when the client
         // is gone or the request's `done` was sent.

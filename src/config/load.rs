@@ -467,7 +467,9 @@ impl Sources<'_> {
                 "shutdown_grace_sec",
                 f.shutdown_grace_sec.unwrap_or(30),
             )?,
-            git_timeout_sec: seconds("git_timeout_sec", f.git_timeout_sec.unwrap_or(300))?,
+            // 0 was always taken as 1.
+            git_timeout_sec: at_most_a_year("git_timeout_sec", f.git_timeout_sec.unwrap_or(300))?
+                .max(1),
             max_saved_output: f
                 .max_saved_output_mb
                 .unwrap_or(64)

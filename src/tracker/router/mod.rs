@@ -143,10 +143,17 @@ impl Drop for Ended {
         if !self.armed {
             return;
         }
-        tracing::error!(task = %self.task, "a job ended unexpectedly; its event stays pending");
-        lock(&self.router.shared.state).running.remove(&self.task);
+        let draining = {
+            let mut st = lock(&self.router.shared.state);
+            st.running.remove(&self.task);
+            st.draining
+        };
         self.router.shared.changed.notify_waiters();
-        self.router.schedule();
+        // Dropped with the runtime at shutdown: nothing more to start, nothing to say.
+        if !draining {
+            tracing::error!(task = %self.task, "a job ended unexpectedly; its event stays pending");
+            self.router.schedule();
+        }
     }
 }
 
@@ -470,6 +477,7 @@ impl Router {
 
     /// Starts queued jobs while there is capacity, oldest first, one run per task.
     fn schedule(&self) {
+        let mut starting = Vec::new();
         let mut st = lock(&self.shared.state);
         while !st.draining && st.running.len() < self.shared.max {
             let Some(pos) = st
@@ -491,6 +499,12 @@ impl Router {
                     control: None,
                 },
             );
+            starting.push((job, cancel));
+        }
+        // Spawned with the lock released: a runtime that is shutting down drops a new
+        // task at once, and its guard takes the lock.
+        drop(st);
+        for (job, cancel) in starting {
             let me = self.clone();
             let ended = Ended {
                 router: self.clone(),
