@@ -240,10 +240,10 @@ async fn new_agent(config: Config) -> anyhow::Result<Agent> {
     match Agent::new(config) {
         Ok(a) => Ok(a),
         Err(e @ picogent::agent::AgentError::Provider(_)) if unset => {
-            match local_model_server().await {
-                Some(hint) => Err(anyhow::anyhow!("{e}\n{hint}")),
-                None => Err(e.into()),
-            }
+            let hint = local_model_server().await.unwrap_or_else(|| {
+                "no key? picogent runs on a local model too: install Ollama (https://ollama.com), `ollama pull qwen3:8b`, then run with PICOGENT_PROVIDER=ollama PICOGENT_MODEL=qwen3:8b".into()
+            });
+            Err(anyhow::anyhow!("{e}\n{hint}"))
         }
         Err(e) => Err(e.into()),
     }

@@ -435,3 +435,11 @@ pub fn namespaces_here() -> bool {
     }
     true
 }
+
+/// A port nothing listens on now (for a server a test starts as a process).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}

@@ -386,11 +386,7 @@ async fn websocket_transport_works_end_to_end() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![text("Done over WebSocket.")]).await;
     let tracker = FakeTracker::start().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let d = sb.daemon(
         &llm,
         &tracker,

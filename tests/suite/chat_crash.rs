@@ -13,14 +13,6 @@ use crate::common::*;
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `picogent <home>` in chat mode on `port`.
 fn chat_server(sb: &Sandbox, port: u16) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))

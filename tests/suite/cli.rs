@@ -391,3 +391,15 @@ async fn run_survives_closed_stdout_and_stderr() {
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert_eq!(llm.requests().len(), 2);
 }
+
+/// A newcomer without a key is told how to run on a local model instead.
+#[tokio::test]
+async fn without_a_key_the_error_points_to_a_local_model() {
+    let sb = Sandbox::new();
+    let out = picogent(&sb, &["run", "hi"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no API key for anthropic"), "{err}");
+    // Ollama's instructions, or the local server this machine has.
+    assert!(err.contains("PICOGENT_PROVIDER="), "{err}");
+}

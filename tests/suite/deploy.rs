@@ -49,11 +49,7 @@ async fn the_manifests_probes_answer_with_its_transport_and_the_image_healthchec
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![]).await;
     let tracker = FakeTracker::start().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     sb.write_config(&llm, Wire::Anthropic, json!({"allowed_paths": [sb.work]}));
     let _daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
         .arg(&sb.home)

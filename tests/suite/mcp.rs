@@ -34,14 +34,7 @@ fn tool_names(body: &Value) -> Vec<String> {
 /// runs under: a server confined in its own PID namespace knows only its namespace's
 /// pid, which says nothing about the host's processes).
 fn server_pids(dir: &Path) -> Vec<i32> {
-    let out = std::process::Command::new("pgrep")
-        .args(["-f", &format!("^mcp-everything-{}", dir.display())])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
+    pids_named(&format!("mcp-everything-{}", dir.display()))
 }
 
 /// A stdio server-everything started through a shell under a name of its own (see

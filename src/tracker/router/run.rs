@@ -24,12 +24,7 @@ impl Router {
             JobKind::Task { title, description } => {
                 if attempt > MAX_ATTEMPTS {
                     let reports = delivery::stopped_retrying(attempt - 1, &session_id);
-                    let (me, event) = (self.clone(), job.event_id.clone());
-                    delivery
-                        .queue_or_retry(&task, reports, move || me.mark_done(&event))
-                        .await;
-                    self.finish(&job, false);
-                    return;
+                    return self.report_and_end(&job, reports).await;
                 }
                 delivery
                     .report(&task, vec![Report::status("in_progress")])
@@ -46,15 +41,7 @@ impl Router {
         let mut request = RunRequest::new(prompt, session_id.clone());
         let tree = match self.open_tree(&job, &session_id).await {
             Ok(tree) => tree,
-            Err(reports) => {
-                let (me, event) = (self.clone(), job.event_id.clone());
-                delivery
-                    .queue_or_retry(&task, reports, move || me.mark_done(&event))
-                    .await;
-                // Marked done when queued (by the closure), not here.
-                self.finish(&job, false);
-                return;
-            }
+            Err(reports) => return self.report_and_end(&job, reports).await,
         };
         if let (Some(t), Some(w)) = (&tree, &self.shared.worktrees) {
             request.work_dir = Some(t.work_dir.clone());
@@ -118,6 +105,17 @@ impl Router {
         self.finish(&job, false);
     }
 
+    /// Queues a job's reports (the event is marked done once they are queued, now or
+    /// after retries) and ends it.
+    async fn report_and_end(&self, job: &Job, reports: Vec<Report>) {
+        let (me, event) = (self.clone(), job.event_id.clone());
+        self.shared
+            .delivery
+            .queue_or_retry(&job.task_id, reports, move || me.mark_done(&event))
+            .await;
+        self.finish(job, false);
+    }
+
     /// A run stopped while it waited for room to start: reported as a run cancelled
     /// before its first turn; on shutdown its event stays pending for the next start.
     async fn never_started(&self, job: Job) {
@@ -125,23 +123,16 @@ impl Router {
             .running
             .get_mut(&job.task_id)
             .and_then(|r| r.why.take());
-        let reports = match why {
+        match why {
             // Shutdown: pending for the next start.
-            Some(StopReason::Shutdown) | None => None,
+            Some(StopReason::Shutdown) | None => self.finish(&job, false),
             Some(StopReason::Cancelled(reason)) => {
                 let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
                 let content = format!("Work on this was cancelled{reason} while it waited for disk space to start; nothing was run or changed.");
-                Some(vec![Report::comment(content, job.reply_to())])
+                let reports = vec![Report::comment(content, job.reply_to())];
+                self.report_and_end(&job, reports).await;
             }
-        };
-        if let Some(reports) = reports {
-            let (me, event) = (self.clone(), job.event_id.clone());
-            self.shared
-                .delivery
-                .queue_or_retry(&job.task_id, reports, move || me.mark_done(&event))
-                .await;
         }
-        self.finish(&job, false);
     }
 
     /// Records in the journal that the event's work starts; returns which attempt this
