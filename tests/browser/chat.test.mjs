@@ -452,8 +452,16 @@ test("a failed step shows its error once, steps keep their durations after a rel
     assert.match(bashTime, /^(1|1\.\d|2) s$/, bashTime);
     const md = await page.locator(".msg.assistant .md").last().textContent();
     assert.match(md, /Tom & Jerry <3 ✓ and &amp; in code\./);
+    // One line per step: its output's last line (a failure's first), and how it went in words.
+    assert.equal(await page.locator(".step").first().locator("summary .tail").textContent(), "slept");
+    assert.match(await failed.locator("summary .tail").textContent(), /missing\.txt/);
+    assert.equal(await failed.locator("summary .st .sr-only").textContent(), "failed: ");
   };
   await check();
+  // f jumps to the failed step.
+  await page.locator("body").click({ position: { x: 5, y: 5 } });
+  await page.keyboard.press("f");
+  assert.equal(await page.evaluate(() => document.activeElement.closest(".step").classList.contains("error")), true);
   await page.click(".msg.assistant .copy-answer");
   const copied = await page.evaluate(() => navigator.clipboard.readText());
   assert.match(copied, /^First I look\.\n\nTom &amp; Jerry/);
@@ -537,4 +545,29 @@ test("two tabs on one session: a turn sent in one appears and streams in the oth
   assert.equal(await b.locator(".msg.user").count(), 2);
   assert.equal(await b.isHidden("#stop"), true);
   await context.close();
+});
+
+test("the sessions list reads as titles, newest first, with times, and can be searched", async () => {
+  const { url } = await startPicogent([{ text: "One." }, { text: "Two." }]);
+  const page = await browser.newPage({ viewport: { width: 390, height: 760 } }); // a phone
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "# Fix **the** `parser` bug");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  await page.click("#new-session");
+  await page.fill("#input", "Another question");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  await page.click("#manage-sessions");
+  await page.waitForSelector("#sessions-panel .item >> nth=1");
+  const titles = await page.locator("#sessions-panel .item .t").allTextContents();
+  assert.deepEqual(titles, ["Another question", "Fix the parser bug"]);
+  assert.match(await page.locator("#sessions-panel .item .d").first().textContent(), /\d{1,2}:\d{2}/);
+  await page.fill('#sessions-panel input[type="search"]', "parser");
+  assert.equal(await page.locator("#sessions-panel .item:visible").count(), 1);
+  assert.equal(await page.locator("#sessions-panel .item:visible .t").textContent(), "Fix the parser bug");
+  // Nothing overflows the phone-width window.
+  assert.equal(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), true);
+  await page.close();
 });
