@@ -20,6 +20,11 @@ use crate::session::{branches, Body, Known, Record, Session};
 /// Sessions listed at most.
 const MAX_SESSIONS: usize = 100;
 
+/// Whether any request of the server is still running.
+pub(super) fn any_running(runs: &Runs) -> bool {
+    runs.lock().is_ok_and(|m| m.values().any(|l| !l.is_done()))
+}
+
 /// The running requests of `session` (each once), oldest first.
 pub(super) fn running(runs: &Runs, session: &str) -> Vec<Arc<RunLog>> {
     let Ok(map) = runs.lock() else {

@@ -70,6 +70,9 @@ struct ChatState {
     /// Listening on a non-loopback address: the Host a browser used is its own origin.
     public: bool,
     allowed: Vec<String>,
+    /// Cancelled when the server is asked to stop: no new prompts are taken.
+    stopping: CancellationToken,
+    /// Cancelled once the drain is over: every run and connection ends.
     stop: CancellationToken,
     /// The runs going now, on disk, and those a crash interrupted.
     inflight: Arc<inflight::InFlight>,
@@ -100,7 +103,10 @@ pub async fn bind(
         })
 }
 
-/// Serves chat on `listener` until `stop`.
+/// Serves chat on `listener` until `stop`, then drains: no new prompts, running
+/// requests get `shutdown_grace` to finish (their pages still follow them), then what
+/// is left is cancelled (and marked interrupted at the next start) and the
+/// connections close.
 pub async fn serve(
     agent: Agent,
     listener: tokio::net::TcpListener,
@@ -108,16 +114,36 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     let inflight = inflight::InFlight::recover(&agent).await;
-    let app = app(agent, addr, stop.clone(), inflight);
+    let (cut, runs) = (CancellationToken::new(), Runs::default());
+    let grace = agent.config().shutdown_grace;
+    let app = app(
+        agent,
+        addr,
+        (stop.clone(), cut.clone()),
+        runs.clone(),
+        inflight,
+    );
+    let drain = async move {
+        stop.cancelled().await;
+        let deadline = tokio::time::Instant::now() + grace;
+        while history::any_running(&runs) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        if history::any_running(&runs) {
+            tracing::warn!("grace period over; cancelling the chat runs still going");
+        }
+        cut.cancel();
+    };
     axum::serve(crate::net::GuardedListener::new(listener), app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .with_graceful_shutdown(drain)
         .await
 }
 
 fn app(
     agent: Agent,
     addr: SocketAddr,
-    stop: CancellationToken,
+    (stopping, stop): (CancellationToken, CancellationToken),
+    runs: Runs,
     inflight: Arc<inflight::InFlight>,
 ) -> axum::Router {
     let cfg = agent.config();
@@ -131,13 +157,14 @@ fn app(
         ]);
     }
     let state = Arc::new(ChatState {
-        runs: Runs::default(),
+        runs,
         next_conn: std::sync::atomic::AtomicU64::new(0),
         token: cfg.chat_token.clone(),
         allowed: cfg.allowed_origins.clone(),
         public: !addr.ip().is_loopback(),
         own_origins,
         agent,
+        stopping,
         stop,
         inflight,
         watchers: watchers::Watchers::default(),

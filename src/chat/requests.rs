@@ -43,6 +43,13 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         keep_alive,
     } = p;
     let session = session_id.unwrap_or_else(crate::util::new_session_id);
+    if st.stopping.is_cancelled() {
+        let (id, session) = (Some(id), Some(session));
+        let message = "the server is shutting down: send it again once it is back".to_string();
+        tx.send(&Outgoing::error(id.clone(), session.clone(), message));
+        tx.send(&Outgoing::new(id, session, ServerFrame::done()));
+        return;
+    }
     let work_dir = match work_dir.map(|dir| check_work_dir(st, &dir)).transpose() {
         Ok(w) => w,
         Err(e) => {
@@ -73,7 +80,7 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     // Noted on disk before the shared map is locked (a small write, not synced).
     let running = st
         .inflight
-        .begin(&session, run_id.as_deref(), &content, st.stop.clone());
+        .begin(&session, run_id.as_deref(), &content, st.stopping.clone());
     let Ok(mut runs) = st.runs.lock() else {
         running.end(false);
         return;

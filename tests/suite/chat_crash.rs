@@ -158,7 +158,14 @@ async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
         "Never seen".into(),
     )])
     .await;
-    let cfg = || sb.config(&llm, Wire::Anthropic, json!({"step_timeout_sec": 600}));
+    // A short drain: the stopped server cancels its run after a second.
+    let cfg = || {
+        sb.config(
+            &llm,
+            Wire::Anthropic,
+            json!({"step_timeout_sec": 600, "shutdown_grace_sec": 1}),
+        )
+    };
     let first = start(cfg()).await;
     let mut ws = chat_connect(&first).await;
     chat_send(
@@ -209,4 +216,71 @@ async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
         third.is_some(),
         "the stopped run was never marked interrupted"
     );
+}
+
+/// Stopping the chat server drains it: a running request finishes (its page still
+/// follows it), a new prompt is refused with a reason, then the server ends.
+#[tokio::test]
+async fn a_stop_lets_running_requests_finish_and_refuses_new_ones() {
+    use super::chat::{next_of as chat_next, send as chat_send};
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![Turn::Stall(
+        Duration::from_millis(1500),
+        "Finished during the drain.".into(),
+    )])
+    .await;
+    let config = sb.config(&llm, Wire::Anthropic, json!({"shutdown_grace_sec": 20}));
+    let listener = picogent::chat::bind("127.0.0.1", 0, None).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(picogent::chat::serve(
+        agent_from(config),
+        listener,
+        stop.clone(),
+    ));
+    let mut ws = connect(port).await;
+    chat_send(
+        &mut ws,
+        json!({"id": "d1", "content": "Take your time", "sessionId": "drain", "keepAlive": true}),
+    )
+    .await;
+    llm.wait_requests(1).await;
+    stop.cancel();
+    chat_send(
+        &mut ws,
+        json!({"id": "d2", "content": "One more", "sessionId": "other"}),
+    )
+    .await;
+    let refused = chat_next(&mut ws, "error").await;
+    assert_eq!(refused["id"], "d2", "{refused}");
+    assert!(
+        refused["content"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down"),
+        "{refused}"
+    );
+    let done = loop {
+        let f = chat_next(&mut ws, "done").await;
+        if f["id"] == "d1" {
+            break f;
+        }
+    };
+    assert_eq!(done["id"], "d1");
+    let session =
+        std::fs::read_to_string(sb.home.join("sessions").join("drain.jsonl")).unwrap_or_default();
+    assert!(
+        session.contains("Finished during the drain."),
+        "{session:.400}"
+    );
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the server ended after its drain")
+        .unwrap()
+        .unwrap();
+    // Finished in the grace: nothing is left to be marked interrupted.
+    let left = std::fs::read_dir(sb.home.join("state/chat-runs"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0);
 }
