@@ -385,3 +385,126 @@ fn frames_that_are_not_json_objects_or_too_large_are_refused() {
         e.message
     );
 }
+
+/// Every frame type the server sends, by the exhaustive match below: a new variant
+/// does not compile until it is named here, and then the page test checks it.
+fn server_tag(f: &ServerFrame) -> &'static str {
+    match f {
+        ServerFrame::Text { .. } => "text",
+        ServerFrame::Usage { .. } => "usage",
+        ServerFrame::Notice { .. } => "notice",
+        ServerFrame::Started { .. } => "started",
+        ServerFrame::Gap { .. } => "gap",
+        ServerFrame::ToolUse { .. } => "tool_use",
+        ServerFrame::ToolOutput { .. } => "tool_output",
+        ServerFrame::Thinking { .. } => "thinking",
+        ServerFrame::ToolResult { .. } => "tool_result",
+        ServerFrame::Error { .. } => "error",
+        ServerFrame::Done { .. } => "done",
+        ServerFrame::Retry { .. } => "retry",
+        ServerFrame::State { .. } => "state",
+        ServerFrame::Instruction { .. } => "instruction",
+        ServerFrame::Checkpoint { .. } => "checkpoint",
+        ServerFrame::Rollback { .. } => "rollback",
+        ServerFrame::Branches { .. } => "branches",
+        ServerFrame::Compare { .. } => "compare",
+        ServerFrame::Prefer { .. } => "prefer",
+        ServerFrame::Annotated { .. } => "annotated",
+        ServerFrame::History { .. } => "history",
+        ServerFrame::Sessions { .. } => "sessions",
+        ServerFrame::Deleted { .. } => "deleted",
+        ServerFrame::Preview { .. } => "preview",
+    }
+}
+
+/// The same for a history's own items (its frames are server frames).
+fn history_tag(i: &HistoryItem) -> &'static str {
+    match i {
+        HistoryItem::User { .. } => "user",
+        HistoryItem::Branch { .. } => "branch",
+        HistoryItem::Label { .. } => "label",
+        HistoryItem::Rating { .. } => "rating",
+        HistoryItem::Interrupted { .. } => "interrupted",
+        HistoryItem::Frame(f) => server_tag(f),
+    }
+}
+
+#[test]
+fn the_page_handles_every_frame_the_server_sends_and_no_other() {
+    let s = || String::new();
+    let frames = [
+        ServerFrame::Text { content: s() },
+        ServerFrame::Usage {
+            content: Default::default(),
+            step: 1,
+        },
+        ServerFrame::Notice { content: s() },
+        ServerFrame::Gap { content: s() },
+        ServerFrame::ToolResult { content: s() },
+        ServerFrame::Thinking { content: s() },
+        ServerFrame::error("e"),
+        ServerFrame::done(),
+    ];
+    // The serialised `type` is the name the match gives (for the ones built here).
+    for f in &frames {
+        let v = serde_json::to_value(f).unwrap();
+        assert_eq!(v["type"], server_tag(f), "{v}");
+    }
+    let items = [
+        HistoryItem::User { content: s() },
+        HistoryItem::Interrupted {
+            run_id: None,
+            content: s(),
+        },
+    ];
+    for i in &items {
+        let v = serde_json::to_value(i).unwrap();
+        assert_eq!(v["type"], history_tag(i), "{v}");
+    }
+    let page = include_str!("../../client.html");
+    let known = [
+        "text",
+        "usage",
+        "notice",
+        "started",
+        "gap",
+        "tool_use",
+        "tool_output",
+        "thinking",
+        "tool_result",
+        "error",
+        "done",
+        "retry",
+        "state",
+        "instruction",
+        "checkpoint",
+        "rollback",
+        "branches",
+        "compare",
+        "prefer",
+        "annotated",
+        "history",
+        "sessions",
+        "deleted",
+        "preview",
+        "user",
+        "branch",
+        "label",
+        "rating",
+        "interrupted",
+    ];
+    for tag in known {
+        let handled =
+            page.contains(&format!("case \"{tag}\"")) || page.contains(&format!("=== \"{tag}\""));
+        assert!(handled, "client.html does not handle `{tag}` frames");
+    }
+    // And the page handles no frame the server never sends (a `case` of its frame switch).
+    let cases = regex::Regex::new(r#"case "([a-z_]+)""#).unwrap();
+    for c in cases.captures_iter(page) {
+        assert!(
+            known.contains(&&c[1]),
+            "client.html handles `{}`, which no server frame is",
+            &c[1]
+        );
+    }
+}
