@@ -80,16 +80,13 @@ pub(crate) async fn run(
     router: Router,
     stop: CancellationToken,
 ) -> Result<(), FatalError> {
-    let (start, cap) = opts.backoff;
-    let mut delay = start;
+    let mut backoff = Backoff::new(opts.backoff);
     loop {
         match connect_once(&opts, &desc, &router, &stop).await? {
             End::Stopped => return Ok(()),
             End::Lost { why, registered } => {
                 crate::metrics::ws_reconnect();
-                if registered {
-                    delay = start;
-                }
+                let delay = backoff.next(registered);
                 let wait = delay + delay.mul_f64(fastrand::f64() * 0.25);
                 tracing::warn!(
                     "tracker connection lost ({why}); reconnecting in {} ms",
@@ -99,9 +96,55 @@ pub(crate) async fn run(
                     _ = tokio::time::sleep(wait) => {}
                     _ = stop.cancelled() => return Ok(()),
                 }
-                delay = (delay * 2).min(cap);
             }
         }
+    }
+}
+
+/// The reconnect delays before jitter: the first, doubling up to the cap, back to the
+/// first once a connection got as far as registering.
+struct Backoff {
+    start: Duration,
+    cap: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new((start, cap): (Duration, Duration)) -> Backoff {
+        Backoff {
+            start,
+            cap,
+            next: start,
+        }
+    }
+
+    /// The delay before the next attempt, after a connection that was (or was not)
+    /// registered when it ended.
+    fn next(&mut self, registered: bool) -> Duration {
+        if registered {
+            self.next = self.start;
+        }
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.cap);
+        delay
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_to_the_cap_and_start_again_after_a_registered_connection() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new((ms(100), ms(1000)));
+        let refused: Vec<Duration> = (0..6).map(|_| b.next(false)).collect();
+        assert_eq!(
+            refused,
+            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+        );
+        assert_eq!(b.next(true), ms(100));
+        assert_eq!(b.next(false), ms(200));
     }
 }
 

@@ -448,13 +448,14 @@ async fn websocket_reconnects_with_growing_delays_and_an_unacked_event_runs_once
     let at = tracker.ws_attempts();
     assert!(at.len() >= 5, "{} attempts", at.len());
     let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
-    // 100 ms, 200 ms, 400 ms (+ up to 25% jitter): each refused attempt waits longer.
+    // Each refused attempt waits at least its delay: 100 ms, 200 ms, 400 ms (plus up to
+    // 25% jitter, plus whatever a busy machine adds: only the lower bounds are sure;
+    // the sequence itself, and its reset, is `ws.rs`'s unit test).
+    let ms = Duration::from_millis;
     assert!(
-        gaps[0] >= Duration::from_millis(90) && gaps[1] > gaps[0] && gaps[2] > gaps[1],
+        gaps[0] >= ms(100) && gaps[1] >= ms(200) && gaps[2] >= ms(400),
         "{gaps:?}"
     );
-    // After a registered connection was lost, the delay starts again from the first.
-    assert!(gaps[3] < gaps[2], "{gaps:?}");
     tracker.wait_status("t_once", "review", 20).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(llm.request_count(), 1, "the redelivered event ran again");
