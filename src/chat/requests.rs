@@ -80,7 +80,7 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     // Noted on disk before the shared map is locked (a small write, not synced).
     let running = st
         .inflight
-        .begin(&session, run_id.as_deref(), &content, st.stopping.clone());
+        .begin(&session, run_id.as_deref(), &content, st.stop.clone());
     let Ok(mut runs) = st.runs.lock() else {
         running.end(false);
         return;
