@@ -96,8 +96,25 @@ struct RunArgs {
     dir: Option<PathBuf>,
     /// Continue (or start) this session: a file path, the id in its header or a unique
     /// prefix of either, in picogent's sessions folder or pi's (~/.pi/agent/sessions).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["cont", "no_session"])]
     session: Option<String>,
+    /// Continue the latest session started in this working folder.
+    #[arg(
+        short = 'c',
+        long = "continue",
+        id = "cont",
+        conflicts_with = "no_session"
+    )]
+    cont: bool,
+    /// Keep no session: the conversation is gone when the run ends.
+    #[arg(long)]
+    no_session: bool,
+    /// The model (overrides PICOGENT_MODEL and `model`).
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// The provider (overrides PICOGENT_PROVIDER and `provider`).
+    #[arg(long, value_name = "PROVIDER", value_parser = ["anthropic", "openai", "ollama", "claude-code"])]
+    provider: Option<String>,
     /// Print every event as a JSON line instead of readable text.
     #[arg(long)]
     json: bool,
@@ -213,8 +230,13 @@ fn fail(msg: &str, code: u8) -> ExitCode {
 }
 
 fn load_config(arg: Option<&Path>) -> anyhow::Result<Config> {
+    load_config_from(arg, &Env::from_process())
+}
+
+/// `load_config` with the environment given (the process's, with flags set in it).
+fn load_config_from(arg: Option<&Path>, env: &Env) -> anyhow::Result<Config> {
     let cwd = std::env::current_dir().context("cannot read the current folder")?;
-    let config = Config::load(arg, &Env::from_process(), &cwd)?;
+    let config = Config::load(arg, env, &cwd)?;
     if config.secrets_in_file {
         if let Some(f) = &config.config_file {
             tracing::warn!(
@@ -421,7 +443,14 @@ async fn run_signal() -> u8 {
 }
 
 async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut config = load_config(args.agent.as_deref())?;
+    let mut env = Env::from_process();
+    if let Some(m) = &args.model {
+        env.set("PICOGENT_MODEL", m.as_str());
+    }
+    if let Some(p) = &args.provider {
+        env.set("PICOGENT_PROVIDER", p.as_str());
+    }
+    let mut config = load_config_from(args.agent.as_deref(), &env)?;
     let cwd = std::env::current_dir().context("cannot read the current folder")?;
     if let Some(dir) = &args.dir {
         config.work_dir = config::absolute(&cwd, dir);
@@ -439,8 +468,32 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     if prompt.trim().is_empty() {
         anyhow::bail!("the task is empty");
     }
+    // --no-session: the session lives in a folder of its own that goes with the run.
+    let scratch = if args.no_session {
+        let dir = std::env::temp_dir().join(format!(
+            "picogent-no-session-{}",
+            picogent::util::new_session_id()
+        ));
+        std::fs::create_dir(&dir).context("cannot make a folder for the run's session")?;
+        config.session_dir = Some(dir.clone());
+        Some(dir)
+    } else {
+        None
+    };
     let session_id = match &args.session {
         Some(arg) => pick_session(&mut config, arg)?,
+        None if args.cont => {
+            match picogent::session::find::latest_in(&config.own_sessions_dir(), &config.work_dir) {
+                Some(id) => {
+                    say!("continuing session {id}");
+                    id
+                }
+                None => anyhow::bail!(
+                    "no session to continue: none was started in {}",
+                    config.work_dir.display()
+                ),
+            }
+        }
         None => picogent::util::new_session_id(),
     };
     let agent = new_agent(config).await?;
@@ -468,7 +521,14 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => handle.finish().await,
     };
     signals.abort();
-    say!("session: {session_id}");
+    match scratch {
+        Some(dir) => {
+            if let Err(e) = picogent::util::remove_tree(&dir) {
+                say!("picogent: cannot remove {}: {e}", dir.display());
+            }
+        }
+        None => say!("session: {session_id}"),
+    }
     Ok(match outcome {
         Outcome::Completed { .. } => ExitCode::SUCCESS,
         Outcome::Failed { .. } => ExitCode::from(1),

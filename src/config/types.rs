@@ -152,6 +152,11 @@ impl Env {
             .collect())
     }
 
+    /// Sets a variable (a command-line flag that stands for one).
+    pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.0.insert(key.into(), value.into());
+    }
+
     /// A set, non-empty variable.
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.0

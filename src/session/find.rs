@@ -122,6 +122,32 @@ fn jsonl_files(dir: &Path, depth: u32) -> Vec<PathBuf> {
     out
 }
 
+/// The newest session in `dir` (by its file's last change) that was started in `cwd`:
+/// what `picogent run --continue` continues.
+pub fn latest_in(dir: &Path, cwd: &Path) -> Option<String> {
+    let want = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let mut best: Option<(std::time::SystemTime, String)> = None;
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "jsonl") {
+            continue;
+        }
+        let Some(h) = header(&path) else { continue };
+        let started_here = h["cwd"].as_str().is_some_and(|c| {
+            let c = Path::new(c);
+            c == want || std::fs::canonicalize(c).is_ok_and(|c| c == want)
+        });
+        let (Some(id), Ok(modified)) = (h["id"].as_str(), e.metadata().and_then(|m| m.modified()))
+        else {
+            continue;
+        };
+        if started_here && best.as_ref().is_none_or(|(t, _)| modified > *t) {
+            best = Some((modified, id.to_string()));
+        }
+    }
+    best.map(|(_, id)| id)
+}
+
 /// The `id` in a file's header line, if it has one.
 fn header_id(path: &Path) -> Option<String> {
     header(path)?["id"].as_str().map(str::to_string)

@@ -403,3 +403,70 @@ async fn without_a_key_the_error_points_to_a_local_model() {
     // Ollama's instructions, or the local server this machine has.
     assert!(err.contains("PICOGENT_PROVIDER="), "{err}");
 }
+
+/// The flags pi, Claude Code and Codex users type: `--model`, `--provider`, `-c` (the
+/// latest session started in this folder) and `--no-session`.
+#[tokio::test]
+async fn model_provider_continue_and_no_session_flags() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        text("First answer."),
+        text("Second answer."),
+        text("Third answer."),
+    ])
+    .await;
+    let mut env = provider_env(&llm, Wire::Anthropic);
+    env.retain(|(k, _)| *k != "PICOGENT_PROVIDER");
+    let dir = sb.work.display().to_string();
+    let first = picogent(
+        &sb,
+        &[
+            "run",
+            "--provider",
+            "anthropic",
+            "--model",
+            "flag-model",
+            "--dir",
+            &dir,
+            "one",
+        ],
+        &env,
+    )
+    .await;
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(llm.requests()[0].body["model"], "flag-model");
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("session: "))
+        .expect("the session id is printed")
+        .to_string();
+    // -c continues it: the second request carries the first exchange.
+    let again = picogent(&sb, &["run", "-c", "--dir", &dir, "two"], &env).await;
+    assert!(again.status.success(), "{again:?}");
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains(&format!("continuing session {id}")), "{err}");
+    let sent = llm.requests()[1].body["messages"].to_string();
+    assert!(
+        sent.contains("First answer.") && sent.contains("two"),
+        "{sent}"
+    );
+    // Elsewhere there is nothing to continue.
+    let other = sb.base().join("elsewhere");
+    std::fs::create_dir_all(&other).unwrap();
+    let none = picogent(
+        &sb,
+        &["run", "-c", "--dir", other.to_str().unwrap(), "three"],
+        &env,
+    )
+    .await;
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no session to continue"));
+    // --no-session leaves no session behind.
+    let sessions = sb.user_home.join(".picogent/sessions");
+    let before = std::fs::read_dir(&sessions).unwrap().count();
+    let gone = picogent(&sb, &["run", "--no-session", "--dir", &dir, "three"], &env).await;
+    assert!(gone.status.success(), "{gone:?}");
+    assert!(!String::from_utf8_lossy(&gone.stderr).contains("session:"));
+    assert_eq!(std::fs::read_dir(&sessions).unwrap().count(), before);
+}
