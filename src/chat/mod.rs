@@ -208,7 +208,11 @@ async fn metrics(State(st): State<Arc<ChatState>>, req: Request) -> Response {
         )
             .into_response();
     }
-    crate::metrics::response()
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    crate::metrics::response(accept)
 }
 
 fn refuse(status: StatusCode, message: String) -> Response {

@@ -171,10 +171,13 @@ async fn events(
 }
 
 /// Prometheus metrics, behind the same token as `/events`.
-async fn metrics(State(ctx): State<Arc<Ctx>>) -> Response {
+async fn metrics(State(ctx): State<Arc<Ctx>>, headers: axum::http::HeaderMap) -> Response {
     let load = ctx.router.load();
     crate::metrics::set_load(load.queued, load.active_tasks.len(), ctx.router.backlog());
-    crate::metrics::response()
+    let accept = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    crate::metrics::response(accept)
 }
 
 /// The process answers: what a liveness probe asks. A degraded `/healthz` (a full disk,

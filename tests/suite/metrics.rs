@@ -39,15 +39,39 @@ async fn agent_mode_counts_runs_tools_model_calls_and_queues_behind_the_token() 
     let (status, text) = get(&url, Some(TOKEN)).await;
     assert_eq!(status, 200);
     for line in [
-        r#"picogent_runs_finished_total{outcome="completed",kind=""} 1"#,
+        r#"picogent_runs_finished_total{outcome="completed",kind="none"} 1"#,
         r#"picogent_tool_calls_total{tool="read",result="ok"} 1"#,
         r#"picogent_model_calls_total{provider="anthropic",result="ok"} 2"#,
         "picogent_queued_jobs 0",
         "picogent_running_jobs 0",
         "# TYPE picogent_model_call_seconds histogram",
+        // Prometheus text 0.0.4 by default: a counter's family has its samples' name.
+        "# TYPE picogent_runs_started_total counter",
+        "picogent_build_info{version=",
+        "# TYPE process_resident_memory_bytes gauge",
     ] {
         assert!(text.contains(line), "{line} missing:\n{text}");
     }
+    assert!(!text.contains("=\"\""), "an empty label value:\n{text}");
+    assert!(!text.contains("# EOF"));
+    // OpenMetrics for a scraper that asks for it.
+    let open = reqwest::Client::new()
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert!(open.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
+    let open = open.text().await.unwrap();
+    assert!(open.ends_with("# EOF\n"), "{open}");
+    assert!(
+        open.contains("# TYPE picogent_runs_started counter"),
+        "{open}"
+    );
     assert!(
         text.contains(r#"picogent_tokens_total{direction="output"}"#),
         "{text}"
@@ -73,7 +97,7 @@ async fn chat_metrics_need_the_chat_token_when_one_is_set() {
     let (status, text) = get(&url, Some("chat-secret")).await;
     assert_eq!(status, 200);
     assert!(
-        text.contains("# TYPE picogent_runs_started counter"),
+        text.contains("# TYPE picogent_runs_started_total counter"),
         "{text}"
     );
     stop.cancel();

@@ -1,6 +1,9 @@
 //! Prometheus metrics (`GET /metrics` on the agent-mode and chat servers): what runs,
 //! model calls, tools and the daemon's queues are doing. One registry per process;
-//! the places that count call the functions here.
+//! the places that count call the functions here. `exposition` writes them in the
+//! format a scraper asks for, with the standard `process_*` metrics.
+
+mod exposition;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -29,6 +32,7 @@ struct Metrics {
     outbox: Gauge,
     dead_letters: Gauge,
     ws_reconnects: Counter,
+    build_info: Family<Labels, Gauge>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -47,8 +51,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         outbox: Gauge::default(),
         dead_letters: Gauge::default(),
         ws_reconnects: Counter::default(),
+        build_info: Family::default(),
         registry: Registry::default(),
     };
+    m.build_info
+        .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_string())])
+        .set(1);
+    registry.register(
+        "build_info",
+        "picogent's version (always 1)",
+        m.build_info.clone(),
+    );
     registry.register("runs_started", "Runs started", m.runs_started.clone());
     registry.register(
         "runs_finished",
@@ -113,7 +126,7 @@ pub(crate) fn run_started() {
 pub(crate) fn run_finished(outcome: &str, kind: Option<&str>, steps: u32) {
     let labels = vec![
         ("outcome", outcome.to_string()),
-        ("kind", kind.unwrap_or("").to_string()),
+        ("kind", kind.unwrap_or("none").to_string()),
     ];
     METRICS.runs_finished.get_or_create(&labels).inc();
     METRICS.steps.inc_by(u64::from(steps));
@@ -201,24 +214,38 @@ pub(crate) fn set_dead_letters(n: usize) {
         .set(i64::try_from(n).unwrap_or(i64::MAX));
 }
 
-/// The text exposition format.
+/// The OpenMetrics text: picogent's families, then the process's, then `# EOF`.
 pub(crate) fn render() -> String {
     let mut out = String::new();
     if encode(&mut out, &METRICS.registry).is_err() {
         out.clear();
     }
-    out
+    let body = out.strip_suffix("# EOF\n").unwrap_or(&out).to_string();
+    format!("{body}{}# EOF\n", exposition::process_metrics())
 }
 
-/// The `/metrics` response.
-pub(crate) fn response() -> axum::response::Response {
+/// The `/metrics` response in the format `accept` asks for: OpenMetrics when it names
+/// it, else Prometheus text 0.0.4.
+pub(crate) fn response(accept: Option<&str>) -> axum::response::Response {
     use axum::response::IntoResponse;
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        render(),
-    )
-        .into_response()
+    let open = render();
+    if accept.is_some_and(|a| a.contains("application/openmetrics-text")) {
+        (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            open,
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            exposition::to_prometheus_text(&open),
+        )
+            .into_response()
+    }
 }
