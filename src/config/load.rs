@@ -57,6 +57,8 @@ struct FileConfig {
     git_timeout_sec: Option<u64>,
     temperature: Option<f64>,
     keep_alive: Option<serde_json::Value>,
+    /// `mcpServers`: pasted as is from a Claude Code or Claude Desktop configuration.
+    #[serde(alias = "mcpServers")]
     mcp_servers: Option<std::collections::BTreeMap<String, super::mcp::FileMcpServer>>,
     project_docs: Option<bool>,
 }

@@ -3,7 +3,10 @@
 //! The file's shape follows Claude Code's and Codex's MCP configuration where they agree,
 //! so an entry can be pasted from either: a stdio server is `{"command", "args"?, "env"?,
 //! "cwd"?}`, a Streamable HTTP one `{"url", "headers"?}`; `type` (`stdio`, `http`) may
-//! say which. `${VAR}` and `${VAR:-default}` in any string are taken from the
+//! say which. The whole `mcpServers` object of a Claude Code or Claude Desktop
+//! configuration can be pasted as `mcp_servers`; Codex's `http_headers`,
+//! `bearer_token_env_var` (the token's variable, sent as `Authorization: Bearer`) and
+//! `env_vars` (variables passed on to a stdio server by name) are taken too. `${VAR}` and `${VAR:-default}` in any string are taken from the
 //! environment at load, so secrets stay out of the file; a variable that is not set is
 //! a configuration error naming the server and field.
 
@@ -28,8 +31,13 @@ pub(super) struct FileMcpServer {
     cwd: Option<PathBuf>,
     /// `false`: the server runs unconfined (confined like the agent's commands by default).
     sandbox: Option<bool>,
+    /// Codex: variables passed on from picogent's environment, by name.
+    env_vars: Option<Vec<String>>,
     url: Option<String>,
+    #[serde(alias = "http_headers")]
     headers: Option<BTreeMap<String, String>>,
+    /// Codex: the variable holding a bearer token for a Streamable HTTP server.
+    bearer_token_env_var: Option<String>,
     enabled: Option<bool>,
     enabled_tools: Option<Vec<String>>,
     disabled_tools: Option<Vec<String>>,
@@ -113,6 +121,18 @@ fn expand(value: &str, env: &Env, field: &str, origin: &str) -> Result<String, C
     Ok(out)
 }
 
+/// A variable a server is given by name (kept out of commands' environments).
+fn from_env(env: &Env, name: &str, field: &str, origin: &str) -> Result<String, ConfigError> {
+    crate::config::secrets::mark_secret(name);
+    env.get(name).map(str::to_string).ok_or_else(|| {
+        field_error(
+            origin,
+            field,
+            format!("environment variable {name} is not set"),
+        )
+    })
+}
+
 fn field_error(origin: &str, field: &str, message: String) -> ConfigError {
     ConfigError::Field {
         path: origin.into(),
@@ -163,6 +183,12 @@ pub(super) fn resolve(
                 &format!("{field}.{what}"),
                 "must be greater than 0".into(),
             )),
+            // A year at most: more overflows the clock's arithmetic.
+            Some(n) if n > 365 * 86_400 => Err(field_error(
+                origin,
+                &format!("{field}.{what}"),
+                "must be at most a year".into(),
+            )),
             Some(n) => Ok(Duration::from_secs(n)),
             None => Ok(default),
         };
@@ -201,7 +227,14 @@ fn transport(
             args: (s.args.iter().flatten().enumerate())
                 .map(|(i, a)| expand(a, env, &format!("{field}.args[{i}]"), origin))
                 .collect::<Result<_, _>>()?,
-            env: expand_map(s.env.as_ref(), env, &format!("{field}.env"), origin)?,
+            env: {
+                let mut vars = expand_map(s.env.as_ref(), env, &format!("{field}.env"), origin)?;
+                for (i, name) in s.env_vars.iter().flatten().enumerate() {
+                    let value = from_env(env, name, &format!("{field}.env_vars[{i}]"), origin)?;
+                    vars.insert(name.clone(), value);
+                }
+                vars
+            },
             cwd: s.cwd.as_deref().map(file_path),
             sandbox: s.sandbox.unwrap_or(true),
         }),
@@ -217,10 +250,13 @@ fn transport(
                     ))
                 }
             }
-            Ok(McpTransport::Http {
-                url,
-                headers: expand_map(s.headers.as_ref(), env, &format!("{field}.headers"), origin)?,
-            })
+            let mut headers =
+                expand_map(s.headers.as_ref(), env, &format!("{field}.headers"), origin)?;
+            if let Some(var) = &s.bearer_token_env_var {
+                let token = from_env(env, var, &format!("{field}.bearer_token_env_var"), origin)?;
+                headers.insert("Authorization".into(), format!("Bearer {token}"));
+            }
+            Ok(McpTransport::Http { url, headers })
         }
         (Some(k), _, _) if !matches!(k, "stdio" | "http" | "streamable-http" | "streamable_http") => {
             Err(field_error(

@@ -336,3 +336,61 @@ fn openai_and_ollama_need_a_model_and_anthropic_reads_its_clients_variables() {
     let c = Config::load(Some(&sb.home), &Env::default(), &sb.base()).unwrap();
     assert_eq!(c.keep_alive, None);
 }
+
+/// `mcpServers` pasted from Claude Desktop or Claude Code, and Codex's
+/// `http_headers`, `bearer_token_env_var` and `env_vars`, load as they read.
+#[test]
+fn mcp_servers_pasted_from_claude_or_codex_load() {
+    use picogent::config::McpTransport;
+    let sb = Sandbox::new();
+    write(
+        &sb.home,
+        "agent.json",
+        r#"{"mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
+                   "env": {"A": "1"}, "env_vars": ["FOO"]},
+            "gh": {"type": "http", "url": "https://mcp.example.com/mcp",
+                   "http_headers": {"X-Team": "core"}, "bearer_token_env_var": "GH_TOKEN"}
+        }}"#,
+    );
+    let env = Env::from_pairs([("FOO", "bar"), ("GH_TOKEN", "t0k")]);
+    let c = Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
+    let by_name = |n: &str| {
+        c.mcp_servers
+            .iter()
+            .find(|s| s.name == n)
+            .unwrap()
+            .transport
+            .clone()
+    };
+    match by_name("fs") {
+        McpTransport::Stdio { command, env, .. } => {
+            assert_eq!(command, "npx");
+            assert_eq!(env.get("A").map(String::as_str), Some("1"));
+            assert_eq!(env.get("FOO").map(String::as_str), Some("bar"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match by_name("gh") {
+        McpTransport::Http { headers, .. } => {
+            assert_eq!(headers.get("X-Team").map(String::as_str), Some("core"));
+            assert_eq!(
+                headers.get("Authorization").map(String::as_str),
+                Some("Bearer t0k")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A variable named but not set is an error naming the field.
+    let e = Config::load(
+        Some(&sb.home),
+        &Env::from_pairs([("FOO", "bar")]),
+        &sb.base(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("bearer_token_env_var") && e.contains("GH_TOKEN"),
+        "{e}"
+    );
+}
