@@ -74,8 +74,8 @@ struct ExportArgs {
     #[arg(long, value_name = "ID")]
     session: String,
     /// trajectory (one line per branch), tree (the whole tree), dpo (one pair per
-    /// recorded preference) or prm (per-step labels).
-    #[arg(long, default_value = "trajectory")]
+    /// recorded preference), prm (per-step labels) or annotations (labels and ratings).
+    #[arg(long, default_value = "trajectory", value_parser = ["trajectory", "tree", "dpo", "prm", "annotations"])]
     format: String,
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "FILE")]
@@ -142,7 +142,8 @@ fn main() -> ExitCode {
     // and not those it prints itself from the run's events (retries, the failure).
     let quiet = matches!(cli.command, Some(Command::Run(_)));
     let run_filter = format!("warn,{}=off", picogent::util::REPORTED);
-    init_logging(if quiet { &run_filter } else { "info" });
+    // rmcp logs its peers' details at info: only its warnings belong in picogent's log.
+    init_logging(if quiet { &run_filter } else { "info,rmcp=warn" });
     if let Some(e) = env_error {
         return fail(&format!("cannot load ./.env: {e}"), 2);
     }

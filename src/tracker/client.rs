@@ -119,7 +119,8 @@ impl TrackerClient {
         }
         let resp = req.send().await.map_err(|e| TrackerError::Transient {
             url: url.clone(),
-            message: format!("cannot reach the tracker: {e}"),
+            // The URL is said once, by the error's own field.
+            message: format!("cannot reach the tracker: {}", e.without_url()),
         })?;
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();

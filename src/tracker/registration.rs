@@ -25,6 +25,7 @@ pub(crate) async fn register(
     retry: Duration,
     stop: &CancellationToken,
 ) -> Result<Option<Registered>, FatalError> {
+    let mut failed: u32 = 0;
     loop {
         match client.register(desc).await {
             Ok(r) => {
@@ -38,7 +39,20 @@ pub(crate) async fn register(
             Err(TrackerError::Rejected {
                 status, message, ..
             }) if status == 400 || status == 422 => return Err(FatalError::Invalid(message)),
-            Err(e) => tracing::warn!("registration failed, retrying in {retry:?}: {e}"),
+            Err(e) => {
+                failed = failed.saturating_add(1);
+                // Said at once, then about once a minute: not every few seconds for
+                // as long as the tracker is away.
+                let every = (60 / retry.as_secs().max(1)).max(1);
+                if failed == 1 || u64::from(failed) % every == 0 {
+                    tracing::warn!(
+                        attempts = failed,
+                        "registration failed, retrying every {retry:?}: {e}"
+                    );
+                } else {
+                    tracing::debug!(attempts = failed, "registration failed: {e}");
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(retry) => {}

@@ -252,6 +252,11 @@ async fn completions_are_printed_for_each_shell() {
             text.contains("picogent") && text.contains("sandbox-check"),
             "{shell}: {text}"
         );
+        // The enumerated values are offered: export formats, providers.
+        assert!(
+            text.contains("annotations") && text.contains("ollama"),
+            "{shell}: {text}"
+        );
     }
     // A reader that stops early (`| head -1`) is no error, and nothing panics.
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
