@@ -382,8 +382,18 @@ async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow
 
 fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(args.agent.as_deref())?;
-    let store = picogent::session::SessionStore::new(config.sessions_dir());
-    let session = store.snapshot(&args.session)?;
+    // The session is found as `run --session` finds it: an id, a prefix or a path.
+    use picogent::session::find;
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let pi = home.as_deref().map(find::pi_sessions_dir);
+    let (dir, id) = match find::resolve(&args.session, &config.own_sessions_dir(), pi.as_deref())? {
+        find::Found::Existing { dir, id } => (dir, id),
+        find::Found::New(_) | find::Found::NewAt { .. } => {
+            anyhow::bail!("no session {:?} to export", args.session)
+        }
+    };
+    let store = picogent::session::SessionStore::new(dir);
+    let session = store.snapshot(&id)?;
     let lines =
         picogent::session::branches::export(&session, &args.format).map_err(anyhow::Error::msg)?;
     let mut text = String::new();
@@ -482,7 +492,7 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         None
     };
     let session_id = match &args.session {
-        Some(arg) => pick_session(&mut config, arg)?,
+        Some(arg) => pick_session(&mut config, arg, args.dir.is_some())?,
         None if args.cont => {
             match picogent::session::find::latest_in(&config.own_sessions_dir(), &config.work_dir) {
                 Some(id) => {
@@ -539,13 +549,23 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// `--session ARG` resolved to an id, pointing the config at the folder of a session
 /// found outside picogent's own (a pi session file).
-fn pick_session(config: &mut Config, arg: &str) -> anyhow::Result<String> {
+/// A continued session runs in the folder its header names, as pi does, unless
+/// `--dir` says otherwise (`dir_given`).
+fn pick_session(config: &mut Config, arg: &str, dir_given: bool) -> anyhow::Result<String> {
     use picogent::session::find;
     let own = config.own_sessions_dir();
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let pi = home.as_deref().map(find::pi_sessions_dir);
     match find::resolve(arg, &own, pi.as_deref())? {
         find::Found::Existing { dir, id } => {
+            if !dir_given {
+                let cwd = find::header(&dir.join(format!("{id}.jsonl")))
+                    .and_then(|h| h["cwd"].as_str().map(PathBuf::from))
+                    .filter(|c| c.is_dir());
+                if let Some(cwd) = cwd {
+                    config.work_dir = cwd;
+                }
+            }
             if dir != own && std::fs::canonicalize(&own).ok().as_ref() != Some(&dir) {
                 config.session_dir = Some(dir);
             }
@@ -553,6 +573,13 @@ fn pick_session(config: &mut Config, arg: &str) -> anyhow::Result<String> {
         }
         find::Found::New(id) => {
             say!("new session {id}");
+            Ok(id)
+        }
+        find::Found::NewAt { dir, id } => {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot make {}", dir.display()))?;
+            say!("new session {id} in {}", dir.display());
+            config.session_dir = Some(dir);
             Ok(id)
         }
     }

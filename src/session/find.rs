@@ -28,6 +28,9 @@ pub enum Found {
     Existing { dir: PathBuf, id: String },
     /// Nothing matched: a new session of that name in picogent's folder.
     New(String),
+    /// A path to a file that does not exist yet: a new session there (as pi's
+    /// `--session PATH` makes one).
+    NewAt { dir: PathBuf, id: String },
 }
 
 /// pi's sessions folder under `home`.
@@ -44,8 +47,19 @@ pub fn resolve(arg: &str, own: &Path, pi: Option<&Path>) -> Result<Found, FindEr
         });
     }
     let as_path = Path::new(arg);
-    if (arg.contains('/') || arg.ends_with(".jsonl")) && as_path.is_file() {
-        return existing(as_path);
+    if arg.contains('/') || arg.ends_with(".jsonl") {
+        if as_path.is_file() {
+            return existing(as_path);
+        }
+        // A new file where its folder is (or will be): named like any session.
+        let id = stem(as_path).filter(|s| valid_id(s) && arg.ends_with(".jsonl"));
+        let dir = as_path.parent().filter(|d| !d.as_os_str().is_empty());
+        if let (Some(id), Some(dir)) = (id, dir) {
+            return Ok(Found::NewAt {
+                dir: dir.to_path_buf(),
+                id,
+            });
+        }
     }
     let mut files = jsonl_files(own, 0);
     if let Some(pi) = pi {
@@ -154,7 +168,7 @@ fn header_id(path: &Path) -> Option<String> {
 }
 
 /// A session file's header line (its first 64 KB at most), without reading the rest.
-pub(crate) fn header(path: &Path) -> Option<serde_json::Value> {
+pub fn header(path: &Path) -> Option<serde_json::Value> {
     use std::io::{BufRead, Read};
     let file = std::fs::File::open(path).ok()?;
     let mut first = String::new();

@@ -475,3 +475,61 @@ async fn model_provider_continue_and_no_session_flags() {
     assert!(!String::from_utf8_lossy(&gone.stderr).contains("session:"));
     assert_eq!(std::fs::read_dir(&sessions).unwrap().count(), before);
 }
+
+/// As pi does: `--session PATH` to a file that does not exist makes the session there;
+/// continuing a session without `--dir` works in the folder its header names; `export
+/// --session` finds a session the way `run --session` does.
+#[tokio::test]
+async fn session_paths_header_folders_and_export_lookups_behave_like_pi() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "pwd"})),
+        text("first"),
+        tool("bash", json!({"command": "pwd"})),
+        text("second"),
+    ])
+    .await;
+    let env = provider_env(&llm, Wire::Anthropic);
+    let file = sb.base().join("elsewhere/notes/s1.jsonl");
+    let dir = sb.work.display().to_string();
+    let out = picogent(
+        &sb,
+        &[
+            "run",
+            "--dir",
+            &dir,
+            "--session",
+            file.to_str().unwrap(),
+            "one",
+        ],
+        &env,
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(file.is_file(), "the session was made at the path given");
+    // Continued from another folder, without --dir: it works where it started.
+    let out = picogent(
+        &sb,
+        &["run", "--session", file.to_str().unwrap(), "two"],
+        &env,
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let (pwd, _) = last_tool_result(&llm.requests()[3].body);
+    assert!(pwd.contains(&dir), "pwd ran elsewhere: {pwd}");
+    // export finds it by its path (and so by anything run finds it by).
+    let out = picogent(
+        &sb,
+        &[
+            "export",
+            "--session",
+            file.to_str().unwrap(),
+            "--format",
+            "trajectory",
+        ],
+        &env,
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("second"));
+}
