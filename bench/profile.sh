@@ -15,7 +15,8 @@ target=${CARGO_TARGET_DIR:-target}
 cargo build --example scripted_llm >&2
 server="$target/debug/examples/scripted_llm"
 work=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+pid=""
+trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 printf "print('Hello, world')\n" >"$work/greet.py"
 python3 - "$work/script.json" <<'PY'
 import json, sys

@@ -230,7 +230,15 @@ fn transport(
             env: {
                 let mut vars = expand_map(s.env.as_ref(), env, &format!("{field}.env"), origin)?;
                 for (i, name) in s.env_vars.iter().flatten().enumerate() {
-                    let value = from_env(env, name, &format!("{field}.env_vars[{i}]"), origin)?;
+                    // Passed on as it is (`PATH`, `LANG`...): not made a secret, which
+                    // would take it from the agent's commands.
+                    let value = env.get(name).map(str::to_string).ok_or_else(|| {
+                        field_error(
+                            origin,
+                            &format!("{field}.env_vars[{i}]"),
+                            format!("environment variable {name} is not set"),
+                        )
+                    })?;
                     vars.insert(name.clone(), value);
                 }
                 vars
@@ -254,6 +262,7 @@ fn transport(
                 expand_map(s.headers.as_ref(), env, &format!("{field}.headers"), origin)?;
             if let Some(var) = &s.bearer_token_env_var {
                 let token = from_env(env, var, &format!("{field}.bearer_token_env_var"), origin)?;
+                headers.retain(|k, _| !k.eq_ignore_ascii_case("authorization"));
                 headers.insert("Authorization".into(), format!("Bearer {token}"));
             }
             Ok(McpTransport::Http { url, headers })

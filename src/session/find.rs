@@ -53,7 +53,14 @@ pub fn resolve(arg: &str, own: &Path, pi: Option<&Path>) -> Result<Found, FindEr
         }
         // A new file where its folder is (or will be): named like any session.
         let id = stem(as_path).filter(|s| valid_id(s) && arg.ends_with(".jsonl"));
-        let dir = as_path.parent().filter(|d| !d.as_os_str().is_empty());
+        // `notes.jsonl` alone is a file in the current folder.
+        let dir = as_path.parent().map(|d| {
+            if d.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                d
+            }
+        });
         if let (Some(id), Some(dir)) = (id, dir) {
             return Ok(Found::NewAt {
                 dir: dir.to_path_buf(),

@@ -43,8 +43,8 @@ pub(crate) async fn register(
                 failed = failed.saturating_add(1);
                 // Said at once, then about once a minute: not every few seconds for
                 // as long as the tracker is away.
-                let every = (60 / retry.as_secs().max(1)).max(1);
-                if failed == 1 || u64::from(failed) % every == 0 {
+                let every = (60_000 / retry.as_millis().max(1)).max(1);
+                if failed == 1 || u128::from(failed) % every == 0 {
                     tracing::warn!(
                         attempts = failed,
                         "registration failed, retrying every {retry:?}: {e}"

@@ -532,4 +532,24 @@ async fn session_paths_header_folders_and_export_lookups_behave_like_pi() {
     .await;
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("second"));
+    // A session file in the working folder would make that folder read-only to the
+    // agent: refused, saying why.
+    let out = picogent(
+        &sb,
+        &[
+            "run",
+            "--dir",
+            &dir,
+            "--session",
+            &format!("{dir}/s2.jsonl"),
+            "x",
+        ],
+        &env,
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("read-only"),
+        "{out:?}"
+    );
 }
