@@ -486,6 +486,8 @@ test("rollback waits for a pause, Pause says pausing at once, Escape in a field 
   await page.press("#input", "Enter");
   await page.waitForSelector('.step[data-state="running"]', { timeout: 20000 });
   await page.waitForSelector(".msg.assistant .marker", { state: "attached" });
+  // A screen reader is told to wait for the answer, not read each fragment.
+  assert.equal(await page.getAttribute("#thread", "aria-busy"), "true");
   // Running and not paused: no checkpoint offers a rollback or a branch.
   assert.equal(await page.locator(".msg.assistant .marker button:not([disabled])").count(), 0);
   await page.click("#pause");
@@ -505,6 +507,7 @@ test("rollback waits for a pause, Pause says pausing at once, Escape in a field 
   await page.keyboard.press("Escape"); // not in a field: stop
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
   assert.equal(await page.locator(".msg.assistant .notice.stopped").count(), 1);
+  assert.equal(await page.getAttribute("#thread", "aria-busy"), "false");
   assert.equal(await page.locator(".msg.assistant .error-line").count(), 0);
   // Keyboard verdicts: j focuses the first step, r labels it (not the newest).
   const steps = page.locator(".step");
