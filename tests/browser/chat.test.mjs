@@ -572,5 +572,13 @@ test("the sessions list reads as titles, newest first, with times, and can be se
   assert.equal(await page.locator("#sessions-panel .item:visible .t").textContent(), "Fix the parser bug");
   // Nothing overflows the phone-width window.
   assert.equal(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), true);
+  // The dialog is named, keeps Tab inside, closes on Escape and gives the focus back.
+  const name = await page.evaluate(() => { const c = document.querySelector("#modal .card"); return document.getElementById(c.getAttribute("aria-labelledby")).textContent; });
+  assert.equal(name, "Sessions");
+  for (let i = 0; i < 12; i++) await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => !!document.activeElement.closest("#modal")), true);
+  await page.keyboard.press("Escape");
+  assert.equal(await page.isHidden("#modal"), true);
+  assert.equal(await page.evaluate(() => document.activeElement.id), "manage-sessions");
   await page.close();
 });
