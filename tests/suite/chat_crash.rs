@@ -4,14 +4,10 @@
 
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
+use serde_json::json;
 
+use super::chat::{next_of, send, Ws};
 use crate::common::*;
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// `picogent <home>` in chat mode on `port`.
 fn chat_server(sb: &Sandbox, port: u16) -> tokio::process::Child {
@@ -40,29 +36,6 @@ async fn connect(port: u16) -> Ws {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the chat server never listened on {port}");
-}
-
-async fn send(ws: &mut Ws, v: Value) {
-    ws.send(Message::Text(v.to_string().into())).await.unwrap();
-}
-
-/// The next frame of `kind`.
-async fn next_of(ws: &mut Ws, kind: &str) -> Value {
-    let mut seen = Vec::new();
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .unwrap_or_else(|_| panic!("no {kind} frame for 30 s; had {seen:?}"))
-            .unwrap()
-            .unwrap();
-        if let Message::Text(t) = msg {
-            let v: Value = serde_json::from_str(&t).unwrap();
-            if v["type"] == kind {
-                return v;
-            }
-            seen.push(v);
-        }
-    }
 }
 
 #[tokio::test]
@@ -151,7 +124,7 @@ async fn a_run_killed_with_the_server_is_marked_interrupted_and_can_be_continued
 /// leftover; a run the server's own stop cut short is marked at the next start.
 #[tokio::test]
 async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
-    use super::chat::{connect as chat_connect, next_of as chat_next, send as chat_send, start};
+    use super::chat::{connect as chat_connect, start};
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![Turn::Stall(
         Duration::from_secs(300),
@@ -168,14 +141,14 @@ async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
     };
     let first = start(cfg()).await;
     let mut ws = chat_connect(&first).await;
-    chat_send(
+    send(
         &mut ws,
         json!({"id": "m1", "content": "Long one", "sessionId": "s-two", "keepAlive": true}),
     )
     .await;
     llm.wait_requests(1).await;
-    chat_send(&mut ws, json!({"type": "history", "sessionId": "s-two"})).await;
-    let h = chat_next(&mut ws, "history").await;
+    send(&mut ws, json!({"type": "history", "sessionId": "s-two"})).await;
+    let h = next_of(&mut ws, "history").await;
     let run_id = h["content"]["running"][0]["runId"]
         .as_str()
         .unwrap_or_else(|| panic!("no running run: {h}"))
@@ -183,8 +156,8 @@ async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
     // Another server on the same folder while the run goes.
     let second = start(cfg()).await;
     let mut other = chat_connect(&second).await;
-    chat_send(&mut other, json!({"type": "history", "sessionId": "s-two"})).await;
-    let h = chat_next(&mut other, "history").await;
+    send(&mut other, json!({"type": "history", "sessionId": "s-two"})).await;
+    let h = next_of(&mut other, "history").await;
     assert!(
         !h.to_string().contains("interrupted"),
         "a live run was marked interrupted: {h}"
@@ -198,8 +171,8 @@ async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
     for _ in 0..100 {
         let c = start(cfg()).await;
         let mut ws = chat_connect(&c).await;
-        chat_send(&mut ws, json!({"type": "history", "sessionId": "s-two"})).await;
-        let h = chat_next(&mut ws, "history").await;
+        send(&mut ws, json!({"type": "history", "sessionId": "s-two"})).await;
+        let h = next_of(&mut ws, "history").await;
         let items = h["content"]["items"]
             .as_array()
             .cloned()
@@ -222,7 +195,6 @@ async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
 /// follows it), a new prompt is refused with a reason, then the server ends.
 #[tokio::test]
 async fn a_stop_lets_running_requests_finish_and_refuses_new_ones() {
-    use super::chat::{next_of as chat_next, send as chat_send};
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![Turn::Stall(
         Duration::from_millis(1500),
@@ -239,19 +211,19 @@ async fn a_stop_lets_running_requests_finish_and_refuses_new_ones() {
         stop.clone(),
     ));
     let mut ws = connect(port).await;
-    chat_send(
+    send(
         &mut ws,
         json!({"id": "d1", "content": "Take your time", "sessionId": "drain", "keepAlive": true}),
     )
     .await;
     llm.wait_requests(1).await;
     stop.cancel();
-    chat_send(
+    send(
         &mut ws,
         json!({"id": "d2", "content": "One more", "sessionId": "other"}),
     )
     .await;
-    let refused = chat_next(&mut ws, "error").await;
+    let refused = next_of(&mut ws, "error").await;
     assert_eq!(refused["id"], "d2", "{refused}");
     assert!(
         refused["content"]
@@ -261,7 +233,7 @@ async fn a_stop_lets_running_requests_finish_and_refuses_new_ones() {
         "{refused}"
     );
     let done = loop {
-        let f = chat_next(&mut ws, "done").await;
+        let f = next_of(&mut ws, "done").await;
         if f["id"] == "d1" {
             break f;
         }
