@@ -119,6 +119,29 @@ struct Script {
     cache_in_light: bool,
     /// Input tokens of every request so far, by how they were billed.
     totals: CacheUse,
+    /// Answers being streamed now, and the most there ever were at once.
+    in_flight: usize,
+    max_in_flight: usize,
+}
+
+/// Counts an answer as in flight until its stream is dropped (sent or cut).
+struct InFlight(Arc<Mutex<Script>>);
+
+impl InFlight {
+    fn new(state: &Arc<Mutex<Script>>) -> InFlight {
+        let mut s = state.lock().unwrap();
+        s.in_flight += 1;
+        s.max_in_flight = s.max_in_flight.max(s.in_flight);
+        InFlight(state.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.in_flight -= 1;
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -209,6 +232,11 @@ impl ScriptedLlm {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The most answers that were ever streaming at the same time.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.lock().unwrap().max_in_flight
     }
 
     pub fn remaining(&self) -> usize {
@@ -387,7 +415,7 @@ async fn anthropic(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response
         Err(m) => return error_response(400, None, &m),
     };
     let (turn, seq) = ScriptedLlm::next(&s, "/v1/messages", headers, body, usage);
-    respond(Wire::Anthropic, turn, seq, usage)
+    respond(&s, Wire::Anthropic, turn, seq, usage)
 }
 
 async fn openai(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
@@ -410,26 +438,32 @@ async fn openai(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
         Err(m) => return error_response(400, None, &m),
     };
     let (turn, seq) = ScriptedLlm::next(&s, "/v1/chat/completions", headers, body, usage);
-    respond(Wire::OpenAi, turn, seq, usage)
+    respond(&s, Wire::OpenAi, turn, seq, usage)
 }
 
 async fn responses(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
     let (body, tokens) = parse_body(&s, &raw);
     let usage = cache_use(&s, Wire::Responses, &raw, &body, tokens).unwrap_or_default();
     let (turn, seq) = ScriptedLlm::next(&s, "/v1/responses", headers, body, usage);
-    respond(Wire::Responses, turn, seq, usage)
+    respond(&s, Wire::Responses, turn, seq, usage)
 }
 
 async fn ollama(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
     let (body, tokens) = parse_body(&s, &raw);
     let usage = cache_use(&s, Wire::Ollama, &raw, &body, tokens).unwrap_or_default();
     let (turn, seq) = ScriptedLlm::next(&s, "/api/chat", headers, body, usage);
-    respond(Wire::Ollama, turn, seq, usage)
+    respond(&s, Wire::Ollama, turn, seq, usage)
 }
 
 /// `tokens` is how the request's size in tokens (4 bytes each) splits under prompt
 /// caching, reported back as input usage.
-fn respond(wire: Wire, turn: Option<Turn>, seq: usize, tokens: CacheUse) -> Response {
+fn respond(
+    state: &Arc<Mutex<Script>>,
+    wire: Wire,
+    turn: Option<Turn>,
+    seq: usize,
+    tokens: CacheUse,
+) -> Response {
     let Some(turn) = turn else {
         return error_response(400, None, "the scripted server has no more turns");
     };
@@ -466,13 +500,16 @@ fn respond(wire: Wire, turn: Option<Turn>, seq: usize, tokens: CacheUse) -> Resp
             (full, Tail::None)
         }
     };
-    let stream =
-        futures_util::stream::iter(chunks.into_iter().enumerate()).then(move |(i, c)| async move {
+    let in_flight = InFlight::new(state);
+    let stream = futures_util::stream::iter(chunks.into_iter().enumerate()).then(move |(i, c)| {
+        let _counted = &in_flight;
+        async move {
             if let (1, Tail::StallAfterFirst(d)) = (i, &tail) {
                 tokio::time::sleep(*d).await;
             }
             Ok::<Bytes, std::io::Error>(Bytes::from(c))
-        });
+        }
+    });
     let body = match tail {
         Tail::Cut => Body::from_stream(stream.chain(futures_util::stream::once(async {
             Err(std::io::Error::other("scripted connection cut"))
