@@ -64,7 +64,7 @@ impl RunState {
 }
 
 pub use crate::message::Role;
-use crate::session::Record;
+use crate::session::Known;
 
 #[derive(Debug)]
 pub(crate) struct Instruction {
@@ -83,7 +83,7 @@ struct Inner {
     rollback: Mutex<Option<(u64, Option<String>)>>,
     /// A person's labels and ratings sent while the run holds the session: the run
     /// writes them at its next boundary (even while paused) and tells each receipt.
-    annotations: Mutex<VecDeque<(Record, tokio::sync::oneshot::Sender<()>)>>,
+    annotations: Mutex<VecDeque<(Known, tokio::sync::oneshot::Sender<()>)>>,
     stop: CancellationToken,
 }
 
@@ -249,7 +249,7 @@ impl RunControl {
     /// when the run ends first (the caller then writes it itself).
     pub(crate) fn annotate(
         &self,
-        record: Record,
+        entry: Known,
     ) -> Result<tokio::sync::oneshot::Receiver<()>, InvalidTransition> {
         let refused = InvalidTransition {
             from: self.state(),
@@ -263,14 +263,14 @@ impl RunControl {
         if self.state().is_over() {
             return Err(refused);
         }
-        q.push_back((record, tx));
+        q.push_back((entry, tx));
         drop(q);
         // Wake a paused boundary.
         self.inner.state.send_modify(|_| {});
         Ok(rx)
     }
 
-    pub(crate) fn take_annotations(&self) -> Vec<(Record, tokio::sync::oneshot::Sender<()>)> {
+    pub(crate) fn take_annotations(&self) -> Vec<(Known, tokio::sync::oneshot::Sender<()>)> {
         match self.inner.annotations.lock() {
             Ok(mut q) => q.drain(..).collect(),
             Err(_) => Vec::new(),

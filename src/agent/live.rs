@@ -92,8 +92,8 @@ impl Ckpt {
 /// Writes the labels and ratings a person sent meanwhile, then tells their senders.
 async fn write_annotations(control: &RunControl, session: &mut Session) -> Result<(), RunError> {
     let queued = control.take_annotations();
-    for (record, _) in &queued {
-        session.append_record(record)?;
+    for (entry, _) in &queued {
+        session.append(entry.clone())?;
     }
     session.sync().await?;
     for (_, receipt) in queued {

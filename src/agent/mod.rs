@@ -440,17 +440,17 @@ impl Agent {
         &self.inner.sessions
     }
 
-    /// Appends a record (a preference) to a session, waiting for any run in it to end
+    /// Appends an entry (a preference, a name) to a session, waiting for any run in it to end
     /// first so entries never interleave.
     pub(crate) async fn annotate(
         &self,
         session_id: &str,
-        record: &session::Record,
+        entry: session::Known,
     ) -> Result<String, session::SessionError> {
         let lock = self.inner.session_lock(session_id);
         let _guard = lock.lock().await;
         let mut s = self.inner.sessions.open_existing(session_id)?;
-        s.append_record(record)
+        s.append(entry)
     }
 
     /// Deletes a session: its file, its checkpoint repository and its private outputs,

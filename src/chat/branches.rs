@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::history;
 use super::protocol::{
-    BranchSummary, Compare, Label, Outgoing, Prefer, Query, Rate, ServerFrame, SessionFrame,
-    SessionRef,
+    BranchSummary, Compare, Label, Outgoing, Prefer, Query, Rate, Rename, ServerFrame,
+    SessionFrame, SessionRef,
 };
 use super::runs::{Outbound, Runs};
 use crate::agent::Agent;
@@ -85,6 +85,10 @@ async fn reply(
         Query::Rate(r) => {
             drop(s);
             rate(agent, runs, session, r).await
+        }
+        Query::Rename(r) => {
+            drop(s);
+            rename(agent, runs, session, r).await
         }
     }
 }
@@ -162,7 +166,7 @@ async fn prefer(agent: &Agent, session: &str, p: Prefer) -> Result<ServerFrame, 
         note: p.note,
         time: crate::util::now_iso(),
     });
-    match agent.annotate(session, &record).await {
+    match agent.annotate(session, record.to_custom()).await {
         Ok(_) => Ok(ServerFrame::Prefer {
             content: "recorded".into(),
         }),
@@ -178,7 +182,7 @@ async fn label(agent: &Agent, runs: &Runs, session: &str, l: Label) -> Result<Se
         note: l.note.filter(|n| !n.trim().is_empty()),
         time: crate::util::now_iso(),
     });
-    annotate(agent, runs, session, record, "label").await
+    annotate(agent, runs, session, record.to_custom(), "label").await
 }
 
 /// Records a person's rating of a run, for the `annotations` export.
@@ -189,7 +193,30 @@ async fn rate(agent: &Agent, runs: &Runs, session: &str, r: Rate) -> Result<Serv
         note: r.note.filter(|n| !n.trim().is_empty()),
         time: crate::util::now_iso(),
     });
-    annotate(agent, runs, session, record, "rate").await
+    annotate(agent, runs, session, record.to_custom(), "rate").await
+}
+
+/// The longest session name kept.
+const MAX_NAME_CHARS: usize = 200;
+
+/// Names the session as pi's `/name` does (a `session_info` entry): one line, at most
+/// [`MAX_NAME_CHARS`] characters; an empty name clears it.
+async fn rename(
+    agent: &Agent,
+    runs: &Runs,
+    session: &str,
+    r: Rename,
+) -> Result<ServerFrame, String> {
+    let name = r.name.split_whitespace().collect::<Vec<_>>().join(" ");
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(format!(
+            "rename: `name` is longer than {MAX_NAME_CHARS} characters"
+        ));
+    }
+    let name = (!name.is_empty()).then_some(name);
+    let entry = crate::session::Known::SessionInfo { name: name.clone() };
+    annotate(agent, runs, session, entry, "rename").await?;
+    Ok(ServerFrame::Renamed { name })
 }
 
 /// Writes an annotation: a request running in the session writes it at its next step
@@ -199,20 +226,20 @@ async fn annotate(
     agent: &Agent,
     runs: &Runs,
     session: &str,
-    record: Record,
+    entry: crate::session::Known,
     kind: &str,
 ) -> Result<ServerFrame, String> {
     let recorded = || ServerFrame::Annotated {
         content: "recorded".into(),
     };
     if let Some(log) = history::running(runs, session).first() {
-        if let Ok(receipt) = log.control.annotate(record.clone()) {
+        if let Ok(receipt) = log.control.annotate(entry.clone()) {
             if receipt.await.is_ok() {
                 return Ok(recorded());
             }
         }
     }
-    match agent.annotate(session, &record).await {
+    match agent.annotate(session, entry).await {
         Ok(_) => Ok(recorded()),
         Err(e) => Err(format!("{kind}: {e}")),
     }

@@ -323,6 +323,7 @@ pub(super) fn sessions(agent: &crate::agent::Agent, runs: &Runs) -> Vec<SessionI
             let s = agent.sessions().snapshot(&id).ok()?;
             Some(SessionInfo {
                 title: title(&s).unwrap_or_else(|| id.clone()),
+                name: name(&s),
                 running: !running(runs, &id).is_empty(),
                 id,
                 modified,
@@ -339,6 +340,14 @@ fn title(s: &Session) -> Option<String> {
         }) => Some(crate::util::one_line(&blocks_text(&u.content), 80)),
         _ => None,
     })
+}
+
+/// The session's newest name (pi's `session_info` entries, on any branch).
+fn name(s: &Session) -> Option<String> {
+    s.entries().iter().rev().find_map(|e| match &e.body {
+        Body::Known(Known::SessionInfo { name }) => Some(name.clone()),
+        _ => None,
+    })?
 }
 
 /// Deletes a session, unless a request of this server runs in it.

@@ -84,7 +84,7 @@ impl InFlight {
                 started: mark.started,
                 time: crate::util::now_iso(),
             });
-            match agent.annotate(&mark.session, &record).await {
+            match agent.annotate(&mark.session, record.to_custom()).await {
                 Ok(_) => {
                     tracing::warn!(session = %mark.session, "a chat run was interrupted when the server stopped; its session says so")
                 }

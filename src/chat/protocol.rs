@@ -258,6 +258,8 @@ pub(crate) enum Query {
     Delete,
     /// Which files a rollback to a checkpoint would put back.
     Preview(PreviewQuery),
+    /// Name the session (stored in its file, as pi's `/name` does).
+    Rename(Rename),
 }
 
 impl Query {
@@ -272,6 +274,7 @@ impl Query {
             Query::History => "history",
             Query::Delete => "delete",
             Query::Preview(_) => "preview",
+            Query::Rename(_) => "rename",
         }
     }
 }
@@ -280,6 +283,12 @@ impl Query {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct PreviewQuery {
     pub(crate) step: u64,
+}
+
+/// `rename`: `{name}`, the session's new name (empty: no name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Rename {
+    pub(crate) name: String,
 }
 
 /// `compare`: `{a, b}`, two branch names.
@@ -470,6 +479,7 @@ fn typed(kind: &str, v: &Value) -> Result<ClientFrame, String> {
         "history" => session(v, Q::History),
         "delete" => session(v, Q::Delete),
         "preview" => fields(v).and_then(|p| session(v, Q::Preview(p))),
+        "rename" => fields(v).and_then(|p| session(v, Q::Rename(p))),
         "sessions" => fields(v).map(ClientFrame::Sessions),
         _ => return Err(format!("unknown control frame type {kind:?}")),
     };

@@ -98,6 +98,8 @@ pub(crate) enum ServerFrame {
     Sessions { content: Vec<SessionInfo> },
     /// The answer to `delete`: `"deleted"`.
     Deleted { content: String },
+    /// The answer to `rename`: the name now in force (`null`: none).
+    Renamed { name: Option<String> },
     /// The answer to `preview`: the files a rollback to checkpoint `step` puts back.
     Preview {
         content: crate::agent::checkpoint::Preview,
@@ -167,6 +169,9 @@ pub(crate) struct SessionInfo {
     pub(crate) id: String,
     /// The first prompt, on one line.
     pub(crate) title: String,
+    /// The name a person gave it (`rename`, or pi's `/name`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
     /// When the file last changed, milliseconds since the epoch.
     pub(crate) modified: u64,
     /// A request is running in it.

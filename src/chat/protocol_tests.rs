@@ -413,6 +413,7 @@ fn server_tag(f: &ServerFrame) -> &'static str {
         ServerFrame::History { .. } => "history",
         ServerFrame::Sessions { .. } => "sessions",
         ServerFrame::Deleted { .. } => "deleted",
+        ServerFrame::Renamed { .. } => "renamed",
         ServerFrame::Preview { .. } => "preview",
     }
 }
@@ -486,6 +487,7 @@ fn the_page_handles_every_frame_the_server_sends_and_no_other() {
         "history",
         "sessions",
         "deleted",
+        "renamed",
         "preview",
         "user",
         "branch",

@@ -70,6 +70,12 @@ pub enum Known {
         #[serde(rename = "modelId")]
         model_id: String,
     },
+    /// The session's name, as pi's `/name` stores it: the newest one counts, and one
+    /// without a name clears it.
+    SessionInfo {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
     /// pi's extension entry, outside the model's context; picogent records checkpoints
     /// and rollbacks this way.
     Custom {

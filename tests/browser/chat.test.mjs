@@ -3,7 +3,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, existsSync } from "node:fs";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { createServer as createHttpServer } from "node:http";
 import { tmpdir } from "node:os";
@@ -239,7 +239,7 @@ test("a reload mid-run shows the history, reattaches and the run finishes; Markd
   const old = (await page.textContent("#session-id")).replace("session ", "");
   await page.click("#new-session");
   assert.equal(await page.textContent("#session-id"), "new session");
-  assert.ok(await page.locator(`#sessions option[value="${old}"]`).count() === 1);
+  assert.ok(await page.locator(`#session-list .item[data-id="${old}"]`).count() === 1);
   await page.close();
 });
 
@@ -264,6 +264,15 @@ test("a person labels a step and rates the run; export --format annotations list
   await page.evaluate(() => document.activeElement.blur());
   await page.keyboard.press("Alt+KeyA");
   assert.equal(await page.getAttribute('.step[data-tool="bash"]', "data-label"), "correct");
+  await page.click(".msg.assistant .rate-partial");
+  // The dialog is named, keeps Tab inside, closes on Escape and gives the focus back.
+  const name = await page.evaluate(() => { const c = document.querySelector("#modal .card"); return document.getElementById(c.getAttribute("aria-labelledby")).textContent; });
+  assert.equal(name, "Rate this run: partial");
+  for (let i = 0; i < 12; i++) await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => !!document.activeElement.closest("#modal")), true);
+  await page.keyboard.press("Escape");
+  assert.equal(await page.isHidden("#modal"), true);
+  assert.equal(await page.evaluate(() => document.activeElement.classList.contains("rate-partial")), true);
   await page.click(".msg.assistant .rate-partial");
   await page.fill('#modal textarea[name="note"]', "half right");
   await page.click("#modal button.ok");
@@ -550,11 +559,12 @@ test("two tabs on one session: a turn sent in one appears and streams in the oth
   await context.close();
 });
 
-test("the sessions list reads as titles, newest first, with times, and can be searched", async () => {
-  const { url } = await startPicogent([{ text: "One." }, { text: "Two." }]);
-  const page = await browser.newPage({ viewport: { width: 390, height: 760 } }); // a phone
+test("the sessions sidebar: titles by day, search, keyboard, a rename stored in the session file, a drawer at 390 px", async () => {
+  const { url, tmp } = await startPicogent([{ text: "One." }, { text: "Two." }]);
+  const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
   await page.goto(url);
   await page.waitForSelector('#status[data-state="open"]');
+  assert.equal(await page.isVisible("#sidebar"), true, "beside the conversation on a wide screen");
   await page.fill("#input", "# Fix **the** `parser` bug");
   await page.press("#input", "Enter");
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
@@ -562,23 +572,49 @@ test("the sessions list reads as titles, newest first, with times, and can be se
   await page.fill("#input", "Another question");
   await page.press("#input", "Enter");
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
-  await page.click("#manage-sessions");
-  await page.waitForSelector("#sessions-panel .item >> nth=1");
-  const titles = await page.locator("#sessions-panel .item .t").allTextContents();
-  assert.deepEqual(titles, ["Another question", "Fix the parser bug"]);
-  assert.match(await page.locator("#sessions-panel .item .d").first().textContent(), /\d{1,2}:\d{2}/);
-  await page.fill('#sessions-panel input[type="search"]', "parser");
-  assert.equal(await page.locator("#sessions-panel .item:visible").count(), 1);
-  assert.equal(await page.locator("#sessions-panel .item:visible .t").textContent(), "Fix the parser bug");
-  // Nothing overflows the phone-width window.
-  assert.equal(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), true);
-  // The dialog is named, keeps Tab inside, closes on Escape and gives the focus back.
-  const name = await page.evaluate(() => { const c = document.querySelector("#modal .card"); return document.getElementById(c.getAttribute("aria-labelledby")).textContent; });
-  assert.equal(name, "Sessions");
-  for (let i = 0; i < 12; i++) await page.keyboard.press("Tab");
-  assert.equal(await page.evaluate(() => !!document.activeElement.closest("#modal")), true);
-  await page.keyboard.press("Escape");
-  assert.equal(await page.isHidden("#modal"), true);
-  assert.equal(await page.evaluate(() => document.activeElement.id), "manage-sessions");
+  await page.waitForSelector("#session-list .item >> nth=1");
+  assert.deepEqual(await page.locator("#session-list .item .t").allTextContents(), ["Another question", "Fix the parser bug"]);
+  assert.equal(await page.textContent("#session-list .day"), "Today");
+  assert.match(await page.locator("#session-list .item .d").first().textContent(), /\d{1,2}:\d{2}/);
+  assert.equal(await page.getAttribute("#session-list .item >> nth=0", "aria-current"), "true");
+  // Keyboard only: / searches, Enter opens the first match.
+  await page.evaluate(() => document.activeElement.blur());
+  await page.keyboard.press("/");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "session-search");
+  await page.keyboard.type("parser");
+  assert.equal(await page.locator("#session-list .item:visible").count(), 1);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector('.msg.assistant:has-text("One.")', { timeout: 10000 });
+  assert.equal(await page.evaluate(() => document.activeElement.id), "input");
+  await page.fill("#session-search", "");
+  // Rename: stored on the server, so a browser that never saw it shows it too.
+  await page.click('#session-list .item[aria-current="true"] button[aria-label^="Rename"]');
+  assert.equal(await page.evaluate(() => document.activeElement.getAttribute("aria-label")), "New name for Fix the parser bug");
+  await page.keyboard.press("Control+A");
+  await page.keyboard.type("Parser fix");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector('#session-list .item .t:text-is("Parser fix")');
+  const other = await browser.newContext({ viewport: { width: 390, height: 760 } }); // a phone
+  const phone = await other.newPage();
+  await phone.goto(url);
+  await phone.waitForSelector('#status[data-state="open"]');
+  assert.equal(await phone.isHidden("#sidebar"), true, "a drawer on a phone, closed at first");
+  await phone.click("#toggle-sidebar");
+  assert.equal(await phone.evaluate(() => document.activeElement.id), "session-search");
+  await phone.waitForSelector('#session-list .item .t:text-is("Parser fix")');
+  assert.equal(await phone.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), true);
+  await phone.keyboard.press("Escape");
+  assert.equal(await phone.isHidden("#sidebar"), true);
+  assert.equal(await phone.evaluate(() => document.activeElement.id), "toggle-sidebar");
+  await phone.click("#toggle-sidebar");
+  await phone.click('#session-list .item .t:text-is("Parser fix")');
+  assert.equal(await phone.isHidden("#sidebar"), true, "choosing a session closes the drawer");
+  await phone.waitForSelector('.msg.assistant:has-text("One.")', { timeout: 10000 });
+  // In the file as pi's /name stores it.
+  const dir = join(tmp, ".picogent", "sessions");
+  const named = readdirSync(dir).flatMap((f) => readFileSync(join(dir, f), "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)))
+    .filter((e) => e.type === "session_info");
+  assert.deepEqual(named.map((e) => e.name), ["Parser fix"]);
+  await other.close();
   await page.close();
 });
