@@ -29,6 +29,9 @@ pub enum AgentEvent {
         arguments: Value,
         summary: String,
     },
+    /// Output a running command printed since the last piece, for people watching; the
+    /// model gets only the `ToolResult`. Bounded per call (see `tools::bash::live`).
+    ToolOutputDelta { id: String, text: String },
     /// A tool call finished. `output` is what the model receives (already bounded).
     ToolResult {
         id: String,

@@ -36,6 +36,13 @@ pub(crate) enum ServerFrame {
         #[serde(default, rename = "callId", skip_serializing_if = "Option::is_none")]
         call_id: Option<String>,
     },
+    /// What a running command printed since the last piece (at most 256 KB per call
+    /// in all); the step's `tool_output` then carries the result.
+    ToolProgress {
+        content: String,
+        #[serde(rename = "callId")]
+        call_id: String,
+    },
     /// A tool call finished (successfully or not): what the model got back, bounded,
     /// and the tool's details (`exit_code` for bash, `diff` for write and edit, the
     /// lines shown for read).

@@ -346,6 +346,10 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
             call_id: Some(id),
         },
         AgentEvent::ThinkingDelta { text } => ServerFrame::Thinking { content: text },
+        AgentEvent::ToolOutputDelta { id, text } => ServerFrame::ToolProgress {
+            content: text,
+            call_id: id,
+        },
         AgentEvent::Retry {
             attempt,
             of,

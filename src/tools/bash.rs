@@ -22,8 +22,10 @@ use tokio::net::unix::pipe::Receiver;
 use super::truncate::tail;
 use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES};
 use capture::Capture;
+use live::Live;
 
 pub(crate) mod capture;
+pub(crate) mod live;
 
 #[derive(Deserialize)]
 struct Args {
@@ -129,7 +131,14 @@ async fn run_command(
     let pgid = child.id().map(|p| p as i32);
 
     let mut cap = Capture::new(ctx.output_dir.clone(), ctx.max_saved_output);
-    let (end, exited) = watch(&mut child, &mut rx, &mut cap, timeout, ctx).await?;
+    let mut live = Live::new(ctx.on_output.clone());
+    let out = Out {
+        cap: &mut cap,
+        live: &mut live,
+    };
+    let (end, exited) = watch(&mut child, &mut rx, out, timeout, ctx).await?;
+    // What came since the last piece: watchers see the end of the output too.
+    live.flush();
     if let Some(pgid) = pgid {
         // SAFETY: plain syscall; the group id is the child's pid (its own session).
         unsafe {
@@ -192,13 +201,19 @@ fn spawn(
     Ok((child, rx))
 }
 
+/// Where the command's output goes: the result's capture, and people watching.
+struct Out<'a> {
+    cap: &'a mut Capture,
+    live: &'a mut Live,
+}
+
 /// Captures output until the command has exited and its output ended (or `DRAIN`
 /// after it exited), the timeout passed, or the run was cancelled. Returns how it
 /// ended and whether the child was already reaped.
 async fn watch(
     child: &mut tokio::process::Child,
     rx: &mut Receiver,
-    cap: &mut Capture,
+    out: Out<'_>,
     timeout: Duration,
     ctx: &ToolContext,
 ) -> Result<(End, bool), ToolError> {
@@ -209,6 +224,8 @@ async fn watch(
     tokio::pin!(drain);
     let mut exited: Option<std::process::ExitStatus> = None;
     let mut eof = false;
+    let mut every = tokio::time::interval(live::EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let end = loop {
         if let (Some(st), true) = (exited, eof) {
             break End::Exited(st);
@@ -216,8 +233,13 @@ async fn watch(
         tokio::select! {
             n = rx.read(&mut buf), if !eof => match n {
                 Ok(0) | Err(_) => eof = true,
-                Ok(n) => cap.push(&buf[..n]).await,
+                Ok(n) => {
+                    let got = buf.get(..n).unwrap_or_default();
+                    out.cap.push(got).await;
+                    out.live.push(got);
+                }
             },
+            _ = every.tick(), if out.live.waiting() => out.live.flush(),
             st = child.wait(), if exited.is_none() => {
                 match st {
                     Ok(st) => exited = Some(st),

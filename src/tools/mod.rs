@@ -61,6 +61,9 @@ pub struct ToolContext {
     /// The most of one command's output saved in `output_dir`, in bytes; saving also
     /// stops before the disk's last free space (see `bash::capture`).
     pub max_saved_output: u64,
+    /// Where a running command's output goes as it comes, for people watching (set
+    /// per call by the agent loop; `None`: nobody watches).
+    pub on_output: Option<bash::live::OnOutput>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

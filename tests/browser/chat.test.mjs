@@ -559,6 +559,28 @@ test("two tabs on one session: a turn sent in one appears and streams in the oth
   await context.close();
 });
 
+test("a command's output shows while it runs, its newest line on the step, then the full output", async () => {
+  const { url } = await startPicogent([
+    { tool: "bash", args: { command: "echo first; sleep 2; echo second" } },
+    { text: "Ran it." },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "run it");
+  await page.press("#input", "Enter");
+  // Folded, the step's line shows the newest output line; opened, the output so far.
+  await page.waitForSelector('.step[data-state="running"] summary .tail:text-is("first")', { timeout: 10000 });
+  await page.click('.step[data-state="running"] summary');
+  await page.waitForSelector('.step[data-state="running"] pre.live:has-text("first")');
+  assert.equal(await page.locator(".step pre.live:has-text('second')").count(), 0, "not before it is printed");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  assert.equal(await page.locator(".step pre.live").count(), 0, "the live view gives way to the output");
+  assert.match(await page.textContent(".step pre.term >> nth=-1"), /first\s+second/);
+  assert.equal(await page.textContent(".step summary .tail"), "second");
+  await page.close();
+});
+
 test("the sessions sidebar: titles by day, search, keyboard, a rename stored in the session file, a drawer at 390 px", async () => {
   const { url, tmp } = await startPicogent([{ text: "One." }, { text: "Two." }]);
   const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });

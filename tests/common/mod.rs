@@ -48,6 +48,25 @@ impl Sandbox {
         self.home.parent().unwrap().to_path_buf()
     }
 
+    /// A tool context in the working folder under `sandbox`: `timeout` for a step and
+    /// for a command, outputs saved under the temporary folder, nobody watching.
+    pub fn tool_ctx(
+        &self,
+        sandbox: picogent::tools::Sandbox,
+        timeout: Duration,
+    ) -> picogent::tools::ToolContext {
+        picogent::tools::ToolContext {
+            work_dir: self.work.clone(),
+            sandbox: std::sync::Arc::new(sandbox),
+            step_timeout: timeout,
+            command_timeout_max: timeout,
+            cancel: tokio_util::sync::CancellationToken::new(),
+            output_dir: self.base().join("outputs"),
+            max_saved_output: 64 << 20,
+            on_output: None,
+        }
+    }
+
     /// Writes agent.json pointing at the scripted server, merged with `extra`.
     pub fn write_config(&self, llm: &ScriptedLlm, wire: Wire, extra: Value) -> PathBuf {
         let mut cfg = json!({

@@ -9,7 +9,6 @@ use std::time::Duration;
 use picogent::tools::sandbox::namespaces_work;
 use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::common::{self, llm, skip, text, tool, Sandbox, ScriptedLlm, Wire};
 
@@ -31,16 +30,12 @@ fn namespaces_or_skip() -> Option<()> {
 /// A tool context confined like the agent's: allowed `work`, picogent's files protected.
 fn confined(sb: &Sandbox, protected: &[PathBuf], deny_network: bool) -> ToolContext {
     ToolContext {
-        work_dir: sb.work.clone(),
-        sandbox: Arc::new(
+        output_dir: sb.home.join("state/outputs/s1"),
+        ..sb.tool_ctx(
             PathSandbox::new(std::slice::from_ref(&sb.work), protected, &[])
                 .with_confinement(helper(), deny_network),
-        ),
-        step_timeout: Duration::from_secs(20),
-        command_timeout_max: Duration::from_secs(20),
-        cancel: CancellationToken::new(),
-        output_dir: sb.home.join("state/outputs/s1"),
-        max_saved_output: 64 << 20,
+            Duration::from_secs(20),
+        )
     }
 }
 

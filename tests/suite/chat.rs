@@ -108,7 +108,7 @@ pub(super) async fn next(ws: &mut Ws) -> Value {
             // follow the rest.
             if !matches!(
                 v["type"].as_str(),
-                Some("tool_output" | "thinking" | "usage")
+                Some("tool_output" | "tool_progress" | "thinking" | "usage")
             ) {
                 return v;
             }
@@ -117,7 +117,7 @@ pub(super) async fn next(ws: &mut Ws) -> Value {
 }
 
 /// The next frame, detail frames included.
-async fn next_any(ws: &mut Ws) -> Value {
+pub(super) async fn next_any(ws: &mut Ws) -> Value {
     loop {
         let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
             .await

@@ -2,13 +2,11 @@
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use picogent::tools::confine::kernel_abi;
 use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::common::Sandbox;
 
@@ -26,17 +24,10 @@ fn landlock_or_skip(needed: i64) -> Option<()> {
 
 fn confined(sb: &Sandbox, allowed: Vec<PathBuf>, deny_network: bool) -> ToolContext {
     let helper = PathBuf::from(env!("CARGO_BIN_EXE_picogent"));
-    ToolContext {
-        work_dir: sb.work.clone(),
-        sandbox: Arc::new(
-            PathSandbox::new(&allowed, &[], &[]).with_confinement(helper, deny_network),
-        ),
-        step_timeout: Duration::from_secs(10),
-        command_timeout_max: Duration::from_secs(10),
-        cancel: CancellationToken::new(),
-        output_dir: sb.base().join("outputs"),
-        max_saved_output: 64 << 20,
-    }
+    sb.tool_ctx(
+        PathSandbox::new(&allowed, &[], &[]).with_confinement(helper, deny_network),
+        Duration::from_secs(10),
+    )
 }
 
 async fn bash(ctx: &ToolContext, command: &str) -> ToolOutput {

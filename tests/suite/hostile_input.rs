@@ -14,15 +14,10 @@ use crate::common::tracker::{deliver_raw, FakeTracker, TOKEN};
 use crate::common::*;
 
 fn ctx(sb: &Sandbox) -> ToolContext {
-    ToolContext {
-        work_dir: sb.work.clone(),
-        sandbox: Arc::new(PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])),
-        step_timeout: Duration::from_secs(20),
-        command_timeout_max: Duration::from_secs(20),
-        cancel: CancellationToken::new(),
-        output_dir: sb.base().join("outputs"),
-        max_saved_output: 64 << 20,
-    }
+    sb.tool_ctx(
+        PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[]),
+        Duration::from_secs(20),
+    )
 }
 
 #[tokio::test]

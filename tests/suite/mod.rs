@@ -6,6 +6,7 @@ mod chat;
 mod chat_annotate;
 mod chat_crash;
 mod chat_rewind;
+mod chat_stream;
 mod checkpoints;
 mod claude_code;
 mod cli;

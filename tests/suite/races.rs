@@ -11,24 +11,14 @@ use std::time::Duration;
 use picogent::agent::checkpoint::Checkpoints;
 use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::common::{self, text, tool, Sandbox, ScriptedLlm, Wire};
 
 fn ctx(sb: &Sandbox, protected: &[PathBuf]) -> ToolContext {
-    ToolContext {
-        work_dir: sb.work.clone(),
-        sandbox: Arc::new(PathSandbox::new(
-            std::slice::from_ref(&sb.work),
-            protected,
-            &[],
-        )),
-        step_timeout: Duration::from_secs(10),
-        command_timeout_max: Duration::from_secs(10),
-        cancel: CancellationToken::new(),
-        output_dir: sb.base().join("outputs"),
-        max_saved_output: 64 << 20,
-    }
+    sb.tool_ctx(
+        PathSandbox::new(std::slice::from_ref(&sb.work), protected, &[]),
+        Duration::from_secs(10),
+    )
 }
 
 /// Swaps `a` and `b` atomically, over and over, until told to stop.

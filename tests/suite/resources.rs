@@ -26,6 +26,7 @@ fn ctx(output_dir: PathBuf, work: &Path, max_saved_output: u64) -> ToolContext {
         cancel: CancellationToken::new(),
         output_dir,
         max_saved_output,
+        on_output: None,
     }
 }
 

@@ -1,12 +1,10 @@
 //! `allowed_paths`: every escape refused after resolving `..` and symlinks.
 
 use std::os::unix::fs::symlink;
-use std::sync::Arc;
 use std::time::Duration;
 
 use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::common::Sandbox;
 
@@ -16,19 +14,10 @@ fn confined(
     protected: &[std::path::PathBuf],
     readable: &[std::path::PathBuf],
 ) -> ToolContext {
-    ToolContext {
-        work_dir: sb.work.clone(),
-        sandbox: Arc::new(PathSandbox::new(
-            std::slice::from_ref(&sb.work),
-            protected,
-            readable,
-        )),
-        step_timeout: Duration::from_secs(10),
-        command_timeout_max: Duration::from_secs(10),
-        cancel: CancellationToken::new(),
-        output_dir: sb.base().join("outputs"),
-        max_saved_output: 64 << 20,
-    }
+    sb.tool_ctx(
+        PathSandbox::new(std::slice::from_ref(&sb.work), protected, readable),
+        Duration::from_secs(10),
+    )
 }
 
 fn outside(sb: &Sandbox) -> std::path::PathBuf {

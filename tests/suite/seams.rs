@@ -4,13 +4,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use picogent::tools::sandbox::{namespaces_work, Level};
 use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::common::{self, namespaces_here, skip, text, tool, Sandbox, ScriptedLlm, Wire};
 
@@ -20,13 +18,8 @@ fn helper() -> PathBuf {
 
 fn context(sb: &Sandbox, sandbox: PathSandbox) -> ToolContext {
     ToolContext {
-        work_dir: sb.work.clone(),
-        sandbox: Arc::new(sandbox),
-        step_timeout: Duration::from_secs(20),
-        command_timeout_max: Duration::from_secs(20),
-        cancel: CancellationToken::new(),
         output_dir: sb.home.join("state/outputs/s1"),
-        max_saved_output: 64 << 20,
+        ..sb.tool_ctx(sandbox, Duration::from_secs(20))
     }
 }
 

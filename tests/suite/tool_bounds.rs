@@ -4,26 +4,16 @@
 //! runtime's threads, with the file written right whatever happens to it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput, MAX_FILE_BYTES};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::common::Sandbox;
 
 fn ctx(sb: &Sandbox, step_timeout: Duration) -> ToolContext {
-    ToolContext {
-        work_dir: sb.work.clone(),
-        sandbox: Arc::new(PathSandbox::default()),
-        step_timeout,
-        command_timeout_max: step_timeout,
-        cancel: CancellationToken::new(),
-        output_dir: sb.base().join("outputs"),
-        max_saved_output: 64 << 20,
-    }
+    sb.tool_ctx(PathSandbox::default(), step_timeout)
 }
 
 async fn call(ctx: &ToolContext, name: &str, args: Value) -> ToolOutput {

@@ -1,25 +1,15 @@
 //! Each tool's behaviour and edge cases, called the way the loop calls them.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::common::Sandbox;
 
 fn ctx(sb: &Sandbox) -> ToolContext {
-    ToolContext {
-        work_dir: sb.work.clone(),
-        sandbox: Arc::new(PathSandbox::default()),
-        step_timeout: Duration::from_secs(10),
-        command_timeout_max: Duration::from_secs(10),
-        cancel: CancellationToken::new(),
-        output_dir: sb.base().join("outputs"),
-        max_saved_output: 64 << 20,
-    }
+    sb.tool_ctx(PathSandbox::default(), Duration::from_secs(10))
 }
 
 async fn call(ctx: &ToolContext, name: &str, args: Value) -> ToolOutput {

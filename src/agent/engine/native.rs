@@ -213,6 +213,7 @@ impl<'a> Loop<'a> {
                 cancel: run.cancel.clone(),
                 output_dir: run.output_dir.clone(),
                 max_saved_output: cfg.max_saved_output,
+                on_output: None,
             },
             ckpt,
             repeats: RepeatGuard::default(),
@@ -416,8 +417,9 @@ async fn run_calls(
         let batch = &calls[i..j];
         let counts = announce(batch, repeats, &steer, &mut stop);
         let mcp = steer.mcp;
+        let out = steer.out;
         let results = futures_util::future::join_all(batch.iter().zip(&counts).map(
-            |((_, name, args), (skip, _))| async move {
+            |((id, name, args), (skip, _))| async move {
                 if halted {
                     ToolOutput::error("not run: the run was stopped")
                 } else if *skip {
@@ -427,6 +429,8 @@ async fn run_calls(
                 } else if name.starts_with(crate::mcp::PREFIX) {
                     // Bounded by the server's timeout_sec, cancelled with the run.
                     mcp.call(name, args, &ctx.cancel).await
+                } else if name == "bash" {
+                    tools::execute(name, args, &watched(ctx, out, id)).await
                 } else {
                     tools::execute(name, args, ctx).await
                 }
@@ -454,6 +458,20 @@ async fn run_calls(
         Some(why) => CallsEnd::Repeated(why),
         None => CallsEnd::Done,
     })
+}
+
+/// The context for a command whose output people watch as it comes: its pieces become
+/// `ToolOutputDelta` events of call `id`.
+fn watched(ctx: &ToolContext, out: &Emitter, id: &str) -> ToolContext {
+    let (tx, id) = (out.0.clone(), id.to_string());
+    let mut ctx = ctx.clone();
+    ctx.on_output = Some(std::sync::Arc::new(move |text| {
+        let _ = tx.send(AgentEvent::ToolOutputDelta {
+            id: id.clone(),
+            text,
+        });
+    }));
+    ctx
 }
 
 /// Announces a batch of calls and counts their repeats: per call, whether it is

@@ -134,6 +134,7 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
         cancel: CancellationToken::new(),
         output_dir: s.base.join("outputs"),
         max_saved_output: 64 << 20,
+        on_output: None,
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();

@@ -1,0 +1,146 @@
+//! A running command's output for the people watching it (the chat page's step view):
+//! sent in pieces at most every [`EVERY`] or [`CHUNK`] bytes, cut only between UTF-8
+//! characters, and no more than [`MAX_LIVE`] bytes per command, so a command printing
+//! without end cannot flood a run's event queue. The model never sees these pieces; it
+//! gets the command's result as before.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the pieces go (the agent loop turns them into events for its call).
+pub type OnOutput = Arc<dyn Fn(String) + Send + Sync>;
+
+/// How often pending output is sent.
+pub(super) const EVERY: Duration = Duration::from_millis(100);
+/// Pending output this long is sent at once.
+const CHUNK: usize = 16 * 1024;
+/// The most of one command's output sent live.
+const MAX_LIVE: usize = 256 * 1024;
+
+pub(super) struct Live {
+    on: Option<OnOutput>,
+    pending: Vec<u8>,
+    sent: usize,
+    /// Output past `MAX_LIVE` arrived; `noted` once the watcher was told so.
+    over: bool,
+    noted: bool,
+}
+
+impl Live {
+    pub(super) fn new(on: Option<OnOutput>) -> Live {
+        Live {
+            on,
+            pending: Vec::new(),
+            sent: 0,
+            over: false,
+            noted: false,
+        }
+    }
+
+    pub(super) fn push(&mut self, bytes: &[u8]) {
+        if self.on.is_none() || self.over {
+            return;
+        }
+        let room = MAX_LIVE.saturating_sub(self.sent + self.pending.len());
+        let take = bytes.len().min(room);
+        self.pending
+            .extend_from_slice(bytes.get(..take).unwrap_or_default());
+        self.over = take < bytes.len();
+        if self.pending.len() >= CHUNK {
+            self.flush();
+        }
+    }
+
+    /// Something is waiting to be sent.
+    pub(super) fn waiting(&self) -> bool {
+        self.on.is_some() && (!self.pending.is_empty() || (self.over && !self.noted))
+    }
+
+    /// Sends what is pending, keeping back only the start of a character cut in two.
+    pub(super) fn flush(&mut self) {
+        let Some(on) = &self.on else {
+            return;
+        };
+        let (whole, incomplete) = match std::str::from_utf8(&self.pending) {
+            Ok(_) => (self.pending.len(), false),
+            // An incomplete character at the end waits for its other bytes (past the
+            // limit they never come: it is dropped)...
+            Err(e) if e.error_len().is_none() => (e.valid_up_to(), true),
+            // ...anything else invalid is shown replaced, as the result shows it.
+            Err(_) => (self.pending.len(), false),
+        };
+        if whole > 0 {
+            let piece: Vec<u8> = self.pending.drain(..whole).collect();
+            self.sent += piece.len();
+            on(String::from_utf8_lossy(&piece).into_owned());
+        }
+        if incomplete && self.over {
+            self.pending.clear();
+        }
+        if self.over && self.pending.is_empty() && !self.noted {
+            self.noted = true;
+            on(format!(
+                "\n… (live output stops after {} KB; the rest comes with the result)\n",
+                MAX_LIVE / 1024
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn collecting() -> (OnOutput, Arc<Mutex<Vec<String>>>) {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = got.clone();
+        let on: OnOutput = Arc::new(move |s| sink.lock().unwrap().push(s));
+        (on, got)
+    }
+
+    #[test]
+    fn a_character_cut_in_two_waits_for_its_other_half() {
+        let (on, got) = collecting();
+        let mut live = Live::new(Some(on));
+        let e = "é".as_bytes();
+        live.push(&[b'a', e[0]]);
+        live.flush();
+        live.push(&[e[1], b'b']);
+        live.flush();
+        assert_eq!(*got.lock().unwrap(), ["a", "éb"]);
+        assert!(!live.waiting());
+    }
+
+    #[test]
+    fn output_past_the_limit_is_not_sent_and_the_watcher_is_told_once() {
+        let (on, got) = collecting();
+        let mut live = Live::new(Some(on));
+        for _ in 0..100 {
+            live.push(&[b'x'; 8 * 1024]);
+        }
+        while live.waiting() {
+            live.flush();
+        }
+        let got = got.lock().unwrap();
+        let bytes: usize = got
+            .iter()
+            .filter(|s| s.starts_with('x'))
+            .map(String::len)
+            .sum();
+        assert_eq!(bytes, MAX_LIVE);
+        assert_eq!(
+            got.iter()
+                .filter(|s| s.contains("live output stops"))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn without_a_watcher_nothing_is_kept() {
+        let mut live = Live::new(None);
+        live.push(b"hello");
+        assert!(!live.waiting() && live.pending.is_empty());
+    }
+}
