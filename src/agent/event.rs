@@ -17,6 +17,8 @@ pub enum AgentEvent {
         session_id: String,
         provider: String,
         model: String,
+        /// The working folder the run's tools act in (after resolving links).
+        work_dir: String,
     },
     /// A fragment of the answer, as the model produces it.
     TextDelta { text: String },

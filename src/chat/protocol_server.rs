@@ -17,6 +17,13 @@ pub(crate) enum ServerFrame {
         content: crate::message::Usage,
         step: u32,
     },
+    /// What a run works with, sent as it starts: the model and the working folder.
+    Context {
+        provider: String,
+        model: String,
+        #[serde(rename = "workDir")]
+        work_dir: String,
+    },
     /// Something a person watching should know (a loop warning, why a run paused).
     Notice { content: String },
     /// Another connection started a `keepAlive` request in this connection's session:

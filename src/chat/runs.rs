@@ -334,6 +334,16 @@ pub(crate) fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: Cancellat
 fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
     Some(match ev {
         AgentEvent::TextDelta { text } => ServerFrame::Text { content: text },
+        AgentEvent::Started {
+            provider,
+            model,
+            work_dir,
+            ..
+        } => ServerFrame::Context {
+            provider,
+            model,
+            work_dir,
+        },
         AgentEvent::ToolCall {
             id,
             name,

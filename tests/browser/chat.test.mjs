@@ -302,10 +302,20 @@ test("a person labels a step and rates the run; export --format annotations list
 test("a refused handshake shows its reason, and a token admits the page", async () => {
   const { url } = await startPicogent([{ text: "in" }], { PICOGENT_CHAT_TOKEN: "tok-123" });
   const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  let sockets = 0;
+  page.on("websocket", () => sockets++);
   await page.goto(url);
   await page.waitForSelector('#status-detail:text-is("token required")', { timeout: 10000 });
   assert.notEqual(await page.getAttribute("#status", "data-state"), "open");
   assert.equal(await page.isVisible("#token"), true, "the settings open with the token field");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "token");
+  // A refusal is not retried on its own (backoff would have tried twice by now)...
+  await new Promise((r) => setTimeout(r, 3500));
+  assert.equal(sockets, 1, "no endless retry of a refused token");
+  // ...but Try again does, and is refused again.
+  await page.click("#retry");
+  await page.waitForSelector('#status-detail:text-is("token required")');
+  assert.equal(sockets, 2);
   await page.fill("#token", "tok-123");
   await page.press("#token", "Tab"); // its change reconnects at once
   await page.waitForSelector('#status[data-state="open"]', { timeout: 20000 });
@@ -313,7 +323,16 @@ test("a refused handshake shows its reason, and a token admits the page", async 
   await page.press("#input", "Enter");
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
   assert.match(await page.textContent(".msg.assistant .md"), /in/);
+  // The model and the working folder in force are shown, from the run itself.
+  assert.match(await page.textContent("#context"), /model: claude-[\w.-]+/);
+  assert.match(await page.textContent("#context"), /folder: \/.*work/);
   await page.close();
+  // A link carrying the token admits a fresh page, and the token leaves the address bar.
+  const linked = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  await linked.goto(url + "?token=tok-123");
+  await linked.waitForSelector('#status[data-state="open"]', { timeout: 20000 });
+  assert.equal(await linked.evaluate(() => location.search), "");
+  await linked.close();
 });
 
 test("a page from another origin is refused and shows why", async () => {
@@ -530,6 +549,14 @@ test("rollback waits for a pause, Pause says pausing at once, Escape in a field 
   await page.focus("#input");
   await page.keyboard.press("Alt+KeyA");
   assert.equal(await steps.last().getAttribute("data-label"), null);
+  // The progress of labelling is shown; n goes to the next step without a label.
+  const total = await steps.count();
+  assert.equal(await page.textContent("#labelled > span"), `labelled 1 of ${total} steps · 0 ✓ 1 ✗ 0 ?`);
+  await page.locator("body").click({ position: { x: 5, y: 5 } });
+  await page.keyboard.press("n");
+  assert.equal(await page.evaluate(() => [...document.querySelectorAll(".step")].indexOf(document.activeElement.closest(".step"))), 1);
+  await page.keyboard.press("a");
+  await page.waitForSelector(`#labelled > span:text-is("labelled 2 of ${total} steps · 1 ✓ 1 ✗ 0 ?")`);
   // The shortcuts are listed.
   await page.click("#show-shortcuts");
   assert.match(await page.textContent("#shortcuts"), /j \/ k/);

@@ -108,7 +108,7 @@ pub(super) async fn next(ws: &mut Ws) -> Value {
             // follow the rest.
             if !matches!(
                 v["type"].as_str(),
-                Some("tool_output" | "tool_progress" | "thinking" | "usage")
+                Some("tool_output" | "tool_progress" | "thinking" | "usage" | "context")
             ) {
                 return v;
             }
@@ -818,10 +818,11 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     )
     .await;
     let first = next(&mut ws).await;
-    // Seq 1 is the model call's `usage`, which `next` passes over.
+    // Seq 1 is the run's `context`, seq 2 the model call's `usage`: `next` passes
+    // over both.
     assert_eq!(
         (first["type"].as_str(), first["seq"].as_u64()),
-        (Some("tool_use"), Some(2))
+        (Some("tool_use"), Some(3))
     );
     // A keepAlive run is addressed from other connections by the id the server gave it.
     let run_id = first["runId"].as_str().unwrap().to_string();
@@ -832,7 +833,7 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     let mut ws2 = connect(&c).await;
     send(
         &mut ws2,
-        json!({"type": "subscribe", "id": "k1", "after": 2}),
+        json!({"type": "subscribe", "id": "k1", "after": 3}),
     )
     .await;
     assert!(
@@ -844,15 +845,15 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
     );
     send(
         &mut ws2,
-        json!({"type": "subscribe", "runId": run_id, "after": 2}),
+        json!({"type": "subscribe", "runId": run_id, "after": 3}),
     )
     .await;
     let frames = until_done(&mut ws2, "k1").await;
     let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
-    // Seq 3 is the tool's `tool_output`, which `until_done` passes over; text pieces
+    // Seq 4 is the tool's `tool_output`, which `until_done` passes over; text pieces
     // it caught up on come joined, under the last piece's seq.
     assert!(
-        seqs[0] >= 4 && seqs.windows(2).all(|w| w[0] < w[1]),
+        seqs[0] >= 5 && seqs.windows(2).all(|w| w[0] < w[1]),
         "{frames:?}"
     );
     let text: String = frames
@@ -1272,8 +1273,8 @@ async fn history_renders_a_session_and_a_running_request_reattaches_from_its_sta
         .filter(|k| *k != "usage")
         .collect();
     assert_eq!(
-        kinds.first(),
-        Some(&"tool_use"),
+        kinds.get(..2),
+        Some(&["context", "tool_use"][..]),
         "replayed from seq 1: {kinds:?}"
     );
     let bash = frames.iter().find(|f| f["type"] == "tool_output").unwrap();

@@ -152,6 +152,7 @@ async fn locked(
         session_id: req.session_id.clone(),
         provider: provider.into(),
         model: model.into(),
+        work_dir: work_dir.display().to_string(),
     });
     session.append_message(Message::user(req.prompt.clone()))?;
     let mut run = Run {
