@@ -18,24 +18,13 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { answer } from "./answer.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const require = createRequire(join(root, "tests/browser/package.json"));
 const { chromium } = require("playwright-core");
 const html = readFileSync(process.env.CLIENT_HTML || join(root, "client.html"));
 const runs = Number(process.argv[2] || 5);
-
-/** About 35 KB of Markdown: paragraphs with code spans, lists, a table, code blocks. */
-function answer() {
-  const parts = [];
-  for (let i = 0; parts.join("").length < 35 * 1024; i++) {
-    parts.push(`## Part ${i}\n\nThe function \`parse_item_${i}\` reads **bold** and _emphasis_ with a [link](https://example.com/a_(${i})).\n\n`);
-    parts.push(`- first point about snake_case_name_${i}\n- second point\n  - nested detail\n\n`);
-    parts.push(`| key | value |\n|---|---|\n| a${i} | ${i * 7} |\n\n`);
-    parts.push("```rust\nfn main() {\n    println!(\"" + i + "\");\n}\n```\n\n");
-  }
-  return parts.join("") + "THE-END";
-}
 
 /** A server WebSocket frame (text, unmasked). */
 function frame(text) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: every Rust test, then the real-browser test of client.html.
-# The browser test needs Debian's Chromium and the npm package playwright-core; this
+# The browser test needs Debian's Chromium and the npm packages playwright-core and
+# axe-core (the accessibility check); this
 # script installs them when they are missing (Chromium through apt-get, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +17,8 @@ if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
-if [ ! -d tests/browser/node_modules/playwright-core ]; then
-  echo "scripts/test.sh: installing playwright-core for the browser test" >&2
+if [ ! -d tests/browser/node_modules/playwright-core ] || [ ! -d tests/browser/node_modules/axe-core ]; then
+  echo "scripts/test.sh: installing playwright-core and axe-core for the browser test" >&2
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
 node --test tests/browser/

@@ -33,6 +33,9 @@ struct Args {
     timeout: Option<f64>,
 }
 
+/// How the sandbox helper's own messages start.
+const HELPER_REFUSAL: &str = "picogent sandbox: ";
+
 /// Once the command has exited, how long its leftover children may keep the pipe open.
 const DRAIN: Duration = Duration::from_millis(300);
 
@@ -94,12 +97,12 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
     // never costs a helper run of its own. When the helper could not build them, the
     // probe decides, and the command runs again only if the level is Landlock's.
     let optimistic = !ctx.sandbox.level_settled();
-    let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx).await?;
+    let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx, optimistic).await?;
     if optimistic {
         if refused_by_helper(&cap, &end) {
             ctx.sandbox.settle().await;
             if !ctx.sandbox.namespaces() {
-                let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx).await?;
+                let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx, false).await?;
                 return Ok(report(&cap, saved, &end, timeout));
             }
         } else if matches!(end, End::Exited(_)) {
@@ -114,11 +117,14 @@ pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, T
 /// What one command run left: its output, the saved full output, how it ended.
 type Ran = (Capture, (Option<PathBuf>, Option<String>), End);
 
+/// `probe`: a refusal of the sandbox helper is not shown live (the command then runs
+/// again, or its result says so).
 async fn run_command(
     command: &str,
     cwd: &std::path::Path,
     timeout: Duration,
     ctx: &ToolContext,
+    probe: bool,
 ) -> Result<Ran, ToolError> {
     // A private temporary folder per command (under namespaces its /tmp is a tmpfs of
     // its own instead), removed afterwards.
@@ -131,14 +137,14 @@ async fn run_command(
     let pgid = child.id().map(|p| p as i32);
 
     let mut cap = Capture::new(ctx.output_dir.clone(), ctx.max_saved_output);
-    let mut live = Live::new(ctx.on_output.clone());
+    let mut live = Live::new(ctx.on_output.clone()).holding(HELPER_REFUSAL.as_bytes());
     let out = Out {
         cap: &mut cap,
         live: &mut live,
     };
     let (end, exited) = watch(&mut child, &mut rx, out, timeout, ctx).await?;
     // What came since the last piece: watchers see the end of the output too.
-    live.flush();
+    live.release(!(probe && refused_by_helper(&cap, &end)));
     if let Some(pgid) = pgid {
         // SAFETY: plain syscall; the group id is the child's pid (its own session).
         unsafe {
@@ -158,7 +164,7 @@ async fn run_command(
 fn refused_by_helper(cap: &Capture, end: &End) -> bool {
     let text = String::from_utf8_lossy(&cap.tail);
     matches!(end, End::Exited(st) if st.code() == Some(126))
-        && text.starts_with("picogent sandbox: ")
+        && text.starts_with(HELPER_REFUSAL)
         && text.trim_end().ends_with("the command was not run")
 }
 

@@ -3,80 +3,20 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, existsSync } from "node:fs";
-import { createServer } from "node:net";
+import { readFileSync, readdirSync, existsSync, mkdirSync } from "node:fs";
 import { createServer as createHttpServer } from "node:http";
-import { tmpdir } from "node:os";
-import { join, dirname, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { createInterface } from "node:readline";
-import { chromium } from "playwright-core";
+import { join, dirname } from "node:path";
+import { root, target, startPicogent, launchChromium, stopAll } from "./harness.mjs";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const target = process.env.CARGO_TARGET_DIR || join(root, "target");
-const children = [];
 let browser;
 
-function freePort() {
-  return new Promise((ok) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => ok(port)); });
-  });
-}
-
-function firstLine(child) {
-  return new Promise((ok, fail) => {
-    const rl = createInterface({ input: child.stdout });
-    rl.once("line", ok);
-    child.once("exit", (code) => fail(new Error("exited early: " + code)));
-  });
-}
-
-async function waitHttp(url, ms) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try { if ((await fetch(url)).ok) return; } catch {}
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error("no answer from " + url);
-}
-
-/** Starts the scripted model with `script` and picogent's chat mode in a fresh folder. */
-async function startPicogent(script, extraEnv = {}) {
-  const tmp = mkdtempSync(join(tmpdir(), "picogent-browser-"));
-  const work = join(tmp, "work");
-  mkdirSync(work);
-  writeFileSync(join(work, "notes.txt"), "hello from the notes\n");
-  writeFileSync(join(tmp, "script.json"), JSON.stringify(script));
-  const llm = spawn(join(target, "debug/examples/scripted_llm"), [join(tmp, "script.json")], { stdio: ["ignore", "pipe", "inherit"] });
-  children.push(llm);
-  const addr = (await firstLine(llm)).split(" ").pop();
-  const port = await freePort();
-  const pg = spawn(join(target, "debug/picogent"), [], {
-    cwd: work,
-    stdio: ["ignore", "ignore", "inherit"],
-    env: {
-      PATH: process.env.PATH, HOME: tmp, RUST_LOG: "warn",
-      PICOGENT_PROVIDER: "anthropic", PICOGENT_BASE_URL: "http://" + addr, PICOGENT_API_KEY: "test-key",
-      PICOGENT_PORT: String(port), ...extraEnv,
-    },
-  });
-  children.push(pg);
-  await waitHttp(`http://127.0.0.1:${port}/healthz`, 15000);
-  return { url: `http://127.0.0.1:${port}/`, tmp };
-}
-
 before(async () => {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {
   if (browser) await browser.close();
-  for (const c of children) c.kill("SIGKILL");
+  stopAll();
 });
 
 test("a message streams an answer with a tool step, rendered safely, and finishes", async () => {
@@ -665,5 +605,48 @@ test("the sessions sidebar: titles by day, search, keyboard, a rename stored in 
     .filter((e) => e.type === "session_info");
   assert.deepEqual(named.map((e) => e.name), ["Parser fix"]);
   await other.close();
+  await page.close();
+});
+
+/** axe-core's WCAG 2.1 A/AA violations on the page as it is now, one line each. */
+async function axeViolations(page) {
+  await page.addScriptTag({ content: readFileSync(join(root, "tests/browser/node_modules/axe-core/axe.min.js"), "utf8") });
+  const found = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } });
+    return r.violations.map((v) => v.id + ": " + v.nodes.slice(0, 4).map((n) => n.target.join(" ")).join(", "));
+  });
+  return found;
+}
+
+test("axe-core finds no WCAG A/AA violations, light or dark, wide or phone-width, dialog open", async () => {
+  const { url } = await startPicogent([
+    { tool: "bash", args: { command: "echo ok" } },
+    { tool: "read", args: { path: "missing.txt" } },
+    { text: "## Result\n\nA `code` span, a [link](https://example.com), and a table:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```js\nconst x = 1;\n```\n- [x] done" },
+  ]);
+  const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+  await page.goto(url);
+  await page.waitForSelector('#status[data-state="open"]');
+  await page.fill("#input", "Check things");
+  await page.press("#input", "Enter");
+  await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
+  await page.click(".step summary >> nth=0");
+  await page.click("#show-shortcuts");
+  for (const colorScheme of ["light", "dark"]) {
+    for (const viewport of [{ width: 1200, height: 800 }, { width: 390, height: 760 }]) {
+      await page.emulateMedia({ colorScheme });
+      await page.setViewportSize(viewport);
+      const where = colorScheme + " " + viewport.width + " px";
+      assert.deepEqual(await axeViolations(page), [], where);
+      if (viewport.width < 500) {
+        await page.click("#toggle-sidebar");
+        assert.deepEqual(await axeViolations(page), [], where + ", sessions open");
+        await page.keyboard.press("Escape");
+      }
+      await page.click(".msg.assistant .rate-success");
+      assert.deepEqual(await axeViolations(page), [], where + ", a dialog open");
+      await page.keyboard.press("Escape");
+    }
+  }
   await page.close();
 });

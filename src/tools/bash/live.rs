@@ -24,6 +24,9 @@ pub(super) struct Live {
     /// Output past `MAX_LIVE` arrived; `noted` once the watcher was told so.
     over: bool,
     noted: bool,
+    /// Output that starts with this is held back until the caller knows what it is
+    /// (the sandbox helper's own refusal is not the command's output).
+    hold: Option<&'static [u8]>,
 }
 
 impl Live {
@@ -34,7 +37,37 @@ impl Live {
             sent: 0,
             over: false,
             noted: false,
+            hold: None,
         }
+    }
+
+    /// Holds back output that starts with `prefix` until [`Live::release`].
+    pub(super) fn holding(mut self, prefix: &'static [u8]) -> Live {
+        self.hold = Some(prefix);
+        self
+    }
+
+    /// The command ended: what was held is sent, or dropped when `keep` is false.
+    pub(super) fn release(&mut self, keep: bool) {
+        self.hold = None;
+        if keep {
+            self.flush();
+        } else {
+            self.pending.clear();
+        }
+    }
+
+    /// Whether output is held back now (it starts with the held prefix, or may).
+    fn held(&mut self) -> bool {
+        let Some(prefix) = self.hold else {
+            return false;
+        };
+        let n = self.pending.len().min(prefix.len());
+        if self.pending.get(..n) == prefix.get(..n) {
+            return true;
+        }
+        self.hold = None;
+        false
     }
 
     pub(super) fn push(&mut self, bytes: &[u8]) {
@@ -46,6 +79,10 @@ impl Live {
         self.pending
             .extend_from_slice(bytes.get(..take).unwrap_or_default());
         self.over = take < bytes.len();
+        // Output that cannot be the held prefix ends the hold at once.
+        if self.held() {
+            return;
+        }
         if self.pending.len() >= CHUNK {
             self.flush();
         }
@@ -53,11 +90,16 @@ impl Live {
 
     /// Something is waiting to be sent.
     pub(super) fn waiting(&self) -> bool {
-        self.on.is_some() && (!self.pending.is_empty() || (self.over && !self.noted))
+        self.on.is_some()
+            && self.hold.is_none()
+            && (!self.pending.is_empty() || (self.over && !self.noted))
     }
 
     /// Sends what is pending, keeping back only the start of a character cut in two.
     pub(super) fn flush(&mut self) {
+        if self.on.is_none() || self.held() {
+            return;
+        }
         let Some(on) = &self.on else {
             return;
         };
@@ -134,6 +176,30 @@ mod tests {
                 .filter(|s| s.contains("live output stops"))
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn output_that_may_be_the_helpers_refusal_waits_for_the_verdict() {
+        let (on, got) = collecting();
+        let mut live = Live::new(Some(on.clone())).holding(b"picogent sandbox: ");
+        live.push(b"picogent sand");
+        live.flush();
+        live.push(b"box: cannot create the namespaces\n");
+        live.flush();
+        assert!(got.lock().unwrap().is_empty());
+        live.release(false);
+        assert!(got.lock().unwrap().is_empty(), "a refusal is dropped");
+
+        let mut live = Live::new(Some(on)).holding(b"picogent sandbox: ");
+        live.push(b"pico");
+        live.flush();
+        live.push(b"-de-gallo\n");
+        live.flush();
+        assert_eq!(
+            *got.lock().unwrap(),
+            ["pico-de-gallo\n"],
+            "other output flows"
         );
     }
 
