@@ -1184,7 +1184,7 @@ async fn a_clients_system_prompt_is_added_to_the_agents_role_not_put_in_its_plac
 }
 
 /// Frames (detail frames included) until the `done` of request `id`.
-async fn until_done_all(ws: &mut Ws, id: &str) -> Vec<Value> {
+pub(super) async fn until_done_all(ws: &mut Ws, id: &str) -> Vec<Value> {
     let mut out = Vec::new();
     loop {
         let f = next_any(ws).await;

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::chat::{connect, next_any, send, start, Ws};
+use super::chat::{connect, send, start, until_done_all};
 use crate::common::*;
 
 /// The `tool_progress` pieces of call `id`, and whether they all came before its
@@ -29,19 +29,6 @@ fn pieces(frames: &[Value], id: &str) -> (Vec<String>, bool) {
         _ => false,
     };
     (progress, before)
-}
-
-/// All frames, the detail frames too, up to request `id`'s `done`.
-async fn every_frame_until_done(ws: &mut Ws, id: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let f = next_any(ws).await;
-        let end = f["id"] == id && f["type"] == "done";
-        out.push(f);
-        if end {
-            return out;
-        }
-    }
 }
 
 fn call_ids(frames: &[Value]) -> Vec<String> {
@@ -74,7 +61,7 @@ async fn a_commands_output_streams_while_it_runs_and_a_flood_is_bounded() {
         json!({"id": "s1", "content": "run them", "sessionId": "stream"}),
     )
     .await;
-    let frames = every_frame_until_done(&mut ws, "s1").await;
+    let frames = until_done_all(&mut ws, "s1").await;
     let ids = call_ids(&frames);
     assert_eq!(ids.len(), 2, "{frames:?}");
 
