@@ -390,6 +390,8 @@ struct Conn {
 
 /// Session frames a connection may have waiting before it is told to slow down.
 const SESSION_FRAMES: usize = 64;
+/// Session frames of one connection answered at the same time.
+const SESSION_ANSWERS: usize = 8;
 
 async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
@@ -406,10 +408,15 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     });
     let (sessions, mut session_rx) = tokio::sync::mpsc::channel(SESSION_FRAMES);
     let (agent, runs, session_tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
+    // Several at a time: a label or a rename for a session whose run is busy waits
+    // for that run's next step, and must not hold this tab's other questions.
     let session_worker = tokio::spawn(async move {
-        while let Some(f) = session_rx.recv().await {
-            branches::answer(agent.clone(), runs.clone(), f, session_tx.clone()).await;
-        }
+        let frames = futures_util::stream::poll_fn(|cx| session_rx.poll_recv(cx));
+        frames
+            .for_each_concurrent(SESSION_ANSWERS, |f| {
+                branches::answer(agent.clone(), runs.clone(), f, session_tx.clone())
+            })
+            .await;
     });
     let conn = Conn {
         token,

@@ -5,7 +5,8 @@
 //! frame's overhead per piece, and a client catching up gets them joined into a few
 //! large frames (a lagging reader is sent less, not dropped). Only past `MAX_LOG_BYTES`
 //! are the oldest frames let go, and a replay from before them starts with a `gap`
-//! frame saying so.
+//! frame saying so. A running command's live output (`tool_progress`) is kept only
+//! until its step's `tool_output` arrives, which carries the output itself.
 
 use std::collections::VecDeque;
 
@@ -33,6 +34,11 @@ pub(super) struct Logged {
 
 enum Entry {
     Frame(Logged),
+    /// A piece of tool call `call`'s live output, let go once the call has ended.
+    Progress {
+        call: String,
+        frame: Logged,
+    },
     /// Text (or thinking) pieces `first`, `first + 1`, ... as one string; `ends[i]` is
     /// where piece `first + i` ends in it.
     Pieces {
@@ -46,7 +52,7 @@ enum Entry {
 impl Entry {
     fn last_seq(&self) -> u64 {
         match self {
-            Entry::Frame(f) => f.seq,
+            Entry::Frame(f) | Entry::Progress { frame: f, .. } => f.seq,
             Entry::Pieces { first, ends, .. } => first + ends.len().saturating_sub(1) as u64,
         }
     }
@@ -54,6 +60,7 @@ impl Entry {
     fn size(&self) -> usize {
         match self {
             Entry::Frame(f) => f.text.len(),
+            Entry::Progress { call, frame } => call.len() + frame.text.len(),
             Entry::Pieces { content, ends, .. } => content.len() + 4 * ends.len() + FRAME_OVERHEAD,
         }
     }
@@ -100,11 +107,24 @@ impl Replay {
                     ends: vec![u32::try_from(piece.len()).unwrap_or(u32::MAX)],
                 }
             }
-            None => Entry::Frame(Logged {
-                seq,
-                last: frame.is_done(),
-                text,
-            }),
+            None => {
+                let logged = Logged {
+                    seq,
+                    last: frame.is_done(),
+                    text,
+                };
+                match frame {
+                    ServerFrame::ToolProgress { call_id, .. } => Entry::Progress {
+                        call: call_id.clone(),
+                        frame: logged,
+                    },
+                    ServerFrame::ToolOutput { call_id, .. } => {
+                        self.forget_progress(call_id);
+                        Entry::Frame(logged)
+                    }
+                    _ => Entry::Frame(logged),
+                }
+            }
         };
         self.bytes += entry.size();
         self.entries.push_back(entry);
@@ -130,6 +150,19 @@ impl Replay {
         ends.push(u32::try_from(content.len()).unwrap_or(u32::MAX));
         self.bytes += piece.len() + 4;
         true
+    }
+
+    /// Lets go of call `call`'s live output: its result is in the log now.
+    fn forget_progress(&mut self, call: &str) {
+        let mut freed = 0;
+        self.entries.retain(|e| match e {
+            Entry::Progress { call: c, .. } if c == call => {
+                freed += e.size();
+                false
+            }
+            _ => true,
+        });
+        self.bytes = self.bytes.saturating_sub(freed);
     }
 
     fn trim(&mut self) {
@@ -171,7 +204,7 @@ impl Replay {
                 continue;
             }
             match e {
-                Entry::Frame(f) => out.push(f.clone()),
+                Entry::Frame(f) | Entry::Progress { frame: f, .. } => out.push(f.clone()),
                 Entry::Pieces {
                     thinking,
                     first,
@@ -279,5 +312,39 @@ mod tests {
             &replay[0].1[..80]
         );
         assert!(big.bytes <= MAX_LOG_BYTES);
+    }
+
+    #[test]
+    fn a_commands_live_output_is_replayed_only_until_its_result() {
+        let mut r = Replay::default();
+        let keep = |r: &mut Replay, f: ServerFrame| {
+            let seq = r.next_seq();
+            r.keep(seq, &f, Utf8Bytes::from(format!("{f:?}")));
+        };
+        let progress = |call: &str, s: &str| ServerFrame::ToolProgress {
+            content: s.into(),
+            call_id: call.into(),
+        };
+        for i in 0..100 {
+            keep(&mut r, progress("c1", &format!("line {i}\n")));
+        }
+        keep(&mut r, progress("c2", "another call"));
+        // While c1 runs, a client that comes in sees its output so far.
+        assert_eq!(r.since(0, |_, _| Utf8Bytes::from_static("")).len(), 101);
+        let before = r.bytes;
+        keep(
+            &mut r,
+            crate::chat::runs::tool_output("c1".into(), "bash".into(), false, "all", None, None),
+        );
+        // Its result replaces it; the other call's output stays.
+        let seqs: Vec<u64> = r
+            .since(0, |_, _| Utf8Bytes::from_static(""))
+            .iter()
+            .map(|l| l.seq)
+            .collect();
+        assert_eq!(seqs, [101, 102]);
+        assert!(r.bytes < before / 10, "{} of {before} bytes", r.bytes);
+        // A replay from the middle of what was let go has no gap: the result is there.
+        assert_eq!(r.since(50, |_, _| Utf8Bytes::from_static("")).len(), 2);
     }
 }

@@ -137,7 +137,10 @@ async fn run_command(
     let pgid = child.id().map(|p| p as i32);
 
     let mut cap = Capture::new(ctx.output_dir.clone(), ctx.max_saved_output);
-    let mut live = Live::new(ctx.on_output.clone()).holding(HELPER_REFUSAL.as_bytes());
+    let mut live = Live::new(ctx.on_output.clone());
+    if probe {
+        live = live.holding(HELPER_REFUSAL.as_bytes());
+    }
     let out = Out {
         cap: &mut cap,
         live: &mut live,

@@ -93,6 +93,11 @@ fn err(status: u16, code: &str, message: &str) -> Response {
 
 impl FakeTracker {
     pub async fn start() -> FakeTracker {
+        FakeTracker::start_on("127.0.0.1:0").await
+    }
+
+    /// Serves on `addr` (the local board example: a fixed port).
+    pub async fn start_on(addr: &str) -> FakeTracker {
         let st = Arc::new(Mutex::new(St {
             heartbeat_sec: 1,
             ..Default::default()
@@ -104,7 +109,9 @@ impl FakeTracker {
             .route("/api/v1/tasks/{id}/comments", post(comment))
             .route("/ws", get(ws))
             .with_state(st.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         FakeTracker { addr, st }

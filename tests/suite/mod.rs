@@ -1,6 +1,7 @@
 mod agent_loop;
 mod agent_mode;
 mod attacks;
+mod board;
 mod caching;
 mod chat;
 mod chat_annotate;

@@ -14,6 +14,8 @@ pub type OnOutput = Arc<dyn Fn(String) + Send + Sync>;
 pub(super) const EVERY: Duration = Duration::from_millis(100);
 /// Pending output this long is sent at once.
 const CHUNK: usize = 16 * 1024;
+/// Held output longer than this is let go whatever it starts with.
+const HOLD_AT_MOST: usize = 4096;
 /// The most of one command's output sent live.
 const MAX_LIVE: usize = 256 * 1024;
 
@@ -52,9 +54,13 @@ impl Live {
         self.hold = None;
         if keep {
             self.flush();
-        } else {
-            self.pending.clear();
+            // The output's very end: a character cut short there never completes.
+            if let (Some(on), false) = (&self.on, self.pending.is_empty()) {
+                self.sent += self.pending.len();
+                on(String::from_utf8_lossy(&self.pending).into_owned());
+            }
         }
+        self.pending.clear();
     }
 
     /// Whether output is held back now (it starts with the held prefix, or may).
@@ -63,7 +69,8 @@ impl Live {
             return false;
         };
         let n = self.pending.len().min(prefix.len());
-        if self.pending.get(..n) == prefix.get(..n) {
+        // A refusal is one short line: output longer than this is the command's.
+        if self.pending.len() <= HOLD_AT_MOST && self.pending.get(..n) == prefix.get(..n) {
             return true;
         }
         self.hold = None;
@@ -103,14 +110,11 @@ impl Live {
         let Some(on) = &self.on else {
             return;
         };
-        let (whole, incomplete) = match std::str::from_utf8(&self.pending) {
-            Ok(_) => (self.pending.len(), false),
-            // An incomplete character at the end waits for its other bytes (past the
-            // limit they never come: it is dropped)...
-            Err(e) if e.error_len().is_none() => (e.valid_up_to(), true),
-            // ...anything else invalid is shown replaced, as the result shows it.
-            Err(_) => (self.pending.len(), false),
-        };
+        // An incomplete character at the end waits for its other bytes (past the limit
+        // they never come: it is dropped); anything invalid before it is shown
+        // replaced, as the result shows it.
+        let whole = complete_up_to(&self.pending);
+        let incomplete = whole < self.pending.len();
         if whole > 0 {
             let piece: Vec<u8> = self.pending.drain(..whole).collect();
             self.sent += piece.len();
@@ -127,6 +131,26 @@ impl Live {
             ));
         }
     }
+}
+
+/// Where `b` ends but for a character cut short at its end.
+fn complete_up_to(b: &[u8]) -> usize {
+    // A UTF-8 character is at most 4 bytes: look back at most 3 for its lead byte.
+    for back in 1..=b.len().min(3) {
+        let at = b.len() - back;
+        let Some(&byte) = b.get(at) else { break };
+        if byte & 0xC0 == 0x80 {
+            continue; // a continuation byte: its lead is further back
+        }
+        let needs = match byte {
+            0xF0.. => 4,
+            0xE0.. => 3,
+            0xC0.. => 2,
+            _ => 1,
+        };
+        return if needs > back { at } else { b.len() };
+    }
+    b.len()
 }
 
 #[cfg(test)]
@@ -201,6 +225,18 @@ mod tests {
             ["pico-de-gallo\n"],
             "other output flows"
         );
+    }
+
+    #[test]
+    fn only_a_cut_character_at_the_end_waits() {
+        let e = "é".as_bytes();
+        assert_eq!(complete_up_to(b"abc"), 3);
+        assert_eq!(complete_up_to(&[b'a', e[0]]), 1);
+        assert_eq!(complete_up_to(&[b'a', e[0], e[1]]), 3);
+        // An invalid byte earlier does not stop the cut being found.
+        assert_eq!(complete_up_to(&[0xFF, b'a', 0xE2, 0x82]), 2);
+        assert_eq!(complete_up_to(&[0x80, 0x80, 0x80]), 3);
+        assert_eq!(complete_up_to(&[]), 0);
     }
 
     #[test]
