@@ -1,7 +1,8 @@
 //! Project instructions: the `AGENTS.md` files that apply to a working folder, for the
 //! system prompt.
 //!
-//! A global `~/.picogent/AGENTS.md` comes first; then, from the repository's top folder
+//! A global `~/.picogent/AGENTS.md` comes first (and pi's `~/.pi/agent/AGENTS.md` after
+//! it, when `pi_home` is on); then, from the repository's top folder
 //! (the nearest folder above the working folder with a `.git`; the filesystem root when
 //! there is none) down to the working folder, each folder's `AGENTS.md`, or its
 //! `CLAUDE.md` when it has no `AGENTS.md`. Outermost first, so the nearer file has the
@@ -17,12 +18,12 @@ use std::path::{Path, PathBuf};
 pub(crate) const MAX_BYTES: usize = 32 * 1024;
 
 /// The files that apply to `work_dir`, in prompt order.
-pub(crate) fn files(work_dir: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+pub(crate) fn files(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(global) = home.map(|h| h.join(".picogent").join("AGENTS.md")) {
-        if global.is_file() {
-            out.push(global);
-        }
+    if let Some(home) = home {
+        let pi = pi_home.then(|| home.join(".pi").join("agent").join("AGENTS.md"));
+        let globals = [Some(home.join(".picogent").join("AGENTS.md")), pi];
+        out.extend(globals.into_iter().flatten().filter(|f| f.is_file()));
     }
     let top = work_dir
         .ancestors()
@@ -66,8 +67,8 @@ fn read_capped(path: &Path, limit: usize) -> std::io::Result<(String, bool)> {
 }
 
 /// The prompt section with the project instructions; empty when no file applies.
-pub(crate) fn prompt_block(work_dir: &Path, home: Option<&Path>) -> String {
-    let files = files(work_dir, home);
+pub(crate) fn prompt_block(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> String {
+    let files = files(work_dir, home, pi_home);
     if files.is_empty() {
         return String::new();
     }

@@ -47,33 +47,56 @@ struct FrontMatter {
     disable_model_invocation: Option<bool>,
 }
 
-/// The SKILL.md files under one skills folder: `<dir>/<name>/SKILL.md`, and for a
-/// folder without one, `<dir>/<group>/<name>/SKILL.md`; sorted.
+/// How deep below a skills folder a `SKILL.md` is looked for.
+const MAX_DEPTH: usize = 6;
+/// The most skill files taken from one skills folder.
+const MAX_FILES: usize = 1000;
+
+/// The skill files under one skills folder, as pi finds them: each `.md` file directly
+/// in it, and each `SKILL.md` in a folder at any depth below it (a skill's folder is
+/// not searched further; hidden folders and `node_modules` are skipped); sorted.
 fn skill_files(dir: &Path) -> Vec<PathBuf> {
-    let sorted_subdirs = |d: &Path| -> Vec<PathBuf> {
+    let entries = |d: &Path| -> Vec<PathBuf> {
         let Ok(rd) = std::fs::read_dir(d) else {
             return Vec::new();
         };
-        let mut v: Vec<PathBuf> = rd
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .collect();
+        let mut v: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
         v.sort();
         v
     };
-    let mut out = Vec::new();
-    for folder in sorted_subdirs(dir) {
+    let top = entries(dir);
+    let mut out: Vec<PathBuf> = top
+        .iter()
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "md"))
+        .cloned()
+        .collect();
+    let mut stack: Vec<(PathBuf, usize)> = top
+        .into_iter()
+        .rev()
+        .filter(|p| p.is_dir())
+        .map(|p| (p, 1))
+        .collect();
+    while let Some((folder, depth)) = stack.pop() {
+        if out.len() >= MAX_FILES {
+            tracing::warn!(
+                "{}: more than {MAX_FILES} skills; the rest are left out",
+                dir.display()
+            );
+            break;
+        }
+        let name = folder
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with('.') || name == "node_modules" {
+            continue;
+        }
         let file = folder.join("SKILL.md");
         if file.is_file() {
             out.push(file);
-            continue;
-        }
-        for inner in sorted_subdirs(&folder) {
-            let file = inner.join("SKILL.md");
-            if file.is_file() {
-                out.push(file);
-            }
+        } else if depth < MAX_DEPTH {
+            let inner = entries(&folder).into_iter().rev().filter(|p| p.is_dir());
+            stack.extend(inner.map(|p| (p, depth + 1)));
         }
     }
     out
@@ -92,11 +115,19 @@ pub fn discover(dirs: &[PathBuf]) -> Vec<Skill> {
                         out.push(skill);
                     }
                 }
+                // A loose `.md` file (a README) need not be a skill.
+                Err(why) if !is_skill_md(&file) => {
+                    tracing::debug!("not a skill: {}: {why}", file.display())
+                }
                 Err(why) => tracing::warn!("skipping skill {}: {why}", file.display()),
             }
         }
     }
     out
+}
+
+fn is_skill_md(file: &Path) -> bool {
+    file.file_name().is_some_and(|n| n == "SKILL.md")
 }
 
 fn parse(file: &Path) -> Result<Skill, String> {
@@ -111,12 +142,15 @@ fn parse(file: &Path) -> Result<Skill, String> {
     let fm = parsed.data.ok_or("empty front matter")?;
     let location = std::fs::canonicalize(file).map_err(|e| e.to_string())?;
     let dir = location.parent().map(Path::to_path_buf).unwrap_or_default();
-    // The folder as the user laid it out (not where a symlink leads) names the skill.
-    let folder = file
-        .parent()
-        .and_then(Path::file_name)
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    // The folder as the user laid it out (not where a symlink leads) names the skill;
+    // a loose `.md` file is named by itself.
+    let folder = if is_skill_md(file) {
+        file.parent().and_then(Path::file_name)
+    } else {
+        file.file_stem()
+    }
+    .map(|n| n.to_string_lossy().into_owned())
+    .unwrap_or_default();
     let name = match fm.name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
         Some(n) => {
             if n != folder {

@@ -61,6 +61,7 @@ struct FileConfig {
     #[serde(alias = "mcpServers")]
     mcp_servers: Option<std::collections::BTreeMap<String, super::mcp::FileMcpServer>>,
     project_docs: Option<bool>,
+    pi_home: Option<bool>,
 }
 
 /// Which JSON file (if any) the priority rules pick, and the agent home it implies.
@@ -644,6 +645,7 @@ impl Config {
             loop_action: f.loop_action.unwrap_or(LoopAction::Stop),
             mcp_servers,
             project_docs: f.project_docs.unwrap_or(true),
+            pi_home: f.pi_home.unwrap_or(false),
             chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
             chat_port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
             chat_token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),

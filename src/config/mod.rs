@@ -113,6 +113,9 @@ pub struct Config {
     /// Put the AGENTS.md (or CLAUDE.md) files that apply to the working folder into the
     /// system prompt (`project_docs`, default on).
     pub(crate) project_docs: bool,
+    /// Also read pi's own user resources: `~/.pi/agent/skills` and
+    /// `~/.pi/agent/AGENTS.md` (`pi_home`, default off: they are another program's).
+    pub(crate) pi_home: bool,
     /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
     pub sandbox_helper: Option<PathBuf>,
     /// Chat mode: where to listen (`PICOGENT_HOST`, `PICOGENT_PORT`).
@@ -229,18 +232,31 @@ impl Config {
     /// `.agents/skills/`, then `~/.picogent/skills/` and `~/.agents/skills/` (the
     /// cross-tool locations pi reads).
     pub fn skill_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![
-            self.agent_home
-                .as_ref()
-                .unwrap_or(&self.work_dir)
-                .join("skills"),
-            self.work_dir.join(".agents").join("skills"),
-        ];
+        let mut dirs = vec![self
+            .agent_home
+            .as_ref()
+            .unwrap_or(&self.work_dir)
+            .join("skills")];
+        // As pi looks: `.agents/skills` in the working folder and each folder above it
+        // up to the repository's top (only the working folder's outside a repository),
+        // and the project's `.pi/skills`.
+        let top = self.work_dir.ancestors().find(|d| d.join(".git").exists());
+        for dir in self.work_dir.ancestors() {
+            dirs.push(dir.join(".agents").join("skills"));
+            if top.is_none_or(|t| dir == t) {
+                break;
+            }
+        }
+        dirs.push(self.work_dir.join(".pi").join("skills"));
         if let Some(home) = &self.home_dir {
             dirs.push(home.join(".picogent").join("skills"));
             dirs.push(home.join(".agents").join("skills"));
+            if self.pi_home {
+                dirs.push(home.join(".pi").join("agent").join("skills"));
+            }
         }
-        dirs.dedup();
+        let mut seen = std::collections::HashSet::new();
+        dirs.retain(|d| seen.insert(d.clone()));
         dirs
     }
 

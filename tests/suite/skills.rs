@@ -162,3 +162,85 @@ async fn skills_come_from_agents_folders_nested_groups_and_lenient_front_matter(
     assert!(system.contains("<name>pdf</name>") && system.contains("<name>deploy</name>"));
     assert!(!system.contains("manual"), "{system}");
 }
+
+#[tokio::test]
+async fn skills_are_found_where_pi_finds_them_and_pis_home_only_when_asked() {
+    let sb = Sandbox::new();
+    // The working folder is deep in a repository that sits in a folder with skills of
+    // its own, outside the repository.
+    let repo = sb.work.join("repo");
+    let work = repo.join("pkg/app");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    skill_file(
+        &sb.work.join(".agents/skills/outside"),
+        "description: above the repository",
+        "",
+    );
+    skill_file(
+        &repo.join(".agents/skills/top"),
+        "description: at the repository's top",
+        "",
+    );
+    skill_file(
+        &repo.join("pkg/.agents/skills/mid"),
+        "description: between",
+        "",
+    );
+    // Any depth below a skills folder, a loose .md file with front matter, and a README
+    // that is not a skill.
+    skill_file(
+        &work.join(".agents/skills/a/b/c/deep"),
+        "description: three groups down",
+        "",
+    );
+    std::fs::write(
+        work.join(".agents/skills/loose.md"),
+        "---\ndescription: a skill in one file\n---\nbody\n",
+    )
+    .unwrap();
+    std::fs::write(work.join(".agents/skills/README.md"), "# Our skills\n").unwrap();
+    skill_file(
+        &work.join(".pi/skills/pi-project"),
+        "description: pi's project folder",
+        "",
+    );
+    // pi's own user folder and instructions: read only with pi_home.
+    let pi = sb.user_home.join(".pi/agent");
+    skill_file(
+        &pi.join("skills/pi-user"),
+        "description: pi's user skill",
+        "",
+    );
+    std::fs::write(pi.join("AGENTS.md"), "PI-HOME-INSTRUCTIONS\n").unwrap();
+
+    let llm = ScriptedLlm::start(vec![text("ok"), text("ok")]).await;
+    let names = |config: &picogent::config::Config| -> Vec<String> {
+        discover(&config.skill_dirs())
+            .into_iter()
+            .map(|s| s.name)
+            .collect()
+    };
+    let config = sb.config(&llm, Wire::Anthropic, json!({"work_dir": work}));
+    assert_eq!(
+        names(&config),
+        ["loose", "deep", "mid", "top", "pi-project"]
+    );
+    run(&agent_from(config), "hi", "pi-off").await;
+    let system = crate::common::llm::system_text(&llm.requests()[0].body);
+    assert!(!system.contains("PI-HOME-INSTRUCTIONS"));
+
+    let config = sb.config(
+        &llm,
+        Wire::Anthropic,
+        json!({"work_dir": work, "pi_home": true}),
+    );
+    assert_eq!(
+        names(&config),
+        ["loose", "deep", "mid", "top", "pi-project", "pi-user"]
+    );
+    run(&agent_from(config), "hi", "pi-on").await;
+    let system = crate::common::llm::system_text(&llm.requests()[1].body);
+    assert!(system.contains("PI-HOME-INSTRUCTIONS"), "{system}");
+    assert!(system.contains("<name>pi-user</name>"));
+}

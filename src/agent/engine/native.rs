@@ -183,7 +183,7 @@ impl<'a> Loop<'a> {
         };
         let role = run.role();
         let docs = match cfg.project_docs {
-            true => project_docs::prompt_block(&run.work_dir, cfg.home_dir.as_deref()),
+            true => project_docs::prompt_block(&run.work_dir, cfg.home_dir.as_deref(), cfg.pi_home),
             false => String::new(),
         };
         let system = prompt::build(
