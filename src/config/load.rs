@@ -238,6 +238,7 @@ struct ModelSettings {
     api_key: Option<String>,
     auth_token: Option<String>,
     temperature: Option<f64>,
+    origins: super::ModelOrigins,
 }
 
 /// The limits of a run and of the daemon.
@@ -356,6 +357,7 @@ impl Sources<'_> {
                 .then(|| env.get("ANTHROPIC_MODEL").map(str::to_string))
                 .flatten()
         });
+        let origins = self.model_origins(provider);
         let model = match model {
             Some(m) if !m.trim().is_empty() => resolve_model(&m),
             _ if provider == ProviderKind::Anthropic => resolve_model("sonnet"),
@@ -421,7 +423,50 @@ impl Sources<'_> {
             api_key,
             auth_token,
             temperature,
+            origins,
         })
+    }
+
+    /// Where the model, the base URL and the key come from, in words for errors.
+    fn model_origins(&self, provider: ProviderKind) -> super::ModelOrigins {
+        let env = self.env;
+        let in_file = |field: &str| format!("`{field}` in {}", self.origin);
+        let first = |vars: &[&str], field: &str, file: bool, default: &str| {
+            vars.iter()
+                .find(|v| env.get(v).is_some())
+                .map(|v| v.to_string())
+                .or_else(|| file.then(|| in_file(field)))
+                .unwrap_or_else(|| default.to_string())
+        };
+        let anthropic = provider == ProviderKind::Anthropic;
+        let model_vars: &[&str] = if anthropic {
+            &["PICOGENT_MODEL", "ANTHROPIC_MODEL"]
+        } else {
+            &["PICOGENT_MODEL"]
+        };
+        let mut url_vars = vec!["PICOGENT_BASE_URL", provider.base_url_var()];
+        url_vars.dedup();
+        let mut key_vars = vec!["PICOGENT_API_KEY"];
+        key_vars.extend(provider.api_key_var());
+        if anthropic {
+            key_vars.push("ANTHROPIC_AUTH_TOKEN");
+        }
+        super::ModelOrigins {
+            model: first(
+                model_vars,
+                "model",
+                self.file.model.is_some(),
+                "the default",
+            )
+            .replace("PICOGENT_MODEL", "PICOGENT_MODEL (or --model)"),
+            base_url: first(
+                &url_vars,
+                "base_url",
+                self.file.base_url.is_some(),
+                "the provider's default",
+            ),
+            api_key: first(&key_vars, "api_key", self.file.api_key.is_some(), "nowhere"),
+        }
     }
 
     fn limits(&self, provider: ProviderKind) -> Result<Limits, ConfigError> {
@@ -574,6 +619,7 @@ impl Config {
                 .unwrap_or_else(|| "Agent".into()),
             slug: s.slug()?,
             prompt: s.pick("AGENT_PROMPT", &f.prompt),
+            model_origins: m.origins.clone(),
             tracker_url: s.url("TRACKER_URL", "tracker_url", &f.tracker_url)?,
             token: s.pick("AGENT_TOKEN", &f.token),
             transport: choice(

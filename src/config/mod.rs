@@ -40,6 +40,35 @@ pub enum ConfigError {
     Other(String),
 }
 
+/// Where the model settings were set: a variable's name, a field of a file, or a
+/// default; an error about one of them names it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ModelOrigins {
+    pub(crate) model: String,
+    pub(crate) base_url: String,
+    pub(crate) api_key: String,
+}
+
+/// A model setting an error may be about.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ModelSetting {
+    Model,
+    BaseUrl,
+    ApiKey,
+}
+
+impl Config {
+    /// Says where the setting an error is about was set (`model` from PICOGENT_MODEL...).
+    pub(crate) fn origin_of(&self, setting: ModelSetting) -> String {
+        let o = &self.model_origins;
+        match setting {
+            ModelSetting::Model => format!("the model {:?} was set by {}", self.model, o.model),
+            ModelSetting::BaseUrl => format!("the URL {} was set by {}", self.base_url, o.base_url),
+            ModelSetting::ApiKey => format!("the key was set by {}", o.api_key),
+        }
+    }
+}
+
 /// The resolved configuration every part of picogent reads.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -54,6 +83,8 @@ pub struct Config {
     pub(crate) callback_url: Option<String>,
     pub work_dir: PathBuf,
     pub model: String,
+    /// Where `model`, `base_url` and the key were set, for errors that name them.
+    pub(crate) model_origins: ModelOrigins,
     pub provider: ProviderKind,
     /// Which loop does the work: picogent's own, or Claude Code's (`engine`).
     pub engine: Engine,

@@ -96,6 +96,25 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// The setting a person chose that this error points at, if one does: an address
+    /// nothing answers at, a refused key, a model the server does not know.
+    pub(crate) fn setting(&self) -> Option<crate::config::ModelSetting> {
+        use crate::config::ModelSetting as S;
+        match self {
+            ProviderError::Connect { .. } => Some(S::BaseUrl),
+            ProviderError::Http {
+                status: 401 | 403, ..
+            } => Some(S::ApiKey),
+            ProviderError::Http {
+                status: 400 | 404,
+                message,
+                ..
+            } if message.to_lowercase().contains("model") => Some(S::Model),
+            ProviderError::Http { status: 404, .. } => Some(S::BaseUrl),
+            _ => None,
+        }
+    }
+
     /// Whether another attempt of the same call may succeed.
     fn is_retryable(&self) -> bool {
         match self {

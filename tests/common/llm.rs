@@ -58,6 +58,8 @@ pub enum Turn {
     Tools(String, Vec<(String, Value)>),
     /// An HTTP error status with a JSON error body and optional `retry-after-ms`.
     Status(u16, Option<u64>),
+    /// An HTTP error with this message, as the API words it (a model it does not know).
+    Refuse(u16, String),
     /// The stream starts, then the connection is cut.
     Drop,
     /// The stream starts, then stalls for this long before finishing the answer.
@@ -473,6 +475,7 @@ fn respond(
     };
     let (chunks, tail): (Vec<String>, Tail) = match turn {
         Turn::Status(code, retry) => return error_response(code, retry, "scripted failure"),
+        Turn::Refuse(code, message) => return error_response(code, None, &message),
         Turn::Text(t) => (encode(wire, &t, &[], seq, tokens), Tail::None),
         Turn::Tools(t, calls) => (encode(wire, &t, &calls, seq, tokens), Tail::None),
         Turn::Drop => {

@@ -553,3 +553,40 @@ async fn session_paths_header_folders_and_export_lookups_behave_like_pi() {
         "{out:?}"
     );
 }
+
+/// A model call that fails for a setting a person chose says where that setting came
+/// from: the variable, or the field and the file.
+#[tokio::test]
+async fn a_refused_key_or_an_unknown_model_names_where_it_was_set() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![Turn::Refuse(
+        404,
+        "model: claude-nosuch-9 is not a known model".into(),
+    )])
+    .await;
+    let config = sb.base().join("agent.json");
+    std::fs::write(
+        &config,
+        json!({"model": "claude-nosuch-9", "api_key": "wrong-key"}).to_string(),
+    )
+    .unwrap();
+    let url = ("PICOGENT_BASE_URL", llm.base_url(Wire::Anthropic));
+    let cfg = config.display().to_string();
+    // The key from the file is refused (401, not retried).
+    let out = picogent(&sb, &["run", "--agent", &cfg, "hi"], &[url.clone()]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("the key was set by `api_key` in {cfg}")),
+        "{err}"
+    );
+    // With a good key from the environment, the unknown model names its field.
+    let key = ("ANTHROPIC_API_KEY", llm::API_KEY.to_string());
+    let out = picogent(&sb, &["run", "--agent", &cfg, "hi"], &[url, key]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "the model \"claude-nosuch-9\" was set by `model` in {cfg}"
+        )),
+        "{err}"
+    );
+}

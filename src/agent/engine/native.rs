@@ -316,7 +316,11 @@ impl<'a> Loop<'a> {
                 return Err(if cancelled {
                     RunError::Cancelled
                 } else {
-                    RunError::Stop(FailureKind::Model, format!("model call failed: {e}"))
+                    let why = match e.setting() {
+                        Some(s) => format!(" ({})", run.config.origin_of(s)),
+                        None => String::new(),
+                    };
+                    RunError::Stop(FailureKind::Model, format!("model call failed: {e}{why}"))
                 });
             }
         };
