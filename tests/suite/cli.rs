@@ -573,7 +573,12 @@ async fn a_refused_key_or_an_unknown_model_names_where_it_was_set() {
     let url = ("PICOGENT_BASE_URL", llm.base_url(Wire::Anthropic));
     let cfg = config.display().to_string();
     // The key from the file is refused (401, not retried).
-    let out = picogent(&sb, &["run", "--agent", &cfg, "hi"], &[url.clone()]).await;
+    let out = picogent(
+        &sb,
+        &["run", "--agent", &cfg, "hi"],
+        std::slice::from_ref(&url),
+    )
+    .await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!("the key was set by `api_key` in {cfg}")),
