@@ -83,8 +83,12 @@ impl Session {
                 Body::Known(Known::Message {
                     message: Message::Assistant(a),
                 }) if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) => {}
-                Body::Known(Known::Message { message }) => out.push((&e.id, Cow::Borrowed(message))),
-                Body::UserText(_, text) => out.push((&e.id, Cow::Owned(Message::user(text.clone())))),
+                Body::Known(Known::Message { message }) => {
+                    out.push((&e.id, Cow::Borrowed(message)))
+                }
+                Body::UserText(_, text) => {
+                    out.push((&e.id, Cow::Owned(Message::user(text.clone()))))
+                }
                 Body::Evicted { offset, len } => {
                     if let Some(m) = self.read_back(*offset, *len) {
                         out.push((&e.id, Cow::Owned(m)));
@@ -93,7 +97,7 @@ impl Session {
                 Body::Known(Known::BranchSummary { summary, .. }) => out.push((
                     &e.id,
                     Cow::Owned(Message::user(format!(
-                        "The following is a summary of a branch that this conversation came back from:\n<summary>\n{summary}\n</summary>"
+                        "{BRANCH_SUMMARY_PREFIX}{summary}{SUMMARY_SUFFIX}"
                     ))),
                 )),
                 _ => {}
@@ -131,8 +135,16 @@ pub struct Context<'a> {
     pub(crate) has_summary: bool,
 }
 
+/// How pi words a compaction summary and a branch summary to the model, so a session
+/// reads the same in either program (and its prompt cache holds across them).
+const COMPACTION_SUMMARY_PREFIX: &str =
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
+const BRANCH_SUMMARY_PREFIX: &str =
+    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n";
+const SUMMARY_SUFFIX: &str = "\n</summary>";
+
 fn summary_message(summary: &str) -> Message {
     Message::user(format!(
-        "The conversation so far was summarized to fit the context window:\n<summary>\n{summary}\n</summary>"
+        "{COMPACTION_SUMMARY_PREFIX}{summary}{SUMMARY_SUFFIX}"
     ))
 }
