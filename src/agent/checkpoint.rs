@@ -24,15 +24,7 @@ use crate::tools::confine::Confinement;
 use crate::tools::sandbox::git;
 use crate::tools::Sandbox;
 
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CheckpointError {
-    #[error("checkpoints need git, which was not found ({0}); install git or set \"checkpoints\": false")]
-    NoGit(String),
-    #[error("git {args} failed: {message}")]
-    Git { args: String, message: String },
-    #[error("no checkpoint {0}")]
-    Unknown(String),
-}
+pub use super::checkpoint_store::CheckpointError;
 
 /// A commit and its tree.
 type Head = (String, String);

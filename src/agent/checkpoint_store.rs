@@ -19,8 +19,6 @@ use std::time::Duration;
 
 use sha1::{Digest, Sha1};
 
-use super::checkpoint::CheckpointError;
-
 /// The folders' stores this process has open, by the store's path; an entry goes
 /// with the last session using it.
 static STORES: Mutex<Vec<(PathBuf, Weak<Store>)>> = Mutex::new(Vec::new());
@@ -44,6 +42,17 @@ pub(crate) struct Store {
 }
 
 use crate::util::lock;
+
+/// Why a checkpoint could not be taken, listed or restored.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("checkpoints need git, which was not found ({0}); install git or set \"checkpoints\": false")]
+    NoGit(String),
+    #[error("git {args} failed: {message}")]
+    Git { args: String, message: String },
+    #[error("no checkpoint {0}")]
+    Unknown(String),
+}
 
 impl Store {
     /// The store for `work_tree` under `checkpoints` (created when new), shared with

@@ -8,8 +8,14 @@ use std::time::Duration;
 
 use crate::agent::Outcome;
 use crate::tracker::outbox::Outbox;
-use crate::tracker::router::{lock, StopReason};
 use crate::tracker::types::Report;
+use crate::util::lock;
+
+/// Why a run was stopped before it finished by itself.
+pub(super) enum StopReason {
+    Cancelled(Option<String>),
+    Shutdown,
+}
 
 /// How long between attempts to queue a result the outbox refused.
 const REPORT_RETRY: Duration = Duration::from_secs(2);

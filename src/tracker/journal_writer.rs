@@ -16,8 +16,8 @@ use tokio::sync::oneshot;
 
 use super::batch::{stopped, BatchThread};
 use super::journal::{Journal, Pending};
-use super::router::lock;
 use super::types::Envelope;
+use crate::util::lock;
 
 /// Most jobs taken in one batch (one sync).
 const MAX_BATCH: usize = 512;

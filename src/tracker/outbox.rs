@@ -30,9 +30,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::{stopped, BatchThread};
 use super::dead_letter::DeadLetters;
-use super::router::lock;
 use super::types::Report;
 use super::TrackerClient;
+use crate::util::lock;
 
 /// Most jobs taken in one batch (one sync).
 const MAX_BATCH: usize = 256;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::router::lock;
+use crate::util::lock;
 
 /// Free space a run needs on each disk, at most (a small disk needs an eighth of it).
 const ROOM: u64 = 8 << 20;

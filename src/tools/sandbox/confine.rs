@@ -24,29 +24,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+pub use super::landlock_rules::kernel_abi;
+use super::landlock_rules::{FS_ABI, NET_ABI};
 use super::namespaces::HelperArgs;
-use landlock::ABI;
-
-/// File-system rights the helper handles (Linux 6.2+: truncate and cross-folder
-/// rename are covered).
-pub(super) const FS_ABI: ABI = ABI::V3;
-/// Network rules need Linux 6.7+.
-pub(super) const NET_ABI: ABI = ABI::V4;
-/// Signal and abstract-socket scoping, Linux 6.12+.
-pub(super) const SCOPE_ABI: i64 = 6;
-
-/// Devices a shell needs to write to whatever the rules say.
-pub(super) const DEVICES: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/tty",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/pts",
-    "/dev/ptmx",
-    "/dev/shm",
-];
 
 /// The picogent binary that serves as the helper, held open from the moment the
 /// sandbox is built: every command starts it through this descriptor, never by a
@@ -149,21 +129,6 @@ impl LevelInForce {
             LevelInForce::Off => "off",
         }
     }
-}
-
-/// The Landlock ABI the running kernel offers (0 when it has none).
-pub fn kernel_abi() -> i64 {
-    // landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI.
-    // SAFETY: with a null attribute pointer and this flag the call only reads a number.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            1u32,
-        )
-    };
-    r.max(0)
 }
 
 impl Confinement {

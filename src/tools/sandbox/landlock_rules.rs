@@ -9,11 +9,46 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
-use super::confine::{kernel_abi, DEVICES, FS_ABI, NET_ABI, SCOPE_ABI};
 use super::namespaces::HelperArgs;
+
+/// File-system rights the helper handles (Linux 6.2+: truncate and cross-folder
+/// rename are covered).
+pub(super) const FS_ABI: ABI = ABI::V3;
+/// Network rules need Linux 6.7+.
+pub(super) const NET_ABI: ABI = ABI::V4;
+/// Signal and abstract-socket scoping, Linux 6.12+.
+pub(super) const SCOPE_ABI: i64 = 6;
+
+/// Devices a shell needs to write to whatever the rules say.
+pub(super) const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/pts",
+    "/dev/ptmx",
+    "/dev/shm",
+];
+
+/// The Landlock ABI the running kernel offers (0 when it has none).
+pub fn kernel_abi() -> i64 {
+    // landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI.
+    // SAFETY: with a null attribute pointer and this flag the call only reads a number.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    r.max(0)
+}
 
 /// Landlock for this process: returns an error when a requested rule is not enforced.
 pub(super) fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {

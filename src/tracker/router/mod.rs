@@ -76,11 +76,7 @@ impl Job {
     }
 }
 
-/// Why a run was stopped before it finished by itself.
-pub(super) enum StopReason {
-    Cancelled(Option<String>),
-    Shutdown,
-}
+pub(super) use super::delivery::StopReason;
 
 struct Running {
     cancel: CancellationToken,
