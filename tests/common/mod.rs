@@ -48,6 +48,15 @@ impl Sandbox {
         self.home.parent().unwrap().to_path_buf()
     }
 
+    /// A gate for a command to wait at until the test opens it: a file in the working
+    /// folder, so the command sees it under any sandbox level.
+    pub fn gate(&self, name: &str) -> Gate {
+        Gate {
+            path: self.work.join(format!(".gate-{name}")),
+            name: format!(".gate-{name}"),
+        }
+    }
+
     /// A tool context in the working folder under `sandbox`: `timeout` for a step and
     /// for a command, outputs saved under the temporary folder, nobody watching.
     pub fn tool_ctx(
@@ -142,6 +151,28 @@ impl Daemon {
             .await
             .expect("the daemon did not stop")
             .unwrap()
+    }
+}
+
+/// A command that waits for the test instead of sleeping for a window the test must
+/// fit in: it returns once the test opens the gate (after 60 s at the latest, so a
+/// failed test does not hang).
+pub struct Gate {
+    path: PathBuf,
+    name: String,
+}
+
+impl Gate {
+    /// The bash command that waits at the gate (run in the working folder).
+    pub fn command(&self) -> String {
+        format!(
+            "for i in $(seq 3000); do [ -e {} ] && break; sleep 0.02; done",
+            self.name
+        )
+    }
+
+    pub fn open(&self) {
+        std::fs::write(&self.path, "").unwrap();
     }
 }
 

@@ -335,9 +335,10 @@ async fn cancel_ends_a_request_with_cancelled_then_done() {
 #[tokio::test]
 async fn two_sessions_run_side_by_side_on_one_connection() {
     let sb = Sandbox::new();
+    let gate = sb.gate("side");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 0.5"})),
-        tool("bash", json!({"command": "sleep 0.5"})),
+        tool("bash", json!({"command": gate.command()})),
+        tool("bash", json!({"command": gate.command()})),
         text("one"),
         text("two"),
     ])
@@ -355,14 +356,15 @@ async fn two_sessions_run_side_by_side_on_one_connection() {
         json!({"id": "b", "content": "second", "sessionId": "sb"}),
     )
     .await;
-    let mut frames = until_done(&mut ws, "a").await;
-    // b started (its tool call) before a finished: they ran at the same time.
-    assert!(
-        frames
-            .iter()
-            .any(|f| f["id"] == "b" && f["type"] == "tool_use"),
-        "{frames:?}"
+    // b starts its command while a's still waits at the gate: they run side by side.
+    let b = next(&mut ws).await;
+    assert_eq!(
+        (b["id"].as_str(), b["type"].as_str()),
+        (Some("b"), Some("tool_use")),
+        "{b}"
     );
+    gate.open();
+    let mut frames = until_done(&mut ws, "a").await;
     if !frames.iter().any(|f| f["id"] == "b" && f["type"] == "done") {
         frames.extend(until_done(&mut ws, "b").await);
     }
@@ -374,8 +376,9 @@ async fn two_sessions_run_side_by_side_on_one_connection() {
 #[tokio::test]
 async fn two_messages_for_one_session_run_one_after_the_other() {
     let sb = Sandbox::new();
+    let gate = sb.gate("first");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 0.3"})),
+        tool("bash", json!({"command": gate.command()})),
         text("first"),
         text("second"),
     ])
@@ -392,6 +395,9 @@ async fn two_messages_for_one_session_run_one_after_the_other() {
         json!({"id": "m2", "content": "two", "sessionId": "same"}),
     )
     .await;
+    // m2 arrived while m1 holds the session (its command waits at the gate).
+    assert_eq!(next(&mut ws).await["id"], "m1");
+    gate.open();
     let mut frames = until_done(&mut ws, "m1").await;
     assert!(
         frames.iter().all(|f| f["id"] == "m1"),
@@ -585,8 +591,9 @@ async fn the_page_and_health_are_served_over_plain_http() {
 #[tokio::test]
 async fn pause_holds_at_a_boundary_and_instructions_reach_the_next_call() {
     let sb = Sandbox::new();
+    let gate = sb.gate("pause");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 0.3"})),
+        tool("bash", json!({"command": gate.command()})),
         text("done, in small steps"),
     ])
     .await;
@@ -595,6 +602,7 @@ async fn pause_holds_at_a_boundary_and_instructions_reach_the_next_call() {
     send(&mut ws, json!({"id": "p1", "content": "work"})).await;
     assert_eq!(next(&mut ws).await["type"], "tool_use");
     send(&mut ws, json!({"type": "pause", "id": "p1"})).await;
+    gate.open();
     let f = next(&mut ws).await;
     assert_eq!(
         (f["type"].as_str(), f["content"].as_str()),
@@ -629,8 +637,9 @@ async fn pause_holds_at_a_boundary_and_instructions_reach_the_next_call() {
 #[tokio::test]
 async fn stop_ends_a_paused_run_without_another_model_call() {
     let sb = Sandbox::new();
+    let gate = sb.gate("stop");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 0.2"})),
+        tool("bash", json!({"command": gate.command()})),
         text("never"),
     ])
     .await;
@@ -639,6 +648,7 @@ async fn stop_ends_a_paused_run_without_another_model_call() {
     send(&mut ws, json!({"id": "s1", "content": "work"})).await;
     assert_eq!(next(&mut ws).await["type"], "tool_use");
     send(&mut ws, json!({"type": "pause", "id": "s1"})).await;
+    gate.open();
     assert_eq!(next(&mut ws).await["content"], "paused");
     send(&mut ws, json!({"type": "stop", "id": "s1"})).await;
     let kinds = of(&until_done(&mut ws, "s1").await, "s1");

@@ -10,9 +10,10 @@ use crate::common::*;
 #[tokio::test]
 async fn a_label_sent_during_a_paused_run_is_written_at_once_and_history_shows_it() {
     let sb = Sandbox::new();
+    let gate = sb.gate("label");
     let llm = ScriptedLlm::start(vec![
         tool("write", json!({"path": "g.txt", "content": "wrong\n"})),
-        tool("bash", json!({"command": "sleep 0.3"})),
+        tool("bash", json!({"command": gate.command()})),
         text("all done"),
     ])
     .await;
@@ -31,6 +32,7 @@ async fn a_label_sent_during_a_paused_run_is_written_at_once_and_history_shows_i
         }
         if f["type"] == "tool_use" && f["tool"] == "bash" {
             send(&mut ws, json!({"type": "pause", "id": "a1"})).await;
+            gate.open();
         }
         if f["type"] == "state" && f["content"] == "paused" {
             break;
@@ -98,8 +100,9 @@ fn names_in_file(sb: &Sandbox, session: &str) -> Vec<Option<String>> {
 #[tokio::test]
 async fn a_session_is_named_in_its_file_as_pi_names_it_even_while_a_run_holds_it() {
     let sb = Sandbox::new();
+    let gate = sb.gate("rename");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 0.5"})),
+        tool("bash", json!({"command": gate.command()})),
         text("all done"),
     ])
     .await;
@@ -121,6 +124,7 @@ async fn a_session_is_named_in_its_file_as_pi_names_it_even_while_a_run_holds_it
         json!({"type": "rename", "id": "r1", "sessionId": "named", "name": "  Fix\nthe   parser "}),
     )
     .await;
+    gate.open();
     let f = next_of(&mut ws, "renamed").await;
     assert_eq!(
         (f["id"].as_str(), f["name"].as_str()),

@@ -156,14 +156,16 @@ async fn rollback_restores_files_and_the_history_up_to_that_step() {
 #[tokio::test]
 async fn rollback_is_refused_unless_paused() {
     let sb = Sandbox::new();
+    let gate = sb.gate("running");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 0.3"})),
+        tool("bash", json!({"command": gate.command()})),
         text("ok"),
     ])
     .await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({"checkpoints": true}));
     let h = agent.start(RunRequest::new("x", "live2"));
     let err = h.control.rollback(0).unwrap_err();
+    gate.open();
     assert!(err.to_string().contains("Running"), "{err}");
     let outcome = h.finish().await;
     assert!(outcome.is_success());
