@@ -1,7 +1,6 @@
 //! The command line: picks the mode, loads configuration, drives the agent, and turns
 //! errors into a message on stderr and a non-zero exit status.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -19,6 +18,10 @@ macro_rules! say {
         let _ = writeln!(std::io::stderr(), $($t)*);
     }};
 }
+
+mod cli;
+use cli::printer::Printer;
+use cli::session_arg::{pick_session, Scratch};
 
 const ABOUT: &str = "picogent: a small, fast agent daemon. An LLM works tasks with real tools \
 (read, write, edit, bash, grep, find, ls) inside the folders it is allowed to touch.";
@@ -544,190 +547,4 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         Outcome::Failed { .. } => ExitCode::from(1),
         Outcome::Cancelled { .. } => ExitCode::from(LAST_SIGNAL.load(Ordering::Relaxed)),
     })
-}
-
-/// A `--no-session` run's folder, removed however the run ends.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if let Err(e) = picogent::util::remove_tree(&self.0) {
-            say!("picogent: cannot remove {}: {e}", self.0.display());
-        }
-    }
-}
-
-/// `--session ARG` resolved to an id, pointing the config at the folder of a session
-/// found outside picogent's own (a pi session file).
-/// A continued session runs in the folder its header names, as pi does, unless
-/// `--dir` says otherwise (`dir_given`).
-fn pick_session(config: &mut Config, arg: &str, dir_given: bool) -> anyhow::Result<String> {
-    use picogent::session::find;
-    let own = config.own_sessions_dir();
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let pi = home.as_deref().map(find::pi_sessions_dir);
-    let cwd = std::env::current_dir().context("cannot read the current folder")?;
-    match find::resolve(arg, &own, pi.as_deref())? {
-        find::Found::Existing { dir, id } => {
-            if !dir_given {
-                follow_header(config, &dir.join(format!("{id}.jsonl")));
-            }
-            let dir = config::absolute(&cwd, &dir);
-            if dir != own && std::fs::canonicalize(&own).ok().as_ref() != Some(&dir) {
-                session_folder_allowed(config, &dir)?;
-                config.session_dir = Some(dir);
-            } else if config.own_sessions_dir() != own {
-                // The working folder moved, and the sessions folder with it (no HOME).
-                config.session_dir = Some(own);
-            }
-            Ok(id)
-        }
-        find::Found::New(id) => {
-            say!("new session {id}");
-            Ok(id)
-        }
-        find::Found::NewAt { dir, id } => {
-            let dir = config::absolute(&cwd, &dir);
-            session_folder_allowed(config, &dir)?;
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot make {}", dir.display()))?;
-            say!("new session {id} in {}", dir.display());
-            config.session_dir = Some(dir);
-            Ok(id)
-        }
-    }
-}
-
-/// A continued session works in the folder its header names (as pi does), when the
-/// configuration allows that folder; otherwise where it was asked to, with a warning.
-fn follow_header(config: &mut Config, file: &Path) {
-    let Some(cwd) = picogent::session::find::header(file)
-        .and_then(|h| h["cwd"].as_str().map(PathBuf::from))
-        .filter(|c| c.is_dir())
-    else {
-        return;
-    };
-    let real = std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone());
-    let allowed = config.allowed_paths.is_empty()
-        || config
-            .allowed_paths
-            .iter()
-            .any(|a| real.starts_with(std::fs::canonicalize(a).unwrap_or_else(|_| a.clone())));
-    if !allowed {
-        say!(
-            "picogent: the session started in {}, outside allowed_paths; working in {}",
-            cwd.display(),
-            config.work_dir.display()
-        );
-    } else if real != config.work_dir {
-        say!("working in {} (where the session started)", cwd.display());
-        config.work_dir = cwd;
-    }
-}
-
-/// The sessions folder is made read-only to the agent: one that holds the working
-/// folder or an allowed path would take the agent's writes away.
-fn session_folder_allowed(config: &Config, dir: &Path) -> anyhow::Result<()> {
-    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let folder = real(dir);
-    let holds = std::iter::once(&config.work_dir)
-        .chain(&config.allowed_paths)
-        .any(|p| real(p).starts_with(&folder));
-    if holds {
-        anyhow::bail!(
-            "a session in {} would make that folder, which holds the working folder, read-only to the agent: keep session files outside it",
-            dir.display()
-        );
-    }
-    Ok(())
-}
-
-/// Prints run events for a person (or as JSON lines with --json).
-struct Printer {
-    json: bool,
-    /// The last thing printed to stdout did not end with a newline.
-    mid_line: bool,
-}
-
-impl Printer {
-    fn new(json: bool) -> Self {
-        Printer {
-            json,
-            mid_line: false,
-        }
-    }
-
-    fn line_break(&mut self, out: &mut impl Write) {
-        if self.mid_line {
-            let _ = writeln!(out);
-            self.mid_line = false;
-        }
-    }
-
-    fn print(&mut self, ev: &AgentEvent) {
-        let stdout = std::io::stdout();
-        let mut out = stdout.lock();
-        if self.json {
-            if let Ok(line) = serde_json::to_string(ev) {
-                let _ = writeln!(out, "{line}");
-            }
-            return;
-        }
-        match ev {
-            AgentEvent::TextDelta { text } => {
-                let _ = write!(out, "{text}");
-                self.mid_line = !text.ends_with('\n');
-            }
-            // Steps go to stderr: stdout carries only the answer.
-            AgentEvent::ToolCall { summary, .. } => {
-                self.line_break(&mut out);
-                say!("→ {summary}");
-            }
-            AgentEvent::ToolResult {
-                is_error: true,
-                output,
-                ..
-            } => {
-                self.line_break(&mut out);
-                let first = output
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("");
-                say!("  ✗ {}", picogent::util::one_line(first, 160));
-            }
-            AgentEvent::Retry {
-                attempt,
-                delay_ms,
-                reason,
-                ..
-            } => {
-                self.line_break(&mut out);
-                say!("[retry {attempt} in {delay_ms} ms: {reason}]");
-            }
-            AgentEvent::Compacted { tokens_before, .. } => {
-                say!("[compacted the conversation at about {tokens_before} tokens]");
-            }
-            AgentEvent::Notice { message } => {
-                self.line_break(&mut out);
-                say!("[{message}]");
-            }
-            AgentEvent::Finished { outcome } => {
-                self.line_break(&mut out);
-                match outcome {
-                    Outcome::Completed { steps, usage, .. } => say!(
-                        "done: {steps} steps, {} input ({} read from cache, {} written to cache) / {} output tokens",
-                        usage.input + usage.cache_read + usage.cache_write,
-                        usage.cache_read,
-                        usage.cache_write,
-                        usage.output
-                    ),
-                    Outcome::Failed { error, .. } => say!("error: {error}"),
-                    Outcome::Cancelled { .. } => say!("cancelled"),
-                }
-            }
-            _ => {}
-        }
-        let _ = out.flush();
-    }
 }

@@ -10,12 +10,12 @@ use serde::Deserialize;
 use super::types::{
     Engine, Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport, Workspace,
 };
-use super::{absolute, resolve_model, Config, ConfigError};
+use super::{absolute, Config, ConfigError};
 
 /// agent.json as written by a person. Every field optional; unknown fields refused.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FileConfig {
+pub(super) struct FileConfig {
     name: Option<String>,
     slug: Option<String>,
     prompt: Option<String>,
@@ -25,11 +25,11 @@ struct FileConfig {
     listen_port: Option<u16>,
     callback_url: Option<String>,
     work_dir: Option<PathBuf>,
-    model: Option<String>,
-    provider: Option<String>,
-    engine: Option<Engine>,
-    base_url: Option<String>,
-    api_key: Option<String>,
+    pub(super) model: Option<String>,
+    pub(super) provider: Option<String>,
+    pub(super) engine: Option<Engine>,
+    pub(super) base_url: Option<String>,
+    pub(super) api_key: Option<String>,
     capabilities: Option<Vec<String>>,
     max_concurrent_tasks: Option<usize>,
     heartbeat_interval_sec: Option<u64>,
@@ -55,8 +55,8 @@ struct FileConfig {
     remote: Option<String>,
     worktree_retention_days: Option<u64>,
     git_timeout_sec: Option<u64>,
-    temperature: Option<f64>,
-    keep_alive: Option<serde_json::Value>,
+    pub(super) temperature: Option<f64>,
+    pub(super) keep_alive: Option<serde_json::Value>,
     /// `mcpServers`: pasted as is from a Claude Code or Claude Desktop configuration.
     #[serde(alias = "mcpServers")]
     mcp_servers: Option<std::collections::BTreeMap<String, super::mcp::FileMcpServer>>,
@@ -149,7 +149,7 @@ fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
     }
 }
 
-fn check_url(value: &str, field: &str, origin: &str) -> Result<String, ConfigError> {
+pub(super) fn check_url(value: &str, field: &str, origin: &str) -> Result<String, ConfigError> {
     let trimmed = value.trim_end_matches('/');
     match reqwest::Url::parse(trimmed) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
@@ -163,32 +163,8 @@ fn check_url(value: &str, field: &str, origin: &str) -> Result<String, ConfigErr
     }
 }
 
-/// An Ollama host as the Ollama client reads `OLLAMA_HOST`: no scheme means `http` and
-/// port 11434 when none is given (`http://` and `https://` keep their usual ports);
-/// `:11434` alone means this machine.
-fn ollama_url(raw: &str) -> String {
-    let raw = raw.trim().trim_end_matches('/');
-    let (scheme, rest, explicit) = match raw.split_once("://") {
-        Some((s, r)) => (s, r, true),
-        None => ("http", raw, false),
-    };
-    let (hostport, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let host = if hostport.is_empty() || hostport.starts_with(':') {
-        format!("127.0.0.1{hostport}")
-    } else {
-        hostport.to_string()
-    };
-    // An IPv6 literal's colons are not a port.
-    let has_port = match host.rfind(']') {
-        Some(end) => host.get(end..).is_some_and(|t| t.contains(':')),
-        None => host.contains(':'),
-    };
-    let port = if has_port || explicit { "" } else { ":11434" };
-    format!("{scheme}://{host}{port}{path}")
-}
-
 /// Picks one of `options` by name: the variable, else the file's value, else `default`.
-fn choice<T: Copy>(
+pub(super) fn choice<T: Copy>(
     env: &Env,
     var: &str,
     options: &[(&str, T)],
@@ -218,27 +194,15 @@ fn one_of<T>(options: &[(&str, T)]) -> String {
 }
 
 /// Where each setting comes from in one load.
-struct Sources<'a> {
-    file: FileConfig,
-    env: &'a Env,
+pub(super) struct Sources<'a> {
+    pub(super) file: FileConfig,
+    pub(super) env: &'a Env,
     cwd: &'a Path,
     /// Relative paths in the file are relative to this folder.
     file_dir: PathBuf,
     /// The file's path (or "environment"), for errors.
-    origin: String,
+    pub(super) origin: String,
     home_dir: Option<PathBuf>,
-}
-
-/// The model settings: which provider and engine, which model, where, with which key.
-struct ModelSettings {
-    provider: ProviderKind,
-    engine: Engine,
-    model: String,
-    base_url: String,
-    api_key: Option<String>,
-    auth_token: Option<String>,
-    temperature: Option<f64>,
-    origins: super::ModelOrigins,
 }
 
 /// The limits of a run and of the daemon.
@@ -257,14 +221,14 @@ struct Limits {
 }
 
 impl Sources<'_> {
-    fn pick(&self, var: &str, from_file: &Option<String>) -> Option<String> {
+    pub(super) fn pick(&self, var: &str, from_file: &Option<String>) -> Option<String> {
         self.env
             .get(var)
             .map(str::to_string)
             .or_else(|| from_file.clone())
     }
 
-    fn field_error(&self, field: &str, message: String) -> ConfigError {
+    pub(super) fn field_error(&self, field: &str, message: String) -> ConfigError {
         ConfigError::Field {
             path: self.origin.clone(),
             field: field.into(),
@@ -313,162 +277,6 @@ impl Sources<'_> {
     }
 
     /// `provider` (with its `claude-code` alias) and `engine`.
-    fn provider_and_engine(&self) -> Result<(ProviderKind, Engine), ConfigError> {
-        let expected = r#"expected "anthropic", "openai", "ollama" or "claude-code""#;
-        let (provider, alias) = match (self.env.get("PICOGENT_PROVIDER"), &self.file.provider) {
-            (Some(v), _) => ProviderKind::parse(v).ok_or_else(|| ConfigError::Env {
-                var: "PICOGENT_PROVIDER".into(),
-                message: format!("{expected}, got {v:?}"),
-            })?,
-            (None, Some(v)) => ProviderKind::parse(v)
-                .ok_or_else(|| self.field_error("provider", format!("{expected}, got {v:?}")))?,
-            (None, None) => (ProviderKind::Anthropic, None),
-        };
-        let engines = [
-            ("native", Engine::Native),
-            ("claude-code", Engine::ClaudeCode),
-        ];
-        let engine = choice(
-            self.env,
-            "PICOGENT_ENGINE",
-            &engines,
-            self.file.engine.or(alias),
-            Engine::Native,
-        )?;
-        if engine == Engine::ClaudeCode && provider != ProviderKind::Anthropic {
-            return Err(self.field_error(
-                "engine",
-                format!(
-                    "the claude-code engine speaks to Anthropic's API; provider {:?} cannot be used with it",
-                    provider.as_str()
-                ),
-            ));
-        }
-        Ok((provider, engine))
-    }
-
-    fn model_settings(&self) -> Result<ModelSettings, ConfigError> {
-        let (provider, engine) = self.provider_and_engine()?;
-        let env = self.env;
-        // The Anthropic client's own variable counts for Anthropic; the other providers
-        // have no sensible default model.
-        let model = self.pick("PICOGENT_MODEL", &self.file.model).or_else(|| {
-            (provider == ProviderKind::Anthropic)
-                .then(|| env.get("ANTHROPIC_MODEL").map(str::to_string))
-                .flatten()
-        });
-        let origins = self.model_origins(provider);
-        let model = match model {
-            Some(m) if !m.trim().is_empty() => resolve_model(&m),
-            _ if provider == ProviderKind::Anthropic => resolve_model("sonnet"),
-            _ => {
-                let example = match provider {
-                    ProviderKind::Ollama => "qwen3:8b",
-                    _ => "gpt-4.1",
-                };
-                return Err(self.field_error(
-                    "model",
-                    format!(
-                        "provider {} needs a model: set `model` or PICOGENT_MODEL (for example {example:?})",
-                        provider.as_str()
-                    ),
-                ));
-            }
-        };
-        let base_url = env
-            .get("PICOGENT_BASE_URL")
-            .or_else(|| env.get(provider.base_url_var()))
-            .map(str::to_string)
-            .or_else(|| self.file.base_url.clone())
-            .unwrap_or_else(|| provider.default_base_url().into());
-        let base_url = if provider == ProviderKind::Ollama {
-            ollama_url(&base_url)
-        } else {
-            base_url
-        };
-        let base_url = check_url(&base_url, "base_url", &self.origin)?;
-        let api_key = env
-            .get("PICOGENT_API_KEY")
-            .or_else(|| provider.api_key_var().and_then(|v| env.get(v)))
-            .map(str::to_string)
-            .or_else(|| self.file.api_key.clone());
-        // Anthropic's client sends ANTHROPIC_AUTH_TOKEN as a bearer token instead of a key.
-        let auth_token = (provider == ProviderKind::Anthropic)
-            .then(|| env.get("ANTHROPIC_AUTH_TOKEN").map(str::to_string))
-            .flatten()
-            .filter(|t| !t.is_empty());
-        let temperature = match self.file.temperature {
-            Some(t) if !(0.0..=2.0).contains(&t) => {
-                return Err(self.field_error(
-                    "temperature",
-                    format!("expected a number from 0 to 2, got {t}"),
-                ))
-            }
-            t => t,
-        };
-        // Ollama takes a duration ("5m", "-1") or a number of seconds; null means unset.
-        if let Some(v) = &self.file.keep_alive {
-            if !(v.is_null() || v.is_string() || v.is_number()) {
-                return Err(self.field_error(
-                    "keep_alive",
-                    format!("expected a duration such as \"5m\" or a number of seconds, got {v}"),
-                ));
-            }
-        }
-        Ok(ModelSettings {
-            provider,
-            engine,
-            model,
-            base_url,
-            api_key,
-            auth_token,
-            temperature,
-            origins,
-        })
-    }
-
-    /// Where the model, the base URL and the key come from, in words for errors.
-    fn model_origins(&self, provider: ProviderKind) -> super::ModelOrigins {
-        let env = self.env;
-        let in_file = |field: &str| format!("`{field}` in {}", self.origin);
-        let first = |vars: &[&str], field: &str, file: bool, default: &str| {
-            vars.iter()
-                .find(|v| env.get(v).is_some())
-                .map(|v| v.to_string())
-                .or_else(|| file.then(|| in_file(field)))
-                .unwrap_or_else(|| default.to_string())
-        };
-        let anthropic = provider == ProviderKind::Anthropic;
-        let model_vars: &[&str] = if anthropic {
-            &["PICOGENT_MODEL", "ANTHROPIC_MODEL"]
-        } else {
-            &["PICOGENT_MODEL"]
-        };
-        let mut url_vars = vec!["PICOGENT_BASE_URL", provider.base_url_var()];
-        url_vars.dedup();
-        let mut key_vars = vec!["PICOGENT_API_KEY"];
-        key_vars.extend(provider.api_key_var());
-        if anthropic {
-            key_vars.push("ANTHROPIC_AUTH_TOKEN");
-        }
-        super::ModelOrigins {
-            model: first(
-                model_vars,
-                "model",
-                self.file.model.is_some(),
-                "the default",
-            )
-            .replace("PICOGENT_MODEL", "PICOGENT_MODEL (or --model)"),
-            base_url: first(
-                &url_vars,
-                "base_url",
-                self.file.base_url.is_some(),
-                "the provider's default",
-            ),
-            api_key: first(&key_vars, "api_key", self.file.api_key.is_some(), "nowhere"),
-        }
-    }
-
     fn limits(&self, provider: ProviderKind) -> Result<Limits, ConfigError> {
         let f = &self.file;
         // A year at most: a duration past that is a mistake, and one large enough

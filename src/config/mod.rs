@@ -13,6 +13,7 @@ use std::time::Duration;
 
 mod load;
 mod mcp;
+mod model;
 pub mod secrets;
 mod types;
 pub use mcp::{McpServerConfig, McpTransport};

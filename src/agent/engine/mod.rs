@@ -6,6 +6,7 @@
 //! `Finished` last, the outcome and the run's end state. Each engine declares what it
 //! can do (`Capabilities`), and front doors ask that instead of assuming it.
 
+mod calls;
 pub(crate) mod claude_code;
 mod native;
 

@@ -6,27 +6,19 @@
 use tokio_util::sync::CancellationToken;
 
 use super::super::checkpoint::Checkpoints;
-use super::super::control::{Role, RunControl};
+use super::super::control::Role;
 use super::super::event::{AgentEvent, Emitter, FailureKind, RunError};
 use super::super::guard::{self, RepeatGuard};
 use super::super::live::{boundary, Ckpt};
 use super::super::{compaction, project_docs, prompt};
+use super::calls::{run_calls, Call, CallsEnd, Steer};
 use super::Run;
 use crate::mcp::Mcp;
-use crate::message::{AssistantMessage, Content, Message, StopReason, ToolResultMessage, Usage};
+use crate::message::{AssistantMessage, Content, Message, StopReason, Usage};
 use crate::provider::{Delta, Fragments, ModelRequest, Provider, ProviderError, Reuse, ToolSpec};
 use crate::session::records::Intervention;
 use crate::session::{Known, Record, Session, SessionError};
-use crate::tools::{self, ToolContext, ToolOutput};
-
-/// What ended a turn's tool calls.
-enum CallsEnd {
-    Done,
-    /// The repeat guard tripped; the run stops with this reason.
-    Repeated(String),
-    /// A rollback moved the conversation; the rest of this turn is void.
-    RolledBack,
-}
+use crate::tools::ToolContext;
 
 /// What stays fixed through a native run, and the loop's own state.
 struct Loop<'a> {
@@ -363,18 +355,6 @@ impl<'a> Loop<'a> {
     }
 }
 
-/// What a turn's tool calls report to and are steered by.
-struct Steer<'a> {
-    out: &'a Emitter,
-    control: &'a RunControl,
-    cfg: &'a crate::config::Config,
-    mcp: &'a Mcp,
-    /// The tools offered this turn (a call to another name is unknown).
-    known_tools: &'a [ToolSpec],
-}
-
-type Call = (String, String, serde_json::Value);
-
 /// Token estimate of the system prompt and tool definitions.
 fn fixed_tokens(system: &str, tools: &[ToolSpec]) -> u64 {
     let tool_chars: usize = tools
@@ -382,184 +362,6 @@ fn fixed_tokens(system: &str, tools: &[ToolSpec]) -> u64 {
         .map(|t| t.description.len() + t.parameters.to_string().len())
         .sum();
     (system.len() + tool_chars) as u64 / 4
-}
-
-/// Runs one turn's tool calls in order: consecutive read-only calls side by side,
-/// others alone. Every call gets a result in the session, whatever happens. Returns a
-/// reason to stop the run, if the repeat guard tripped.
-async fn run_calls(
-    calls: &[Call],
-    ctx: &ToolContext,
-    repeats: &mut RepeatGuard,
-    session: &mut Session,
-    mut ckpt: Option<&mut Ckpt>,
-    steer: Steer<'_>,
-) -> Result<CallsEnd, RunError> {
-    let mut stop: Option<String> = None;
-    let mut i = 0;
-    while i < calls.len() {
-        // A pause holds the next tool call; a stop turns the rest into "not run"; after
-        // a rollback, the calls of this (now abandoned) turn are not run at all.
-        let at = boundary(
-            steer.control,
-            &ctx.cancel,
-            steer.out,
-            session,
-            ckpt.as_deref(),
-        )
-        .await;
-        let halted = match at {
-            Ok(true) => return Ok(CallsEnd::RolledBack),
-            Ok(false) => false,
-            Err(_) => true,
-        };
-        let parallel = tools::is_read_only(&calls[i].1);
-        let mut j = i + 1;
-        while parallel && j < calls.len() && tools::is_read_only(&calls[j].1) {
-            j += 1;
-        }
-        let batch = &calls[i..j];
-        let counts = announce(batch, repeats, &steer, &mut stop);
-        let mcp = steer.mcp;
-        let out = steer.out;
-        let results = futures_util::future::join_all(batch.iter().zip(&counts).map(
-            |((id, name, args), (skip, _))| async move {
-                if halted {
-                    ToolOutput::error("not run: the run was stopped")
-                } else if *skip {
-                    ToolOutput::error(
-                        "not run: the run is stopping because this call kept repeating",
-                    )
-                } else if name.starts_with(crate::mcp::PREFIX) {
-                    // Bounded by the server's timeout_sec, cancelled with the run.
-                    mcp.call(name, args, &ctx.cancel).await
-                } else if name == "bash" {
-                    tools::execute(name, args, &watched(ctx, out, id)).await
-                } else {
-                    tools::execute(name, args, ctx).await
-                }
-            },
-        ))
-        .await;
-        for ((call, (_, count)), result) in batch.iter().zip(&counts).zip(results) {
-            let done = Done {
-                call,
-                count: *count,
-                halted,
-            };
-            record(done, result, session, &steer).await?;
-            if let (true, Some(c)) = (
-                !tools::is_read_only(&call.1) && !halted,
-                ckpt.as_deref_mut(),
-            ) {
-                let what = tools::describe_call(&call.1, &call.2);
-                c.take(session, &what, steer.out).await?;
-            }
-        }
-        i = j;
-    }
-    Ok(match stop {
-        Some(why) => CallsEnd::Repeated(why),
-        None => CallsEnd::Done,
-    })
-}
-
-/// The context for a command whose output people watch as it comes: its pieces become
-/// `ToolOutputDelta` events of call `id`.
-fn watched(ctx: &ToolContext, out: &Emitter, id: &str) -> ToolContext {
-    let (tx, id) = (out.0.clone(), id.to_string());
-    let mut ctx = ctx.clone();
-    ctx.on_output = Some(std::sync::Arc::new(move |text| {
-        let _ = tx.send(AgentEvent::ToolOutputDelta {
-            id: id.clone(),
-            text,
-        });
-    }));
-    ctx
-}
-
-/// Announces a batch of calls and counts their repeats: per call, whether it is
-/// skipped (the run is stopping for a repeat) and how often it was repeated.
-fn announce(
-    batch: &[Call],
-    repeats: &mut RepeatGuard,
-    steer: &Steer<'_>,
-    stop: &mut Option<String>,
-) -> Vec<(bool, u32)> {
-    let mut counts = Vec::with_capacity(batch.len());
-    for (id, name, args) in batch {
-        steer.out.emit(AgentEvent::ToolCall {
-            id: id.clone(),
-            name: name.clone(),
-            arguments: args.clone(),
-            summary: tools::describe_call(name, args),
-        });
-        let count = repeats.observe(name, args);
-        if count >= guard::STOP_AT && steer.cfg.loop_action == crate::config::LoopAction::Pause {
-            // A person decides instead: the call still runs, the run pauses after.
-            *repeats = RepeatGuard::default();
-            let _ = steer.control.pause();
-            steer.out.emit(AgentEvent::Notice {
-                message: format!("paused: the model called {name} with the same arguments {count} times in a row"),
-            });
-        } else if stop.is_none() && count >= guard::STOP_AT {
-            *stop = Some(format!(
-                "stopped: the model called {name} with the same arguments {count} times in a row"
-            ));
-        }
-        counts.push((stop.is_some(), count));
-    }
-    counts
-}
-
-/// A finished call: which, how often repeated, and whether the run was halted.
-struct Done<'a> {
-    call: &'a Call,
-    count: u32,
-    halted: bool,
-}
-
-/// Reports a call's result and records it in the session.
-async fn record(
-    done: Done<'_>,
-    mut result: ToolOutput,
-    session: &mut Session,
-    steer: &Steer<'_>,
-) -> Result<(), RunError> {
-    let (id, name, _) = done.call;
-    let known = steer.known_tools.iter().any(|t| t.name == name.as_str());
-    crate::metrics::tool_call(name, known, result.is_error);
-    if done.count >= guard::WARN_AT && done.count < guard::STOP_AT {
-        result
-            .text
-            .push_str(&guard::repeat_warning(name, done.count));
-    }
-    steer.out.emit(AgentEvent::ToolResult {
-        id: id.clone(),
-        name: name.clone(),
-        is_error: result.is_error,
-        output: result.text.clone(),
-        details: result.details.clone(),
-    });
-    if steer.cfg.auto_pause_on_error
-        && name == "bash"
-        && result.is_error
-        && !done.halted
-        && steer.control.pause().is_ok()
-    {
-        steer.out.emit(AgentEvent::Notice {
-            message: "paused: a bash command failed (auto_pause_on_error)".into(),
-        });
-    }
-    session.append_message(Message::ToolResult(ToolResultMessage {
-        tool_call_id: id.clone(),
-        tool_name: name.clone(),
-        content: vec![Content::text(result.text)],
-        details: result.details,
-        is_error: result.is_error,
-        timestamp: crate::util::now_millis(),
-    }))?;
-    Ok(())
 }
 
 /// Keeps a record of a model call that did not complete: the text streamed so far
