@@ -20,6 +20,7 @@ mod open;
 mod probe;
 pub(crate) mod programs;
 mod seccomp;
+mod supervise;
 
 use std::fs::File;
 use std::io;
@@ -30,6 +31,7 @@ use super::ToolError;
 use confine::{Confinement, Helper, Namespaces};
 pub use probe::namespaces_work;
 pub(crate) use probe::{probe_answer, probe_namespaces};
+pub(crate) use supervise::supervise;
 
 #[derive(Debug, Default, Clone)]
 pub struct Sandbox {
@@ -529,86 +531,6 @@ impl Sandbox {
             )));
         }
         Ok((file, real, existed))
-    }
-}
-
-impl Sandbox {
-    /// Where an opened file or folder really is, by its descriptor, if that place is
-    /// one the tools may read: the check after a walk that could have been raced.
-    fn verify_opened(&self, file: &File) -> Option<PathBuf> {
-        use std::os::fd::AsRawFd;
-        let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
-        self.readable_here(&real).then_some(real)
-    }
-
-    /// Opens a file a walk found (grep), for reading: a regular file, not through a
-    /// final link, and checked again by where the opened file really is.
-    pub(crate) fn open_found(&self, path: &Path) -> Option<File> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-            .ok()?;
-        let (file, meta) = open::regular_file(file.into(), "").ok()?;
-        self.verify_opened(&file)?;
-        if meta.nlink() > 1 && self.is_protected_inode(&meta) {
-            return None;
-        }
-        Some(file)
-    }
-
-    /// Opens a folder to list (ls), checked again by where it really is; `Err` says
-    /// why not.
-    pub(crate) fn open_folder(&self, dir: &Path, shown: &str) -> Result<File, ToolError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY)
-            .open(dir)
-            .map_err(|e| ToolError::io(dir, e))?;
-        match self.verify_opened(&file) {
-            Some(_) => Ok(file),
-            None => Err(ToolError::Denied(format!(
-                "{shown} changed while it was being opened and now lies outside the allowed paths; refused"
-            ))),
-        }
-    }
-}
-
-/// Makes a child supervised: its own session (so it has no controlling terminal to
-/// inject keystrokes into, and its process group is its pid for `killpg`), killed when
-/// picogent dies (parent-death signal, checked against a parent that died during the
-/// fork) or drops it, and without picogent's secrets.
-pub(crate) fn supervise(cmd: &mut tokio::process::Command) {
-    for (k, _) in std::env::vars_os() {
-        if crate::config::secrets::is_secret(&k.to_string_lossy()) {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.kill_on_drop(true);
-    // SAFETY: getpid is read before the fork; setsid, prctl and getppid are
-    // async-signal-safe, and nothing else runs between fork and exec.
-    let parent = unsafe { libc::getpid() };
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            if libc::getppid() != parent {
-                return Err(io::Error::other(
-                    "picogent exited while starting the command",
-                ));
-            }
-            Ok(())
-        });
     }
 }
 

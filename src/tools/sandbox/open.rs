@@ -223,3 +223,51 @@ pub(crate) fn is_dir(fd: &OwnedFd) -> bool {
         libc::fstat(fd.as_raw_fd(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
     }
 }
+
+impl super::Sandbox {
+    /// Where an opened file or folder really is, by its descriptor, if that place is
+    /// one the tools may read: the check after a walk that could have been raced.
+    fn verify_opened(&self, file: &File) -> Option<std::path::PathBuf> {
+        use std::os::fd::AsRawFd;
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+        self.readable_here(&real).then_some(real)
+    }
+
+    /// Opens a file a walk found (grep), for reading: a regular file, not through a
+    /// final link, and checked again by where the opened file really is.
+    pub(crate) fn open_found(&self, path: &Path) -> Option<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .ok()?;
+        let (file, meta) = regular_file(file.into(), "").ok()?;
+        self.verify_opened(&file)?;
+        if meta.nlink() > 1 && self.is_protected_inode(&meta) {
+            return None;
+        }
+        Some(file)
+    }
+
+    /// Opens a folder to list (ls), checked again by where it really is; `Err` says
+    /// why not.
+    pub(crate) fn open_folder(
+        &self,
+        dir: &Path,
+        shown: &str,
+    ) -> Result<File, crate::tools::ToolError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(dir)
+            .map_err(|e| crate::tools::ToolError::io(dir, e))?;
+        match self.verify_opened(&file) {
+            Some(_) => Ok(file),
+            None => Err(crate::tools::ToolError::Denied(format!(
+                "{shown} changed while it was being opened and now lies outside the allowed paths; refused"
+            ))),
+        }
+    }
+}
