@@ -8,8 +8,10 @@
 //! ```
 //!
 //! Then type `assign Add a README section on testing` at the board. Commands:
-//! `assign TITLE [| DESCRIPTION]`, `say TASK MESSAGE` (a chat message on a task),
-//! `cancel TASK`, `tasks`, `help`. `--port N` serves another port (0: any free one).
+//! `assign TITLE [| DESCRIPTION]`, `say TASK MESSAGE` (a chat message on a task; TASK
+//! is the number the board gave it, `1`, or its whole id), `cancel TASK`, `tasks`,
+//! `help`. `--port N` serves another port (0: any free one; an agent then needs
+//! `TRACKER_URL` set to the address the board prints).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/common/tracker.rs"]
@@ -37,8 +39,14 @@ async fn main() {
         board.url(),
         tracker::TOKEN
     );
+    // The example agent's tracker_url is port 8100's; on another port it needs telling.
+    let url = if port == 8100 {
+        String::new()
+    } else {
+        format!("TRACKER_URL={} ", board.url())
+    };
     println!(
-        "  AGENT_TOKEN={} cargo run --release -- ./agents/coder/",
+        "  {url}AGENT_TOKEN={} cargo run --release -- ./agents/coder/",
         tracker::TOKEN
     );
     println!("{HELP}");
@@ -53,15 +61,24 @@ async fn main() {
             }
         }
     });
+    // Ids unique to this board's start: an agent remembers the events and tasks it saw
+    // (a restarted board must not look like a redelivery).
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() % 100_000);
     let mut next_task = 1;
     let mut next_event = 1;
     while let Some(line) = lines.recv().await {
         let (cmd, rest) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
         let event = match (cmd, rest.trim()) {
             ("", _) => continue,
+            ("assign", _) if board.registration().is_none() => {
+                println!("no agent has registered yet; start one, then try again");
+                continue;
+            }
             ("assign", text) if !text.is_empty() => {
                 let (title, description) = text.split_once('|').unwrap_or((text, ""));
-                let task = format!("t{next_task}");
+                let task = format!("t{run}-{next_task}");
                 next_task += 1;
                 println!("{task}: assigned \"{}\"", title.trim());
                 json!({"type": "task.assigned", "data": {"task": {"id": task,
@@ -69,15 +86,17 @@ async fn main() {
             }
             ("say", text) if text.contains(' ') => {
                 let (task, message) = text.split_once(' ').unwrap_or_default();
+                let task = task_id(task, run);
                 json!({"type": "chat.message", "data": {"task_id": task, "message": {
-                    "id": format!("m{next_event}"), "content": message.trim(),
+                    "id": format!("m{run}_{next_event}"), "content": message.trim(),
                     "author": {"id": "u_local", "name": "you"}}}})
             }
             ("cancel", task) if !task.is_empty() => {
+                let task = task_id(task, run);
                 json!({"type": "task.cancelled", "data": {"task_id": task, "reason": "cancelled at the board"}})
             }
             ("tasks", _) => {
-                list(&board, next_task);
+                list(&board, run, next_task);
                 continue;
             }
             _ => {
@@ -86,7 +105,7 @@ async fn main() {
             }
         };
         let mut event = event;
-        event["id"] = json!(format!("evt_{next_event}"));
+        event["id"] = json!(format!("evt_{run}_{next_event}"));
         event["created_at"] = json!("2026-12-01T00:00:00Z");
         next_event += 1;
         send(&board, &event).await;
@@ -100,21 +119,36 @@ async fn send(board: &tracker::FakeTracker, event: &Value) {
         .registration()
         .and_then(|r| r["callback_url"].as_str().map(str::to_string));
     match callback {
-        Some(url) => {
-            let (status, body) = board.deliver(&url, event).await;
-            if status >= 300 {
-                println!("the agent refused the event ({status}): {body}");
+        Some(url) => match board.deliver(&url, event).await {
+            (0, body) => println!("the agent does not answer at {url}: {}", body["error"]),
+            (status, body) if status >= 300 => {
+                println!("the agent refused the event ({status}): {body}")
             }
-        }
+            (_, body) if body["duplicate"] == true => {
+                println!("the agent had this event already")
+            }
+            _ => {}
+        },
         None if board.registration().is_some() => board.ws_send(event.clone()),
         None => println!("no agent has registered yet; start one, then try again"),
     }
 }
 
+/// A task as typed: its number alone (`1`) or its whole id (`t41234-1`).
+fn task_id(typed: &str, run: u64) -> String {
+    match typed.parse::<u64>() {
+        Ok(n) => format!("t{run}-{n}"),
+        Err(_) => typed.to_string(),
+    }
+}
+
 /// Each task so far, with its latest status.
-fn list(board: &tracker::FakeTracker, next_task: usize) {
+fn list(board: &tracker::FakeTracker, run: u64, next_task: usize) {
+    if next_task == 1 {
+        println!("no tasks yet: assign TITLE gives one");
+    }
     for n in 1..next_task {
-        let task = format!("t{n}");
+        let task = format!("t{run}-{n}");
         let status = board
             .timeline(&task)
             .iter()

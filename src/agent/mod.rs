@@ -318,10 +318,26 @@ impl Agent {
     pub fn with_provider(config: Config, provider: Provider) -> Agent {
         let skill_dirs = config.skill_dirs();
         let skills = skills::discover(&skill_dirs);
-        // Each skill's own (resolved) folder too: one reached through a symlink lies
-        // outside the skills folder it is listed in.
-        let readable: Vec<PathBuf> = (skill_dirs.into_iter().filter(|d| d.is_dir()))
-            .chain(skills.iter().map(|s| s.dir().to_path_buf()))
+        // Skills folders the operator set up are readable, with each skill's own
+        // (resolved) folder: one reached through a symlink lies outside the folder it is
+        // listed in. Not so for skills folders inside the allowed paths: the model
+        // writes there, and a link it made must not widen what the tools may read.
+        let model_writes = |d: &Path| {
+            let real = std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf());
+            config
+                .allowed_paths
+                .iter()
+                .any(|a| real.starts_with(std::fs::canonicalize(a).unwrap_or_else(|_| a.clone())))
+        };
+        let readable: Vec<PathBuf> = (skill_dirs.iter().filter(|d| d.is_dir()))
+            .filter(|d| !model_writes(d))
+            .cloned()
+            .chain(
+                skills
+                    .iter()
+                    .filter(|s| !model_writes(s.from()))
+                    .map(|s| s.dir().to_path_buf()),
+            )
             .collect();
         // picogent's own folders exist before any command could make one of its own.
         let state = config.state_dir();

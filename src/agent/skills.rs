@@ -1,9 +1,10 @@
-//! Skills: `SKILL.md` files with YAML front matter (`name`, `description`), in
-//! `<skills dir>/<name>/` or one level deeper, `<skills dir>/<group>/<name>/`. Only name,
-//! description and location reach the prompt; the model reads the body with the read
-//! tool when a task calls for it. A skill's folder is readable by the tools wherever it
-//! really lies (a skill reached through a symlink included), and the model is told that
-//! a skill's relative paths are relative to that folder.
+//! Skills: `SKILL.md` files with YAML front matter (`name`, `description`), in a folder
+//! at any depth below a skills folder, or `.md` files directly in it (as pi finds them).
+//! Only name, description and location reach the prompt; the model reads the body with
+//! the read tool when a task calls for it. A skill's folder is readable by the tools
+//! wherever it really lies (a skill reached through a symlink included) when its skills
+//! folder is one the operator set up, not one inside the allowed paths; the model is
+//! told that a skill's relative paths are relative to that folder.
 //!
 //! Lenient where the ecosystem is (pi, Claude Code): the folder name stands in for a
 //! missing `name`, a byte-order mark is ignored, and a name that differs from its folder
@@ -30,12 +31,19 @@ pub struct Skill {
     dir: PathBuf,
     /// `false` for `disable-model-invocation: true`: not offered to the model.
     pub model_invocable: bool,
+    /// The skills folder it was found in (as configured, not resolved).
+    from: PathBuf,
 }
 
 impl Skill {
     /// The skill's resolved folder.
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The skills folder it was listed in.
+    pub(crate) fn from(&self) -> &Path {
+        &self.from
     }
 }
 
@@ -49,10 +57,13 @@ struct FrontMatter {
 
 /// How deep below a skills folder a `SKILL.md` is looked for.
 const MAX_DEPTH: usize = 6;
+/// The most folders walked in one skills folder (a link to `/` must not walk the disk).
+const MAX_FOLDERS: usize = 5000;
 /// The most skill files taken from one skills folder.
 const MAX_FILES: usize = 1000;
 
-/// The skill files under one skills folder, as pi finds them: each `.md` file directly
+/// The skill files under one skills folder, as pi finds them (each folder once, at
+/// most `MAX_FOLDERS`, whatever links there are): each `.md` file directly
 /// in it, and each `SKILL.md` in a folder at any depth below it (a skill's folder is
 /// not searched further; hidden folders and `node_modules` are skipped); sorted.
 fn skill_files(dir: &Path) -> Vec<PathBuf> {
@@ -76,13 +87,18 @@ fn skill_files(dir: &Path) -> Vec<PathBuf> {
         .filter(|p| p.is_dir())
         .map(|p| (p, 1))
         .collect();
+    // Each folder once, however links lead back to it.
+    let mut seen = std::collections::HashSet::new();
     while let Some((folder, depth)) = stack.pop() {
-        if out.len() >= MAX_FILES {
+        if out.len() >= MAX_FILES || seen.len() >= MAX_FOLDERS {
             tracing::warn!(
-                "{}: more than {MAX_FILES} skills; the rest are left out",
+                "{}: more than {MAX_FILES} skills or {MAX_FOLDERS} folders; the rest are left out",
                 dir.display()
             );
             break;
+        }
+        if !std::fs::canonicalize(&folder).is_ok_and(|real| seen.insert(real)) {
+            continue;
         }
         let name = folder
             .file_name()
@@ -108,7 +124,8 @@ pub fn discover(dirs: &[PathBuf]) -> Vec<Skill> {
     for dir in dirs {
         for file in skill_files(dir) {
             match parse(&file) {
-                Ok(skill) => {
+                Ok(mut skill) => {
+                    skill.from = dir.clone();
                     if out.iter().any(|s| s.name == skill.name) {
                         tracing::debug!("skill {} in {} is shadowed", skill.name, file.display());
                     } else {
@@ -182,6 +199,7 @@ fn parse(file: &Path) -> Result<Skill, String> {
         location,
         dir,
         model_invocable: fm.disable_model_invocation != Some(true),
+        from: PathBuf::new(),
     })
 }
 

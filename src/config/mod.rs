@@ -260,9 +260,10 @@ impl Config {
     }
 
     /// Skill folders, most specific first (the first one wins a name clash): the
-    /// agent's `skills/` (or the working folder's), the working folder's
-    /// `.agents/skills/`, then `~/.picogent/skills/` and `~/.agents/skills/` (the
-    /// cross-tool locations pi reads).
+    /// agent's `skills/` (or the working folder's), `.agents/skills/` in the working
+    /// folder and each folder above it up to the repository's top, the project's
+    /// `.pi/skills/`, then `~/.picogent/skills/`, `~/.agents/skills/` and, with
+    /// `pi_home`, `~/.pi/agent/skills/` (the places pi looks).
     pub fn skill_dirs(&self) -> Vec<PathBuf> {
         let mut dirs = vec![self
             .agent_home

@@ -171,7 +171,12 @@ impl Sources<'_> {
                 self.file.base_url.is_some(),
                 "the provider's default",
             ),
-            api_key: first(&key_vars, "api_key", self.file.api_key.is_some(), "nowhere"),
+            api_key: first(
+                &key_vars,
+                "api_key",
+                self.file.api_key.is_some(),
+                "no setting (none was given)",
+            ),
         }
     }
 }

@@ -253,7 +253,11 @@ pub async fn deliver_raw(callback: &str, token: Option<&str>, body: Vec<u8>) -> 
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
-    let resp = req.send().await.unwrap();
+    // Nobody answering is status 0 with the reason (the board keeps going).
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => return (0, json!({"error": e.to_string()})),
+    };
     let status = resp.status().as_u16();
     let body = resp.json::<Value>().await.unwrap_or(Value::Null);
     (status, body)
@@ -322,8 +326,17 @@ async fn heartbeat(State(st): S, h: HeaderMap, Json(body): Json<Value>) -> Respo
         record(&st, "POST", path, &body, 401);
         return err(401, "unauthorized", "bad token");
     }
-    let forget = std::mem::take(&mut st.lock().unwrap().faults.forget_agent);
-    if forget {
+    // An agent this tracker never registered (it restarted, as the board may) is told
+    // so, and registers again.
+    let (forget, known) = {
+        let mut s = st.lock().unwrap();
+        let known = s
+            .calls
+            .iter()
+            .any(|c| c.path == "/api/v1/agents/register" && c.status < 300);
+        (std::mem::take(&mut s.faults.forget_agent), known)
+    };
+    if forget || !known {
         record(&st, "POST", path, &body, 404);
         return err(404, "unknown_agent", "no such agent");
     }

@@ -53,11 +53,15 @@ async fn a_task_typed_at_the_local_board_is_worked_by_agents_coder_and_reported_
     let mut lines = BufReader::new(board.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
     until(&mut lines, "board on http://", &mut seen).await;
-    until(&mut lines, "  AGENT_TOKEN=", &mut seen).await;
+    until(&mut lines, "AGENT_TOKEN=", &mut seen).await;
     let url = seen[0].trim_start_matches("board on ").to_string();
     let token = seen
         .iter()
-        .find_map(|l| l.strip_prefix("  AGENT_TOKEN="))
+        .find_map(|l| {
+            l.split("AGENT_TOKEN=")
+                .nth(1)
+                .filter(|_| l.starts_with("  "))
+        })
         .and_then(|t| t.split_whitespace().next())
         .unwrap()
         .to_string();
@@ -89,11 +93,22 @@ async fn a_task_typed_at_the_local_board_is_worked_by_agents_coder_and_reported_
         .write_all(b"assign Write hello.txt | with a greeting\n")
         .await
         .unwrap();
-    until(&mut lines, "t1: status review", &mut seen).await;
+    until(&mut lines, ": assigned", &mut seen).await;
+    let task = seen
+        .last()
+        .and_then(|l| l.split(':').next())
+        .unwrap()
+        .to_string();
+    until(&mut lines, &format!("{task}: status review"), &mut seen).await;
     let shown = seen.join("\n");
-    assert!(shown.contains("t1: status in_progress"), "{shown}");
     assert!(
-        shown.contains("t1: comment:\n    Wrote hello.txt with a greeting."),
+        shown.contains(&format!("{task}: status in_progress")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!(
+            "{task}: comment:\n    Wrote hello.txt with a greeting."
+        )),
         "{shown}"
     );
     assert_eq!(
@@ -102,5 +117,5 @@ async fn a_task_typed_at_the_local_board_is_worked_by_agents_coder_and_reported_
         "the agent works in its workspace, not in its own folder"
     );
     stdin.write_all(b"tasks\n").await.unwrap();
-    until(&mut lines, "t1: review", &mut seen).await;
+    until(&mut lines, &format!("{task}: review"), &mut seen).await;
 }

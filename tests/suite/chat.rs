@@ -602,6 +602,7 @@ async fn pause_holds_at_a_boundary_and_instructions_reach_the_next_call() {
     send(&mut ws, json!({"id": "p1", "content": "work"})).await;
     assert_eq!(next(&mut ws).await["type"], "tool_use");
     send(&mut ws, json!({"type": "pause", "id": "p1"})).await;
+    settled(&mut ws).await;
     gate.open();
     let f = next(&mut ws).await;
     assert_eq!(
@@ -648,6 +649,7 @@ async fn stop_ends_a_paused_run_without_another_model_call() {
     send(&mut ws, json!({"id": "s1", "content": "work"})).await;
     assert_eq!(next(&mut ws).await["type"], "tool_use");
     send(&mut ws, json!({"type": "pause", "id": "s1"})).await;
+    settled(&mut ws).await;
     gate.open();
     assert_eq!(next(&mut ws).await["content"], "paused");
     send(&mut ws, json!({"type": "stop", "id": "s1"})).await;
@@ -1202,6 +1204,18 @@ pub(super) async fn until_done_all(ws: &mut Ws, id: &str) -> Vec<Value> {
         out.push(f);
         if end {
             return out;
+        }
+    }
+}
+
+/// Returns once the server has handled every frame sent before (a `sessions`
+/// question answered after them): then a gate may open.
+pub(super) async fn settled(ws: &mut Ws) {
+    send(ws, json!({"type": "sessions", "id": "settled"})).await;
+    loop {
+        let f = next_any(ws).await;
+        if f["type"] == "sessions" && f["id"] == "settled" {
+            return;
         }
     }
 }

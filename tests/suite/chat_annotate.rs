@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::chat::{connect, next, next_of, send, start, until_done};
+use super::chat::{connect, next, next_of, send, settled, start, until_done};
 use crate::common::*;
 
 #[tokio::test]
@@ -32,6 +32,7 @@ async fn a_label_sent_during_a_paused_run_is_written_at_once_and_history_shows_i
         }
         if f["type"] == "tool_use" && f["tool"] == "bash" {
             send(&mut ws, json!({"type": "pause", "id": "a1"})).await;
+            settled(&mut ws).await;
             gate.open();
         }
         if f["type"] == "state" && f["content"] == "paused" {
@@ -124,6 +125,7 @@ async fn a_session_is_named_in_its_file_as_pi_names_it_even_while_a_run_holds_it
         json!({"type": "rename", "id": "r1", "sessionId": "named", "name": "  Fix\nthe   parser "}),
     )
     .await;
+    settled(&mut ws).await;
     gate.open();
     let f = next_of(&mut ws, "renamed").await;
     assert_eq!(

@@ -313,10 +313,19 @@ async fn a_chat_message_during_a_claude_code_run_is_answered_after_it() {
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &json!({"id": "e1", "type": "task.assigned", "data": {"task": {"id": "t1", "title": "Do it"}}})).await;
     tracker.wait_status("t1", "in_progress", 30).await;
-    // The model call of the run is under way (stalled) when the message comes.
-    while conversation_requests(&llm).is_empty() {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    // The model call of the run is under way (stalled) when the message comes. Waited
+    // for within a bound: a CLI that failed before its call fails the test, saying how.
+    tracker
+        .wait_for(60, "Claude Code's model call", |t| {
+            !conversation_requests(&llm).is_empty()
+                || t.timeline("t1").iter().any(|e| e == "status:blocked")
+        })
+        .await;
+    assert!(
+        !conversation_requests(&llm).is_empty(),
+        "the run ended before its model call: {:?}",
+        tracker.timeline("t1")
+    );
     tracker.deliver(&cb, &json!({"id": "e2", "type": "chat.message", "data": {"task_id": "t1", "message": {"id": "m1", "content": "Also mind the tests"}}})).await;
     tracker
         .wait_for(60, "the reply", |t| t.comments("t1").len() == 2)
