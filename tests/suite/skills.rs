@@ -244,3 +244,30 @@ async fn skills_are_found_where_pi_finds_them_and_pis_home_only_when_asked() {
     assert!(system.contains("PI-HOME-INSTRUCTIONS"), "{system}");
     assert!(system.contains("<name>pi-user</name>"));
 }
+
+/// A skills folder inside the allowed paths is the model's to write: a link it makes
+/// there to a folder outside must not make that folder readable at the next start.
+#[tokio::test]
+async fn a_link_in_a_skills_folder_the_model_writes_does_not_widen_what_tools_read() {
+    let sb = Sandbox::new();
+    let outside = sb.base().join("private");
+    skill_file(&outside, "name: private\ndescription: bait", "PRIVATE-BODY");
+    std::fs::write(outside.join("secret.txt"), "PRIVATE-SECRET\n").unwrap();
+    let skills = sb.work.join(".pi/skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    std::os::unix::fs::symlink(&outside, skills.join("private")).unwrap();
+    let secret = std::fs::canonicalize(outside.join("secret.txt")).unwrap();
+    let llm = ScriptedLlm::start(vec![
+        tool("read", json!({"path": secret.display().to_string()})),
+        text("done"),
+    ])
+    .await;
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"allowed_paths": [sb.work.display().to_string()]}),
+    );
+    run(&agent, "read it", "widen").await;
+    let (read, read_err) = last_tool_result(&llm.requests()[1].body);
+    assert!(read_err && !read.contains("PRIVATE-SECRET"), "{read}");
+}
