@@ -56,14 +56,24 @@ impl Sources<'_> {
     pub(super) fn model_settings(&self) -> Result<ModelSettings, ConfigError> {
         let (provider, engine) = self.provider_and_engine()?;
         let env = self.env;
-        // The Anthropic client's own variable counts for Anthropic; the other providers
-        // have no sensible default model.
-        let model = self.pick("PICOGENT_MODEL", &self.file.model).or_else(|| {
-            (provider == ProviderKind::Anthropic)
-                .then(|| env.get("ANTHROPIC_MODEL").map(str::to_string))
-                .flatten()
-        });
-        let origins = self.model_origins(provider);
+        let anthropic = provider == ProviderKind::Anthropic;
+        // The Anthropic client's own variable counts for Anthropic, after the file; the
+        // other providers have no sensible default model.
+        let model = self
+            .setting(&["PICOGENT_MODEL"], "model", &self.file.model)
+            .or_else(|| {
+                anthropic
+                    .then(|| env.get("ANTHROPIC_MODEL"))
+                    .flatten()
+                    .map(|m| (m.to_string(), "ANTHROPIC_MODEL".to_string()))
+            });
+        let mut origins = super::ModelOrigins {
+            model: model.as_ref().map_or("the default".into(), |(_, o)| {
+                o.replace("PICOGENT_MODEL", "PICOGENT_MODEL (or --model)")
+            }),
+            ..Default::default()
+        };
+        let model = model.map(|(m, _)| m);
         let model = match model {
             Some(m) if !m.trim().is_empty() => resolve_model(&m),
             _ if provider == ProviderKind::Anthropic => resolve_model("sonnet"),
@@ -81,28 +91,38 @@ impl Sources<'_> {
                 ));
             }
         };
-        let base_url = env
-            .get("PICOGENT_BASE_URL")
-            .or_else(|| env.get(provider.base_url_var()))
-            .map(str::to_string)
-            .or_else(|| self.file.base_url.clone())
-            .unwrap_or_else(|| provider.default_base_url().into());
+        let (base_url, base_url_origin) = self
+            .setting(
+                &["PICOGENT_BASE_URL", provider.base_url_var()],
+                "base_url",
+                &self.file.base_url,
+            )
+            .unwrap_or_else(|| {
+                let default = provider.default_base_url().to_string();
+                (default, "the provider's default".into())
+            });
+        origins.base_url = base_url_origin;
         let base_url = if provider == ProviderKind::Ollama {
             ollama_url(&base_url)
         } else {
             base_url
         };
         let base_url = check_url(&base_url, "base_url", &self.origin)?;
-        let api_key = env
-            .get("PICOGENT_API_KEY")
-            .or_else(|| provider.api_key_var().and_then(|v| env.get(v)))
-            .map(str::to_string)
-            .or_else(|| self.file.api_key.clone());
+        let key_vars: Vec<&str> = std::iter::once("PICOGENT_API_KEY")
+            .chain(provider.api_key_var())
+            .collect();
+        let api_key = self.setting(&key_vars, "api_key", &self.file.api_key);
         // Anthropic's client sends ANTHROPIC_AUTH_TOKEN as a bearer token instead of a key.
-        let auth_token = (provider == ProviderKind::Anthropic)
+        let auth_token = anthropic
             .then(|| env.get("ANTHROPIC_AUTH_TOKEN").map(str::to_string))
             .flatten()
             .filter(|t| !t.is_empty());
+        origins.api_key = match (&api_key, &auth_token) {
+            (Some((_, origin)), _) => origin.clone(),
+            (None, Some(_)) => "ANTHROPIC_AUTH_TOKEN".into(),
+            (None, None) => "no setting (none was given)".into(),
+        };
+        let api_key = api_key.map(|(k, _)| k);
         let temperature = match self.file.temperature {
             Some(t) if !(0.0..=2.0).contains(&t) => {
                 return Err(self.field_error(
@@ -133,51 +153,25 @@ impl Sources<'_> {
         })
     }
 
-    /// Where the model, the base URL and the key come from, in words for errors.
-    fn model_origins(&self, provider: ProviderKind) -> super::ModelOrigins {
-        let env = self.env;
-        let in_file = |field: &str| format!("`{field}` in {}", self.origin);
-        let first = |vars: &[&str], field: &str, file: bool, default: &str| {
-            vars.iter()
-                .find(|v| env.get(v).is_some())
-                .map(|v| v.to_string())
-                .or_else(|| file.then(|| in_file(field)))
-                .unwrap_or_else(|| default.to_string())
-        };
-        let anthropic = provider == ProviderKind::Anthropic;
-        let model_vars: &[&str] = if anthropic {
-            &["PICOGENT_MODEL", "ANTHROPIC_MODEL"]
-        } else {
-            &["PICOGENT_MODEL"]
-        };
-        let mut url_vars = vec!["PICOGENT_BASE_URL", provider.base_url_var()];
-        url_vars.dedup();
-        let mut key_vars = vec!["PICOGENT_API_KEY"];
-        key_vars.extend(provider.api_key_var());
-        if anthropic {
-            key_vars.push("ANTHROPIC_AUTH_TOKEN");
-        }
-        super::ModelOrigins {
-            model: first(
-                model_vars,
-                "model",
-                self.file.model.is_some(),
-                "the default",
-            )
-            .replace("PICOGENT_MODEL", "PICOGENT_MODEL (or --model)"),
-            base_url: first(
-                &url_vars,
-                "base_url",
-                self.file.base_url.is_some(),
-                "the provider's default",
-            ),
-            api_key: first(
-                &key_vars,
-                "api_key",
-                self.file.api_key.is_some(),
-                "no setting (none was given)",
-            ),
-        }
+    /// The first of `vars` that is set, else the file's `field`: its value, and where
+    /// it was set in words for errors (the variable, or the field and the file).
+    fn setting(
+        &self,
+        vars: &[&str],
+        field: &str,
+        from_file: &Option<String>,
+    ) -> Option<(String, String)> {
+        vars.iter()
+            .find_map(|v| {
+                self.env
+                    .get(v)
+                    .map(|value| (value.to_string(), v.to_string()))
+            })
+            .or_else(|| {
+                from_file
+                    .clone()
+                    .map(|value| (value, format!("`{field}` in {}", self.origin)))
+            })
     }
 }
 

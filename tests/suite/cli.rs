@@ -584,9 +584,11 @@ async fn a_refused_key_or_an_unknown_model_names_where_it_was_set() {
         err.contains(&format!("the key was set by `api_key` in {cfg}")),
         "{err}"
     );
-    // With a good key from the environment, the unknown model names its field.
+    // With a good key from the environment, the unknown model names its field (the
+    // file's `model` wins over ANTHROPIC_MODEL, and so does the message).
     let key = ("ANTHROPIC_API_KEY", llm::API_KEY.to_string());
-    let out = picogent(&sb, &["run", "--agent", &cfg, "hi"], &[url, key]).await;
+    let other = ("ANTHROPIC_MODEL", "claude-other".to_string());
+    let out = picogent(&sb, &["run", "--agent", &cfg, "hi"], &[url, key, other]).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!(
