@@ -322,12 +322,11 @@ impl Agent {
         // (resolved) folder: one reached through a symlink lies outside the folder it is
         // listed in. Not so for skills folders inside the allowed paths: the model
         // writes there, and a link it made must not widen what the tools may read.
+        use crate::tools::sandbox::resolved;
+        let allowed: Vec<PathBuf> = config.allowed_paths.iter().map(|a| resolved(a)).collect();
         let model_writes = |d: &Path| {
-            let real = std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf());
-            config
-                .allowed_paths
-                .iter()
-                .any(|a| real.starts_with(std::fs::canonicalize(a).unwrap_or_else(|_| a.clone())))
+            let real = resolved(d);
+            allowed.iter().any(|a| real.starts_with(a))
         };
         let readable: Vec<PathBuf> = (skill_dirs.iter().filter(|d| d.is_dir()))
             .filter(|d| !model_writes(d))
