@@ -1211,13 +1211,8 @@ pub(super) async fn until_done_all(ws: &mut Ws, id: &str) -> Vec<Value> {
 /// Returns once the server has handled every frame sent before (a `sessions`
 /// question answered after them): then a gate may open.
 pub(super) async fn settled(ws: &mut Ws) {
-    send(ws, json!({"type": "sessions", "id": "settled"})).await;
-    loop {
-        let f = next_any(ws).await;
-        if f["type"] == "sessions" && f["id"] == "settled" {
-            return;
-        }
-    }
+    send(ws, json!({"type": "sessions"})).await;
+    next_of(ws, "sessions").await;
 }
 
 /// The next frame of `kind`.
