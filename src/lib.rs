@@ -12,6 +12,7 @@ pub mod message;
 mod metrics;
 mod net;
 pub mod provider;
+pub mod sandbox;
 pub mod session;
 pub mod tools;
 pub mod tracker;

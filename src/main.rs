@@ -130,7 +130,7 @@ fn main() -> ExitCode {
     // The bash confinement helper: before anything else, while single-threaded.
     let mut args = std::env::args_os();
     if args.nth(1).is_some_and(|a| a == "sandbox-exec") {
-        return picogent::tools::confine::helper_main(args);
+        return picogent::sandbox::confine::helper_main(args);
     }
     // Fewer allocator arenas, so what a burst frees can be given back (`memory`).
     picogent::memory::limit_arenas();
@@ -177,7 +177,7 @@ fn main() -> ExitCode {
 }
 
 async fn sandbox_check(args: SandboxCheckArgs) -> anyhow::Result<ExitCode> {
-    use picogent::tools::sandbox::{check, Level};
+    use picogent::sandbox::Level;
     // The running binary, opened by descriptor (never by a path a command could replace).
     let helper = std::path::PathBuf::from("/proc/self/exe");
     let level = if args.landlock {
@@ -185,7 +185,7 @@ async fn sandbox_check(args: SandboxCheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         Level::Full
     };
-    let all = check::run(helper, level)
+    let all = cli::sandbox_check::run(helper, level)
         .await
         .map_err(anyhow::Error::msg)?;
     Ok(if all {

@@ -29,7 +29,7 @@ pub(crate) fn now_iso() -> String {
 }
 
 /// `n` random lowercase hex characters.
-pub(crate) fn random_hex(n: usize) -> String {
+pub fn random_hex(n: usize) -> String {
     (0..n)
         .map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0'))
         .collect()
@@ -81,42 +81,6 @@ pub fn one_line(s: &str, max: usize) -> String {
         out.push('…');
         out
     }
-}
-
-/// Every process below `pid` (children, their children, ...), read from `/proc`.
-/// Programs that put their commands in process groups of their own escape a group
-/// kill; walking the tree finds them while their parent is still alive.
-pub(crate) fn descendants(pid: i32) -> Vec<i32> {
-    let mut parent_of: Vec<(i32, i32)> = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-                continue;
-            };
-            // The command name may hold spaces or parentheses: fields follow the last ')'.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|f| f.parse::<i32>().ok());
-            if let Some(pp) = ppid {
-                parent_of.push((p, pp));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![pid];
-    while let Some(cur) = frontier.pop() {
-        for &(child, parent) in &parent_of {
-            if parent == cur && !out.contains(&child) {
-                out.push(child);
-                frontier.push(child);
-            }
-        }
-    }
-    out
 }
 
 /// Appends `value` as one JSON line.

@@ -5,7 +5,7 @@
 //! the folder's own `.git`, which git itself never descends into and which is left
 //! untouched. The folder's `.gitignore` is honoured. Commits use a fixed identity and
 //! ignore the user's git configuration, so hooks or signing settings cannot interfere;
-//! git runs hardened and confined (`tools::sandbox::git`), and the repository's config
+//! git runs hardened and confined (`sandbox::git`), and the repository's config
 //! is restored to picogent's own before each use, so nothing the agent plants in the
 //! folder (a `.gitattributes` filter) or in the repository runs.
 //! Rollback restores what the session's own steps changed since a checkpoint (deleting
@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::checkpoint_store::{self as store, Store};
-use crate::tools::confine::Confinement;
-use crate::tools::sandbox::git;
-use crate::tools::Sandbox;
+use crate::sandbox::confine::Confinement;
+use crate::sandbox::git;
+use crate::sandbox::Sandbox;
 
 pub use super::checkpoint_store::CheckpointError;
 

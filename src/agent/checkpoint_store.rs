@@ -156,7 +156,7 @@ impl Store {
 
 /// Makes a repository of picogent's own at `git_dir` when there is none, as
 /// `git init` would (without forking it): `HEAD` on `master`, `objects/`, `refs/`.
-/// Its config and `info/` are [`crate::tools::sandbox::git::restore_own_repository`]'s.
+/// Its config and `info/` are [`crate::sandbox::git::restore_own_repository`]'s.
 pub(crate) fn create_repository(git_dir: &Path) -> std::io::Result<bool> {
     if git_dir.join("HEAD").exists() {
         return Ok(false);

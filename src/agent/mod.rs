@@ -36,9 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::provider::{Provider, ProviderError, ToolSpec};
+use crate::sandbox::confine::Confinement;
+use crate::sandbox::Sandbox;
 use crate::session::{self, SessionStore};
-use crate::tools::confine::Confinement;
-use crate::tools::Sandbox;
 pub use event::{AgentEvent, FailureKind, Outcome};
 use skills::Skill;
 
@@ -54,6 +54,9 @@ pub struct RunRequest {
     /// The run works in a git worktree of the user's checkout: the sandbox moves the
     /// allowed paths there and keeps the checkout read-only.
     pub(crate) worktree: Option<WorktreeRun>,
+    /// The id the prompt's session entry gets (when free): where a chat request's
+    /// history ends and its own log begins.
+    pub(crate) prompt_entry: Option<String>,
 }
 
 /// Where a run in a worktree works instead of the user's checkout.
@@ -76,6 +79,7 @@ impl RunRequest {
             work_dir: None,
             system_prompt: None,
             worktree: None,
+            prompt_entry: None,
         }
     }
 }
@@ -155,7 +159,7 @@ impl Inner {
 
 /// Says at start which sandbox level is active and why.
 fn log_sandbox(config: &Config, sandbox: &Sandbox) {
-    use crate::tools::confine::kernel_abi;
+    use crate::sandbox::confine::kernel_abi;
     let abi = kernel_abi();
     let network = match config.network {
         crate::config::NetworkPolicy::Allow => "allow",
@@ -322,7 +326,7 @@ impl Agent {
         // (resolved) folder: one reached through a symlink lies outside the folder it is
         // listed in. Not so for skills folders inside the allowed paths: the model
         // writes there, and a link it made must not widen what the tools may read.
-        use crate::tools::sandbox::resolved;
+        use crate::sandbox::resolved;
         let allowed: Vec<PathBuf> = config.allowed_paths.iter().map(|a| resolved(a)).collect();
         let model_writes = |d: &Path| {
             let real = resolved(d);
@@ -346,8 +350,8 @@ impl Agent {
         let mut sandbox = Sandbox::new(&config.allowed_paths, &config.protected_paths(), &readable)
             .with_read_only(&[config.sessions_dir()]);
         let level = match config.sandbox {
-            crate::config::SandboxMode::On => Some(crate::tools::sandbox::Level::Full),
-            crate::config::SandboxMode::Landlock => Some(crate::tools::sandbox::Level::Landlock),
+            crate::config::SandboxMode::On => Some(crate::sandbox::Level::Full),
+            crate::config::SandboxMode::Landlock => Some(crate::sandbox::Level::Landlock),
             crate::config::SandboxMode::Off => None,
         };
         if let Some(level) = level {
@@ -427,11 +431,11 @@ impl Agent {
         let Some(c) = self.sandbox().confinement().cloned() else {
             return;
         };
-        if c.settled() || crate::tools::confine::kernel_abi() < c.needed_abi() {
+        if c.settled() || crate::sandbox::confine::kernel_abi() < c.needed_abi() {
             return;
         }
         let (abi, network) = (
-            crate::tools::confine::kernel_abi(),
+            crate::sandbox::confine::kernel_abi(),
             if c.deny_network { "deny" } else { "allow" },
         );
         let files = if self.sandbox().is_restricted() {
@@ -464,8 +468,15 @@ impl Agent {
     ) -> Result<String, session::SessionError> {
         let lock = self.inner.session_lock(session_id);
         let _guard = lock.lock().await;
-        let mut s = self.inner.sessions.open_existing(session_id)?;
-        s.append(entry)
+        let mut s = self
+            .inner
+            .sessions
+            .open_existing_off_runtime(session_id)
+            .await?;
+        let id = s.append(entry)?;
+        s.sync().await?;
+        s.close().await?;
+        Ok(id)
     }
 
     /// Deletes a session: its file, its checkpoint repository and its private outputs,

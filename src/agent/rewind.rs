@@ -154,6 +154,7 @@ impl Agent {
             });
         }
         session.sync().await?;
+        session.close().await?;
         Ok(Rewound {
             work_dir: repo.work_tree().to_path_buf(),
         })

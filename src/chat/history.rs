@@ -37,7 +37,7 @@ pub(super) fn running(runs: &Runs, session: &str) -> Vec<Arc<RunLog>> {
         .filter(|l| seen.insert(Arc::as_ptr(l)))
         .cloned()
         .collect();
-    out.sort_by_key(|l| l.start_entries);
+    out.sort_by_key(|l| l.made);
     out
 }
 
@@ -47,19 +47,7 @@ fn cut(s: &Session, running: &[Arc<RunLog>]) -> usize {
     let entries = s.entries();
     running
         .iter()
-        .map(|log| {
-            entries
-                .iter()
-                .enumerate()
-                .skip(log.start_entries)
-                .find(|(_, e)| match &e.body {
-                    Body::Known(Known::Message {
-                        message: Message::User(u),
-                    }) => blocks_text(&u.content) == log.prompt,
-                    _ => false,
-                })
-                .map_or(entries.len(), |(i, _)| i)
-        })
+        .filter_map(|log| entries.iter().position(|e| e.id() == log.prompt_entry))
         .min()
         .unwrap_or(entries.len())
 }

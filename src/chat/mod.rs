@@ -34,6 +34,7 @@ use axum::Json;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::Agent;
 use protocol::{ClientFrame, Outgoing};
@@ -74,6 +75,9 @@ struct ChatState {
     stopping: CancellationToken,
     /// Cancelled once the drain is over: every run and connection ends.
     stop: CancellationToken,
+    /// The tasks the server starts for its runs and connections' followers: `serve`
+    /// waits for them after the cut.
+    tasks: TaskTracker,
     /// The runs going now, on disk, and those a crash interrupted.
     inflight: Arc<inflight::InFlight>,
     /// The session each connection shows.
@@ -116,11 +120,12 @@ pub async fn serve(
     let inflight = inflight::InFlight::recover(&agent).await;
     let (cut, runs) = (CancellationToken::new(), Runs::default());
     let grace = agent.config().shutdown_grace;
+    let tasks = TaskTracker::new();
     let app = app(
         agent,
         addr,
         (stop.clone(), cut.clone()),
-        runs.clone(),
+        (runs.clone(), tasks.clone()),
         inflight,
     );
     let drain = async move {
@@ -134,16 +139,33 @@ pub async fn serve(
         }
         cut.cancel();
     };
-    axum::serve(crate::net::GuardedListener::new(listener), app)
+    let served = axum::serve(crate::net::GuardedListener::new(listener), app)
         .with_graceful_shutdown(drain)
+        .await;
+    // The runs' own tasks (forwarding a run's events, marking it ended, a rewind)
+    // finish before the server says it is done: every run was cancelled at the cut.
+    tasks.close();
+    if tokio::time::timeout(TASKS_GRACE, tasks.wait())
         .await
+        .is_err()
+    {
+        tracing::error!(
+            left = tasks.len(),
+            "chat tasks still running {} s after the runs were cancelled",
+            TASKS_GRACE.as_secs()
+        );
+    }
+    served
 }
+
+/// How long the server waits for its runs' tasks once every run is cancelled.
+const TASKS_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn app(
     agent: Agent,
     addr: SocketAddr,
     (stopping, stop): (CancellationToken, CancellationToken),
-    runs: Runs,
+    (runs, tasks): (Runs, TaskTracker),
     inflight: Arc<inflight::InFlight>,
 ) -> axum::Router {
     let cfg = agent.config();
@@ -168,6 +190,7 @@ fn app(
         stop,
         inflight,
         watchers: watchers::Watchers::default(),
+        tasks,
     });
     axum::Router::new()
         .route("/", get(entry))
@@ -379,13 +402,37 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
 struct Conn {
     token: CancellationToken,
     id: u64,
-    /// Session frames (labels, ratings, preferences, history...), answered one after
-    /// another in the order the client sent them: two labels on one step sent quickly
-    /// must not be written the other way round.
-    sessions: tokio::sync::mpsc::Sender<protocol::SessionFrame>,
+    /// Questions about sessions (labels, ratings, preferences, history, the list),
+    /// taken in the order the client sent them through one bounded queue and answered
+    /// up to `SESSION_ANSWERS` at a time (entries of one session are still written in
+    /// order: its lock, or its run's queue).
+    sessions: tokio::sync::mpsc::Sender<Asked>,
     /// The request logs this connection follows, each by one `attach` (a new
     /// `subscribe` to the same request replaces the last, never doubles it).
     follows: Arc<std::sync::Mutex<std::collections::HashMap<usize, CancellationToken>>>,
+}
+
+/// A question about sessions, for a connection's session worker.
+enum Asked {
+    Session(protocol::SessionFrame),
+    List(protocol::Sessions),
+}
+
+/// Answers one question about sessions.
+async fn answer(agent: crate::agent::Agent, runs: runs::Runs, asked: Asked, tx: Outbound) {
+    match asked {
+        Asked::Session(f) => branches::answer(agent, runs, f, tx).await,
+        Asked::List(q) => {
+            let list = tokio::task::spawn_blocking(move || history::sessions(&agent, &runs))
+                .await
+                .unwrap_or_default();
+            tx.send(&Outgoing::new(
+                q.id,
+                None,
+                protocol::ServerFrame::Sessions { content: list },
+            ));
+        }
+    }
 }
 
 /// Session frames a connection may have waiting before it is told to slow down.
@@ -413,8 +460,8 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     let session_worker = tokio::spawn(async move {
         let frames = futures_util::stream::poll_fn(|cx| session_rx.poll_recv(cx));
         frames
-            .for_each_concurrent(SESSION_ANSWERS, |f| {
-                branches::answer(agent.clone(), runs.clone(), f, session_tx.clone())
+            .for_each_concurrent(SESSION_ANSWERS, |asked| {
+                answer(agent.clone(), runs.clone(), asked, session_tx.clone())
             })
             .await;
     });
@@ -433,7 +480,7 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             _ = conn.token.cancelled() => None,
         };
         match msg {
-            Some(Ok(Message::Text(t))) => handle_frame(&st, t.as_str(), &tx, &conn),
+            Some(Ok(Message::Text(t))) => handle_frame(&st, t.as_str(), &tx, &conn).await,
             Some(Ok(Message::Binary(_))) => {
                 error("binary frames are not supported; send JSON text".into());
             }
@@ -481,37 +528,31 @@ const WRITER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// One text frame from the client: a bad one gets its error frames, a good one goes
 /// where it is handled.
-fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Conn) {
+async fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Conn) {
+    let ask = |asked: Asked, id: Option<String>| {
+        if conn.sessions.try_send(asked).is_err() {
+            tx.send(&Outgoing::error(
+                id,
+                None,
+                format!("more than {SESSION_FRAMES} session requests are waiting; send again once some are answered"),
+            ));
+        }
+    };
     match protocol::parse(text) {
         Ok(ClientFrame::Prompt(p)) => requests::start(st, conn, p, tx),
         Ok(ClientFrame::Subscribe(s)) => requests::subscribe(st, conn, s, tx),
-        Ok(ClientFrame::Control(c)) => requests::control(st, conn, c, tx),
+        Ok(ClientFrame::Control(c)) => requests::control(st, conn, c, tx).await,
         Ok(ClientFrame::Rewind(r)) => rewind::handle(st, conn, r, tx),
         Ok(ClientFrame::Session(f)) => {
             if matches!(f.query, protocol::Query::History) {
                 st.watchers.watch(conn.id, &f.about.session_id, tx);
             }
             let id = f.about.id.clone();
-            if conn.sessions.try_send(f).is_err() {
-                tx.send(&Outgoing::error(
-                    id,
-                    None,
-                    format!("more than {SESSION_FRAMES} session requests are waiting; send again once some are answered"),
-                ));
-            }
+            ask(Asked::Session(f), id);
         }
         Ok(ClientFrame::Sessions(q)) => {
-            let (agent, runs, tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
-            tokio::spawn(async move {
-                let list = tokio::task::spawn_blocking(move || history::sessions(&agent, &runs))
-                    .await
-                    .unwrap_or_default();
-                tx.send(&Outgoing::new(
-                    q.id,
-                    None,
-                    protocol::ServerFrame::Sessions { content: list },
-                ));
-            });
+            let id = q.id.clone();
+            ask(Asked::List(q), id);
         }
         Err(e) => {
             for f in e.replies() {

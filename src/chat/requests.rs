@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::protocol::{Action, Control, Outgoing, Prompt, ServerFrame, Subscribe, Target};
-use super::runs::{attach, forward, Outbound, RunLog};
+use super::runs::{attach, forget_later, forward, Outbound, RunLog};
 use super::{ChatState, Conn};
 use crate::agent::control::Role;
 use crate::agent::RunRequest;
@@ -66,14 +66,9 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     } else {
         conn.token.child_token()
     };
-    // Where the session's file ends before this request writes to it (history shows
-    // the file up to there and this request's log after).
-    let start_entries = st
-        .agent
-        .sessions()
-        .snapshot(&session)
-        .map(|s| s.entries().len())
-        .unwrap_or(0);
+    // The id the run gives its prompt's entry: history shows the session file up to
+    // that entry and this request's log from there on.
+    let prompt_entry = crate::util::random_hex(16);
     // A keepAlive run outlives its connection, so it also gets an id any client can
     // address it by (`runId` in its frames); other runs stay the connection's.
     let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
@@ -99,6 +94,7 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         work_dir,
         system_prompt,
         worktree: None,
+        prompt_entry: Some(prompt_entry.clone()),
     };
     let handle = st.agent.start_with_cancel(request, token.clone());
     let log = RunLog::new(
@@ -107,7 +103,7 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         run_id.clone(),
         token,
         handle.control.clone(),
-        start_entries,
+        prompt_entry,
         content,
     );
     st.watchers.watch(conn.id, &log.session, tx);
@@ -125,13 +121,19 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         runs.insert(k.clone(), log.clone());
     }
     drop(runs);
-    let forwarding = forward(handle, log.clone(), st.runs.clone(), keys);
-    tokio::spawn(async move {
+    let forwarding = forward(handle, log.clone());
+    let (kept, runs, stop) = (log.clone(), st.runs.clone(), st.stop.clone());
+    st.tasks.spawn(async move {
         let cancelled = forwarding.await;
         running.end(cancelled);
+        // Kept a while for pages that reload, but never past the server's end.
+        tokio::select! {
+            _ = forget_later(kept, runs, keys) => {}
+            _ = stop.cancelled() => {}
+        }
     });
     let following = follow(conn, &log);
-    attach(log, 0, tx.clone(), following);
+    attach(&st.tasks, log, 0, tx.clone(), following);
 }
 
 /// The token of this connection's one follower of `log`: a follower it had before is
@@ -163,7 +165,7 @@ pub(super) fn subscribe(st: &ChatState, conn: &Conn, s: Subscribe, tx: &Outbound
     match find_run(st, conn, &s.to) {
         Some(log) => {
             let following = follow(conn, &log);
-            attach(log, s.after, tx.clone(), following);
+            attach(&st.tasks, log, s.after, tx.clone(), following);
         }
         None => {
             let name = s.to.reply_id().to_string();
@@ -192,7 +194,7 @@ pub(super) fn subscribe(st: &ChatState, conn: &Conn, s: Subscribe, tx: &Outbound
 }
 
 /// A live-control frame, addressed to a running request.
-pub(super) fn control(st: &ChatState, conn: &Conn, c: Control, tx: &Outbound) {
+pub(super) async fn control(st: &ChatState, conn: &Conn, c: Control, tx: &Outbound) {
     let Control { to, action } = c;
     let name = to.reply_id().to_string();
     let kind = action.kind();
@@ -204,14 +206,14 @@ pub(super) fn control(st: &ChatState, conn: &Conn, c: Control, tx: &Outbound) {
             "{kind} is not available: this run's engine ({}) runs its own loop and cannot pause, resume, stop at a step, take instructions or roll back; send cancel to end it",
             st.agent.config().engine.as_str()
         )),
-        Some(log) => apply(st, &log, action),
+        Some(log) => apply(st, &log, action).await,
     };
     if let Err(message) = result {
         tx.send(&Outgoing::error(Some(name), None, message));
     }
 }
 
-fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), String> {
+async fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), String> {
     let c = &log.control;
     let result = match action {
         Action::Cancel => {
@@ -223,11 +225,11 @@ fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), String> {
         Action::Stop => c.stop().map(drop),
         Action::Instruct(i) => c.instruct(i.content, i.role.unwrap_or(Role::User)),
         Action::Rollback(r) => {
-            has_checkpoint(st, log, r.step)?;
+            has_checkpoint(st, log, r.step).await?;
             c.rollback(r.step)
         }
         Action::Branch(b) => {
-            has_checkpoint(st, log, b.step)?;
+            has_checkpoint(st, log, b.step).await?;
             c.branch(b.step, b.name, b.content)
         }
     };
@@ -235,11 +237,12 @@ fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), String> {
 }
 
 /// A rollback or branch goes to a checkpoint the request's session has.
-fn has_checkpoint(st: &ChatState, log: &RunLog, step: u64) -> Result<(), String> {
+async fn has_checkpoint(st: &ChatState, log: &RunLog, step: u64) -> Result<(), String> {
     let known = st
         .agent
         .sessions()
-        .snapshot(&log.session)
+        .snapshot_off_runtime(&log.session)
+        .await
         .is_ok_and(|s| s.checkpoint(step).is_some());
     if known {
         Ok(())

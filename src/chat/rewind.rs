@@ -11,8 +11,9 @@ use super::{history, requests, ChatState, Conn};
 
 /// Carries out a rewind off the connection's loop, answering on `tx`.
 pub(super) fn handle(st: &Arc<ChatState>, conn: &Conn, r: Rewind, tx: &Outbound) {
-    let (st, conn, tx) = (st.clone(), conn.clone(), tx.clone());
-    tokio::spawn(async move {
+    let (me, conn, tx) = (st.clone(), conn.clone(), tx.clone());
+    st.tasks.spawn(async move {
+        let st = me;
         let Rewind {
             about: SessionRef { id, session_id },
             action,

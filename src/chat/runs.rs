@@ -12,6 +12,7 @@ use std::time::Duration;
 use axum::extract::ws::Utf8Bytes;
 use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::protocol::{Outgoing, ServerFrame};
 use super::replay::{Logged, Replay};
@@ -173,11 +174,12 @@ pub(crate) struct RunLog {
     done: AtomicBool,
     pub(crate) token: CancellationToken,
     pub(crate) control: RunControl,
-    /// How many entries the session had when the request was made: its history up to
-    /// there is the session file's, the rest is this log's.
-    pub(crate) start_entries: usize,
-    /// The prompt, the first entry the request writes (a request queued behind
-    /// another in its session starts writing later than `start_entries`).
+    /// The id of the entry the request's prompt gets in the session: the history up to
+    /// it is the session file's, the rest is this log's (until the run writes it, the
+    /// whole file is history).
+    pub(crate) prompt_entry: String,
+    /// When the request was made, in the server's order of requests.
+    pub(crate) made: u64,
     pub(crate) prompt: String,
 }
 
@@ -188,9 +190,10 @@ impl RunLog {
         run_id: Option<String>,
         token: CancellationToken,
         control: RunControl,
-        start_entries: usize,
+        prompt_entry: String,
         prompt: String,
     ) -> Arc<RunLog> {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Arc::new(RunLog {
             id,
             session,
@@ -200,7 +203,8 @@ impl RunLog {
             done: AtomicBool::new(false),
             token,
             control,
-            start_entries,
+            prompt_entry,
+            made: MADE.fetch_add(1, Ordering::Relaxed),
             prompt,
         })
     }
@@ -272,9 +276,15 @@ impl RunLog {
 
 /// Sends a request's frames after `after` to a connection: the backlog, then the live
 /// stream, until its `done` frame or the connection ends.
-pub(crate) fn attach(log: Arc<RunLog>, after: u64, tx: Outbound, conn: CancellationToken) {
+pub(crate) fn attach(
+    tasks: &TaskTracker,
+    log: Arc<RunLog>,
+    after: u64,
+    tx: Outbound,
+    conn: CancellationToken,
+) {
     let mut rx = log.live.subscribe();
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         // `conn` is this follower's own token: cancelled once it ends, so its
         // connection forgets it.
         let _ended = conn.clone().drop_guard();
@@ -429,14 +439,9 @@ pub(crate) fn tool_output(
     }
 }
 
-/// Turns one run's events into its request's frames; `keys` are the run's entries in
-/// `runs`, removed a while after it ends. True when the run ended cancelled.
-pub(crate) async fn forward(
-    mut handle: RunHandle,
-    log: Arc<RunLog>,
-    runs: Runs,
-    keys: Vec<String>,
-) -> bool {
+/// Turns one run's events into its request's frames. True when the run ended
+/// cancelled.
+pub(crate) async fn forward(mut handle: RunHandle, log: Arc<RunLog>) -> bool {
     let mut cancelled = false;
     // When each tool call started, to say how long it took.
     let mut started: HashMap<String, std::time::Instant> = HashMap::new();
@@ -482,14 +487,13 @@ pub(crate) async fn forward(
         // gets an error and `done`, never a request that hangs forever.
         log.finish(None);
     }
-    tokio::spawn(forget_later(log, runs, keys));
     cancelled
 }
 
 /// Removes a finished request from `runs` after `KEEP_FINISHED`. Only its own
 /// connection can reach a request that was not `keepAlive`: its log goes when that
 /// connection does.
-async fn forget_later(log: Arc<RunLog>, runs: Runs, keys: Vec<String>) {
+pub(crate) async fn forget_later(log: Arc<RunLog>, runs: Runs, keys: Vec<String>) {
     let own_only = log.run_id.is_none();
     tokio::select! {
         _ = tokio::time::sleep(KEEP_FINISHED) => {}

@@ -1,5 +1,6 @@
-//! The command line's own pieces, beside `main.rs`: the run printer and the `--session`
-//! argument.
+//! The command line's own pieces, beside `main.rs`: the run printer, the `--session`
+//! argument and `picogent sandbox-check`.
 
 pub(crate) mod printer;
+pub(crate) mod sandbox_check;
 pub(crate) mod session_arg;

@@ -37,7 +37,7 @@ pub(crate) fn mark_secret(name: &str) {
 /// Whether a variable is kept from commands: `*_API_KEY`, `*_TOKEN`, anything named
 /// like a secret or password, one of the tokens picogent reads, a variable the
 /// configuration passes on (`${VAR}`), or anything picogent's `.env` defined.
-pub(crate) fn is_secret(name: &str) -> bool {
+pub fn is_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     upper.ends_with("_API_KEY")
         || upper.ends_with("_TOKEN")

@@ -99,11 +99,6 @@ impl Mcp {
         self.servers().iter().map(|s| s.generation()).sum()
     }
 
-    /// The MCP tools as the model sees them, server by server in name order.
-    pub(crate) fn specs(&self) -> Vec<ToolSpec> {
-        self.servers().iter().flat_map(|s| s.specs()).collect()
-    }
-
     /// Each server's name and its tool count, or why it has none.
     pub fn summary(&self) -> Vec<(String, Result<usize, String>)> {
         self.servers()
@@ -154,6 +149,29 @@ impl Mcp {
             },
             _ = cancel.cancelled() => ToolOutput::error("aborted: the run was cancelled"),
         }
+    }
+}
+
+/// MCP servers' tools are one more source of tools for the loop. Each call is bounded
+/// by its server's `timeout_sec` and cancelled with the run.
+impl crate::tools::registry::Source for Mcp {
+    /// Server by server in name order.
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.servers().iter().flat_map(|s| s.specs()).collect()
+    }
+    fn owns(&self, name: &str) -> bool {
+        name.starts_with(PREFIX)
+    }
+    fn read_only(&self, _name: &str) -> bool {
+        false
+    }
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        args: &'a Value,
+        ctx: &'a crate::tools::ToolContext,
+    ) -> crate::tools::registry::CallFuture<'a> {
+        Box::pin(Mcp::call(self, name, args, &ctx.cancel))
     }
 }
 

@@ -68,11 +68,7 @@ impl Child {
 impl Drop for Child {
     fn drop(&mut self) {
         if let Some(pgid) = self.pgid {
-            // SAFETY: a plain system call. The group is the child's own (setsid), and a
-            // group id is not reused while any member of the group lives.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
+            crate::sandbox::kill_group(pgid);
         }
         self.stderr_task.abort();
         self.stdout_task.abort();
@@ -86,7 +82,7 @@ pub struct Launch {
     /// picogent's own folder for its servers (in its state, out of commands' reach).
     pub(crate) home: PathBuf,
     /// The agent's confinement, when commands are confined.
-    pub(crate) confinement: Option<crate::tools::sandbox::confine::Confinement>,
+    pub(crate) confinement: Option<crate::sandbox::confine::Confinement>,
     /// What the agent's commands can write (resolved; empty: everything).
     pub(crate) writable: Vec<PathBuf>,
     /// The operator's home (`HOME` at start).
@@ -109,11 +105,11 @@ impl Launch {
         // With no allowed paths, commands may write anywhere picogent's user can: that
         // is the operator's choice, and no place is safer than another then.
         let inside = |p: &Path| {
-            let real = crate::tools::sandbox::resolved(p);
+            let real = crate::sandbox::resolved(p);
             self.writable.iter().any(|w| real.starts_with(w))
         };
-        let path = crate::tools::sandbox::programs::trusted_path(&self.writable);
-        let program = crate::tools::sandbox::programs::resolve(spec.command, &path)
+        let path = crate::sandbox::programs::trusted_path(&self.writable);
+        let program = crate::sandbox::programs::resolve(spec.command, &path)
             .map_err(|e| format!("cannot start {:?}: {e}", spec.command))?;
         if inside(&program) {
             return Err(format!(
@@ -178,10 +174,8 @@ impl Launch {
         // The operator's home only when no command could have written what programs
         // read from it (Python's user site, `.npmrc`, uv's configuration); otherwise
         // one of picogent's own, and no user site.
-        match crate::tools::sandbox::programs::trusted_home(
-            self.operator_home.as_deref(),
-            &self.writable,
-        ) {
+        match crate::sandbox::programs::trusted_home(self.operator_home.as_deref(), &self.writable)
+        {
             Some(home) => {
                 cmd.env("HOME", home);
             }
@@ -192,10 +186,7 @@ impl Launch {
             }
         }
         // Only these of picogent's variables, and `TERM`.
-        for var in crate::tools::sandbox::programs::BASE_ENV
-            .iter()
-            .chain(&["TERM"])
-        {
+        for var in crate::sandbox::programs::BASE_ENV.iter().chain(&["TERM"]) {
             if let Some(v) = std::env::var_os(var) {
                 cmd.env(var, v);
             }
@@ -215,7 +206,7 @@ pub(super) fn spawn(
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    crate::tools::sandbox::supervise(&mut cmd);
+    crate::sandbox::supervise(&mut cmd);
     // Only what its configuration sets (a secret listed there is passed on).
     cmd.envs(spec.env);
     let mut child = cmd.spawn().map_err(|e| match e.kind() {

@@ -2,9 +2,12 @@
 //!
 //! Line 1 is the header; every later line is an entry with an 8-hex `id` and the
 //! `parentId` of the entry it continues, so the file holds a tree and the leaf is the
-//! last entry. Each entry is written with one `write` call, so a crash loses at most the
-//! entry being written; a torn last line is cut off when the writer opens the file
-//! and skipped by readers (`snapshot`), which never write.
+//! last entry. A session opened to write has one writer thread (`writer`): appends are
+//! handed to it and written in order, off the async runtime, and each step's `sync`
+//! makes them durable, so a crash loses at most what was not synced yet; a torn last
+//! line is cut off when the writer opens the file and skipped by readers (`snapshot`),
+//! which never write. Opening or loading a session reads the whole file: async callers
+//! do it on a blocking thread (`SessionStore::open_off_runtime`).
 //! Entry types picogent does not use (labels, other tools' custom entries, ...) are kept
 //! as they are.
 //!
@@ -20,6 +23,7 @@ mod migrate;
 mod model;
 pub mod records;
 mod repair;
+mod writer;
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -44,6 +48,9 @@ pub enum SessionError {
     },
     #[error("session file {}: {message}", path.display())]
     Corrupt { path: PathBuf, message: String },
+    /// The blocking thread that read the session ended abnormally.
+    #[error("reading the session failed: {0}")]
+    Internal(String),
 }
 
 /// The entry types picogent reads and writes.
@@ -189,6 +196,32 @@ impl SessionStore {
         Session::load(id, self.existing(id)?, false)
     }
 
+    /// `open` on a blocking thread: a long session takes a while to read and parse,
+    /// and an async runtime thread must not wait for it.
+    pub(crate) async fn open_off_runtime(
+        &self,
+        id: &str,
+        cwd: &Path,
+    ) -> Result<Session, SessionError> {
+        let (me, id, cwd) = (self.clone(), id.to_string(), cwd.to_path_buf());
+        off_runtime(move || me.open(&id, &cwd)).await
+    }
+
+    /// `open_existing` on a blocking thread.
+    pub(crate) async fn open_existing_off_runtime(
+        &self,
+        id: &str,
+    ) -> Result<Session, SessionError> {
+        let (me, id) = (self.clone(), id.to_string());
+        off_runtime(move || me.open_existing(&id)).await
+    }
+
+    /// `snapshot` on a blocking thread.
+    pub(crate) async fn snapshot_off_runtime(&self, id: &str) -> Result<Session, SessionError> {
+        let (me, id) = (self.clone(), id.to_string());
+        off_runtime(move || me.snapshot(&id)).await
+    }
+
     /// Opens the session, creating it (with `cwd` in its header) when new.
     pub fn open(&self, id: &str, cwd: &Path) -> Result<Session, SessionError> {
         let path = self.path(id)?;
@@ -220,10 +253,16 @@ impl SessionStore {
             .open(&path)
             .map_err(io)?;
         file.write_all(&line).map_err(io)?;
+        let writer = Some(writer::Writer::start(
+            file.try_clone().map_err(io)?,
+            path.clone(),
+            line.len() as u64,
+        )?);
         Ok(Session {
             id: id.into(),
             path,
             file,
+            writer,
             entries: Vec::new(),
             spans: Vec::new(),
             size: line.len() as u64,
@@ -238,7 +277,10 @@ impl SessionStore {
 pub struct Session {
     id: String,
     path: PathBuf,
+    /// Read from (evicted entries are read back); written only through `writer`.
     file: File,
+    /// The writer thread of a session opened to write; `None` for a snapshot.
+    writer: Option<writer::Writer>,
     entries: Vec<Entry>,
     /// Where each entry's line is in the file: offset and length.
     spans: Vec<(u64, usize)>,
@@ -352,10 +394,19 @@ impl Session {
             .map(|e| e.parent_id.as_ref().and_then(|p| index.get(p).copied()))
             .collect();
         let leaf = entries.last().map(|e| e.id.clone());
+        let writer = match writer {
+            true => Some(writer::Writer::start(
+                file.try_clone().map_err(io)?,
+                path.clone(),
+                size,
+            )?),
+            false => None,
+        };
         let mut session = Session {
             id: id.into(),
             path,
             file,
+            writer,
             entries,
             spans,
             size,
@@ -364,7 +415,7 @@ impl Session {
             parents,
             leaf,
         };
-        if writer {
+        if session.writer.is_some() {
             let kept = session.path_to_leaf().first().map(|e| e.id.clone());
             if let Some(kept) = kept {
                 session.evict_before(&kept);
@@ -373,18 +424,23 @@ impl Session {
         Ok(session)
     }
 
-    /// Makes what was appended so far survive a power loss; the sync itself runs on a
-    /// blocking thread, never the async runtime's.
+    /// Makes what was appended so far survive a power loss; the writer thread writes
+    /// and syncs, never the async runtime's threads. The first failed write of the
+    /// session is returned here (and by every later append).
     pub(crate) async fn sync(&self) -> Result<(), SessionError> {
-        let io = |source| SessionError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        let file = self.file.try_clone().map_err(io)?;
-        tokio::task::spawn_blocking(move || file.sync_data())
-            .await
-            .map_err(|e| io(std::io::Error::other(e)))?
-            .map_err(io)
+        match &self.writer {
+            Some(w) => w.sync().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the session's writer once everything appended is written (waiting on a
+    /// blocking thread), so the next writer of the session loads every line.
+    pub(crate) async fn close(mut self) -> Result<(), SessionError> {
+        match self.writer.take() {
+            Some(w) => writer::close(w).await,
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn id(&self) -> &str {
@@ -424,7 +480,21 @@ impl Session {
 
     /// Appends an entry as a child of the leaf and makes it the leaf.
     pub(crate) fn append(&mut self, known: Known) -> Result<String, SessionError> {
-        let id = self.new_id();
+        self.append_as(known, None)
+    }
+
+    /// `append`, with the entry's id chosen by the caller when it is free (a chat
+    /// request names its prompt's entry before the run writes it: where its history
+    /// ends).
+    pub(crate) fn append_as(
+        &mut self,
+        known: Known,
+        id: Option<&str>,
+    ) -> Result<String, SessionError> {
+        let id = match id {
+            Some(id) if !id.is_empty() && !self.index.contains_key(id) => id.to_string(),
+            _ => self.new_id(),
+        };
         let timestamp = crate::util::now_iso();
         let line = Line {
             known: &known,
@@ -437,12 +507,15 @@ impl Session {
             source: std::io::Error::other(e),
         })?;
         bytes.push(b'\n');
-        self.file
-            .write_all(&bytes)
-            .map_err(|source| SessionError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
+        match &self.writer {
+            Some(w) => w.append(&bytes)?,
+            None => {
+                return Err(SessionError::Io {
+                    path: self.path.clone(),
+                    source: std::io::Error::other("a read-only snapshot cannot be appended to"),
+                })
+            }
+        }
         self.spans.push((self.size, bytes.len() - 1));
         self.size += bytes.len() as u64;
         let kept = match &known {
@@ -491,6 +564,14 @@ impl Session {
     pub fn append_message(&mut self, message: Message) -> Result<String, SessionError> {
         self.append(Known::Message { message })
     }
+}
+
+async fn off_runtime(
+    f: impl FnOnce() -> Result<Session, SessionError> + Send + 'static,
+) -> Result<Session, SessionError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(SessionError::Internal(e.to_string())))
 }
 
 fn parse_entry(line: &str) -> Option<Entry> {

@@ -14,23 +14,47 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe::Receiver;
 
+use super::registry::{Limit, Tool};
 use super::truncate::tail;
-use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES};
+use super::{arg, ToolContext, ToolError, ToolOutput, MAX_BYTES};
 use capture::Capture;
 use live::Live;
 
 pub(crate) mod capture;
 pub(crate) mod live;
 
-#[derive(Deserialize)]
-struct Args {
+/// Run a bash command in the working folder. stdout and stderr are merged; output keeps the last 2000 lines or 50 KB, and the full output is saved to a file when cut.
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct Args {
+    /// The command line
     command: String,
+    /// Seconds before the command is killed (default and maximum: the configured limit, 120 s unless set otherwise)
+    #[schemars(with = "Option<u64>")]
     timeout: Option<f64>,
+}
+
+pub(crate) struct BashTool;
+
+impl Tool for BashTool {
+    type Args = Args;
+    const NAME: &'static str = "bash";
+    const LABEL: &'static str = "Bash";
+    const LIMIT: Limit = Limit::Own;
+    const STREAMS: bool = true;
+
+    fn detail(args: &Value) -> String {
+        arg(args, "command").to_string()
+    }
+
+    async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        run(a, ctx).await
+    }
 }
 
 /// How the sandbox helper's own messages start.
@@ -88,8 +112,7 @@ fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
         .create(dir)
 }
 
-pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let a: Args = parse_args("bash", args)?;
+async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let cwd = ctx.sandbox.check_work_dir(&ctx.work_dir)?;
     let timeout = command_timeout(a.timeout, ctx);
     // A process whose sandbox level is not known yet runs its first command as if
@@ -149,10 +172,7 @@ async fn run_command(
     // What came since the last piece: watchers see the end of the output too.
     live.release(!(probe && refused_by_helper(&cap, &end)));
     if let Some(pgid) = pgid {
-        // SAFETY: plain syscall; the group id is the child's pid (its own session).
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
+        crate::sandbox::kill_group(pgid);
     }
     if !exited {
         let _ = child.wait().await;
@@ -199,7 +219,7 @@ fn spawn(
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::from(writer2));
-    super::sandbox::supervise(&mut cmd);
+    crate::sandbox::supervise(&mut cmd);
     let child = cmd
         .spawn()
         .map_err(|e| ToolError::Failed(format!("cannot start /bin/bash: {e}")))?;

@@ -9,39 +9,63 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{
-    diff, parse_args, Sandbox, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_FILE_BYTES,
-};
+use super::registry::Tool;
+use super::{arg, diff, Sandbox, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_FILE_BYTES};
 
-#[derive(Deserialize)]
-struct Edit {
+/// One replacement.
+#[derive(Deserialize, JsonSchema)]
+struct Replacement {
+    /// Exact text to replace
     #[serde(rename = "oldText")]
     old_text: String,
+    /// Replacement text
     #[serde(rename = "newText")]
     new_text: String,
 }
 
-#[derive(Deserialize)]
-struct Args {
+/// Replace text in a file. Each oldText must occur exactly once in the file as it was before the call; edits must not overlap. Answers with a diff.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(extend("required" = ["path", "edits"]))]
+pub(crate) struct Args {
+    /// File path
     path: String,
     #[serde(default)]
-    edits: Vec<Edit>,
+    edits: Vec<Replacement>,
+    /// Older models send one edit flat; accepted, not advertised.
     #[serde(rename = "oldText")]
+    #[schemars(skip)]
     old_text: Option<String>,
     #[serde(rename = "newText")]
+    #[schemars(skip)]
     new_text: Option<String>,
+}
+
+pub(crate) struct EditTool;
+
+impl Tool for EditTool {
+    type Args = Args;
+    const NAME: &'static str = "edit";
+    const LABEL: &'static str = "Edit";
+
+    fn detail(args: &Value) -> String {
+        arg(args, "path").to_string()
+    }
+
+    async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        run(a, ctx).await
+    }
 }
 
 const BOM: &str = "\u{feff}";
 
-pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+async fn run(mut a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let budget = diff::Budget::new(ctx.step_timeout);
-    let mut a: Args = parse_args("edit", args)?;
     if let (Some(old_text), Some(new_text)) = (a.old_text.take(), a.new_text.take()) {
-        a.edits.push(Edit { old_text, new_text });
+        a.edits.push(Replacement { old_text, new_text });
     }
     if a.edits.is_empty() {
         return Err(ToolError::Args {
@@ -98,7 +122,7 @@ fn change(
     sandbox: &Sandbox,
     work_dir: &Path,
     shown: &str,
-    edits: &[Edit],
+    edits: &[Replacement],
 ) -> Result<(PathBuf, String, String), ToolError> {
     let (mut file, path, _) = sandbox.open_write(work_dir, shown, false)?;
     let io = |e| ToolError::io(&path, e);
@@ -153,7 +177,7 @@ fn change(
 }
 
 /// Applies the edits to LF-normalised text, or says which edit failed and why.
-fn apply(text: &str, edits: &[Edit], shown: &str) -> Result<String, ToolError> {
+fn apply(text: &str, edits: &[Replacement], shown: &str) -> Result<String, ToolError> {
     let mut spans: Vec<(usize, usize, usize)> = Vec::new(); // (start, end, edit number)
     for (i, e) in edits.iter().enumerate() {
         let n = i + 1;

@@ -1,21 +1,43 @@
 //! `find`: files whose path matches a glob, `.gitignore` respected.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::registry::Tool;
 use super::truncate::head_bytes;
 use super::walk;
-use super::{parse_args, ToolContext, ToolError, ToolOutput};
+use super::{arg, ToolContext, ToolError, ToolOutput};
 
-#[derive(Deserialize)]
-struct Args {
+/// Find files whose path matches a glob, e.g. **/*.rs. Respects .gitignore.
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct Args {
+    /// Glob pattern
     pattern: String,
+    /// Folder to search (default: working folder)
     path: Option<String>,
+    /// Maximum results (default 1000)
     limit: Option<usize>,
 }
 
-pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let a: Args = parse_args("find", args)?;
+pub(crate) struct FindTool;
+
+impl Tool for FindTool {
+    type Args = Args;
+    const NAME: &'static str = "find";
+    const LABEL: &'static str = "Find";
+    const READ_ONLY: bool = true;
+
+    fn detail(args: &Value) -> String {
+        arg(args, "pattern").to_string()
+    }
+
+    async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        run(a, ctx).await
+    }
+}
+
+async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let root = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
     if !root.is_dir() {
         return Err(ToolError::Failed(format!(

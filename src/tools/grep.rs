@@ -5,32 +5,59 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::registry::Tool;
 use super::truncate::{cut_line, head_bytes};
 use super::walk;
-use super::{parse_args, Sandbox, ToolContext, ToolError, ToolOutput};
+use super::{arg, Sandbox, ToolContext, ToolError, ToolOutput};
 
-#[derive(Deserialize)]
+/// Search file contents with a regular expression. Respects .gitignore. Prints path:line: text.
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-struct Args {
+pub(crate) struct Args {
+    /// Regular expression (or literal text with literal=true)
     pattern: String,
+    /// File or folder to search (default: working folder)
     path: Option<String>,
+    /// Only files matching this glob, e.g. *.rs
     glob: Option<String>,
     #[serde(default)]
     ignore_case: bool,
     #[serde(default)]
     literal: bool,
+    /// Lines of context around each match
     context: Option<usize>,
+    /// Maximum matches (default 100)
     limit: Option<usize>,
+}
+
+pub(crate) struct GrepTool;
+
+impl Tool for GrepTool {
+    type Args = Args;
+    const NAME: &'static str = "grep";
+    const LABEL: &'static str = "Grep";
+    const READ_ONLY: bool = true;
+
+    fn detail(args: &Value) -> String {
+        match arg(args, "path") {
+            "" => arg(args, "pattern").to_string(),
+            p => format!("{} in {p}", arg(args, "pattern")),
+        }
+    }
+
+    async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        run(a, ctx).await
+    }
 }
 
 /// How much of one file grep searches.
 const MAX_FILE_BYTES: u64 = 32 << 20;
 
-pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let a: Args = parse_args("grep", args)?;
+async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let root = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
     let base = if root.is_dir() {
         root.clone()

@@ -1,19 +1,43 @@
 //! `ls`: one folder, not recursive, sorted, folders marked with `/`, dotfiles shown.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::registry::Tool;
 use super::truncate::head_bytes;
-use super::{parse_args, ToolContext, ToolError, ToolOutput};
+use super::{arg, ToolContext, ToolError, ToolOutput};
 
-#[derive(Deserialize)]
-struct Args {
+/// List one folder, sorted; folders end in /. Dotfiles included.
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct Args {
+    /// Folder (default: working folder)
     path: Option<String>,
+    /// Maximum entries (default 500)
     limit: Option<usize>,
 }
 
-pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let a: Args = parse_args("ls", args)?;
+pub(crate) struct LsTool;
+
+impl Tool for LsTool {
+    type Args = Args;
+    const NAME: &'static str = "ls";
+    const LABEL: &'static str = "Ls";
+    const READ_ONLY: bool = true;
+
+    fn detail(args: &Value) -> String {
+        match arg(args, "path") {
+            "" => ".".into(),
+            p => p.to_string(),
+        }
+    }
+
+    async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        run(a, ctx).await
+    }
+}
+
+async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let shown = a.path.clone().unwrap_or_else(|| ".".into());
     let dir = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
     let limit = a.limit.filter(|l| *l > 0).unwrap_or(500);

@@ -4,8 +4,8 @@
 //! output with `is_error`, never a panic or an error that ends the run.
 //!
 //! One file per tool; `truncate` bounds outputs, `walk` is the directory walk of `grep`
-//! and `find`, and `sandbox` holds the path policy and the kernel confinement every tool
-//! and command goes through.
+//! and `find`. The path policy and kernel confinement every tool goes through is
+//! `crate::sandbox`'s.
 
 pub(crate) mod bash;
 mod diff;
@@ -14,22 +14,22 @@ mod find;
 mod grep;
 mod ls;
 mod read;
-pub mod sandbox;
+pub(crate) mod registry;
 pub(crate) mod truncate;
 mod walk;
 mod write;
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::provider::ToolSpec;
-pub use sandbox::{confine, Sandbox};
+use crate::sandbox::Sandbox;
+use registry::{Builtin, Entry, Limit};
 
 /// Caps shared by every tool: what the model receives per call.
 const MAX_LINES: usize = 2000;
@@ -130,6 +130,17 @@ pub(crate) enum ToolError {
     Cancelled,
 }
 
+impl From<crate::sandbox::SandboxError> for ToolError {
+    fn from(e: crate::sandbox::SandboxError) -> Self {
+        use crate::sandbox::SandboxError as S;
+        match e {
+            S::Denied(m) => ToolError::Denied(m),
+            S::Failed(m) => ToolError::Failed(m),
+            S::Io { path, source } => ToolError::Io { path, source },
+        }
+    }
+}
+
 impl ToolError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         ToolError::Io {
@@ -158,9 +169,30 @@ pub(crate) fn parse_args<T: DeserializeOwned>(
     })
 }
 
+/// Every built-in tool, in the order the model is shown them.
+static BUILTIN: [&dyn Entry; 7] = [
+    &Builtin::<read::ReadTool>::new(),
+    &Builtin::<write::WriteTool>::new(),
+    &Builtin::<edit::EditTool>::new(),
+    &Builtin::<bash::BashTool>::new(),
+    &Builtin::<grep::GrepTool>::new(),
+    &Builtin::<find::FindTool>::new(),
+    &Builtin::<ls::LsTool>::new(),
+];
+
+/// The built-in tool called `name`.
+pub(crate) fn find(name: &str) -> Option<&'static dyn Entry> {
+    BUILTIN.iter().copied().find(|t| t.name() == name)
+}
+
 /// Read-only tools may run side by side; the others run alone, in call order.
 pub(crate) fn is_read_only(name: &str) -> bool {
-    matches!(name, "read" | "grep" | "find" | "ls")
+    find(name).is_some_and(|t| t.read_only())
+}
+
+/// Whether people may watch the tool's output while it runs.
+pub(crate) fn streams_output(name: &str) -> bool {
+    find(name).is_some_and(|t| t.streams())
 }
 
 /// Runs one tool call. Never fails: errors become error outputs for the model.
@@ -168,140 +200,36 @@ pub async fn execute(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutput 
     if ctx.cancel.is_cancelled() {
         return ToolOutput::error(ToolError::Cancelled.to_string());
     }
-    let fut = async {
-        match name {
-            "read" => read::run(args, ctx).await,
-            "write" => write::run(args, ctx).await,
-            "edit" => edit::run(args, ctx).await,
-            "bash" => bash::run(args, ctx).await,
-            "grep" => grep::run(args, ctx).await,
-            "find" => find::run(args, ctx).await,
-            "ls" => ls::run(args, ctx).await,
-            other => Err(ToolError::Unknown(other.to_string())),
-        }
+    let Some(tool) = find(name) else {
+        return ToolOutput::error(ToolError::Unknown(name.to_string()).to_string());
     };
-    // bash enforces its own timeout (its `timeout` argument may exceed step_timeout) and
-    // its own cancellation, so it can kill its process group; the others are bounded here.
-    let result = if name == "bash" {
-        fut.await
-    } else {
-        tokio::select! {
-            r = tokio::time::timeout(ctx.step_timeout, fut) => r.unwrap_or(Err(ToolError::Timeout {
-                tool: static_name(name),
-                after: ctx.step_timeout,
-            })),
+    let result = match tool.limit() {
+        Limit::Own => tool.call(args, ctx).await,
+        Limit::Step => tokio::select! {
+            r = tokio::time::timeout(ctx.step_timeout, tool.call(args, ctx)) => {
+                r.unwrap_or(Err(ToolError::Timeout { tool: tool.name(), after: ctx.step_timeout }))
+            }
             _ = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
-        }
+        },
     };
     result.unwrap_or_else(|e| ToolOutput::error(e.to_string()))
 }
 
-fn static_name(name: &str) -> &'static str {
-    ["read", "write", "edit", "bash", "grep", "find", "ls"]
-        .into_iter()
-        .find(|n| *n == name)
-        .unwrap_or("tool")
-}
-
 /// "Read: src/main.rs", "Bash: cargo test": how a call is shown to people.
 pub(crate) fn describe_call(name: &str, args: &Value) -> String {
-    let s = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("");
-    let (label, detail) = match name {
-        "read" => ("Read", s("path").to_string()),
-        "write" => ("Write", s("path").to_string()),
-        "edit" => ("Edit", s("path").to_string()),
-        "bash" => ("Bash", s("command").to_string()),
-        "grep" => {
-            let p = s("path");
-            let where_ = if p.is_empty() {
-                String::new()
-            } else {
-                format!(" in {p}")
-            };
-            ("Grep", format!("{}{where_}", s("pattern")))
-        }
-        "find" => ("Find", s("pattern").to_string()),
-        "ls" => (
-            "Ls",
-            if s("path").is_empty() {
-                ".".into()
-            } else {
-                s("path").to_string()
-            },
-        ),
-        other => (other, crate::util::one_line(&args.to_string(), 80)),
+    let (label, detail) = match find(name) {
+        Some(t) => (t.label(), t.detail(args)),
+        None => (name, crate::util::one_line(&args.to_string(), 80)),
     };
     format!("{label}: {}", crate::util::one_line(&detail, 120))
 }
 
+/// A string argument of a call as sent (empty when missing), for `Tool::detail`.
+fn arg<'a>(args: &'a Value, key: &str) -> &'a str {
+    args.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
 /// The tools as the model sees them, with pi's names and parameter shapes.
 pub(crate) fn specs() -> Vec<ToolSpec> {
-    vec![
-        ToolSpec {
-            name: Cow::Borrowed("read"),
-            description: Cow::Borrowed("Read a text file. Output is capped at 2000 lines or 50 KB; use offset and limit to page through large files."),
-            parameters: json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "File path, relative to the working folder or absolute"},
-                "offset": {"type": "integer", "description": "First line to read, 1-based"},
-                "limit": {"type": "integer", "description": "Number of lines to read"}
-            }, "required": ["path"]}),
-        },
-        ToolSpec {
-            name: Cow::Borrowed("write"),
-            description: Cow::Borrowed("Create or overwrite a file with the given content. Parent folders are created."),
-            parameters: json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "File path"},
-                "content": {"type": "string", "description": "The whole new content"}
-            }, "required": ["path", "content"]}),
-        },
-        ToolSpec {
-            name: Cow::Borrowed("edit"),
-            description: Cow::Borrowed("Replace text in a file. Each oldText must occur exactly once in the file as it was before the call; edits must not overlap. Answers with a diff."),
-            parameters: json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "File path"},
-                "edits": {"type": "array", "items": {"type": "object", "properties": {
-                    "oldText": {"type": "string", "description": "Exact text to replace"},
-                    "newText": {"type": "string", "description": "Replacement text"}
-                }, "required": ["oldText", "newText"]}}
-            }, "required": ["path", "edits"]}),
-        },
-        ToolSpec {
-            name: Cow::Borrowed("bash"),
-            description: Cow::Borrowed("Run a bash command in the working folder. stdout and stderr are merged; output keeps the last 2000 lines or 50 KB, and the full output is saved to a file when cut."),
-            parameters: json!({"type": "object", "properties": {
-                "command": {"type": "string", "description": "The command line"},
-                "timeout": {"type": "integer", "description": "Seconds before the command is killed (default and maximum: the configured limit, 120 s unless set otherwise)"}
-            }, "required": ["command"]}),
-        },
-        ToolSpec {
-            name: Cow::Borrowed("grep"),
-            description: Cow::Borrowed("Search file contents with a regular expression. Respects .gitignore. Prints path:line: text."),
-            parameters: json!({"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "Regular expression (or literal text with literal=true)"},
-                "path": {"type": "string", "description": "File or folder to search (default: working folder)"},
-                "glob": {"type": "string", "description": "Only files matching this glob, e.g. *.rs"},
-                "ignoreCase": {"type": "boolean"},
-                "literal": {"type": "boolean"},
-                "context": {"type": "integer", "description": "Lines of context around each match"},
-                "limit": {"type": "integer", "description": "Maximum matches (default 100)"}
-            }, "required": ["pattern"]}),
-        },
-        ToolSpec {
-            name: Cow::Borrowed("find"),
-            description: Cow::Borrowed("Find files whose path matches a glob, e.g. **/*.rs. Respects .gitignore."),
-            parameters: json!({"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "Glob pattern"},
-                "path": {"type": "string", "description": "Folder to search (default: working folder)"},
-                "limit": {"type": "integer", "description": "Maximum results (default 1000)"}
-            }, "required": ["pattern"]}),
-        },
-        ToolSpec {
-            name: Cow::Borrowed("ls"),
-            description: Cow::Borrowed("List one folder, sorted; folders end in /. Dotfiles included."),
-            parameters: json!({"type": "object", "properties": {
-                "path": {"type": "string", "description": "Folder (default: working folder)"},
-                "limit": {"type": "integer", "description": "Maximum entries (default 500)"}
-            }}),
-        },
-    ]
+    BUILTIN.iter().map(|t| t.spec()).collect()
 }

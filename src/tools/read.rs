@@ -2,21 +2,43 @@
 
 use std::io::{BufRead, BufReader, Read};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::registry::Tool;
 use super::truncate::cut_line;
-use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_LINES};
+use super::{arg, ToolContext, ToolError, ToolOutput, MAX_BYTES, MAX_LINES};
 
-#[derive(Deserialize)]
-struct Args {
+/// Read a text file. Output is capped at 2000 lines or 50 KB; use offset and limit to page through large files.
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct Args {
+    /// File path, relative to the working folder or absolute
     path: String,
+    /// First line to read, 1-based
     offset: Option<i64>,
+    /// Number of lines to read
     limit: Option<i64>,
 }
 
-pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let a: Args = parse_args("read", args)?;
+pub(crate) struct ReadTool;
+
+impl Tool for ReadTool {
+    type Args = Args;
+    const NAME: &'static str = "read";
+    const LABEL: &'static str = "Read";
+    const READ_ONLY: bool = true;
+
+    fn detail(args: &Value) -> String {
+        arg(args, "path").to_string()
+    }
+
+    async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        run(a, ctx).await
+    }
+}
+
+async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let offset = a.offset.unwrap_or(1).max(1) as usize;
     let limit = a.limit.filter(|l| *l > 0).map(|l| l as usize);
     let (sandbox, work_dir) = (ctx.sandbox.clone(), ctx.work_dir.clone());

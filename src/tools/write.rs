@@ -3,27 +3,48 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::diff::{self, MAX_DETAILS_BYTES};
-use super::{parse_args, ToolContext, ToolError, ToolOutput, MAX_FILE_BYTES};
+use super::registry::Tool;
+use super::{arg, ToolContext, ToolError, ToolOutput, MAX_FILE_BYTES};
 
 /// The largest old text read for the diff; a larger file is replaced without one.
 const MAX_OLD_BYTES: u64 = 1 << 20;
 
-#[derive(Deserialize)]
-struct Args {
+/// Create or overwrite a file with the given content. Parent folders are created.
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct Args {
+    /// File path
     path: String,
+    /// The whole new content
     content: String,
 }
 
-pub(crate) async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+pub(crate) struct WriteTool;
+
+impl Tool for WriteTool {
+    type Args = Args;
+    const NAME: &'static str = "write";
+    const LABEL: &'static str = "Write";
+
+    fn detail(args: &Value) -> String {
+        arg(args, "path").to_string()
+    }
+
+    async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        run(a, ctx).await
+    }
+}
+
+async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let budget = diff::Budget::new(ctx.step_timeout);
     let Args {
         path: shown,
         content,
-    } = parse_args("write", args)?;
+    } = a;
     let bytes = content.len();
     if bytes as u64 > MAX_FILE_BYTES {
         return Err(ToolError::TooLarge {

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::config::SandboxMode;
-use crate::tools::confine::LevelInForce;
+use crate::sandbox::confine::LevelInForce;
 use crate::tracker::router::Router;
 
 #[derive(Debug, Clone, Serialize)]

@@ -61,7 +61,7 @@ impl Sandbox {
     /// for a command, outputs saved under the temporary folder, nobody watching.
     pub fn tool_ctx(
         &self,
-        sandbox: picogent::tools::Sandbox,
+        sandbox: picogent::sandbox::Sandbox,
         timeout: Duration,
     ) -> picogent::tools::ToolContext {
         picogent::tools::ToolContext {
@@ -479,7 +479,7 @@ pub fn run_without_user_namespaces(sb: &Sandbox, level: &str) -> tokio::process:
 /// they do not.
 pub fn namespaces_here() -> bool {
     let helper = std::path::Path::new(env!("CARGO_BIN_EXE_picogent"));
-    if let Err(e) = picogent::tools::sandbox::namespaces_work(helper) {
+    if let Err(e) = picogent::sandbox::namespaces_work(helper) {
         skip(&format!("no namespace sandbox on this machine: {e}"));
         return false;
     }

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use picogent::tools::sandbox::namespaces_work;
-use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
+use picogent::sandbox::namespaces_work;
+use picogent::sandbox::Sandbox as PathSandbox;
+use picogent::tools::{execute, ToolContext, ToolOutput};
 use serde_json::{json, Value};
 
 use crate::common::{self, llm, skip, text, tool, Sandbox, ScriptedLlm, Wire};
@@ -458,8 +459,8 @@ async fn commands_hold_no_capabilities_and_no_inherited_descriptors() {
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let sb = Sandbox::new();
     for level in [
-        picogent::tools::sandbox::Level::Full,
-        picogent::tools::sandbox::Level::Landlock,
+        picogent::sandbox::Level::Full,
+        picogent::sandbox::Level::Landlock,
     ] {
         let ctx =
             ToolContext {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use picogent::agent::checkpoint::Checkpoints;
-use picogent::tools::Sandbox as PathSandbox;
+use picogent::sandbox::Sandbox as PathSandbox;
 
 use crate::common::Sandbox;
 

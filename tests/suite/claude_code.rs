@@ -164,7 +164,9 @@ fn claude_daemon(
         llm,
         Wire::Anthropic,
         json!({"tracker_url": tracker.url(), "listen_port": 0, "provider": "claude-code",
-        "claude_code_path": bin, "model": "sonnet", "allowed_paths": [sb.work]}),
+        "claude_code_path": bin, "model": "sonnet", "allowed_paths": [sb.work],
+        // The CLI (node) can take over 10 s to say its first line on a loaded machine.
+        "step_timeout_sec": 60}),
     );
     let mut pairs: Vec<(String, String)> = env_for(sb, llm, bin)
         .into_iter()
@@ -340,4 +342,41 @@ async fn a_chat_message_during_a_claude_code_run_is_answered_after_it() {
     assert!(last.contains("Also mind the tests"), "{last}");
     stop.cancel();
     daemon.await.unwrap().unwrap();
+}
+
+/// A session write that fails ends a Claude Code run with the session's error, as it
+/// ends a native run (the engine used to drop the failure and report success).
+#[tokio::test]
+async fn a_failed_session_write_fails_a_claude_code_run() {
+    let Some(bin) = claude() else { return };
+    let sb = Sandbox::new();
+    let dir = sb.user_home.join(".picogent/sessions");
+    let Some(_tmpfs) = Tmpfs::mount(&dir, "64k") else {
+        skip("cannot mount a small tmpfs here (needs root)");
+        return;
+    };
+    let big = format!(
+        "A long answer. {}",
+        "Words that fill the disk. ".repeat(8000)
+    );
+    let llm = ScriptedLlm::start(vec![text(&big)]).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["run", "--json", "--dir"])
+        .arg(&sb.work)
+        .args(["--session", "ccfull", "Say a lot"])
+        .current_dir(sb.base())
+        .env_clear()
+        .envs(env_for(&sb, &llm, &bin))
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
+    let error = last["outcome"]["error"].as_str().unwrap_or_default();
+    assert_eq!(last["outcome"]["status"], "failed", "{stdout}");
+    assert!(
+        error.contains("ccfull.jsonl") && error.contains("No space left"),
+        "{error}"
+    );
 }

@@ -4,8 +4,9 @@ use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use picogent::tools::confine::kernel_abi;
-use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
+use picogent::sandbox::confine::kernel_abi;
+use picogent::sandbox::Sandbox as PathSandbox;
+use picogent::tools::{execute, ToolContext, ToolOutput};
 use serde_json::json;
 
 use crate::common::Sandbox;

@@ -6,7 +6,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext};
+use picogent::sandbox::Sandbox as PathSandbox;
+use picogent::tools::{execute, ToolContext};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

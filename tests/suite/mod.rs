@@ -27,6 +27,7 @@ mod races;
 mod resources;
 mod sandbox;
 mod seams;
+mod session_writes;
 mod sessions;
 mod skills;
 mod tool_bounds;

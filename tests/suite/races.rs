@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picogent::agent::checkpoint::Checkpoints;
-use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext};
+use picogent::sandbox::Sandbox as PathSandbox;
+use picogent::tools::{execute, ToolContext};
 use serde_json::json;
 
 use crate::common::{self, text, tool, Sandbox, ScriptedLlm, Wire};

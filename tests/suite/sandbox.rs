@@ -3,7 +3,8 @@
 use std::os::unix::fs::symlink;
 use std::time::Duration;
 
-use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext};
+use picogent::sandbox::Sandbox as PathSandbox;
+use picogent::tools::{execute, ToolContext};
 use serde_json::json;
 
 use crate::common::Sandbox;

@@ -6,8 +6,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use picogent::tools::sandbox::{namespaces_work, Level};
-use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
+use picogent::sandbox::Sandbox as PathSandbox;
+use picogent::sandbox::{namespaces_work, Level};
+use picogent::tools::{execute, ToolContext, ToolOutput};
 use serde_json::{json, Value};
 
 use crate::common::{self, namespaces_here, skip, text, tool, Sandbox, ScriptedLlm, Wire};
@@ -45,7 +46,7 @@ fn outside(sb: &Sandbox) -> PathBuf {
 
 /// True when commands can be confined here at all (Landlock file rules).
 fn landlock_here() -> bool {
-    let abi = picogent::tools::confine::kernel_abi();
+    let abi = picogent::sandbox::confine::kernel_abi();
     if abi < 3 {
         skip(&format!(
             "this kernel offers Landlock ABI {abi}; confinement needs 3"

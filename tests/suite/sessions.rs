@@ -193,6 +193,8 @@ fn a_read_during_a_write_leaves_the_file_intact() {
     let store = SessionStore::new(sb.home.join("sessions"));
     let mut s = store.open("live", &sb.work).unwrap();
     s.append_message(Message::user("hello")).unwrap();
+    // Closed (its line written) before the next writer's half line appears.
+    drop(s);
     let path = store.path("live").unwrap();
     // The writer's next line, half written.
     let mut f = std::fs::OpenOptions::new()
@@ -231,7 +233,6 @@ fn a_read_during_a_write_leaves_the_file_intact() {
     // The writer finishes its line: nothing was lost.
     f.write_all(b"null}\n").unwrap();
     drop(f);
-    drop(s);
     let s = store.open("live", &sb.work).unwrap();
     assert_eq!(s.entries().len(), 1 + 1);
 }

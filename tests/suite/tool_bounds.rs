@@ -6,7 +6,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput, MAX_FILE_BYTES};
+use picogent::sandbox::Sandbox as PathSandbox;
+use picogent::tools::{execute, ToolContext, ToolOutput, MAX_FILE_BYTES};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 

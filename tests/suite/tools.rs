@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use picogent::tools::{execute, Sandbox as PathSandbox, ToolContext, ToolOutput};
+use picogent::sandbox::Sandbox as PathSandbox;
+use picogent::tools::{execute, ToolContext, ToolOutput};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 

@@ -10,6 +10,7 @@ use crate::mcp::Mcp;
 use crate::message::{Content, Message, ToolResultMessage};
 use crate::provider::ToolSpec;
 use crate::session::Session;
+use crate::tools::registry::{Builtins, Source};
 use crate::tools::{self, ToolContext, ToolOutput};
 
 /// What ended a turn's tool calls.
@@ -62,15 +63,17 @@ pub(super) async fn run_calls(
             Ok(false) => false,
             Err(_) => true,
         };
-        let parallel = tools::is_read_only(&calls[i].1);
+        let sources: [&dyn Source; 2] = [steer.mcp, &Builtins];
+        let read_only = |name: &str| source_of(&sources, name).read_only(name);
+        let parallel = read_only(&calls[i].1);
         let mut j = i + 1;
-        while parallel && j < calls.len() && tools::is_read_only(&calls[j].1) {
+        while parallel && j < calls.len() && read_only(&calls[j].1) {
             j += 1;
         }
         let batch = &calls[i..j];
         let counts = announce(batch, repeats, &steer, &mut stop);
-        let mcp = steer.mcp;
         let out = steer.out;
+        let sources = &sources;
         let results = futures_util::future::join_all(batch.iter().zip(&counts).map(
             |((id, name, args), (skip, _))| async move {
                 if halted {
@@ -79,13 +82,10 @@ pub(super) async fn run_calls(
                     ToolOutput::error(
                         "not run: the run is stopping because this call kept repeating",
                     )
-                } else if name.starts_with(crate::mcp::PREFIX) {
-                    // Bounded by the server's timeout_sec, cancelled with the run.
-                    mcp.call(name, args, &ctx.cancel).await
-                } else if name == "bash" {
-                    tools::execute(name, args, &watched(ctx, out, id)).await
+                } else if tools::streams_output(name) {
+                    Builtins.call(name, args, &watched(ctx, out, id)).await
                 } else {
-                    tools::execute(name, args, ctx).await
+                    source_of(sources, name).call(name, args, ctx).await
                 }
             },
         ))
@@ -97,10 +97,7 @@ pub(super) async fn run_calls(
                 halted,
             };
             record(done, result, session, &steer).await?;
-            if let (true, Some(c)) = (
-                !tools::is_read_only(&call.1) && !halted,
-                ckpt.as_deref_mut(),
-            ) {
+            if let (true, Some(c)) = (!read_only(&call.1) && !halted, ckpt.as_deref_mut()) {
                 let what = tools::describe_call(&call.1, &call.2);
                 c.take(session, &what, steer.out).await?;
             }
@@ -111,6 +108,15 @@ pub(super) async fn run_calls(
         Some(why) => CallsEnd::Repeated(why),
         None => CallsEnd::Done,
     })
+}
+
+/// The source that owns a tool; the built-ins answer a name nobody owns (as unknown).
+fn source_of<'a>(sources: &[&'a dyn Source], name: &str) -> &'a dyn Source {
+    sources
+        .iter()
+        .copied()
+        .find(|s| s.owns(name))
+        .unwrap_or(&Builtins)
 }
 
 /// The context for a command whose output people watch as it comes: its pieces become

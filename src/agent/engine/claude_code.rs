@@ -183,8 +183,8 @@ fn find_claude(configured: Option<&PathBuf>, writable: &[PathBuf]) -> Result<Pat
         };
     }
     // It gets the API key: never one the agent could have put on PATH.
-    let path = crate::tools::sandbox::programs::trusted_path(writable);
-    crate::tools::sandbox::programs::resolve("claude", &path).map_err(|e| {
+    let path = crate::sandbox::programs::trusted_path(writable);
+    crate::sandbox::programs::resolve("claude", &path).map_err(|e| {
         format!("the Claude Code CLI (`claude`) was not found ({e}); install it with `npm install -g @anthropic-ai/claude-code`, or set claude_code_path")
     })
 }
@@ -270,14 +270,14 @@ fn command(run: &Run<'_>, claude: &Path, args: &[String], tmp: &Path) -> tokio::
     }
     // What the CLI starts (`#!/usr/bin/env node`, node itself) comes from the same
     // PATH it was found on.
-    let trusted = crate::tools::sandbox::programs::trusted_path(run.sandbox.allowed_paths());
+    let trusted = crate::sandbox::programs::trusted_path(run.sandbox.allowed_paths());
     cmd.current_dir(&run.work_dir)
         .env("PATH", trusted)
         .env("ANTHROPIC_BASE_URL", &cfg.base_url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    crate::tools::sandbox::supervise(&mut cmd);
+    crate::sandbox::supervise(&mut cmd);
     // The one secret Claude Code needs: its credentials for the API.
     if let Some(key) = &cfg.api_key {
         cmd.env("ANTHROPIC_API_KEY", key);
@@ -291,16 +291,8 @@ fn command(run: &Run<'_>, claude: &Path, args: &[String], tmp: &Path) -> tokio::
 /// Kills the CLI's process group and every process below it: Claude Code runs its Bash
 /// commands in process groups of their own.
 fn kill_tree(pgid: Option<i32>) {
-    let Some(g) = pgid else { return };
-    for p in crate::util::descendants(g) {
-        // SAFETY: plain syscalls on processes this run started.
-        unsafe {
-            libc::kill(p, libc::SIGKILL);
-        }
-    }
-    // SAFETY: as above, for the CLI's own group.
-    unsafe {
-        libc::killpg(g, libc::SIGKILL);
+    if let Some(g) = pgid {
+        crate::sandbox::kill_tree(g);
     }
 }
 
@@ -398,10 +390,14 @@ async fn follow(
         match parse_line(&line) {
             Line::Init { session_id } => {
                 let record = Record::ClaudeCodeSession(ClaudeCodeSession { id: session_id });
-                let _ = run.session.append_record(&record);
+                run.session.append_record(&record)?;
             }
-            Line::Assistant { content, usage } => on_assistant(run, &mut names, content, usage),
-            Line::ToolResults(results) => on_tool_results(run, &names, results),
+            Line::Assistant { content, usage } => on_assistant(run, &mut names, content, usage)?,
+            Line::ToolResults(results) => {
+                on_tool_results(run, &names, results)?;
+                // A step ended: durable, as the native loop's steps are.
+                run.session.sync().await?;
+            }
             Line::Result {
                 ok,
                 text,
@@ -418,13 +414,14 @@ async fn follow(
     }
 }
 
-/// An assistant turn: streamed as events, recorded in the session.
+/// An assistant turn: streamed as events, recorded in the session. A failed session
+/// write ends the run, as in the native loop.
 fn on_assistant(
     run: &mut Run<'_>,
     names: &mut HashMap<String, String>,
     content: Vec<Content>,
     usage: Usage,
-) {
+) -> Result<(), RunError> {
     run.steps += 1;
     run.usage.add(&usage);
     for c in &content {
@@ -452,8 +449,7 @@ fn on_assistant(
     let has_calls = content
         .iter()
         .any(|c| matches!(c, Content::ToolCall { .. }));
-    let _ = run
-        .session
+    run.session
         .append_message(Message::Assistant(AssistantMessage {
             content,
             api: "claude-code".into(),
@@ -468,14 +464,15 @@ fn on_assistant(
             error_message: None,
             response_id: None,
             timestamp: crate::util::now_millis(),
-        }));
+        }))?;
+    Ok(())
 }
 
 fn on_tool_results(
     run: &mut Run<'_>,
     names: &HashMap<String, String>,
     results: Vec<ToolResultMessage>,
-) {
+) -> Result<(), RunError> {
     for mut r in results {
         r.tool_name = names.get(&r.tool_call_id).cloned().unwrap_or_default();
         crate::metrics::tool_call(&r.tool_name, true, r.is_error);
@@ -486,8 +483,9 @@ fn on_tool_results(
             output: crate::message::blocks_text(&r.content),
             details: None,
         });
-        let _ = run.session.append_message(Message::ToolResult(r));
+        run.session.append_message(Message::ToolResult(r))?;
     }
+    Ok(())
 }
 
 /// Adds what to do for the failures people hit first.

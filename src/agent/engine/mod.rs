@@ -23,8 +23,8 @@ use super::{Inner, RunRequest};
 use crate::config::Config;
 use crate::config::Engine;
 use crate::message::{Message, Usage};
+use crate::sandbox::Sandbox;
 use crate::session::Session;
-use crate::tools::Sandbox;
 
 /// What an engine can do beyond running a prompt to its end (and being cancelled,
 /// which every engine honours).
@@ -143,7 +143,10 @@ async fn locked(
     let work_dir = sandbox.check_work_dir(&requested).map_err(|e| {
         RunError::Stop(FailureKind::WorkDir, format!("working folder refused: {e}"))
     })?;
-    let mut session = inner.sessions.open(&req.session_id, &work_dir)?;
+    let mut session = inner
+        .sessions
+        .open_off_runtime(&req.session_id, &work_dir)
+        .await?;
     let (provider, model) = match config.engine {
         Engine::Native => (inner.provider.kind().as_str(), inner.provider.model()),
         Engine::ClaudeCode => ("claude-code", config.model.as_str()),
@@ -155,7 +158,12 @@ async fn locked(
         model: model.into(),
         work_dir: work_dir.display().to_string(),
     });
-    session.append_message(Message::user(req.prompt.clone()))?;
+    session.append_as(
+        crate::session::Known::Message {
+            message: Message::user(req.prompt.clone()),
+        },
+        req.prompt_entry.as_deref(),
+    )?;
     let mut run = Run {
         config,
         sandbox,
@@ -177,7 +185,13 @@ async fn locked(
         Engine::ClaudeCode => claude_code::drive(&mut run).await,
     };
     *counted = (run.steps, run.usage);
-    result
+    // Everything the run appended is in the file before the session lock is let go:
+    // the next run of the session loads it whole.
+    let closed = run.session.close().await;
+    match (result, closed) {
+        (Ok(_), Err(e)) => Err(e.into()),
+        (result, _) => result,
+    }
 }
 
 /// The shared end: the run's final state, the outcome, a log line, `Finished` last.

@@ -18,6 +18,7 @@ use crate::message::{AssistantMessage, Content, Message, StopReason, Usage};
 use crate::provider::{Delta, Fragments, ModelRequest, Provider, ProviderError, Reuse, ToolSpec};
 use crate::session::records::Intervention;
 use crate::session::{Known, Record, Session, SessionError};
+use crate::tools::registry::Source;
 use crate::tools::ToolContext;
 
 /// What stays fixed through a native run, and the loop's own state.

@@ -111,6 +111,9 @@ struct Shared {
     room: Arc<Room>,
     /// Why the last event could not be journaled, and when, until one is again.
     journal_refusing: Mutex<Option<(std::time::Instant, String)>>,
+    /// Every task the router starts (jobs, a chat message's receipt, a cancellation's
+    /// comment): `shutdown` waits for them.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 #[derive(Clone)]
@@ -212,6 +215,7 @@ impl Router {
                 changed: Notify::new(),
                 room: Room::new(dirs),
                 journal_refusing: Mutex::new(None),
+                tasks: tokio_util::task::TaskTracker::new(),
             }),
         }
     }
@@ -360,7 +364,7 @@ impl Router {
             task_id.to_string(),
             message.clone(),
         );
-        tokio::spawn(async move {
+        self.shared.tasks.spawn(async move {
             if receipt.await.is_ok() {
                 let (done, event) = (me.clone(), event_id.clone());
                 // Done once the answer is queued (a full disk delays it, never drops it).
@@ -443,7 +447,7 @@ impl Router {
                 )
             };
             let (me, task, event) = (self.clone(), task_id.to_string(), event_id.to_string());
-            tokio::spawn(async move {
+            self.shared.tasks.spawn(async move {
                 if let Some(w) = &me.shared.worktrees {
                     w.discard(&task).await;
                 }
@@ -507,7 +511,7 @@ impl Router {
                 task: job.task_id.clone(),
                 armed: true,
             };
-            tokio::spawn(async move {
+            self.shared.tasks.spawn(async move {
                 me.run_job(job, cancel).await;
                 ended.disarm();
             });
@@ -515,8 +519,22 @@ impl Router {
     }
 
     /// Stops starting new work, lets running work finish for `grace`, then cancels it;
-    /// cancelled work stays in the journal and resumes at the next start.
+    /// cancelled work stays in the journal and resumes at the next start. Then waits
+    /// (a few seconds at most) for the router's other tasks: comments being queued.
     pub(crate) async fn shutdown(&self, grace: Duration) {
+        self.drain_jobs(grace).await;
+        let tasks = &self.shared.tasks;
+        tasks.close();
+        if tokio::time::timeout(Duration::from_secs(5), tasks.wait())
+            .await
+            .is_err()
+        {
+            // Their events are still pending in the journal: done at the next start.
+            tracing::warn!(left = tasks.len(), "router tasks still busy at shutdown");
+        }
+    }
+
+    async fn drain_jobs(&self, grace: Duration) {
         lock(&self.shared.state).draining = true;
         self.shared.room.drain();
         let deadline = tokio::time::Instant::now() + grace;

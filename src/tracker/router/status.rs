@@ -36,7 +36,7 @@ impl Router {
         &self,
     ) -> (
         crate::config::SandboxMode,
-        crate::tools::confine::LevelInForce,
+        crate::sandbox::confine::LevelInForce,
     ) {
         (self.shared.agent.config().sandbox, self.sandbox_level())
     }
@@ -61,7 +61,7 @@ impl Router {
     }
 
     /// The sandbox level the agent's commands run at.
-    pub(crate) fn sandbox_level(&self) -> crate::tools::confine::LevelInForce {
+    pub(crate) fn sandbox_level(&self) -> crate::sandbox::confine::LevelInForce {
         self.shared.agent.sandbox().level()
     }
 

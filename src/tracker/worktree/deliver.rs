@@ -52,7 +52,7 @@ impl Worktrees {
             // run its `status` there, with that repository's own filters.
             add.env_remove("GIT_LITERAL_PATHSPECS")
                 .args(["add", "--all", "--", ":(literal)."]);
-            for nested in crate::tools::sandbox::git::nested_repositories(&tree.path) {
+            for nested in crate::sandbox::git::nested_repositories(&tree.path) {
                 add.arg(format!(":(exclude,literal){nested}"));
             }
             self.run(add)?;
@@ -187,8 +187,7 @@ impl Worktrees {
     /// configuration, when no command of the agent's could have written it; programs
     /// named by the repository's configuration never run).
     fn push_branch(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
-        let home =
-            crate::tools::sandbox::programs::trusted_home(self.home.as_deref(), &self.allowed);
+        let home = crate::sandbox::programs::trusted_home(self.home.as_deref(), &self.allowed);
         if home.is_none() {
             // The agent could have written the home's git and ssh configuration (a
             // `pushInsteadOf`, a `ProxyCommand`): none of it is read.
@@ -245,7 +244,7 @@ impl Worktrees {
         // `credential.helper=` empties the whole list (a helper is a program, and the
         // repository's list could name one): pushes authenticate by ssh key or agent,
         // or a token in the remote's URL.
-        crate::tools::sandbox::git::set_config(&mut cmd, &settings);
+        crate::sandbox::git::set_config(&mut cmd, &settings);
         cmd
     }
 }
@@ -282,7 +281,7 @@ impl Worktrees {
         if !std::path::Path::new(&path).is_absolute() {
             return refuse("a relative path would be taken from the task's worktree, which the agent writes; configure the remote with an absolute path".into());
         }
-        let path = crate::tools::sandbox::resolved(std::path::Path::new(&path));
+        let path = crate::sandbox::resolved(std::path::Path::new(&path));
         if self.allowed.iter().any(|a| path.starts_with(a)) || path.starts_with(&self.root) {
             return refuse(format!(
                 "it is a repository inside the agent's allowed paths ({}); picogent does not push there, since the agent could have planted hooks in it",
@@ -303,7 +302,7 @@ fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), Wor
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    crate::tools::sandbox::git::die_with_picogent(&mut cmd);
+    crate::sandbox::git::die_with_picogent(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| failed(format!("cannot run git: {e}")))?;

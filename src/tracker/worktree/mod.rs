@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Outcome;
 use crate::config::{Config, Workspace};
-use crate::tools::sandbox::confine::Confinement;
-use crate::tools::sandbox::git::harden;
+use crate::sandbox::confine::Confinement;
+use crate::sandbox::git::harden;
 
 /// git's empty tree: as an attribute source it holds no `.gitattributes`.
 const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
@@ -154,11 +154,10 @@ fn run_raw(cmd: Command, limit: Duration) -> Result<String, WorktreeError> {
         .map(str::to_string)
         .collect();
     let args = args.join(" ");
-    let out =
-        crate::tools::sandbox::git::output_within(cmd, limit).map_err(|e| WorktreeError::Git {
-            args: args.clone(),
-            message: format!("cannot run git: {e}"),
-        })?;
+    let out = crate::sandbox::git::output_within(cmd, limit).map_err(|e| WorktreeError::Git {
+        args: args.clone(),
+        message: format!("cannot run git: {e}"),
+    })?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
@@ -179,7 +178,7 @@ fn run_bounded(mut cmd: Command, limit: usize) -> Result<String, WorktreeError> 
     };
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
-    crate::tools::sandbox::git::die_with_picogent(&mut cmd);
+    crate::sandbox::git::die_with_picogent(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| failed(format!("cannot run git: {e}")))?;
@@ -399,7 +398,7 @@ fn neutral(
             settings.push((format!("{driver}.{key}"), String::new()));
         }
     }
-    crate::tools::sandbox::git::set_config(cmd, &settings);
+    crate::sandbox::git::set_config(cmd, &settings);
     cmd.arg(format!("--attr-source={EMPTY_TREE}"));
 }
 
@@ -415,7 +414,7 @@ fn drivers(
     // A configuration the agent can write (shared mode) is read confined, like the
     // status it serves.
     let mut cmd = match confine {
-        Some(c) => crate::tools::sandbox::git::read_only_command(top, Some(c)),
+        Some(c) => crate::sandbox::git::read_only_command(top, Some(c)),
         None => git(top, writable),
     };
     if let Some(d) = git_dir {

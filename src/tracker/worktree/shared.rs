@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{git, run};
-use crate::tools::sandbox::confine::Confinement;
-use crate::tools::sandbox::git as sandbox_git;
-use crate::tools::sandbox::Sandbox;
+use crate::sandbox::confine::Confinement;
+use crate::sandbox::git as sandbox_git;
+use crate::sandbox::Sandbox;
 
 /// At most this many files are named in a comment.
 const MAX_LISTED: usize = 50;

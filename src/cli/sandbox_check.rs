@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::confine::kernel_abi;
-use super::{namespaces_work, Level, Sandbox};
-use crate::tools::{execute, ToolContext};
+use picogent::sandbox::confine::kernel_abi;
+use picogent::sandbox::{namespaces_work, Level, Sandbox};
+use picogent::tools::{execute, ToolContext};
 
 /// The layers this kernel offers, one line each.
 fn layers(helper: &Path) -> String {
@@ -80,7 +80,7 @@ struct Setup {
 fn setup() -> std::io::Result<Setup> {
     let base = std::env::temp_dir().join(format!(
         "picogent-sandbox-check-{}",
-        crate::util::random_hex(8)
+        picogent::util::random_hex(8)
     ));
     let allowed = base.join("work");
     let outside = base.join("outside");
@@ -105,7 +105,7 @@ fn setup() -> std::io::Result<Setup> {
 
 /// Runs the self-test; prints each attack and its result. `Ok(true)` when every
 /// attack was stopped.
-pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
+pub(crate) async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
     println!("picogent sandbox-check\n\nLayers on this machine:");
     print!("{}", layers(&helper));
     let s = setup().map_err(|e| format!("cannot make the test folders: {e}"))?;
@@ -160,7 +160,7 @@ pub async fn run(helper: PathBuf, level: Level) -> Result<bool, String> {
 fn held_secrets() -> Vec<String> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, v)| crate::config::secrets::is_secret(k) && v.len() >= 8)
+        .filter(|(k, v)| picogent::config::secrets::is_secret(k) && v.len() >= 8)
         .map(|(_, v)| v)
         .collect()
 }
@@ -230,7 +230,7 @@ async fn run_attacks(attacks: &[Attack<'_>], ctx: &ToolContext) -> bool {
         println!(
             "  {} {what}: {}",
             if ok { "PASS" } else { "FAIL" },
-            crate::util::one_line(&first, 100)
+            picogent::util::one_line(&first, 100)
         );
     }
     all

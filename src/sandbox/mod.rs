@@ -10,7 +10,6 @@
 //! planted in a repository runs; `check` is `picogent sandbox-check`.
 
 mod carve;
-pub mod check;
 pub mod confine;
 pub(crate) mod git;
 mod landlock_rules;
@@ -27,11 +26,32 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::ToolError;
 use confine::{Confinement, Helper, Namespaces};
 pub use probe::namespaces_work;
 pub(crate) use probe::{probe_answer, probe_namespaces};
-pub(crate) use supervise::supervise;
+pub(crate) use supervise::{kill_group, kill_tree, supervise};
+
+/// Why the sandbox refused a path or a command, or could not open what it allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// Outside the allowed paths, protected, or not safe to run.
+    #[error("{0}")]
+    Denied(String),
+    /// Allowed, but not what the caller can use (a folder for a file, a special file).
+    #[error("{0}")]
+    Failed(String),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+}
+
+impl SandboxError {
+    fn io(path: &Path, source: io::Error) -> Self {
+        SandboxError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
 
 #[derive(Debug, Default, Clone)]
 pub struct Sandbox {
@@ -278,7 +298,7 @@ impl Sandbox {
     }
 
     /// Why commands are refused here, when they are.
-    pub(crate) fn refusal(&self) -> Option<&str> {
+    pub fn refusal(&self) -> Option<&str> {
         self.refusal.as_deref()
     }
 
@@ -333,35 +353,35 @@ impl Sandbox {
         }
     }
 
-    fn resolve(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, ToolError> {
+    fn resolve(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, SandboxError> {
         if raw.is_empty() {
-            return Err(ToolError::Denied("the path is empty".into()));
+            return Err(SandboxError::Denied("the path is empty".into()));
         }
         let joined = Self::join(work_dir, raw);
-        real_path(&joined).map_err(|e| ToolError::Denied(format!("{raw}: {e}")))
+        real_path(&joined).map_err(|e| SandboxError::Denied(format!("{raw}: {e}")))
     }
 
-    fn outside(&self, raw: &str, real: &Path) -> ToolError {
+    fn outside(&self, raw: &str, real: &Path) -> SandboxError {
         let roots: Vec<String> = self
             .allowed
             .iter()
             .map(|p| p.display().to_string())
             .collect();
-        ToolError::Denied(format!(
+        SandboxError::Denied(format!(
             "{raw} resolves to {}, which is outside the allowed paths ({})",
             real.display(),
             roots.join(", ")
         ))
     }
 
-    fn protected_error(raw: &str) -> ToolError {
-        ToolError::Denied(format!(
+    fn protected_error(raw: &str) -> SandboxError {
+        SandboxError::Denied(format!(
             "{raw} is picogent's own configuration or state and is not available to tools"
         ))
     }
 
     /// For read: inside the allowed paths or a skill folder, and not protected.
-    fn check_read(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, ToolError> {
+    fn check_read(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, SandboxError> {
         let real = self.resolve(work_dir, raw)?;
         if self.is_protected(&real) {
             return Err(Self::protected_error(raw));
@@ -374,7 +394,7 @@ impl Sandbox {
     }
 
     /// For write and edit: inside the allowed paths and not protected.
-    fn check_write(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, ToolError> {
+    fn check_write(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, SandboxError> {
         let real = self.resolve(work_dir, raw)?;
         if self.is_protected(&real) || self.read_only.iter().any(|p| real.starts_with(p)) {
             return Err(Self::protected_error(raw));
@@ -391,16 +411,16 @@ impl Sandbox {
         &self,
         work_dir: &Path,
         raw: Option<&str>,
-    ) -> Result<PathBuf, ToolError> {
+    ) -> Result<PathBuf, SandboxError> {
         self.check_read(work_dir, raw.filter(|s| !s.is_empty()).unwrap_or("."))
     }
 
     /// For bash's working folder, and for a front door's requested working folder.
-    pub(crate) fn check_work_dir(&self, dir: &Path) -> Result<PathBuf, ToolError> {
+    pub(crate) fn check_work_dir(&self, dir: &Path) -> Result<PathBuf, SandboxError> {
         let real =
-            real_path(dir).map_err(|e| ToolError::Denied(format!("{}: {e}", dir.display())))?;
+            real_path(dir).map_err(|e| SandboxError::Denied(format!("{}: {e}", dir.display())))?;
         if !real.is_dir() {
-            return Err(ToolError::Denied(format!(
+            return Err(SandboxError::Denied(format!(
                 "the working folder {} does not exist or is not a folder",
                 dir.display()
             )));
@@ -418,9 +438,9 @@ impl Sandbox {
         &self,
         command: &str,
         tmp: &Path,
-    ) -> Result<tokio::process::Command, ToolError> {
+    ) -> Result<tokio::process::Command, SandboxError> {
         if let Some(r) = &self.refusal {
-            return Err(ToolError::Denied(format!("bash is not available: {r}")));
+            return Err(SandboxError::Denied(format!("bash is not available: {r}")));
         }
         Ok(match &self.confinement {
             Some(c) => c.command(Path::new("/bin/bash"), ["-c", command], tmp),
@@ -462,7 +482,7 @@ impl Sandbox {
         &self,
         work_dir: &Path,
         raw: &str,
-    ) -> Result<(File, PathBuf), ToolError> {
+    ) -> Result<(File, PathBuf), SandboxError> {
         let real = self.check_read(work_dir, raw)?;
         let root = self.root_of(&real);
         let fail = |e: io::Error| opened_error(raw, &real, e);
@@ -471,7 +491,7 @@ impl Sandbox {
         let fd =
             open::open_beneath(&rootfd, rel, libc::O_RDONLY | libc::O_NONBLOCK, 0).map_err(fail)?;
         let (file, meta) =
-            open::regular_file(fd, raw).map_err(|e| ToolError::Failed(e.to_string()))?;
+            open::regular_file(fd, raw).map_err(|e| SandboxError::Failed(e.to_string()))?;
         if meta.nlink() > 1 && self.is_protected_inode(&meta) {
             return Err(Self::protected_error(raw));
         }
@@ -486,14 +506,14 @@ impl Sandbox {
         work_dir: &Path,
         raw: &str,
         create: bool,
-    ) -> Result<(File, PathBuf, bool), ToolError> {
+    ) -> Result<(File, PathBuf, bool), SandboxError> {
         let real = self.check_write(work_dir, raw)?;
         let root = self.root_of(&real);
         let fail = |e: io::Error| opened_error(raw, &real, e);
         let rootfd = open::open_root(&root).map_err(fail)?;
         let rel = real.strip_prefix(&root).unwrap_or(Path::new(""));
         let (Some(name), Some(parent)) = (rel.file_name(), rel.parent()) else {
-            return Err(ToolError::Failed(format!(
+            return Err(SandboxError::Failed(format!(
                 "{raw} is a folder; give a file path"
             )));
         };
@@ -515,17 +535,17 @@ impl Sandbox {
             Err(e) => return Err(fail(e)),
         };
         let (file, meta) =
-            open::regular_file(fd, raw).map_err(|e| ToolError::Failed(e.to_string()))?;
+            open::regular_file(fd, raw).map_err(|e| SandboxError::Failed(e.to_string()))?;
         // picogent may run as root, which keeps the bits on a write: filling a set-ID
         // file someone made would hand its content the file owner's rights.
         if meta.mode() & 0o6000 != 0 {
-            return Err(ToolError::Denied(format!(
+            return Err(SandboxError::Denied(format!(
                 "{raw} has the set-user-ID or set-group-ID bit (mode {:o}); picogent never writes into such a file. Remove it first (rm), then write it",
                 meta.mode() & 0o7777
             )));
         }
         if meta.nlink() > 1 {
-            return Err(ToolError::Denied(format!(
+            return Err(SandboxError::Denied(format!(
                 "{raw} has {} hard links, and picogent cannot tell where the others lie (they may be outside the allowed paths), so it does not write through it. Remove the other links, or replace the file (delete it, then write it)",
                 meta.nlink()
             )));
@@ -548,13 +568,13 @@ fn walkdir_identities(dir: &Path) -> impl Iterator<Item = (u64, u64)> {
 }
 
 /// An error from opening a checked path, said as what happened.
-fn opened_error(raw: &str, real: &Path, e: io::Error) -> ToolError {
+fn opened_error(raw: &str, real: &Path, e: io::Error) -> SandboxError {
     match e.raw_os_error() {
-        Some(libc::EISDIR) => ToolError::Failed(format!("{raw} is a folder; give a file path")),
-        Some(libc::ELOOP) | Some(libc::EXDEV) => ToolError::Denied(format!(
+        Some(libc::EISDIR) => SandboxError::Failed(format!("{raw} is a folder; give a file path")),
+        Some(libc::ELOOP) | Some(libc::EXDEV) => SandboxError::Denied(format!(
             "{raw} changed while it was being opened (a link appeared on the way to {}); refused",
             real.display()
         )),
-        _ => ToolError::io(real, e),
+        _ => SandboxError::io(real, e),
     }
 }

@@ -252,20 +252,16 @@ impl super::Sandbox {
 
     /// Opens a folder to list (ls), checked again by where it really is; `Err` says
     /// why not.
-    pub(crate) fn open_folder(
-        &self,
-        dir: &Path,
-        shown: &str,
-    ) -> Result<File, crate::tools::ToolError> {
+    pub(crate) fn open_folder(&self, dir: &Path, shown: &str) -> Result<File, super::SandboxError> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY)
             .open(dir)
-            .map_err(|e| crate::tools::ToolError::io(dir, e))?;
+            .map_err(|e| super::SandboxError::io(dir, e))?;
         match self.verify_opened(&file) {
             Some(_) => Ok(file),
-            None => Err(crate::tools::ToolError::Denied(format!(
+            None => Err(super::SandboxError::Denied(format!(
                 "{shown} changed while it was being opened and now lies outside the allowed paths; refused"
             ))),
         }
