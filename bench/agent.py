@@ -11,13 +11,11 @@ examples), then `picogent <agent dir>` over the HTTP transport, and measures:
 """
 import http.client, json, os, socket, statistics, subprocess, sys, tempfile, time, shutil
 
-from report import emit, table
+from report import BIN, TARGET, emit, table
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target/release/picogent")
-LLM = os.path.join(ROOT, "target/release/examples/scripted_llm")
-TRACKER = os.path.join(ROOT, "target/release/examples/fake_tracker")
-LOAD = os.path.join(ROOT, "target/release/examples/events_load")
+LLM = os.path.join(TARGET, "release/examples/scripted_llm")
+TRACKER = os.path.join(TARGET, "release/examples/fake_tracker")
+LOAD = os.path.join(TARGET, "release/examples/events_load")
 EVENTS = int(os.environ.get("BENCH_EVENTS", "1000"))
 
 

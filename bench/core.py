@@ -6,16 +6,15 @@
 2. Per-step loop overhead: a 200-step run (199 cheap `read` calls, then an answer)
    minus a 1-step run, divided by 199.
 
-The model server is the tests' scripted server (target/release/examples/scripted_llm),
-so model latency is zero and what is measured is picogent itself.
+The model server is the tests' scripted server (release/examples/scripted_llm under
+$CARGO_TARGET_DIR, or target/), so model latency is zero and what is measured is
+picogent itself.
 """
 import json, os, shutil, statistics, subprocess, sys, tempfile, time
 
-from report import emit, table
+from report import BIN, TARGET, emit, table
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target/release/picogent")
-SERVER = os.path.join(ROOT, "target/release/examples/scripted_llm")
+SERVER = os.path.join(TARGET, "release/examples/scripted_llm")
 RUNS = int(os.environ.get("BENCH_RUNS", "20"))
 
 

@@ -4,11 +4,14 @@
 // answer is rendered, and the longest main-thread task (PerformanceObserver
 // "longtask") during the stream.
 //
-//   node bench/stream.mjs [runs]
+//   node bench/stream.mjs [runs]            (default: 5 runs)
+//   node bench/stream.mjs [runs] --record   also records the table in bench/RESULTS.md
+//                                           (bench/report.mjs)
 //
-// It needs tests/browser's playwright-core and Debian's chromium, as the browser test
-// does; CLIENT_HTML=path measures another version of the page, PROFILE=1 also prints
-// the longest call of the page's frame handler, text flush and finish per run.
+// It prints the Markdown section on stdout. It needs tests/browser's playwright-core and
+// Debian's chromium, as the browser test does; CLIENT_HTML=path measures another version
+// of the page, PROFILE=1 also prints (on stderr) the longest call of the page's frame
+// handler, text flush and finish per run.
 //
 // The server here is a minimal WebSocket server (no picogent, no model): it serves the
 // page and speaks only the frames the page needs, so the figure is the page's own.
@@ -16,15 +19,18 @@ import { createServer } from "node:http";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { loadavg } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { answer } from "./answer.mjs";
+import { cli, emit } from "./report.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const require = createRequire(join(root, "tests/browser/package.json"));
 const { chromium } = require("playwright-core");
 const html = readFileSync(process.env.CLIENT_HTML || join(root, "client.html"));
-const runs = Number(process.argv[2] || 5);
+const { record, args } = cli();
+const runs = Number(args[0] || 5);
 
 /** A server WebSocket frame (text, unmasked). */
 function frame(text) {
@@ -81,6 +87,7 @@ server.on("upgrade", (req, socket) => {
 await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
 const url = `http://127.0.0.1:${server.address().port}/`;
 
+const loadBefore = loadavg()[0];
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
@@ -115,13 +122,34 @@ for (let run = 0; run < runs; run++) {
   await page.waitForTimeout(200);
   const b = await page.evaluate(() => window.bench);
   const blocks = await page.locator(".msg.assistant .md > *").count();
-  if (process.env.PROFILE) console.log(JSON.stringify({ flush: b.flushText, frame: b.onFrame, finish: b.finish, long: b.entries, first: b.first, last: b.last }));
+  if (process.env.PROFILE) console.error(JSON.stringify({ flush: b.flushText, frame: b.onFrame, finish: b.finish, long: b.entries, first: b.first, last: b.last }));
   results.push({ afterLast: b.rendered - b.last, total: b.rendered - b.first, longest: b.longest, tasks: b.tasks, blocks });
   await page.close();
 }
+const version = browser.version();
 await browser.close();
 server.close();
 const ms = (x) => x.toFixed(0) + " ms";
-for (const r of results) console.log(`rendered ${ms(r.afterLast)} after the last fragment (${ms(r.total)} after the first); longest main-thread task ${ms(r.longest)} (${r.tasks} over 50 ms); ${r.blocks} blocks`);
 const worst = (k) => Math.max(...results.map((r) => r[k]));
-console.log(`${text.length} bytes in ${Math.ceil(text.length / 16)} fragments, ${runs} runs: worst ${ms(worst("afterLast"))} after the last fragment, longest task ${ms(worst("longest"))}`);
+const body = [
+  "| run | rendered after the last fragment | after the first | longest main-thread task | tasks over 50 ms | blocks |",
+  "|---|---|---|---|---|---|",
+  ...results.map((r, i) => `| ${i + 1} | ${ms(r.afterLast)} | ${ms(r.total)} | ${ms(r.longest)} | ${r.tasks} | ${r.blocks} |`),
+  "",
+  `${text.length.toLocaleString("en-US")} bytes of Markdown in ${Math.ceil(text.length / 16).toLocaleString("en-US")} \`text\` frames of 16 characters, ${runs} runs: `
+    + `worst ${ms(worst("afterLast"))} after the last fragment, longest task ${ms(worst("longest"))}.`,
+  "The page is served by a minimal WebSocket server in the script (no picogent, no model),",
+  "which sends the frames as fast as the socket carries them, then `done`; the page measures",
+  "when the whole answer is rendered and every main-thread task over 50 ms",
+  "(PerformanceObserver `longtask`). Goal (issue 15): done within 1 s of the last fragment,",
+  `no task over 100 ms. Chromium ${version} headless; load average ${loadBefore.toFixed(1)} before the first run,`,
+  `${loadavg()[0].toFixed(1)} after the last.` + (process.env.CLIENT_HTML ? ` Page: \`${process.env.CLIENT_HTML}\`.` : ""),
+].join("\n");
+const env = process.env.CLIENT_HTML ? `CLIENT_HTML=${process.env.CLIENT_HTML} ` : "";
+emit({
+  title: "Browser: streaming a long answer in client.html",
+  script: "bench/stream.mjs",
+  command: `${env}node bench/stream.mjs ${runs}${record ? " --record" : ""}`,
+  body,
+  record,
+});
