@@ -71,6 +71,15 @@ struct SandboxCheckArgs {
     landlock: bool,
 }
 
+/// `--format`: one of the export formats, offered by name to shell completions.
+fn export_format(
+) -> impl clap::builder::TypedValueParser<Value = picogent::session::branches::ExportFormat> {
+    use clap::builder::TypedValueParser;
+    use picogent::session::branches::ExportFormat;
+    clap::builder::PossibleValuesParser::new(ExportFormat::ALL.map(ExportFormat::as_str))
+        .try_map(|s| s.parse::<ExportFormat>())
+}
+
 #[derive(clap::Args)]
 struct ExportArgs {
     /// The session to export.
@@ -78,8 +87,8 @@ struct ExportArgs {
     session: String,
     /// trajectory (one line per branch), tree (the whole tree), dpo (one pair per
     /// recorded preference), prm (per-step labels) or annotations (labels and ratings).
-    #[arg(long, default_value = "trajectory", value_parser = ["trajectory", "tree", "dpo", "prm", "annotations"])]
-    format: String,
+    #[arg(long, default_value = "trajectory", value_parser = export_format())]
+    format: picogent::session::branches::ExportFormat,
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -397,8 +406,7 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     };
     let store = picogent::session::SessionStore::new(dir);
     let session = store.snapshot(&id)?;
-    let lines =
-        picogent::session::branches::export(&session, &args.format).map_err(anyhow::Error::msg)?;
+    let lines = picogent::session::branches::export(&session, args.format);
     let mut text = String::new();
     for l in &lines {
         text.push_str(&serde_json::to_string(l)?);
@@ -412,7 +420,7 @@ fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     say!(
         "{} line(s) of {} for session {}",
         lines.len(),
-        args.format,
+        args.format.as_str(),
         args.session
     );
     Ok(ExitCode::SUCCESS)

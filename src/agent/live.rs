@@ -49,6 +49,9 @@ impl Ckpt {
             dir: Some(self.repo.work_tree().display().to_string()),
         }))?;
         self.next_step += 1;
+        // In the file before anyone hears of it: a rollback, preview or compare asked
+        // for the moment the event arrives reads the file.
+        session.written().await?;
         out.emit(AgentEvent::Checkpoint {
             step,
             commit,

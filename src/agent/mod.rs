@@ -467,16 +467,20 @@ impl Agent {
         entry: session::Known,
     ) -> Result<String, session::SessionError> {
         let lock = self.inner.session_lock(session_id);
-        let _guard = lock.lock().await;
-        let mut s = self
-            .inner
-            .sessions
-            .open_existing_off_runtime(session_id)
-            .await?;
-        let id = s.append(entry)?;
-        s.sync().await?;
-        s.close().await?;
-        Ok(id)
+        let (store, id) = (self.inner.sessions.clone(), session_id.to_string());
+        // A task of its own, awaited here: if the caller goes away (a closed tab), the
+        // lock is still held until the entry is written and the file closed, never
+        // released while its blocking load or write goes on.
+        tokio::spawn(async move {
+            let _guard = lock.lock().await;
+            let mut s = store.open_existing_off_runtime(&id).await?;
+            let id = s.append(entry)?;
+            s.sync().await?;
+            s.close().await?;
+            Ok(id)
+        })
+        .await
+        .unwrap_or_else(|e| Err(session::SessionError::Internal(e.to_string())))
     }
 
     /// Deletes a session: its file, its checkpoint repository and its private outputs,

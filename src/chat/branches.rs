@@ -4,8 +4,6 @@
 //! (what a rollback would change), and `history` and `delete` ([`history`]'s). Each
 //! gets one answer, of its own `type` or `error`.
 
-use serde_json::Value;
-
 use super::history;
 use super::protocol::{
     BranchSummary, Compare, Label, Outgoing, Prefer, Query, Rate, Rename, ServerFrame,
@@ -52,6 +50,8 @@ async fn reply(
             Err(e) => Err(format!("preview: {e}")),
         };
     }
+    // Taken before the file is read (see `history::history`).
+    let running = history::running(runs, session);
     // Reading a long session is blocking work: off the runtime's threads.
     let (store, id) = (agent.sessions().clone(), session.to_string());
     let s = tokio::task::spawn_blocking(move || store.snapshot(&id))
@@ -61,7 +61,7 @@ async fn reply(
     match query {
         Query::Branches => Ok(ServerFrame::Branches { content: list(&s) }),
         Query::History => Ok(ServerFrame::History {
-            content: history::history(&s, session, runs),
+            content: history::history(&s, running),
         }),
         Query::Delete | Query::Preview(_) => Err(format!("{kind}: answered above")),
         Query::Compare(c) => {
@@ -136,12 +136,14 @@ fn known_call(s: &Session, call: &str) -> Result<(), String> {
 
 /// Two branches' steps from their common point, and the diff of their final files
 /// when both have checkpoints.
-fn compare(agent: &Agent, s: &Session, session: &str, c: &Compare) -> Result<Value, String> {
+fn compare(
+    agent: &Agent,
+    s: &Session,
+    session: &str,
+    c: &Compare,
+) -> Result<branches::Comparison, String> {
     let mut cmp = branches::compare(s, &c.a, &c.b).map_err(|e| format!("compare: {e}"))?;
-    if let (Some(ca), Some(cb)) = (
-        cmp["a"]["final_commit"].as_str(),
-        cmp["b"]["final_commit"].as_str(),
-    ) {
+    if let (Some(ca), Some(cb)) = (&cmp.a.final_commit, &cmp.b.final_commit) {
         let cfg = agent.config();
         let diff = crate::agent::checkpoint::Checkpoints::open(
             &cfg.state_dir(),
@@ -150,7 +152,7 @@ fn compare(agent: &Agent, s: &Session, session: &str, c: &Compare) -> Result<Val
             agent.sandbox(),
         )
         .and_then(|c| c.diff(ca, cb));
-        cmp["diff"] = Value::String(match diff {
+        cmp.diff = Some(match diff {
             Ok(d) => d,
             Err(e) => format!("(no diff: {e})"),
         });

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use super::protocol::{History, HistoryItem, RunningRequest, ServerFrame, SessionInfo};
+use super::protocol::{History, HistoryItem, RunningRequest, ServerFrame, SessionInfo, Shown};
 use super::runs::{tool_output, RunLog, Runs};
 use crate::message::{blocks_text, Content, Message};
 use crate::session::records::Intervention;
@@ -52,7 +52,6 @@ fn cut(s: &Session, running: &[Arc<RunLog>]) -> usize {
         .unwrap_or(entries.len())
 }
 
-/// The `history` answer for a session.
 /// A history reply is kept under this size: the oldest items go first.
 const MAX_HISTORY_BYTES: usize = 4 << 20;
 
@@ -73,8 +72,10 @@ fn bounded(mut items: Vec<HistoryItem>) -> Vec<HistoryItem> {
     items
 }
 
-pub(super) fn history(s: &Session, session: &str, runs: &Runs) -> History {
-    let running = running(runs, session);
+/// The `history` answer for a session from `s`, read after `running` was taken: a
+/// request that ended in between is still cut at its prompt (its log is kept a while),
+/// so none is half in the file and half nowhere.
+pub(super) fn history(s: &Session, running: Vec<Arc<RunLog>>) -> History {
     let end = cut(s, &running);
     History {
         items: bounded(items(s, end)),
@@ -233,7 +234,7 @@ impl Converter {
                 }
             }
             Body::Known(Known::Compaction { .. }) => out.push(frame(ServerFrame::State {
-                content: "compacted".into(),
+                content: Shown::Compacted,
             })),
             _ => {}
         }
@@ -259,10 +260,10 @@ fn record_item(r: Record) -> Option<HistoryItem> {
             frame(ServerFrame::Instruction { content: text })
         }
         Record::Intervention(Intervention::Pause { .. }) => frame(ServerFrame::State {
-            content: "paused".into(),
+            content: Shown::Paused,
         }),
         Record::Intervention(Intervention::Resume { .. }) => frame(ServerFrame::State {
-            content: "running".into(),
+            content: Shown::Running,
         }),
         Record::StepLabel(l) => HistoryItem::Label {
             call_id: l.call_id,

@@ -5,6 +5,30 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// What a `state` frame says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Shown {
+    Running,
+    Paused,
+    Finished,
+    Failed,
+    /// The conversation before this point was summarised (in a history).
+    Compacted,
+}
+
+impl From<crate::agent::control::RunState> for Shown {
+    fn from(s: crate::agent::control::RunState) -> Shown {
+        use crate::agent::control::RunState as R;
+        match s {
+            R::Running => Shown::Running,
+            R::Paused => Shown::Paused,
+            R::Finished => Shown::Finished,
+            R::Failed => Shown::Failed,
+        }
+    }
+}
+
 /// What a frame the server sends says: its `type` and `content` (and `step`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -90,8 +114,8 @@ pub(crate) enum ServerFrame {
         #[serde(default, rename = "delayMs")]
         delay_ms: u64,
     },
-    /// The run's state: `running`, `paused`, `finished` or `failed`.
-    State { content: String },
+    /// The run's state, or that the conversation before was compacted.
+    State { content: Shown },
     /// An instruction was written into the conversation.
     Instruction { content: String },
     /// The working folder was snapshotted as checkpoint `step`.
@@ -100,8 +124,10 @@ pub(crate) enum ServerFrame {
     Rollback { content: String, step: u64 },
     /// The answer to `branches`.
     Branches { content: Vec<BranchSummary> },
-    /// The answer to `compare`: `{shared_steps, a, b, diff?}` (see the README).
-    Compare { content: Value },
+    /// The answer to `compare` (see the README).
+    Compare {
+        content: crate::session::branches::Comparison,
+    },
     /// The answer to `prefer`: `"recorded"`.
     Prefer { content: String },
     /// The answer to `label` and `rate`: `"recorded"`.

@@ -208,7 +208,7 @@ fn every_server_frame_round_trips_with_todays_fields() {
             delay_ms: 1000,
         },
         ServerFrame::State {
-            content: "paused".into(),
+            content: super::Shown::Paused,
         },
         ServerFrame::Instruction {
             content: "Use B".into(),
@@ -228,7 +228,21 @@ fn every_server_frame_round_trips_with_todays_fields() {
             }],
         },
         ServerFrame::Compare {
-            content: json!({"shared_steps": 1, "a": {}, "b": {}, "diff": "-A\n+B"}),
+            content: crate::session::branches::Comparison {
+                branch_point: Some("e1".into()),
+                shared_steps: 1,
+                a: crate::session::branches::Compared {
+                    name: "main".into(),
+                    steps: Vec::new(),
+                    final_commit: None,
+                },
+                b: crate::session::branches::Compared {
+                    name: "try".into(),
+                    steps: Vec::new(),
+                    final_commit: None,
+                },
+                diff: Some("-A\n+B".into()),
+            },
         },
         ServerFrame::Prefer {
             content: "recorded".into(),

@@ -44,20 +44,12 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     } = p;
     let session = session_id.unwrap_or_else(crate::util::new_session_id);
     if st.stopping.is_cancelled() {
-        let (id, session) = (Some(id), Some(session));
-        let message = "the server is shutting down: send it again once it is back".to_string();
-        tx.send(&Outgoing::error(id.clone(), session.clone(), message));
-        tx.send(&Outgoing::new(id, session, ServerFrame::done()));
-        return;
+        let message = "the server is shutting down: send it again once it is back";
+        return refuse(tx, id, session, message.into());
     }
     let work_dir = match work_dir.map(|dir| check_work_dir(st, &dir)).transpose() {
         Ok(w) => w,
-        Err(e) => {
-            let (id, session) = (Some(id), Some(session));
-            tx.send(&Outgoing::error(id.clone(), session.clone(), e));
-            tx.send(&Outgoing::new(id, session, ServerFrame::done()));
-            return;
-        }
+        Err(e) => return refuse(tx, id, session, e),
     };
     // A run normally ends with its connection; `keepAlive` runs go on, and any client
     // can re-attach with `subscribe`.
@@ -121,6 +113,27 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         runs.insert(k.clone(), log.clone());
     }
     drop(runs);
+    forward_in_the_background(st, handle, &log, running, keys);
+    let following = follow(conn, &log);
+    attach(&st.tasks, log, 0, tx.clone(), following);
+}
+
+/// Answers a prompt that is not run: the reason, then its `done`.
+fn refuse(tx: &Outbound, id: String, session: String, message: String) {
+    let (id, session) = (Some(id), Some(session));
+    tx.send(&Outgoing::error(id.clone(), session.clone(), message));
+    tx.send(&Outgoing::new(id, session, ServerFrame::done()));
+}
+
+/// Turns the run's events into its log's frames in a task of the server's, notes the
+/// run's end for a restart, and lets the log go a while later (or at the server's end).
+fn forward_in_the_background(
+    st: &ChatState,
+    handle: crate::agent::RunHandle,
+    log: &Arc<RunLog>,
+    running: super::inflight::Running,
+    keys: Vec<String>,
+) {
     let forwarding = forward(handle, log.clone());
     let (kept, runs, stop) = (log.clone(), st.runs.clone(), st.stop.clone());
     st.tasks.spawn(async move {
@@ -132,8 +145,6 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
             _ = stop.cancelled() => {}
         }
     });
-    let following = follow(conn, &log);
-    attach(&st.tasks, log, 0, tx.clone(), following);
 }
 
 /// The token of this connection's one follower of `log`: a follower it had before is

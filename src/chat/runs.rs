@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::protocol::{Outgoing, ServerFrame};
+use super::protocol::{Outgoing, ServerFrame, Shown};
 use super::replay::{Logged, Replay};
 use crate::agent::control::RunControl;
 use crate::agent::{AgentEvent, Outcome, RunHandle};
@@ -382,10 +382,7 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
             delay_ms,
         },
         AgentEvent::State { state } => ServerFrame::State {
-            content: serde_json::to_value(state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
+            content: state.into(),
         },
         AgentEvent::Instruction { text, .. } => ServerFrame::Instruction { content: text },
         AgentEvent::Checkpoint { step, message, .. } => ServerFrame::Checkpoint {
@@ -402,7 +399,7 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
         },
         AgentEvent::Notice { message } => ServerFrame::Notice { content: message },
         AgentEvent::Compacted { .. } => ServerFrame::State {
-            content: "compacted".into(),
+            content: Shown::Compacted,
         },
         _ => return None,
     })

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::records::{Preference, RunRating, StepLabel, StepVerdict};
@@ -22,7 +22,7 @@ pub struct Branch {
 }
 
 /// One step of a branch, as compare frames and exports show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Step {
     /// A tool call with its result (absent when the call never finished).
@@ -233,31 +233,63 @@ fn final_commit(session: &Session, path: &[usize]) -> Option<String> {
 }
 
 /// Two branches side by side from their common point.
-pub(crate) fn compare(session: &Session, a: &str, b: &str) -> Result<Value, String> {
+/// Two branches side by side from where they part (the `compare` answer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The last entry both share (`None`: they share nothing).
+    pub branch_point: Option<String>,
+    pub shared_steps: usize,
+    pub a: Compared,
+    pub b: Compared,
+    /// The diff of the two branches' final files, when both have checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+}
+
+/// One branch of a comparison: its steps after the branch point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compared {
+    pub name: String,
+    pub(crate) steps: Vec<Step>,
+    /// The commit of its last checkpoint.
+    pub final_commit: Option<String>,
+}
+
+/// A comparison that names a branch the session does not have.
+#[derive(Debug, thiserror::Error)]
+#[error("no branch {name:?}; the branches are {}", known.join(", "))]
+pub struct NoBranch {
+    pub name: String,
+    pub known: Vec<String>,
+}
+
+pub(crate) fn compare(session: &Session, a: &str, b: &str) -> Result<Comparison, NoBranch> {
     let all = branches(session);
     let find = |n: &str| {
-        all.iter().find(|br| br.name == n).ok_or_else(|| {
-            format!(
-                "no branch {n:?}; the branches are {}",
-                all.iter()
-                    .map(|b| b.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+        all.iter().find(|br| br.name == n).ok_or_else(|| NoBranch {
+            name: n.to_string(),
+            known: all.iter().map(|b| b.name.clone()).collect(),
         })
     };
     let (ba, bb) = (find(a)?, find(b)?);
     let common = shared(&ba.path, &bb.path);
     let point = common
         .checked_sub(1)
-        .map(|i| session.entries()[ba.path[i]].id.clone());
-    let prefix = steps(session, &ba.path[..common]).len();
-    Ok(json!({
-        "branch_point": point,
-        "shared_steps": prefix,
-        "a": {"name": a, "steps": steps(session, &ba.path[common..]), "final_commit": final_commit(session, &ba.path)},
-        "b": {"name": b, "steps": steps(session, &bb.path[common..]), "final_commit": final_commit(session, &bb.path)},
-    }))
+        .and_then(|i| ba.path.get(i))
+        .and_then(|&e| session.entries().get(e))
+        .map(|e| e.id.clone());
+    let side = |name: &str, br: &Branch| Compared {
+        name: name.to_string(),
+        steps: steps(session, br.path.get(common..).unwrap_or_default()),
+        final_commit: final_commit(session, &br.path),
+    };
+    Ok(Comparison {
+        branch_point: point,
+        shared_steps: steps(session, ba.path.get(..common).unwrap_or_default()).len(),
+        a: side(a, ba),
+        b: side(b, bb),
+        diff: None,
+    })
 }
 
 fn preferences(session: &Session) -> Vec<Preference> {
@@ -291,17 +323,64 @@ fn verdict_label(v: StepVerdict) -> &'static str {
 }
 
 /// The export lines for one format.
-pub fn export(session: &Session, format: &str) -> Result<Vec<Value>, String> {
+/// What `picogent export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// One line per branch: its steps, interventions and outcome.
+    Trajectory,
+    /// The whole tree.
+    Tree,
+    /// One pair per recorded preference.
+    Dpo,
+    /// Per-step labels.
+    Prm,
+    /// Labels and ratings.
+    Annotations,
+}
+
+impl ExportFormat {
+    pub const ALL: [ExportFormat; 5] = [
+        ExportFormat::Trajectory,
+        ExportFormat::Tree,
+        ExportFormat::Dpo,
+        ExportFormat::Prm,
+        ExportFormat::Annotations,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExportFormat::Trajectory => "trajectory",
+            ExportFormat::Tree => "tree",
+            ExportFormat::Dpo => "dpo",
+            ExportFormat::Prm => "prm",
+            ExportFormat::Annotations => "annotations",
+        }
+    }
+}
+
+impl std::str::FromStr for ExportFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        ExportFormat::ALL
+            .into_iter()
+            .find(|f| f.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown export format {s:?}; use trajectory, tree, dpo, prm or annotations"
+                )
+            })
+    }
+}
+
+pub fn export(session: &Session, format: ExportFormat) -> Vec<Value> {
     let all = branches(session);
     match format {
-        "trajectory" => Ok(trajectory(session, &all)),
-        "tree" => Ok(vec![tree(session, &all)]),
-        "dpo" => Ok(dpo(session, &all)),
-        "prm" => Ok(prm(session, &all)),
-        "annotations" => Ok(annotations(session, &all)),
-        other => Err(format!(
-            "unknown export format {other:?}; use trajectory, tree, dpo, prm or annotations"
-        )),
+        ExportFormat::Trajectory => trajectory(session, &all),
+        ExportFormat::Tree => vec![tree(session, &all)],
+        ExportFormat::Dpo => dpo(session, &all),
+        ExportFormat::Prm => prm(session, &all),
+        ExportFormat::Annotations => annotations(session, &all),
     }
 }
 

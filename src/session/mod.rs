@@ -1,6 +1,7 @@
 //! Sessions: append-only JSONL files in the pi coding agent's format, version 3.
 //!
-//! Line 1 is the header; every later line is an entry with an 8-hex `id` and the
+//! Line 1 is the header; every later line is an entry with an `id` (8 hex digits; 16
+//! for a chat prompt, named by its request) and the
 //! `parentId` of the entry it continues, so the file holds a tree and the leaf is the
 //! last entry. A session opened to write has one writer thread (`writer`): appends are
 //! handed to it and written in order, off the async runtime, and each step's `sync`
@@ -282,8 +283,8 @@ pub struct Session {
     /// The writer thread of a session opened to write; `None` for a snapshot.
     writer: Option<writer::Writer>,
     entries: Vec<Entry>,
-    /// Where each entry's line is in the file: offset and length.
-    spans: Vec<(u64, usize)>,
+    /// Where each entry's line is in the file.
+    spans: Vec<Span>,
     /// The file's length: where the next line goes.
     size: u64,
     /// Entries before this index hold no messages in memory (`Body::Evicted`).
@@ -303,87 +304,8 @@ impl Session {
             path: path.clone(),
             source,
         };
-        let bytes = std::fs::read(&path).map_err(io)?;
-        let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
-        let bytes = match bytes.get(..whole).and_then(migrate::migrate) {
-            Some(migrated) => {
-                if writer {
-                    rewrite(&path, &migrated).map_err(io)?;
-                }
-                migrated
-            }
-            None => bytes,
-        };
-        // A last line without its newline was being written when the process died
-        // (or, for a reader, is being written right now).
-        let complete = match bytes.iter().rposition(|b| *b == b'\n') {
-            Some(p) => p + 1,
-            None => 0,
-        };
-        let bytes = if writer {
-            bytes
-        } else {
-            bytes
-                .get(..complete)
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default()
-        };
-        let mut file = if writer {
-            OpenOptions::new()
-                .read(true)
-                .append(true)
-                .open(&path)
-                .map_err(io)?
-        } else {
-            File::open(&path).map_err(io)?
-        };
-        let mut size = bytes.len() as u64;
-        if writer && complete < bytes.len() {
-            let torn = &bytes[complete..];
-            if serde_json::from_slice::<Value>(torn).is_ok() {
-                file.write_all(b"\n").map_err(io)?;
-                size += 1;
-            } else {
-                tracing::warn!(
-                    "session file {}: dropping a torn last line ({} bytes)",
-                    path.display(),
-                    torn.len()
-                );
-                file.set_len(complete as u64).map_err(io)?;
-                size = complete as u64;
-            }
-        }
-        let mut lines = evict::lines_with_offsets(&bytes).enumerate();
-        match lines.next() {
-            Some((_, (_, first)))
-                if serde_json::from_str::<Header>(&first).is_ok_and(|h| h.kind == "session") => {}
-            _ => {
-                return Err(SessionError::Corrupt {
-                    path,
-                    message: "line 1 is not a session header".into(),
-                })
-            }
-        }
-        let mut entries = Vec::new();
-        let mut spans = Vec::new();
-        for (n, (span, line)) in lines {
-            if line.trim().is_empty() {
-                continue;
-            }
-            match parse_entry(&line) {
-                Some(e) => {
-                    entries.push(e);
-                    spans.push(span);
-                }
-                None => {
-                    tracing::warn!(
-                        "session file {}: line {} is not an entry, skipped",
-                        path.display(),
-                        n + 1
-                    )
-                }
-            }
-        }
+        let (file, bytes, size) = read_repaired(&path, writer)?;
+        let (entries, spans) = parse_lines(&path, &bytes)?;
         let index: HashMap<String, usize> = entries
             .iter()
             .enumerate()
@@ -430,6 +352,15 @@ impl Session {
     pub(crate) async fn sync(&self) -> Result<(), SessionError> {
         match &self.writer {
             Some(w) => w.sync().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until everything appended so far is in the file (not made durable: that
+    /// is `sync`), for readers of the file.
+    pub(crate) async fn written(&self) -> Result<(), SessionError> {
+        match &self.writer {
+            Some(w) => w.written().await,
             None => Ok(()),
         }
     }
@@ -564,6 +495,99 @@ impl Session {
     pub fn append_message(&mut self, message: Message) -> Result<String, SessionError> {
         self.append(Known::Message { message })
     }
+}
+
+/// The file opened (to append, for a writer) and its bytes: migrated to version 3
+/// (rewritten, for a writer), and without a torn last line. A last line without its
+/// newline was being written when the process died (or, for a reader, is being
+/// written right now): a writer completes it when it parses, else cuts it off; a
+/// reader leaves it out. Also the file's length once repaired.
+fn read_repaired(path: &Path, writer: bool) -> Result<(File, Vec<u8>, u64), SessionError> {
+    let io = |source| SessionError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(io)?;
+    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+    let bytes = match bytes.get(..whole).and_then(migrate::migrate) {
+        Some(migrated) => {
+            if writer {
+                rewrite(path, &migrated).map_err(io)?;
+            }
+            migrated
+        }
+        None => bytes,
+    };
+    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+    if !writer {
+        let file = File::open(path).map_err(io)?;
+        let bytes = bytes
+            .get(..complete)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default();
+        let size = bytes.len() as u64;
+        return Ok((file, bytes, size));
+    }
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(io)?;
+    let mut size = bytes.len() as u64;
+    let torn = bytes.get(complete..).unwrap_or_default();
+    if !torn.is_empty() {
+        if serde_json::from_slice::<Value>(torn).is_ok() {
+            file.write_all(b"\n").map_err(io)?;
+            size += 1;
+        } else {
+            tracing::warn!(
+                "session file {}: dropping a torn last line ({} bytes)",
+                path.display(),
+                torn.len()
+            );
+            file.set_len(complete as u64).map_err(io)?;
+            size = complete as u64;
+        }
+    }
+    Ok((file, bytes, size))
+}
+
+/// The entries of a session file's lines, and where each line is; the first line must
+/// be the header, lines that are no entry are skipped (and logged).
+/// Where a line is in the file: its offset and length.
+type Span = (u64, usize);
+
+fn parse_lines(path: &Path, bytes: &[u8]) -> Result<(Vec<Entry>, Vec<Span>), SessionError> {
+    let mut lines = evict::lines_with_offsets(bytes).enumerate();
+    match lines.next() {
+        Some((_, (_, first)))
+            if serde_json::from_str::<Header>(&first).is_ok_and(|h| h.kind == "session") => {}
+        _ => {
+            return Err(SessionError::Corrupt {
+                path: path.to_path_buf(),
+                message: "line 1 is not a session header".into(),
+            })
+        }
+    }
+    let mut entries = Vec::new();
+    let mut spans = Vec::new();
+    for (n, (span, line)) in lines {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match parse_entry(&line) {
+            Some(e) => {
+                entries.push(e);
+                spans.push(span);
+            }
+            None => tracing::warn!(
+                "session file {}: line {} is not an entry, skipped",
+                path.display(),
+                n + 1
+            ),
+        }
+    }
+    Ok((entries, spans))
 }
 
 async fn off_runtime(

@@ -96,7 +96,9 @@ impl Writer {
             return Err(SessionError::Io {
                 path: self.path.clone(),
                 source: std::io::Error::other(format!(
-                    "{} MiB of entries are waiting for the disk; the disk is too slow or stuck",
+                    "an entry of {} KiB does not fit: {} KiB are still waiting for the disk (at most {} MiB may)",
+                    line.len() >> 10,
+                    st.pending.len() >> 10,
                     MAX_PENDING >> 20
                 )),
             });
@@ -120,6 +122,28 @@ impl Writer {
         let waited = tokio::task::spawn_blocking(move || {
             let mut st = lock(&shared);
             while st.synced < target && st.failed.is_none() {
+                st = shared.progress.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        })
+        .await;
+        let st = lock(&self.shared);
+        match (self.failure(&st), waited) {
+            (Some(e), _) => Err(e),
+            (None, Err(e)) => Err(SessionError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(e),
+            }),
+            (None, Ok(())) => Ok(()),
+        }
+    }
+
+    /// Waits (on a blocking thread) until everything handed over so far is in the file.
+    pub(super) async fn written(&self) -> Result<(), SessionError> {
+        let end = lock(&self.shared).queued;
+        let shared = self.shared.clone();
+        let waited = tokio::task::spawn_blocking(move || {
+            let mut st = lock(&shared);
+            while st.written < end && st.failed.is_none() {
                 st = shared.progress.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         })

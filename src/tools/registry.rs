@@ -144,6 +144,14 @@ fn schema_of<A: JsonSchema>() -> (String, Value) {
 fn tidy(v: &mut Value) {
     match v {
         Value::Object(o) => {
+            // Argument names are keys of `properties`, not keywords: only their
+            // schemas are tidied.
+            if let Some(Value::Object(props)) = o.get_mut("properties") {
+                props.values_mut().for_each(tidy);
+            }
+            if let Some(items) = o.get_mut("items") {
+                tidy(items);
+            }
             o.remove("format");
             o.remove("title");
             if let Some(Value::Array(types)) = o.get("type") {
@@ -159,9 +167,6 @@ fn tidy(v: &mut Value) {
             // An optional integer's lower bound is schemars' unsigned type, not ours.
             if o.get("minimum").and_then(Value::as_u64) == Some(0) {
                 o.remove("minimum");
-            }
-            for (_, child) in o.iter_mut() {
-                tidy(child);
             }
         }
         Value::Array(items) => items.iter_mut().for_each(tidy),

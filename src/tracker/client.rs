@@ -174,7 +174,13 @@ impl TrackerClient {
     }
 
     pub(crate) async fn heartbeat(&self, slug: &str, load: &Load) -> Result<(), TrackerError> {
-        let body = json!({"slug": slug, "status": load.status, "active_tasks": load.active_tasks, "queued": load.queued});
+        #[derive(serde::Serialize)]
+        struct Heartbeat<'a> {
+            slug: &'a str,
+            #[serde(flatten)]
+            load: &'a Load,
+        }
+        let body = serde_json::to_value(Heartbeat { slug, load }).unwrap_or_default();
         self.send(
             reqwest::Method::POST,
             "/api/v1/agents/heartbeat",

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::agent::Outcome;
 use crate::tracker::outbox::Outbox;
-use crate::tracker::types::Report;
+use crate::tracker::types::{Report, TaskStatus};
 use crate::util::lock;
 
 /// Why a run was stopped before it finished by itself.
@@ -136,7 +136,7 @@ pub(super) fn outcome_reports(
             } else {
                 text
             };
-            answer(content, reply_to, "review")
+            answer(content, reply_to, TaskStatus::Review)
         }
         (Outcome::Completed { text, .. }, Some(StopReason::Cancelled(_))) => {
             // The answer arrived as the cancellation did: keep the answer, but the
@@ -170,11 +170,14 @@ pub(super) fn stopped_retrying(interrupted: u32, session_id: &str) -> Vec<Report
     let content = format!(
         "**picogent stopped retrying this task.** Work on it was interrupted {interrupted} times (the daemon stopped or crashed while it ran), so it is not started again automatically. The conversation so far is saved in session `{session_id}`."
     );
-    vec![Report::comment(content, None), Report::status("blocked")]
+    vec![
+        Report::comment(content, None),
+        Report::status(TaskStatus::Blocked),
+    ]
 }
 
 /// A comment, then (for a task, not a chat reply) the status it leads to.
-fn answer(content: String, reply_to: Option<String>, status: &str) -> Vec<Report> {
+fn answer(content: String, reply_to: Option<String>, status: TaskStatus) -> Vec<Report> {
     let is_task = reply_to.is_none();
     let mut reports = vec![Report::comment(content, reply_to)];
     if is_task {
@@ -189,5 +192,5 @@ pub(super) fn failure(reply_to: Option<String>, session_id: &str, error: &str) -
     } else {
         format!("**picogent could not answer this message.**\n\n{error}")
     };
-    answer(content, reply_to, "blocked")
+    answer(content, reply_to, TaskStatus::Blocked)
 }

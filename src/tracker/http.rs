@@ -14,7 +14,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::tracker::router::{AcceptError, Accepted, Router};
-use crate::tracker::types::Envelope;
+use crate::tracker::types::{Envelope, LoadStatus};
 
 /// Events larger than this are refused with 413.
 const MAX_EVENT_BYTES: usize = 1 << 20;
@@ -189,10 +189,15 @@ async fn livez() -> Response {
 async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
     ctx.router.settle_sandbox().await;
     let load = ctx.router.load();
-    let mut body = json!({"status": "ok", "busy": load.status == "busy", "running": load.active_tasks.len(), "queued": load.queued, "sandbox": ctx.router.sandbox_level()});
+    let mut body = json!({"status": "ok", "busy": load.status == LoadStatus::Busy, "running": load.active_tasks.len(), "queued": load.queued, "sandbox": ctx.router.sandbox_level()});
     let (dead, file) = ctx.router.dead_letters();
     if dead > 0 {
         body["dead_letters"] = json!({"reports": dead, "file": file});
+    }
+    if ctx.router.draining() {
+        // Shutting down: a load balancer or a readiness probe sends nothing new here.
+        body["status"] = json!("draining");
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     let health = super::health::assess(&ctx.router);
     // Not reasons to restart picogent (the answer stays 200), but for a person to read.

@@ -485,6 +485,7 @@ fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tracker::types::TaskStatus;
 
     fn contents(o: &Outbox) -> Vec<(String, Report)> {
         let s = o.lock();
@@ -505,7 +506,7 @@ mod tests {
                     for i in 0..20 {
                         let r = vec![
                             Report::comment(format!("{i}"), None),
-                            Report::status("review"),
+                            Report::status(TaskStatus::Review),
                         ];
                         o.push(&format!("t{t}"), r).await.unwrap();
                     }
@@ -524,7 +525,7 @@ mod tests {
                 .collect();
             for (i, pair) in mine.chunks(2).enumerate() {
                 assert_eq!(pair[0].1, Report::comment(format!("{i}"), None));
-                assert_eq!(pair[1].1, Report::status("review"));
+                assert_eq!(pair[1].1, Report::status(TaskStatus::Review));
             }
         }
         // Delivered reports leave the queue at once and stay gone after a reopen.

@@ -20,6 +20,14 @@ pub(crate) struct AgentDescription {
 }
 
 impl AgentDescription {
+    /// The description for a transport nothing calls back on.
+    pub(crate) fn without_callback(&self) -> AgentDescription {
+        AgentDescription {
+            callback_url: None,
+            ..self.clone()
+        }
+    }
+
     pub(crate) fn new(config: &Config, callback_url: Option<String>) -> Self {
         AgentDescription {
             name: config.name.clone(),
@@ -176,12 +184,92 @@ pub(crate) struct Registered {
     pub(crate) heartbeat_interval_sec: Option<u64>,
 }
 
+/// A frame picogent sends over the tracker's WebSocket (tracker-protocol §3).
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum AgentFrame<'a> {
+    Auth {
+        token: &'a str,
+    },
+    /// The agent's description, without the callback URL (nothing calls back).
+    Register {
+        agent: &'a AgentDescription,
+    },
+    Ack {
+        event_id: String,
+    },
+    Heartbeat {
+        #[serde(flatten)]
+        load: &'a Load,
+    },
+}
+
+impl AgentFrame<'_> {
+    pub(crate) fn to_text(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// A frame the tracker sends over its WebSocket. Frames of other types are ignored;
+/// an event's body is validated by `Envelope::from_value`, so a malformed one can
+/// still be acked by its id.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum TrackerFrame {
+    AuthOk,
+    Registered(Registered),
+    Event {
+        event: Value,
+    },
+    Error {
+        #[serde(default)]
+        code: Option<String>,
+        #[serde(default)]
+        message: Option<String>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+impl TrackerFrame {
+    /// Parses a text frame; one that is not a frame at all is named in the error.
+    pub(crate) fn parse(text: &str) -> Result<TrackerFrame, String> {
+        serde_json::from_str(text).map_err(|e| {
+            format!(
+                "a WebSocket frame from the tracker is not a frame of the protocol ({e}): {}",
+                crate::util::one_line(text, 200)
+            )
+        })
+    }
+}
+
+/// Whether the agent is working (a heartbeat's `status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum LoadStatus {
+    Idle,
+    Busy,
+}
+
 /// What a heartbeat says.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Load {
-    pub(crate) status: &'static str,
+    pub(crate) status: LoadStatus,
     pub(crate) active_tasks: Vec<String>,
     pub(crate) queued: usize,
+}
+
+/// The task statuses picogent sets (the tracker also knows `todo` and `done`, which
+/// are people's to set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TaskStatus {
+    /// Work on the task started.
+    InProgress,
+    /// The work is finished, after its result comment.
+    Review,
+    /// The work failed; a comment saying why comes first.
+    Blocked,
 }
 
 /// A report to the tracker, delivered through the outbox.
@@ -189,7 +277,7 @@ pub(crate) struct Load {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub(crate) enum Report {
     Status {
-        status: String,
+        status: TaskStatus,
     },
     Comment {
         content: String,
@@ -199,10 +287,8 @@ pub(crate) enum Report {
 }
 
 impl Report {
-    pub(crate) fn status(status: &str) -> Report {
-        Report::Status {
-            status: status.into(),
-        }
+    pub(crate) fn status(status: TaskStatus) -> Report {
+        Report::Status { status }
     }
 
     pub(crate) fn comment(content: impl Into<String>, reply_to: Option<String>) -> Report {
@@ -217,6 +303,65 @@ impl Report {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn websocket_frames_are_the_protocols() {
+        let load = Load {
+            status: LoadStatus::Busy,
+            active_tasks: vec!["t1".into()],
+            queued: 2,
+        };
+        let beat: Value =
+            serde_json::from_str(&AgentFrame::Heartbeat { load: &load }.to_text()).unwrap();
+        assert_eq!(
+            beat,
+            json!({"type": "heartbeat", "status": "busy", "active_tasks": ["t1"], "queued": 2})
+        );
+        let ack = AgentFrame::Ack {
+            event_id: "e1".into(),
+        };
+        assert_eq!(ack.to_text(), r#"{"type":"ack","event_id":"e1"}"#);
+        assert!(matches!(
+            TrackerFrame::parse(r#"{"type":"auth_ok"}"#),
+            Ok(TrackerFrame::AuthOk)
+        ));
+        match TrackerFrame::parse(
+            r#"{"type":"registered","agent_id":"a","heartbeat_interval_sec":5}"#,
+        ) {
+            Ok(TrackerFrame::Registered(r)) => {
+                assert_eq!(
+                    (r.agent_id.as_deref(), r.heartbeat_interval_sec),
+                    (Some("a"), Some(5))
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            TrackerFrame::parse(r#"{"type":"event","event":{"id":"e"}}"#),
+            Ok(TrackerFrame::Event { .. })
+        ));
+        assert!(matches!(
+            TrackerFrame::parse(r#"{"type":"error","code":"forbidden"}"#),
+            Ok(TrackerFrame::Error {
+                code: Some(_),
+                message: None
+            })
+        ));
+        // A type of a later protocol is skipped; what is no frame at all is named.
+        assert!(matches!(
+            TrackerFrame::parse(r#"{"type":"welcome","x":1}"#),
+            Ok(TrackerFrame::Other)
+        ));
+        let err = TrackerFrame::parse("not json").unwrap_err();
+        assert!(
+            err.contains("not a frame") && err.contains("not json"),
+            "{err}"
+        );
+        assert_eq!(
+            serde_json::to_value(Report::status(TaskStatus::InProgress)).unwrap(),
+            json!({"kind": "status", "status": "in_progress"})
+        );
+    }
 
     #[test]
     fn envelopes_are_validated_field_by_field() {

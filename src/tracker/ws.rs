@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::tracker::registration::FatalError;
 use crate::tracker::router::{AcceptError, Router};
-use crate::tracker::types::{AgentDescription, Envelope};
+use crate::tracker::types::{AgentDescription, AgentFrame, Envelope, TrackerFrame};
 use crate::tracker::TrackerError;
 
 pub(crate) struct WsOptions {
@@ -221,9 +221,9 @@ fn close_refusal(url: &str, frame: Option<&CloseFrame>) -> Option<Halt> {
 }
 
 /// An `error` frame's message, or the refusal it amounts to.
-fn error_frame(url: &str, v: &Value) -> Result<String, Halt> {
-    let message = v["message"].as_str().unwrap_or("error").to_string();
-    if matches!(v["code"].as_str(), Some("unauthorized" | "forbidden")) {
+fn error_frame(url: &str, code: Option<&str>, message: Option<String>) -> Result<String, Halt> {
+    let message = message.unwrap_or_else(|| "error".into());
+    if matches!(code, Some("unauthorized" | "forbidden")) {
         return Err(Halt::Refused(refused(url, 4001, message)));
     }
     Ok(message)
@@ -238,8 +238,11 @@ struct Conn<'a> {
 }
 
 impl Conn<'_> {
-    async fn send(&mut self, v: Value) -> Result<(), tokio_tungstenite::tungstenite::Error> {
-        self.tx.send(Message::Text(v.to_string().into())).await
+    async fn send(
+        &mut self,
+        frame: AgentFrame<'_>,
+    ) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+        self.tx.send(Message::Text(frame.to_text().into())).await
     }
 
     /// Auth, then register; returns the heartbeat interval to keep.
@@ -249,7 +252,7 @@ impl Conn<'_> {
         desc: &AgentDescription,
     ) -> Result<Duration, Halt> {
         if self
-            .send(json!({"type": "auth", "token": opts.token}))
+            .send(AgentFrame::Auth { token: &opts.token })
             .await
             .is_err()
         {
@@ -257,26 +260,26 @@ impl Conn<'_> {
         }
         let mut stage = "auth";
         loop {
-            let Some(v) = self.handshake_frame(stage).await? else {
+            let Some(frame) = self.handshake_frame(stage).await? else {
                 continue;
             };
-            match (stage, v["type"].as_str()) {
-                ("auth", Some("auth_ok")) => {
+            match (stage, frame) {
+                ("auth", TrackerFrame::AuthOk) => {
                     stage = "register";
                     self.register(desc).await?;
                 }
-                ("register", Some("registered")) => {
+                ("register", TrackerFrame::Registered(r)) => {
                     tracing::info!(
-                        agent_id = v["agent_id"].as_str().unwrap_or("-"),
+                        agent_id = r.agent_id.as_deref().unwrap_or("-"),
                         "registered with the tracker over WebSocket"
                     );
                     return Ok(super::registration::heartbeat_from_tracker(
-                        v["heartbeat_interval_sec"].as_u64(),
+                        r.heartbeat_interval_sec,
                     )
                     .unwrap_or(opts.heartbeat));
                 }
-                (_, Some("error")) => {
-                    let message = error_frame(self.url, &v)?;
+                (_, TrackerFrame::Error { code, message }) => {
+                    let message = error_frame(self.url, code.as_deref(), message)?;
                     return Err(lost(
                         format!("the tracker answered {stage} with an error: {message}"),
                         false,
@@ -287,9 +290,9 @@ impl Conn<'_> {
         }
     }
 
-    /// The next frame of the handshake as JSON (`None` for frames that carry none),
-    /// within 15 s.
-    async fn handshake_frame(&mut self, stage: &str) -> Result<Option<Value>, Halt> {
+    /// The next frame of the handshake (`None` for frames that carry none, or are not
+    /// the protocol's), within 15 s.
+    async fn handshake_frame(&mut self, stage: &str) -> Result<Option<TrackerFrame>, Halt> {
         let frame = tokio::select! {
             f = tokio::time::timeout(Duration::from_secs(15), self.rx.next()) => f,
             _ = self.stop.cancelled() => return Err(Halt::End(End::Stopped)),
@@ -301,7 +304,7 @@ impl Conn<'_> {
             Ok(Some(Ok(m))) => m,
         };
         match msg {
-            Message::Text(t) => Ok(Some(serde_json::from_str(&t).unwrap_or(Value::Null))),
+            Message::Text(t) => Ok(parsed(&t)),
             Message::Close(f) => Err(close_refusal(self.url, f.as_ref()).unwrap_or_else(|| {
                 lost(
                     format!("the tracker closed the connection during {stage}"),
@@ -314,13 +317,11 @@ impl Conn<'_> {
 
     /// Registers the agent; the callback URL means nothing over WebSocket.
     async fn register(&mut self, desc: &AgentDescription) -> Result<(), Halt> {
-        let mut agent = serde_json::to_value(desc).unwrap_or(Value::Null);
-        if let Some(o) = agent.as_object_mut() {
-            o.remove("callback_url");
-        }
-        self.send(json!({"type": "register", "agent": agent}))
-            .await
-            .map_err(|_| lost("the connection closed during register".into(), false))
+        self.send(AgentFrame::Register {
+            agent: &desc.without_callback(),
+        })
+        .await
+        .map_err(|_| lost("the connection closed during register".into(), false))
     }
 
     /// Registered: events, heartbeats and liveness until the connection ends.
@@ -355,15 +356,10 @@ impl Conn<'_> {
     async fn on_message(&mut self, msg: Message, router: &Router) -> Result<(), Halt> {
         match msg {
             Message::Text(t) => {
-                let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
-                match v["type"].as_str() {
-                    Some("event") => {
-                        if let Some(ack) = handle_event(router, v["event"].clone()).await {
-                            if self
-                                .send(json!({"type": "ack", "event_id": ack}))
-                                .await
-                                .is_err()
-                            {
+                match parsed(&t) {
+                    Some(TrackerFrame::Event { event }) => {
+                        if let Some(ack) = handle_event(router, event).await {
+                            if self.send(AgentFrame::Ack { event_id: ack }).await.is_err() {
                                 return Err(lost(
                                     "the connection closed while acking".into(),
                                     true,
@@ -371,8 +367,8 @@ impl Conn<'_> {
                             }
                         }
                     }
-                    Some("error") => {
-                        let message = error_frame(self.url, &v)?;
+                    Some(TrackerFrame::Error { code, message }) => {
+                        let message = error_frame(self.url, code.as_deref(), message)?;
                         tracing::warn!("the tracker reported an error: {message}");
                     }
                     _ => {}
@@ -410,8 +406,10 @@ impl Conn<'_> {
             ));
         }
         let load = router.load();
-        let beat = json!({"type": "heartbeat", "status": load.status, "active_tasks": load.active_tasks, "queued": load.queued});
-        if self.send(beat).await.is_err()
+        if self
+            .send(AgentFrame::Heartbeat { load: &load })
+            .await
+            .is_err()
             || self
                 .tx
                 .send(Message::Ping(Vec::new().into()))
@@ -435,6 +433,14 @@ impl Conn<'_> {
             })))
             .await;
     }
+}
+
+/// A text frame as the protocol's frame; one that is not (not JSON, no `type`) is
+/// logged, naming it, and skipped.
+fn parsed(text: &str) -> Option<TrackerFrame> {
+    TrackerFrame::parse(text)
+        .map_err(|e| tracing::warn!("{e}"))
+        .ok()
 }
 
 /// Journals one event and returns the id to ack, or `None` when it must not be acked

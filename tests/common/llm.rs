@@ -68,6 +68,34 @@ pub enum Turn {
     StallTools(Duration, Vec<(String, Value)>),
     /// Anthropic only: an `error` event (overloaded) mid-stream.
     ErrorEvent,
+    /// The stream starts, then waits until the test opens the gate, then finishes the
+    /// answer: a model call under way for exactly as long as a test needs.
+    Held(ModelGate, String),
+}
+
+/// A gate a `Turn::Held` answer waits at.
+#[derive(Debug, Clone, Default)]
+pub struct ModelGate(Arc<(std::sync::atomic::AtomicBool, tokio::sync::Notify)>);
+
+impl ModelGate {
+    pub fn new() -> ModelGate {
+        ModelGate::default()
+    }
+
+    pub fn open(&self) {
+        self.0 .0.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0 .1.notify_waiters();
+    }
+
+    async fn passed(&self) {
+        loop {
+            let notified = self.0 .1.notified();
+            if self.0 .0.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 pub fn text(s: &str) -> Turn {
@@ -496,6 +524,10 @@ fn respond(
             let full = encode(wire, "", &calls, seq, tokens);
             (full, Tail::StallAfterFirst(d))
         }
+        Turn::Held(gate, t) => {
+            let full = encode(wire, &t, &[], seq, tokens);
+            (full, Tail::HeldAfterFirst(gate))
+        }
         Turn::ErrorEvent => {
             let mut full = encode(wire, "partial", &[], seq, tokens);
             full.truncate(3);
@@ -503,17 +535,21 @@ fn respond(
             (full, Tail::None)
         }
     };
+    let tail_kind = tail.clone();
     let in_flight = InFlight::new(state);
     let stream = futures_util::stream::iter(chunks.into_iter().enumerate()).then(move |(i, c)| {
         let _counted = &in_flight;
+        let tail = tail.clone();
         async move {
-            if let (1, Tail::StallAfterFirst(d)) = (i, &tail) {
-                tokio::time::sleep(*d).await;
+            match (i, &tail) {
+                (1, Tail::StallAfterFirst(d)) => tokio::time::sleep(*d).await,
+                (1, Tail::HeldAfterFirst(gate)) => gate.passed().await,
+                _ => {}
             }
             Ok::<Bytes, std::io::Error>(Bytes::from(c))
         }
     });
-    let body = match tail {
+    let body = match tail_kind {
         Tail::Cut => Body::from_stream(stream.chain(futures_util::stream::once(async {
             Err(std::io::Error::other("scripted connection cut"))
         }))),
@@ -527,11 +563,12 @@ fn respond(
         .unwrap()
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Tail {
     None,
     Cut,
     StallAfterFirst(Duration),
+    HeldAfterFirst(ModelGate),
 }
 
 fn sse(event: &str, data: Value) -> String {

@@ -2,6 +2,7 @@
 //! directories with a real agent.json, and a way to run the agent and collect events.
 #![allow(dead_code)]
 
+pub mod chat;
 pub mod llm;
 pub mod mcp;
 pub mod tracker;
@@ -15,7 +16,7 @@ use picogent::provider::{Provider, RetryPolicy};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-pub use llm::{text, tool, ScriptedLlm, Turn, Wire};
+pub use llm::{text, tool, ModelGate, ScriptedLlm, Turn, Wire};
 
 /// A temporary agent home (`agent.json`, `skills/`, `sessions/`), a separate working
 /// folder, and a fake `$HOME`, all deleted on drop.
@@ -55,6 +56,30 @@ impl Sandbox {
             path: self.work.join(format!(".gate-{name}")),
             name: format!(".gate-{name}"),
         }
+    }
+
+    /// A gate outside the working folder (named by its absolute path), for tests whose
+    /// working folder must hold nothing but the run's own files; only for commands not
+    /// confined to the working folder.
+    pub fn gate_outside(&self, name: &str) -> Gate {
+        let path = self.base().join(format!(".gate-{name}"));
+        Gate {
+            name: path.display().to_string(),
+            path,
+        }
+    }
+
+    /// Waits until a command has made `rel` in the working folder (at most 30 s): the
+    /// sign that the command is running.
+    pub async fn wait_file(&self, rel: &str) {
+        let path = self.work.join(rel);
+        for _ in 0..1500 {
+            if path.exists() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{} never appeared", path.display());
     }
 
     /// A tool context in the working folder under `sandbox`: `timeout` for a step and

@@ -134,14 +134,19 @@ use crate::common::llm::API_KEY;
 #[tokio::test]
 async fn cancelling_mid_tool_kills_it_and_leaves_a_valid_session() {
     let sb = Sandbox::new();
-    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
+    let llm = ScriptedLlm::start(vec![tool(
+        "bash",
+        json!({"command": "touch .started && sleep 30"}),
+    )])
+    .await;
     let agent = sb.agent(&llm, Wire::Anthropic, json!({}));
     let mut h = agent.start(RunRequest::new("wait", "c1"));
     let started = std::time::Instant::now();
     let mut events = Vec::new();
     while let Some(ev) = h.events.recv().await {
         if matches!(ev, AgentEvent::ToolCall { .. }) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // Cancelled while the command runs.
+            sb.wait_file(".started").await;
             h.cancel();
         }
         events.push(ev);
@@ -179,7 +184,8 @@ async fn cancel_during_a_model_call_is_prompt() {
     let llm = ScriptedLlm::start(vec![Turn::Stall(Duration::from_secs(30), "late".into())]).await;
     let agent = sb.agent(&llm, Wire::OpenAi, json!({"step_timeout_sec": 60}));
     let h = agent.start(RunRequest::new("hi", "c2"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cancelled while the model call is under way.
+    llm.wait_requests(1).await;
     h.cancel();
     let outcome = tokio::time::timeout(Duration::from_secs(5), h.finish())
         .await

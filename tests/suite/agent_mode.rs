@@ -157,7 +157,11 @@ async fn a_chat_message_continues_the_tasks_session_and_replies() {
 #[tokio::test]
 async fn cancelling_a_running_task_stops_it_and_says_so() {
     let sb = Sandbox::new();
-    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
+    let llm = ScriptedLlm::start(vec![tool(
+        "bash",
+        json!({"command": "touch .started && sleep 30"}),
+    )])
+    .await;
     let tracker = FakeTracker::start().await;
     let d = sb.daemon(&llm, &tracker, json!({}));
     let cb = tracker.callback_url().await;
@@ -165,8 +169,7 @@ async fn cancelling_a_running_task_stops_it_and_says_so() {
         .deliver(&cb, &assigned("evt_x", "t_x", "Long job"))
         .await;
     tracker.wait_status("t_x", "in_progress", 10).await;
-    llm.wait_requests(1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    sb.wait_file(".started").await;
     let started = std::time::Instant::now();
     let (status, _) = tracker.deliver(&cb, &cancelled("evt_y", "t_x")).await;
     assert_eq!(status, 202);
@@ -457,7 +460,25 @@ async fn websocket_reconnects_with_growing_delays_and_an_unacked_event_runs_once
         "{gaps:?}"
     );
     tracker.wait_status("t_once", "review", 20).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A redelivery is acked only once journaled: had it been taken as new, it would be
+    // queued or running now. A heartbeat sent after the review that says the agent is
+    // idle with nothing queued comes after any such run made its model call.
+    let beats = |t: &FakeTracker| -> Vec<Value> {
+        let frames = t.ws_frames();
+        frames
+            .into_iter()
+            .filter(|f| f["type"] == "heartbeat")
+            .collect()
+    };
+    let seen = beats(&tracker).len();
+    tracker
+        .wait_for(20, "an idle heartbeat after the review", |t| {
+            beats(t)
+                .iter()
+                .skip(seen)
+                .any(|b| b["status"] == "idle" && b["queued"] == 0)
+        })
+        .await;
     assert_eq!(llm.request_count(), 1, "the redelivered event ran again");
     assert_eq!(tracker.timeline("t_once").len(), 3);
     d.stop().await.unwrap();
@@ -482,8 +503,10 @@ async fn websocket_close_4001_stops_the_daemon_naming_the_token() {
 #[tokio::test]
 async fn a_chat_message_during_a_run_is_passed_to_it_as_an_instruction() {
     let sb = Sandbox::new();
+    // The run's command holds it until the message has been passed on.
+    let gate = sb.gate("passed");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 0.6"})),
+        tool("bash", json!({"command": gate.command()})),
         text("Task done, with the test Olga asked for."),
     ])
     .await;
@@ -494,7 +517,6 @@ async fn a_chat_message_during_a_run_is_passed_to_it_as_an_instruction() {
         .deliver(&cb, &assigned("evt_1", "t_w", "Slow task"))
         .await;
     llm.wait_requests(1).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         tracker
             .deliver(&cb, &chat("evt_2", "t_w", "m_1", "Add a test too"))
@@ -502,6 +524,12 @@ async fn a_chat_message_during_a_run_is_passed_to_it_as_an_instruction() {
             .0,
         202
     );
+    tracker
+        .wait_for(20, "the note that the message was passed on", |t| {
+            t.comments("t_w").iter().any(|c| c["reply_to"] == "m_1")
+        })
+        .await;
+    gate.open();
     tracker.wait_status("t_w", "review", 20).await;
     let comments = tracker.comments("t_w");
     assert_eq!(comments[0]["reply_to"], "m_1");

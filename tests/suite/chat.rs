@@ -2,146 +2,13 @@
 
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use picogent::chat;
-use picogent::config::Config;
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_util::sync::CancellationToken;
 
+use crate::common::chat::*;
 use crate::common::*;
-
-pub(super) type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-pub(super) struct Chat {
-    addr: std::net::SocketAddr,
-    _stop: tokio_util::sync::DropGuard,
-}
-
-pub(super) async fn start(config: Config) -> Chat {
-    let listener = chat::bind("127.0.0.1", 0, config.chat_token.as_deref())
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = CancellationToken::new();
-    tokio::spawn(chat::serve(agent_from(config), listener, stop.clone()));
-    Chat {
-        addr,
-        _stop: stop.drop_guard(),
-    }
-}
-
-async fn connect_with(
-    addr: std::net::SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> Result<Ws, u16> {
-    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
-    for (k, v) in headers {
-        let name: axum::http::HeaderName = k.parse().unwrap();
-        req.headers_mut().insert(name, v.parse().unwrap());
-    }
-    match tokio_tungstenite::connect_async(req).await {
-        Ok((ws, _)) => Ok(ws),
-        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-/// A refused handshake, as `(HTTP status, reason)`: a request refused over HTTP, or an
-/// upgrade accepted only to be closed at once with code 4003 (read as 403) or 4001
-/// (401). The close is the only frame: a prompt sent first is not handled.
-async fn refusal(
-    addr: std::net::SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> (u16, String) {
-    let mut ws = match connect_with(addr, path, headers).await {
-        Err(status) => return (status, String::new()),
-        Ok(ws) => ws,
-    };
-    let _ = ws
-        .send(Message::Text(
-            json!({"id": "x", "content": "hi"}).to_string().into(),
-        ))
-        .await;
-    let first = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .expect("the refused connection was neither closed nor answered");
-    let (code, reason) = match first {
-        Some(Ok(Message::Close(Some(f)))) => (u16::from(f.code), f.reason.to_string()),
-        other => panic!("a refused handshake's first frame must be its close: {other:?}"),
-    };
-    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
-        assert!(
-            matches!(m, Message::Close(_)),
-            "a frame after the close: {m:?}"
-        );
-    }
-    match code {
-        4003 => (403, reason),
-        4001 => (401, reason),
-        other => panic!("unexpected close code {other}"),
-    }
-}
-
-pub(super) async fn connect(c: &Chat) -> Ws {
-    connect_with(c.addr, "/ws", &[]).await.unwrap()
-}
-
-pub(super) async fn send(ws: &mut Ws, v: Value) {
-    ws.send(Message::Text(v.to_string().into())).await.unwrap();
-}
-
-pub(super) async fn next(ws: &mut Ws) -> Value {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .expect("no frame for 30 s")
-            .unwrap()
-            .unwrap();
-        if let Message::Text(t) = msg {
-            let v: Value = serde_json::from_str(&t).unwrap();
-            // The detail frames a page renders steps and totals from; these tests
-            // follow the rest.
-            if !matches!(
-                v["type"].as_str(),
-                Some("tool_output" | "tool_progress" | "thinking" | "usage" | "context")
-            ) {
-                return v;
-            }
-        }
-    }
-}
-
-/// The next frame, detail frames included.
-pub(super) async fn next_any(ws: &mut Ws) -> Value {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .expect("no frame for 30 s")
-            .unwrap()
-            .unwrap();
-        if let Message::Text(t) = msg {
-            return serde_json::from_str(&t).unwrap();
-        }
-    }
-}
-
-/// Frames until the `done` of request `id` (frames of other requests included).
-pub(super) async fn until_done(ws: &mut Ws, id: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let f = next(ws).await;
-        let end = f["id"] == id && f["type"] == "done";
-        out.push(f);
-        if end {
-            return out;
-        }
-    }
-}
 
 fn of(frames: &[Value], id: &str) -> Vec<(String, String)> {
     frames
@@ -610,7 +477,8 @@ async fn pause_holds_at_a_boundary_and_instructions_reach_the_next_call() {
         (Some("state"), Some("paused")),
         "{f}"
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The run waits at its boundary: a round trip later, still no further model call.
+    settled(&mut ws).await;
     assert_eq!(llm.request_count(), 1, "a paused run made a model call");
     send(&mut ws, json!({"type": "pause", "id": "p1"})).await;
     assert!(next(&mut ws).await["content"]
@@ -669,9 +537,12 @@ async fn stop_ends_a_paused_run_without_another_model_call() {
 #[tokio::test]
 async fn branch_compare_prefer_and_every_export_format() {
     let sb = Sandbox::new();
+    // The command waits until the pause is in: the run pauses right after it.
+    let gate = sb.gate("branch");
+    let bash = format!("Bash: {}", gate.command());
     let llm = ScriptedLlm::start(vec![
         tool("write", json!({"path": "f.txt", "content": "A\n"})),
-        tool("bash", json!({"command": "sleep 0.4"})),
+        tool("bash", json!({"command": gate.command()})),
         tool("write", json!({"path": "f.txt", "content": "B\n"})),
         text("done with B"),
     ])
@@ -685,8 +556,10 @@ async fn branch_compare_prefer_and_every_export_format() {
     .await;
     loop {
         let f = next(&mut ws).await;
-        if f["type"] == "tool_use" && f["content"] == "Bash: sleep 0.4" {
+        if f["type"] == "tool_use" && f["content"] == bash {
             send(&mut ws, json!({"type": "pause", "id": "b1"})).await;
+            settled(&mut ws).await;
+            gate.open();
         }
         if f["type"] == "state" && f["content"] == "paused" {
             break;
@@ -720,7 +593,7 @@ async fn branch_compare_prefer_and_every_export_format() {
     assert_eq!(cmp["type"], "compare", "{cmp}");
     let content = &cmp["content"];
     assert_eq!(content["shared_steps"], 1);
-    assert_eq!(content["a"]["steps"][0]["args_summary"], "Bash: sleep 0.4");
+    assert_eq!(content["a"]["steps"][0]["args_summary"], bash);
     assert_eq!(content["b"]["steps"][0]["args_summary"], "Write: f.txt");
     let diff = content["diff"].as_str().unwrap();
     assert!(diff.contains("-A") && diff.contains("+B"), "{diff}");
@@ -787,10 +660,7 @@ async fn branch_compare_prefer_and_every_export_format() {
         dpo[0]["prompt"]["shared_steps"].as_array().unwrap().len(),
         1
     );
-    assert_eq!(
-        dpo[0]["rejected"]["steps"][0]["args_summary"],
-        "Bash: sleep 0.4"
-    );
+    assert_eq!(dpo[0]["rejected"]["steps"][0]["args_summary"], bash);
     assert_eq!(dpo[0]["note"], "B is right");
     let prm = export("prm");
     let labels: Vec<(String, u64, String)> = prm
@@ -817,8 +687,10 @@ async fn branch_compare_prefer_and_every_export_format() {
 #[tokio::test]
 async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_live() {
     let sb = Sandbox::new();
+    // The run's command lasts until the second client follows it.
+    let gate = sb.gate("reconnect");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 0.6"})),
+        tool("bash", json!({"command": gate.command()})),
         text("finished while you were away"),
     ])
     .await;
@@ -860,6 +732,8 @@ async fn a_reconnecting_client_replays_frames_after_its_last_seq_then_follows_li
         json!({"type": "subscribe", "runId": run_id, "after": 3}),
     )
     .await;
+    settled(&mut ws2).await;
+    gate.open();
     let frames = until_done(&mut ws2, "k1").await;
     let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
     // Seq 4 is the tool's `tool_output`, which `until_done` passes over; text pieces
@@ -955,8 +829,10 @@ async fn a_frame_too_large_for_the_connection_gets_an_error_first() {
 #[tokio::test]
 async fn a_connection_cannot_reach_another_connections_requests() {
     let sb = Sandbox::new();
+    // The first request runs until every attempt on it was made.
+    let gate = sb.gate("hijack");
     let llm = ScriptedLlm::start(vec![
-        tool("bash", json!({"command": "sleep 1"})),
+        tool("bash", json!({"command": gate.command()})),
         text("mine, undisturbed"),
         text("yours"),
     ])
@@ -988,6 +864,7 @@ async fn a_connection_cannot_reach_another_connections_requests() {
     .await;
     assert_eq!(next(&mut b).await["type"], "error");
     // Meanwhile the first request finishes as if nothing happened.
+    gate.open();
     let frames = until_done(&mut a, "msg-1").await;
     let text: String = frames
         .iter()
@@ -1195,43 +1072,18 @@ async fn a_clients_system_prompt_is_added_to_the_agents_role_not_put_in_its_plac
     );
 }
 
-/// Frames (detail frames included) until the `done` of request `id`.
-pub(super) async fn until_done_all(ws: &mut Ws, id: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let f = next_any(ws).await;
-        let end = f["id"] == id && f["type"] == "done";
-        out.push(f);
-        if end {
-            return out;
-        }
-    }
-}
-
-/// Returns once the server has handled every frame sent before (a `sessions`
-/// question answered after them): then a gate may open.
-pub(super) async fn settled(ws: &mut Ws) {
-    send(ws, json!({"type": "sessions"})).await;
-    next_of(ws, "sessions").await;
-}
-
-/// The next frame of `kind`.
-pub(super) async fn next_of(ws: &mut Ws, kind: &str) -> Value {
-    loop {
-        let f = next_any(ws).await;
-        if f["type"] == kind {
-            return f;
-        }
-    }
-}
-
 #[tokio::test]
 async fn history_renders_a_session_and_a_running_request_reattaches_from_its_start() {
     let sb = Sandbox::new();
+    // The second request runs until the reloaded page has followed it.
+    let gate = sb.gate("history");
     let llm = ScriptedLlm::start(vec![
         tool("write", json!({"path": "f.txt", "content": "A\n"})),
         text("first answer"),
-        tool("bash", json!({"command": "sleep 1; echo slept"})),
+        tool(
+            "bash",
+            json!({"command": format!("{}; echo slept", gate.command())}),
+        ),
         text("second answer"),
     ])
     .await;
@@ -1285,7 +1137,16 @@ async fn history_renders_a_session_and_a_running_request_reattaches_from_its_sta
         json!({"type": "subscribe", "runId": running["runId"], "after": 0}),
     )
     .await;
-    let frames = until_done_all(&mut ws, "h2").await;
+    // The replay reaches the call the run is held in; then the run may finish.
+    let mut frames = Vec::new();
+    while frames
+        .last()
+        .is_none_or(|f: &Value| f["type"] != "tool_use")
+    {
+        frames.push(next_any(&mut ws).await);
+    }
+    gate.open();
+    frames.extend(until_done_all(&mut ws, "h2").await);
     let kinds: Vec<&str> = frames
         .iter()
         .map(|f| f["type"].as_str().unwrap())
@@ -1399,7 +1260,7 @@ async fn a_person_labels_steps_and_rates_a_run_and_the_exports_use_them() {
     let s = picogent::session::SessionStore::new(sb.home.join("sessions"))
         .snapshot("ann")
         .unwrap();
-    let ann = picogent::session::branches::export(&s, "annotations").unwrap();
+    let ann = picogent::session::branches::export(&s, "annotations".parse().unwrap());
     let rows: Vec<(String, Value, Value)> = ann
         .iter()
         .map(|r| {
@@ -1429,7 +1290,7 @@ async fn a_person_labels_steps_and_rates_a_run_and_the_exports_use_them() {
         (Some("a1"), Some("half right"))
     );
 
-    let prm = picogent::session::branches::export(&s, "prm").unwrap();
+    let prm = picogent::session::branches::export(&s, "prm".parse().unwrap());
     let labels: Vec<(u64, &str, &str)> = prm
         .iter()
         .map(|l| {

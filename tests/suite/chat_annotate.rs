@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::chat::{connect, next, next_of, send, settled, start, until_done};
+use crate::common::chat::{connect, next, next_of, send, settled, start, until_done};
 use crate::common::*;
 
 #[tokio::test]
@@ -50,7 +50,7 @@ async fn a_label_sent_during_a_paused_run_is_written_at_once_and_history_shows_i
     let s = picogent::session::SessionStore::new(sb.home.join("sessions"))
         .snapshot("live-ann")
         .unwrap();
-    let rows = picogent::session::branches::export(&s, "annotations").unwrap();
+    let rows = picogent::session::branches::export(&s, "annotations".parse().unwrap());
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["label"], "incorrect");
 

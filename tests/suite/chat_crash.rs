@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::chat::{next_of, send, Ws};
+use crate::common::chat::{next_of, send, Ws};
 use crate::common::*;
 
 /// `picogent <home>` in chat mode on `port`.
@@ -124,7 +124,7 @@ async fn a_run_killed_with_the_server_is_marked_interrupted_and_can_be_continued
 /// leftover; a run the server's own stop cut short is marked at the next start.
 #[tokio::test]
 async fn a_live_run_is_not_a_leftover_and_a_stopped_one_is() {
-    use super::chat::{connect as chat_connect, start};
+    use crate::common::chat::{connect as chat_connect, start};
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![Turn::Stall(
         Duration::from_secs(300),

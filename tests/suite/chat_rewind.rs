@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::chat::{connect, next, next_of, send, start, until_done};
+use crate::common::chat::{connect, next, next_of, send, start, until_done};
 use crate::common::*;
 
 /// A finished run in session `rw`: f.txt written A (step 1), new.txt made (step 2),

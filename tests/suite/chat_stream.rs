@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::chat::{connect, send, start, until_done_all};
+use crate::common::chat::{connect, send, start, until_done_all};
 use crate::common::*;
 
 /// The `tool_progress` pieces of call `id`, and whether they all came before its

@@ -32,21 +32,25 @@ async fn running_task(
     String,
 ) {
     let sb = Sandbox::new();
-    let llm = ScriptedLlm::start(vec![tool("bash", json!({"command": "sleep 30"}))]).await;
+    let llm = ScriptedLlm::start(vec![tool(
+        "bash",
+        json!({"command": "touch .started && sleep 30"}),
+    )])
+    .await;
     let tracker = FakeTracker::start().await;
     config(&sb, &llm, &tracker);
     let child = spawn_daemon(&sb);
     let cb = tracker.callback_url().await;
     assert_eq!(tracker.deliver(&cb, &task(event, id)).await.0, 202);
     tracker.wait_status(id, "in_progress", 20).await;
-    llm.wait_requests(1).await;
+    // The task's command is running.
+    sb.wait_file(".started").await;
     (sb, llm, tracker, child, cb)
 }
 
 #[tokio::test]
 async fn a_killed_daemon_resumes_its_task_after_restart() {
     let (sb, llm, tracker, mut child, _) = running_task("evt_k", "t_k").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
 
     llm.push(text("Resumed and finished."));
@@ -84,8 +88,10 @@ async fn a_killed_daemon_resumes_its_task_after_restart() {
 #[tokio::test]
 async fn sigterm_lets_the_running_task_finish_then_exits_0() {
     let sb = Sandbox::new();
-    let llm = ScriptedLlm::start(vec![Turn::Stall(
-        Duration::from_millis(1500),
+    // The model call is under way until the drain has been seen.
+    let gate = ModelGate::new();
+    let llm = ScriptedLlm::start(vec![Turn::Held(
+        gate.clone(),
         "Finished during the drain.".into(),
     )])
     .await;
@@ -100,10 +106,23 @@ async fn sigterm_lets_the_running_task_finish_then_exits_0() {
     unsafe {
         libc::kill(pid, libc::SIGTERM);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // No new work is taken while draining.
+    // Draining: the health check says so (503, for a load balancer), and no new
+    // work is taken.
+    let health = cb.replace("/events", "/healthz");
+    let mut draining = false;
+    for _ in 0..500 {
+        let r = reqwest::get(&health).await.unwrap();
+        let body: serde_json::Value = r.json().await.unwrap_or_default();
+        if body["status"] == "draining" {
+            draining = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(draining, "the daemon never said it was draining");
     let (status, _) = tracker.deliver(&cb, &task("evt_late", "t_late")).await;
     assert_eq!(status, 503);
+    gate.open();
     let exit = tokio::time::timeout(Duration::from_secs(30), child.wait())
         .await
         .unwrap()

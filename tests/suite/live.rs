@@ -47,12 +47,13 @@ async fn rollback_restores_files_and_the_history_up_to_that_step() {
     let own_head = git(&sb.work, &["rev-parse", "HEAD"]);
     let own_status = git(&sb.work, &["status", "--porcelain"]);
 
+    // The command waits until the pause is in (outside the folder, which must hold
+    // only the run's own files).
+    let gate = sb.gate_outside("live1");
+    let bash = format!("{}; echo created later > new.txt", gate.command());
     let llm = ScriptedLlm::start(vec![
         tool("write", json!({"path": "a.txt", "content": "v2\n"})),
-        tool(
-            "bash",
-            json!({"command": "sleep 0.3; echo created later > new.txt"}),
-        ),
+        tool("bash", json!({"command": bash})),
         text("done after the rollback"),
     ])
     .await;
@@ -69,10 +70,10 @@ async fn rollback_restores_files_and_the_history_up_to_that_step() {
             // Paused while the command runs, so the run holds at the next boundary.
             AgentEvent::ToolCall { name, .. } if name == "bash" => {
                 control.pause().unwrap();
+                gate.open();
             }
             AgentEvent::State { state } if format!("{state:?}") == "Paused" => {
                 // Held at the boundary: no new model call while paused.
-                tokio::time::sleep(Duration::from_millis(200)).await;
                 assert_eq!(llm.request_count(), 2);
                 assert_eq!(sb.read("new.txt"), "created later\n");
                 control.rollback(1).unwrap();
@@ -107,7 +108,7 @@ async fn rollback_restores_files_and_the_history_up_to_that_step() {
         steps[2],
         (
             2,
-            "Step 2: Bash: sleep 0.3; echo created later > new.txt".to_string()
+            format!("Step 2: Bash: {}", picogent::util::one_line(&bash, 120))
         )
     );
 
@@ -189,7 +190,7 @@ async fn a_failed_bash_command_auto_pauses_the_run_when_asked() {
         if let AgentEvent::State { state } = &ev {
             if format!("{state:?}") == "Paused" {
                 paused = true;
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                // Held at the boundary: the pause is the run's state until resumed.
                 assert_eq!(llm.request_count(), 1);
                 h.control.resume().unwrap();
             }

@@ -143,7 +143,7 @@ fn session_files_never_panic() {
                 if let Ok(s) = store.snapshot("p") {
                     let _ = s.context();
                     let _ = picogent::session::branches::branches(&s);
-                    for format in ["trajectory", "tree", "dpo", "prm"] {
+                    for format in picogent::session::branches::ExportFormat::ALL {
                         let _ = picogent::session::branches::export(&s, format);
                     }
                 }

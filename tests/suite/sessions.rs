@@ -295,7 +295,7 @@ fn custom_entries_of_another_shape_or_tool_are_skipped_not_fatal() {
         .collect();
     assert_eq!(names, vec!["main".to_string()]);
     for format in ["trajectory", "tree", "dpo", "prm"] {
-        let rows = picogent::session::branches::export(&s, format).unwrap();
+        let rows = picogent::session::branches::export(&s, format.parse().unwrap());
         if format == "tree" {
             let kinds: Vec<&str> = rows[0]["nodes"]
                 .as_array()

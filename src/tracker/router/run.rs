@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use super::{lock, session_for, Job, JobKind, Router, StopReason, MAX_ATTEMPTS};
 use crate::agent::{AgentEvent, Outcome, RunRequest, WorktreeRun};
 use crate::tracker::delivery;
-use crate::tracker::types::Report;
+use crate::tracker::types::{Report, TaskStatus};
 use crate::tracker::worktree::TaskTree;
 
 impl Router {
@@ -27,7 +27,7 @@ impl Router {
                     return self.report_and_end(&job, reports).await;
                 }
                 delivery
-                    .report(&task, vec![Report::status("in_progress")])
+                    .report(&task, vec![Report::status(TaskStatus::InProgress)])
                     .await;
                 task_prompt(title, description, attempt)
             }

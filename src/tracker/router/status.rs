@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{lock, Router};
-use crate::tracker::types::Load;
+use crate::tracker::types::{Load, LoadStatus};
 
 impl Router {
     /// Why results cannot be queued now, if they cannot.
@@ -65,12 +65,21 @@ impl Router {
         self.shared.agent.sandbox().level()
     }
 
+    /// Whether the daemon is shutting down (no new work is taken).
+    pub(crate) fn draining(&self) -> bool {
+        lock(&self.shared.state).draining
+    }
+
     pub(crate) fn load(&self) -> Load {
         let st = lock(&self.shared.state);
         let mut active: Vec<String> = st.running.keys().cloned().collect();
         active.sort();
         Load {
-            status: if active.is_empty() { "idle" } else { "busy" },
+            status: if active.is_empty() {
+                LoadStatus::Idle
+            } else {
+                LoadStatus::Busy
+            },
             active_tasks: active,
             queued: st.queue.len(),
         }
