@@ -1,21 +1,26 @@
-// Does a long session's load hold up other connections? A 24 MB pi session file is
-// written into chat mode's sessions folder; one client asks for it three ways at once
-// (two prompts in it and its history), while a second client sends a frame the server
+// Does a long session's load hold up other connections? A 24 MB pi session file
+// (compacted near its end, as long sessions are) is written into chat mode's sessions
+// folder; one client asks for it three ways at once (two prompts in it and its
+// history), while a second client sends a frame the server
 // answers at once (a frame it refuses) every 2 ms. Measured: the second client's
 // longest and 99th-percentile round trip while the loads run, and how long the first
 // prompt's answer took (the load is on its path).
 //
-//   node --experimental-websocket bench/bigsession.mjs [MB] [--record]
+//   node --experimental-websocket bench/bigsession.mjs [MB] [--against DIR [--as NAME]] [--record]
 //
 // Uses the build in CARGO_TARGET_DIR (or ./target), debug unless PICOGENT_PROFILE=release,
-// through tests/browser/harness.mjs; run it against an older build by pointing
-// CARGO_TARGET_DIR at that build.
+// through tests/browser/harness.mjs. `--against DIR` runs the same against the build in
+// another cargo target folder first (an older version) and shows both.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startPicogent, stopAll } from "../tests/browser/harness.mjs";
+import { startPicogent, stopAll, target } from "../tests/browser/harness.mjs";
 import { cli, emit } from "./report.mjs";
 
-const { record, args } = cli();
+const { record, args: all } = cli();
+// `--against DIR [--as NAME]`: NAME (a commit, a version) says which build DIR holds.
+const opt = (name) => { const i = all.indexOf(name); return i >= 0 ? all[i + 1] : null; };
+const against = opt("--against"), againstName = opt("--as") || against;
+const args = all.filter((a, i) => !["--against", "--as"].includes(a) && !["--against", "--as"].includes(all[i - 1]));
 const mb = Number(args[0] || 24);
 
 /** A pi v3 session of about `mb` MB: alternating user and assistant messages. */
@@ -35,6 +40,11 @@ function bigSession(cwd) {
     size += line.length + 1;
     parent = id;
   }
+  // Compacted near its end, as a long session is: the model gets the summary and the
+  // last entries, the file keeps everything.
+  const kept = JSON.parse(lines[lines.length - 2]).id;
+  lines.push(JSON.stringify({ type: "compaction", id: "c0ffee00", parentId: parent, timestamp: new Date().toISOString(),
+    summary: "Earlier: a long conversation.", firstKeptEntryId: kept, tokensBefore: Math.round(size / 4) }));
   return lines.join("\n") + "\n";
 }
 
@@ -48,64 +58,72 @@ function open(url) {
 
 const quantile = (xs, q) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))];
 
-const script = [{ text: "first answer" }, { text: "second answer" }];
-const { url, tmp } = await startPicogent(script);
-const dir = join(tmp, ".picogent/sessions");
-mkdirSync(dir, { recursive: true });
-const body = bigSession(join(tmp, "work"));
-writeFileSync(join(dir, "big.jsonl"), body);
+/** One measurement against the build in `build`. */
+async function measure(build) {
+  const script = [{ text: "first answer" }, { text: "second answer" }];
+  const { url, tmp } = await startPicogent(script, {}, build);
+  const dir = join(tmp, ".picogent/sessions");
+  mkdirSync(dir, { recursive: true });
+  const body = bigSession(join(tmp, "work"));
+  writeFileSync(join(dir, "big.jsonl"), body);
 
-const [a, b] = [await open(url), await open(url)];
-// The prober: one frame in flight at a time, the round trip of each.
-const trips = [];
-let probing = true;
-const probed = new Promise((done) => {
-  let sent = 0;
-  b.onmessage = () => {
-    trips.push(performance.now() - sent);
-    if (!probing) return done();
-    setTimeout(() => { sent = performance.now(); b.send('{"type":"refused-on-purpose"}'); }, 2);
-  };
-  sent = performance.now();
-  b.send('{"type":"refused-on-purpose"}');
-});
-await new Promise((r) => setTimeout(r, 200));
-const before = trips.length;
-const t0 = performance.now();
-let firstDone = null, history = null, finished = 0;
-const all = new Promise((done) => {
-  a.onmessage = (e) => {
-    const f = JSON.parse(e.data);
-    if (f.type === "history" && history === null) history = performance.now() - t0;
-    if (f.type === "done") {
-      if (firstDone === null) firstDone = performance.now() - t0;
-      if (++finished === 2) done();
-    }
-  };
-});
-a.send(JSON.stringify({ id: "p1", content: "hello", sessionId: "big", keepAlive: true }));
-a.send(JSON.stringify({ id: "h1", sessionId: "big", type: "history" }));
-a.send(JSON.stringify({ id: "p2", content: "again", sessionId: "big", keepAlive: true }));
-await all;
-const wall = performance.now() - t0;
-probing = false;
-await probed;
-const during = trips.slice(before);
-stopAll();
-process.exitCode = 0;
+  const [a, b] = [await open(url), await open(url)];
+  // The prober: one frame in flight at a time, the round trip of each.
+  const trips = [];
+  let probing = true;
+  const probed = new Promise((done) => {
+    let sent = 0;
+    b.onmessage = () => {
+      trips.push(performance.now() - sent);
+      if (!probing) return done();
+      setTimeout(() => { sent = performance.now(); b.send('{"type":"refused-on-purpose"}'); }, 2);
+    };
+    sent = performance.now();
+    b.send('{"type":"refused-on-purpose"}');
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  const before = trips.length;
+  const t0 = performance.now();
+  let firstDone = null, history = null, finished = 0;
+  const all = new Promise((done) => {
+    a.onmessage = (e) => {
+      const f = JSON.parse(e.data);
+      if (f.type === "history" && history === null) history = performance.now() - t0;
+      if (f.type === "done" && f.id !== "h1") {
+        if (firstDone === null) firstDone = performance.now() - t0;
+        finished++;
+      }
+      if (finished === 2 && history !== null) done();
+    };
+  });
+  a.send(JSON.stringify({ id: "p1", content: "hello", sessionId: "big", keepAlive: true }));
+  a.send(JSON.stringify({ id: "h1", sessionId: "big", type: "history" }));
+  a.send(JSON.stringify({ id: "p2", content: "again", sessionId: "big", keepAlive: true }));
+  await all;
+  const wall = performance.now() - t0;
+  probing = false;
+  await probed;
+  a.close(); b.close();
+  stopAll();
+  return { wall, firstDone, history, during: trips.slice(before), size: body.length, entries: body.split("\n").length - 2 };
+}
+
+const runs = against ? [[`before (${againstName})`, await measure(against)]] : [];
+runs.push(["this build", await measure(target)]);
 
 const f = (x) => (x === null ? "—" : x.toFixed(1) + " ms");
-const rows = [
-  ["session file", `${(body.length / 1e6).toFixed(1)} MB, ${body.split("\n").length - 2} entries`, ""],
-  ["two prompts and a history in it, until both answers are done", f(wall), `first answer done after ${f(firstDone)}; history after ${f(history)}`],
-  ["another connection's round trip meanwhile: longest", f(Math.max(...during)), `${during.length} round trips`],
-  ["another connection's round trip meanwhile: p99 / p50", `${f(quantile(during, 0.99))} / ${f(quantile(during, 0.5))}`, ""],
+const cell = (r) => [
+  f(r.wall) + ` (first answer ${f(r.firstDone)}, history ${f(r.history)})`,
+  f(Math.max(...r.during)),
+  `${f(quantile(r.during, 0.99))} / ${f(quantile(r.during, 0.5))}`,
 ];
-const table = ["| measure | value | note |", "|---|---|---|", ...rows.map((r) => `| ${r.join(" | ")} |`)].join("\n");
+const head = `| build | two prompts and a history in a ${(runs[0][1].size / 1e6).toFixed(1)} MB session (${runs[0][1].entries} entries), until all three are answered | another connection's round trip meanwhile: longest | p99 / p50 |`;
+const rows = runs.map(([name, r]) => [name, ...cell(r)]);
+const table = [head, "|---|---|---|---|", ...rows.map((r) => `| ${r.join(" | ")} |`)].join("\n");
 emit({
   title: "A long session's load and other connections",
   script: "bench/bigsession.mjs",
-  command: "node --experimental-websocket bench/bigsession.mjs [MB] --record",
+  command: "node --experimental-websocket bench/bigsession.mjs [MB] [--against DIR] --record",
   body: table + "\n",
   record,
 });

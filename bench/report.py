@@ -41,6 +41,9 @@ BENCHMARKS = [
     ("Crash trials", r"Crash trials\b", "bash bench/crash_trials.sh [N] --record", "bench/crash_trials.sh"),
     ("Browser: streaming a long answer", r"Browser: streaming\b", "node bench/stream.mjs [RUNS] --record", "bench/stream.mjs"),
     ("Browser: a long run", r"Browser: a \d+-step run\b", "node bench/page.mjs [STEPS] [RUNS] --record", "bench/page.mjs"),
+    ("A long session's load and other connections", r"A long session's load\b",
+     "node --experimental-websocket bench/bigsession.mjs [MB] [--against DIR [--as NAME]] --record",
+     "bench/bigsession.mjs"),
 ]
 
 DATE = r"\d{4}-\d{2}-\d{2}"

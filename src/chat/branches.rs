@@ -24,7 +24,16 @@ pub(super) async fn answer(agent: Agent, runs: Runs, f: SessionFrame, tx: Outbou
     let frame = reply(&agent, &runs, &session_id, query)
         .await
         .unwrap_or_else(ServerFrame::error);
-    tx.send(&Outgoing::new(id, Some(session_id), frame));
+    let out = Outgoing::new(id, Some(session_id), frame);
+    // A history is megabytes at most: encoded off the runtime's threads.
+    match tokio::task::spawn_blocking(move || out.encode()).await {
+        Ok(text) => tx.send_encoded(text),
+        Err(e) => tx.send(&Outgoing::error(
+            None,
+            None,
+            format!("the answer failed: {e}"),
+        )),
+    };
 }
 
 async fn reply(
@@ -58,12 +67,22 @@ async fn reply(
         .await
         .map_err(|e| format!("{kind}: {e}"))?
         .map_err(|e| format!("{kind}: {e}"))?;
+    if let Query::Branches | Query::History = query {
+        // Walking a long session's tree is blocking work too.
+        let history = matches!(query, Query::History);
+        return tokio::task::spawn_blocking(move || match history {
+            true => ServerFrame::History {
+                content: history::history(&s, running),
+            },
+            false => ServerFrame::Branches { content: list(&s) },
+        })
+        .await
+        .map_err(|e| format!("{kind}: {e}"));
+    }
     match query {
-        Query::Branches => Ok(ServerFrame::Branches { content: list(&s) }),
-        Query::History => Ok(ServerFrame::History {
-            content: history::history(&s, running),
-        }),
-        Query::Delete | Query::Preview(_) => Err(format!("{kind}: answered above")),
+        Query::Branches | Query::History | Query::Delete | Query::Preview(_) => {
+            Err(format!("{kind}: answered above"))
+        }
         Query::Compare(c) => {
             // The diff runs git: off the runtime's threads too.
             let (agent, session) = (agent.clone(), session.to_string());

@@ -97,7 +97,12 @@ impl Outbound {
     /// Queues a frame that is not a request's; false when the connection is gone (or
     /// holds so much that even the reserved room is used up: then it is closed).
     pub(crate) fn send(&self, frame: &Outgoing) -> bool {
-        let text: Utf8Bytes = frame.encode().into();
+        self.send_encoded(frame.encode())
+    }
+
+    /// `send` of a frame encoded already (a large answer is encoded off the runtime).
+    pub(crate) fn send_encoded(&self, text: String) -> bool {
+        let text: Utf8Bytes = text.into();
         let len = text.len();
         self.queued.fetch_add(len, Ordering::AcqRel);
         match self.tx.try_send(text) {

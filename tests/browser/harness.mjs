@@ -39,18 +39,19 @@ async function waitHttp(url, ms) {
   throw new Error("no answer from " + url);
 }
 
-/** Starts the scripted model with `script` and picogent's chat mode in a fresh folder. */
-export async function startPicogent(script, extraEnv = {}) {
+/** Starts the scripted model with `script` and picogent's chat mode in a fresh folder
+ * (`build`: another cargo target folder's binaries, to compare two builds). */
+export async function startPicogent(script, extraEnv = {}, build = target) {
   const tmp = mkdtempSync(join(tmpdir(), "picogent-browser-"));
   const work = join(tmp, "work");
   mkdirSync(work);
   writeFileSync(join(work, "notes.txt"), "hello from the notes\n");
   writeFileSync(join(tmp, "script.json"), JSON.stringify(script));
-  const llm = spawn(join(target, profile, "examples/scripted_llm"), [join(tmp, "script.json")], { stdio: ["ignore", "pipe", "inherit"] });
+  const llm = spawn(join(build, profile, "examples/scripted_llm"), [join(tmp, "script.json")], { stdio: ["ignore", "pipe", "inherit"] });
   children.push(llm);
   const addr = (await firstLine(llm)).split(" ").pop();
   const port = await freePort();
-  const pg = spawn(join(target, profile, "picogent"), [], {
+  const pg = spawn(join(build, profile, "picogent"), [], {
     cwd: work,
     stdio: ["ignore", "ignore", "inherit"],
     env: {
