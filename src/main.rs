@@ -479,48 +479,13 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else if config.config_file.is_none() && std::env::var_os("PICOGENT_WORK_DIR").is_none() {
         config.work_dir = cwd;
     }
-    let prompt = if args.prompt.len() == 1 && args.prompt[0] == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-            .context("cannot read the task from stdin")?;
-        s
-    } else {
-        args.prompt.join(" ")
-    };
-    if prompt.trim().is_empty() {
-        anyhow::bail!("the task is empty");
-    }
-    // --no-session: the session lives in a folder of its own that goes with the run.
+    let prompt = read_task(&args.prompt)?;
     let scratch = if args.no_session {
-        let dir = std::env::temp_dir().join(format!(
-            "picogent-no-session-{}",
-            picogent::util::new_session_id()
-        ));
-        // Only this user reads the conversation while it lasts.
-        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
-            .create(&dir)
-            .context("cannot make a folder for the run's session")?;
-        config.session_dir = Some(dir.clone());
-        Some(Scratch(dir))
+        Some(scratch_session(&mut config)?)
     } else {
         None
     };
-    let session_id = match &args.session {
-        Some(arg) => pick_session(&mut config, arg, args.dir.is_some())?,
-        None if args.cont => {
-            match picogent::session::find::latest_in(&config.own_sessions_dir(), &config.work_dir) {
-                Some(id) => {
-                    say!("continuing session {id}");
-                    id
-                }
-                None => anyhow::bail!(
-                    "no session to continue: none was started in {}",
-                    config.work_dir.display()
-                ),
-            }
-        }
-        None => picogent::util::new_session_id(),
-    };
+    let session_id = session_for(&args, &mut config)?;
     let agent = new_agent(config).await?;
     let mut handle = agent.start(RunRequest::new(prompt, session_id.clone()));
     let cancel = handle.cancel_token();
@@ -554,5 +519,56 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         Outcome::Completed { .. } => ExitCode::SUCCESS,
         Outcome::Failed { .. } => ExitCode::from(1),
         Outcome::Cancelled { .. } => ExitCode::from(LAST_SIGNAL.load(Ordering::Relaxed)),
+    })
+}
+
+/// The task: its words joined, or standard input for `-`; never empty.
+fn read_task(words: &[String]) -> anyhow::Result<String> {
+    let prompt = if words.len() == 1 && words[0] == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .context("cannot read the task from stdin")?;
+        s
+    } else {
+        words.join(" ")
+    };
+    if prompt.trim().is_empty() {
+        anyhow::bail!("the task is empty");
+    }
+    Ok(prompt)
+}
+
+/// --no-session: the session lives in a folder of its own that goes with the run.
+fn scratch_session(config: &mut Config) -> anyhow::Result<Scratch> {
+    let dir = std::env::temp_dir().join(format!(
+        "picogent-no-session-{}",
+        picogent::util::new_session_id()
+    ));
+    // Only this user reads the conversation while it lasts.
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&dir)
+        .context("cannot make a folder for the run's session")?;
+    config.session_dir = Some(dir.clone());
+    Ok(Scratch(dir))
+}
+
+/// The run's session: the one `--session` names, the latest here (`--continue`), or a
+/// new one.
+fn session_for(args: &RunArgs, config: &mut Config) -> anyhow::Result<String> {
+    Ok(match &args.session {
+        Some(arg) => pick_session(config, arg, args.dir.is_some())?,
+        None if args.cont => {
+            match picogent::session::find::latest_in(&config.own_sessions_dir(), &config.work_dir) {
+                Some(id) => {
+                    say!("continuing session {id}");
+                    id
+                }
+                None => anyhow::bail!(
+                    "no session to continue: none was started in {}",
+                    config.work_dir.display()
+                ),
+            }
+        }
+        None => picogent::util::new_session_id(),
     })
 }

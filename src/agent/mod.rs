@@ -301,6 +301,51 @@ fn sweep_outputs(dir: &Path) {
     }
 }
 
+/// The skills folders the tools may read: the operator's, with each skill's own
+/// (resolved) folder, since one reached through a symlink lies outside the folder it is
+/// listed in. Not so for skills folders inside the allowed paths: the model writes
+/// there, and a link it made must not widen what the tools may read.
+fn readable_skill_dirs(config: &Config, skill_dirs: &[PathBuf], skills: &[Skill]) -> Vec<PathBuf> {
+    use crate::sandbox::resolved;
+    let allowed: Vec<PathBuf> = config.allowed_paths.iter().map(|a| resolved(a)).collect();
+    let model_writes = |d: &Path| {
+        let real = resolved(d);
+        allowed.iter().any(|a| real.starts_with(a))
+    };
+    (skill_dirs.iter().filter(|d| d.is_dir()))
+        .filter(|d| !model_writes(d))
+        .cloned()
+        .chain(
+            skills
+                .iter()
+                .filter(|s| !model_writes(s.from()))
+                .map(|s| s.dir().to_path_buf()),
+        )
+        .collect()
+}
+
+/// The MCP servers of picogent's own loop, started like the agent's commands are
+/// confined; none under the claude-code engine, which has its own.
+fn start_mcp(config: &Config, sandbox: &Sandbox, state: &Path) -> crate::mcp::Mcp {
+    match config.engine {
+        crate::config::Engine::Native => {
+            let launch = crate::mcp::Launch {
+                home: state.join("mcp"),
+                confinement: sandbox.confinement().cloned(),
+                writable: sandbox.allowed_paths().to_vec(),
+                operator_home: config.home_dir.clone(),
+            };
+            crate::mcp::Mcp::start(&config.mcp_servers, launch)
+        }
+        crate::config::Engine::ClaudeCode => {
+            if !config.mcp_servers.is_empty() {
+                tracing::warn!("mcp_servers apply to picogent's own loop; the claude-code engine uses Claude Code's own MCP configuration");
+            }
+            crate::mcp::Mcp::default()
+        }
+    }
+}
+
 /// The engine every front door drives. Cheap to clone.
 #[derive(Clone)]
 pub struct Agent {
@@ -322,26 +367,7 @@ impl Agent {
     pub fn with_provider(config: Config, provider: Provider) -> Agent {
         let skill_dirs = config.skill_dirs();
         let skills = skills::discover(&skill_dirs);
-        // Skills folders the operator set up are readable, with each skill's own
-        // (resolved) folder: one reached through a symlink lies outside the folder it is
-        // listed in. Not so for skills folders inside the allowed paths: the model
-        // writes there, and a link it made must not widen what the tools may read.
-        use crate::sandbox::resolved;
-        let allowed: Vec<PathBuf> = config.allowed_paths.iter().map(|a| resolved(a)).collect();
-        let model_writes = |d: &Path| {
-            let real = resolved(d);
-            allowed.iter().any(|a| real.starts_with(a))
-        };
-        let readable: Vec<PathBuf> = (skill_dirs.iter().filter(|d| d.is_dir()))
-            .filter(|d| !model_writes(d))
-            .cloned()
-            .chain(
-                skills
-                    .iter()
-                    .filter(|s| !model_writes(s.from()))
-                    .map(|s| s.dir().to_path_buf()),
-            )
-            .collect();
+        let readable = readable_skill_dirs(&config, &skill_dirs, &skills);
         // picogent's own folders exist before any command could make one of its own.
         let state = config.state_dir();
         let _ = std::fs::create_dir_all(&state);
@@ -370,23 +396,7 @@ impl Agent {
             );
         }
         let sessions = SessionStore::new(config.sessions_dir());
-        let mcp = match config.engine {
-            crate::config::Engine::Native => {
-                let launch = crate::mcp::Launch {
-                    home: state.join("mcp"),
-                    confinement: sandbox.confinement().cloned(),
-                    writable: sandbox.allowed_paths().to_vec(),
-                    operator_home: config.home_dir.clone(),
-                };
-                crate::mcp::Mcp::start(&config.mcp_servers, launch)
-            }
-            crate::config::Engine::ClaudeCode => {
-                if !config.mcp_servers.is_empty() {
-                    tracing::warn!("mcp_servers apply to picogent's own loop; the claude-code engine uses Claude Code's own MCP configuration");
-                }
-                crate::mcp::Mcp::default()
-            }
-        };
+        let mcp = start_mcp(&config, &sandbox, &state);
         Agent {
             inner: Arc::new(Inner {
                 provider,

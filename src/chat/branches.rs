@@ -24,13 +24,14 @@ pub(super) async fn answer(agent: Agent, runs: Runs, f: SessionFrame, tx: Outbou
     let frame = reply(&agent, &runs, &session_id, query)
         .await
         .unwrap_or_else(ServerFrame::error);
+    let (asked, session) = (id.clone(), session_id.clone());
     let out = Outgoing::new(id, Some(session_id), frame);
     // A history is megabytes at most: encoded off the runtime's threads.
     match tokio::task::spawn_blocking(move || out.encode()).await {
         Ok(text) => tx.send_encoded(text),
         Err(e) => tx.send(&Outgoing::error(
-            None,
-            None,
+            asked,
+            Some(session),
             format!("the answer failed: {e}"),
         )),
     };
@@ -59,7 +60,7 @@ async fn reply(
             Err(e) => Err(format!("preview: {e}")),
         };
     }
-    // Taken before the file is read (see `history::history`).
+    // Taken before the file is read, and again after (see `history::history`).
     let running = history::running(runs, session);
     // Reading a long session is blocking work: off the runtime's threads.
     let (store, id) = (agent.sessions().clone(), session.to_string());
@@ -70,9 +71,10 @@ async fn reply(
     if let Query::Branches | Query::History = query {
         // Walking a long session's tree is blocking work too.
         let history = matches!(query, Query::History);
+        let (runs, id) = (runs.clone(), session.to_string());
         return tokio::task::spawn_blocking(move || match history {
             true => ServerFrame::History {
-                content: history::history(&s, running),
+                content: history::history(&s, running_after(running, &runs, &id)),
             },
             false => ServerFrame::Branches { content: list(&s) },
         })
@@ -151,6 +153,22 @@ fn known_call(s: &Session, call: &str) -> Result<(), String> {
             "label: no step with callId {call:?} in this session"
         ))
     }
+}
+
+/// The requests running before the session's file was read, and those running after:
+/// one that started while it was read has its prompt in it, and is followed from there.
+fn running_after(
+    mut running: Vec<std::sync::Arc<super::runs::RunLog>>,
+    runs: &Runs,
+    session: &str,
+) -> Vec<std::sync::Arc<super::runs::RunLog>> {
+    for log in history::running(runs, session) {
+        if !running.iter().any(|l| std::sync::Arc::ptr_eq(l, &log)) {
+            running.push(log);
+        }
+    }
+    running.sort_by_key(|l| l.made);
+    running
 }
 
 /// Two branches' steps from their common point, and the diff of their final files

@@ -453,18 +453,7 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
             }
         }
     });
-    let (sessions, mut session_rx) = tokio::sync::mpsc::channel(SESSION_FRAMES);
-    let (agent, runs, session_tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
-    // Several at a time: a label or a rename for a session whose run is busy waits
-    // for that run's next step, and must not hold this tab's other questions.
-    let session_worker = tokio::spawn(async move {
-        let frames = futures_util::stream::poll_fn(|cx| session_rx.poll_recv(cx));
-        frames
-            .for_each_concurrent(SESSION_ANSWERS, |asked| {
-                answer(agent.clone(), runs.clone(), asked, session_tx.clone())
-            })
-            .await;
-    });
+    let (sessions, session_worker) = spawn_session_worker(&st, &tx);
     let conn = Conn {
         token,
         id: st
@@ -502,25 +491,43 @@ async fn connection(st: Arc<ChatState>, socket: WebSocket) {
     conn.token.cancel();
     // Session frames already sent are still answered (a label is still written).
     drop(conn);
-    let mut session_worker = session_worker;
-    if tokio::time::timeout(WRITER_GRACE, &mut session_worker)
-        .await
-        .is_err()
-    {
-        session_worker.abort();
-    }
+    finish_or_abort(session_worker).await;
     drop(tx);
     // A client that stopped reading would hold the writer forever: it gets a moment
     // to take what is queued, then the connection is dropped.
-    let mut writer = writer;
-    if tokio::time::timeout(WRITER_GRACE, &mut writer)
-        .await
-        .is_err()
-    {
-        writer.abort();
-    }
+    finish_or_abort(writer).await;
     // What the connection held (its requests' replay logs) can go back to the system.
     crate::memory::touch();
+}
+
+/// The queue of a connection's questions about sessions, and the task answering them.
+fn spawn_session_worker(
+    st: &ChatState,
+    tx: &Outbound,
+) -> (
+    tokio::sync::mpsc::Sender<Asked>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (sessions, mut session_rx) = tokio::sync::mpsc::channel(SESSION_FRAMES);
+    let (agent, runs, session_tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
+    // Several at a time: a label or a rename for a session whose run is busy waits
+    // for that run's next step, and must not hold this tab's other questions.
+    let session_worker = tokio::spawn(async move {
+        let frames = futures_util::stream::poll_fn(|cx| session_rx.poll_recv(cx));
+        frames
+            .for_each_concurrent(SESSION_ANSWERS, |asked| {
+                answer(agent.clone(), runs.clone(), asked, session_tx.clone())
+            })
+            .await;
+    });
+    (sessions, session_worker)
+}
+
+/// Gives a closing connection's task `WRITER_GRACE` to finish, then aborts it.
+async fn finish_or_abort(mut task: tokio::task::JoinHandle<()>) {
+    if tokio::time::timeout(WRITER_GRACE, &mut task).await.is_err() {
+        task.abort();
+    }
 }
 
 /// How long a closing connection's writer may still deliver queued frames.

@@ -98,16 +98,7 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
         prompt_entry,
         content,
     );
-    st.watchers.watch(conn.id, &log.session, tx);
-    if let Some(run) = &run_id {
-        let request = super::protocol::RunningRequest {
-            id: log.id().to_string(),
-            run_id: run.clone(),
-            prompt: log.prompt.clone(),
-            seq: 0,
-        };
-        st.watchers.started(conn.id, &log.session, request);
-    }
+    announce(st, conn, &log, tx);
     let keys: Vec<String> = std::iter::once(key).chain(run_id).collect();
     for k in &keys {
         runs.insert(k.clone(), log.clone());
@@ -116,6 +107,21 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     forward_in_the_background(st, handle, &log, running, keys);
     let following = follow(conn, &log);
     attach(&st.tasks, log, 0, tx.clone(), following);
+}
+
+/// This connection now shows the request's session; a keepAlive request is announced
+/// to the other connections that show it.
+fn announce(st: &ChatState, conn: &Conn, log: &RunLog, tx: &Outbound) {
+    st.watchers.watch(conn.id, &log.session, tx);
+    if let Some(run) = &log.run_id {
+        let request = super::protocol::RunningRequest {
+            id: log.id().to_string(),
+            run_id: run.clone(),
+            prompt: log.prompt.clone(),
+            seq: 0,
+        };
+        st.watchers.started(conn.id, &log.session, request);
+    }
 }
 
 /// Answers a prompt that is not run: the reason, then its `done`.

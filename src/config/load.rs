@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::types::{
-    Engine, Env, LoopAction, NetworkPolicy, ProviderKind, SandboxMode, Transport, Workspace,
-};
+use super::types::{Engine, Env, LoopAction, NetworkPolicy, SandboxMode, Transport, Workspace};
 use super::{absolute, Config, ConfigError};
 
 /// agent.json as written by a person. Every field optional; unknown fields refused.
@@ -31,16 +29,16 @@ pub(super) struct FileConfig {
     pub(super) base_url: Option<String>,
     pub(super) api_key: Option<String>,
     capabilities: Option<Vec<String>>,
-    max_concurrent_tasks: Option<usize>,
-    heartbeat_interval_sec: Option<u64>,
+    pub(super) max_concurrent_tasks: Option<usize>,
+    pub(super) heartbeat_interval_sec: Option<u64>,
     allowed_paths: Option<Vec<PathBuf>>,
-    max_steps: Option<u32>,
-    step_timeout_sec: Option<u64>,
-    command_timeout_max_sec: Option<u64>,
-    max_saved_output_mb: Option<u64>,
-    context_window: Option<u64>,
-    max_tokens: Option<u32>,
-    shutdown_grace_sec: Option<u64>,
+    pub(super) max_steps: Option<u32>,
+    pub(super) step_timeout_sec: Option<u64>,
+    pub(super) command_timeout_max_sec: Option<u64>,
+    pub(super) max_saved_output_mb: Option<u64>,
+    pub(super) context_window: Option<u64>,
+    pub(super) max_tokens: Option<u32>,
+    pub(super) shutdown_grace_sec: Option<u64>,
     network: Option<NetworkPolicy>,
     sandbox: Option<SandboxMode>,
     checkpoints: Option<bool>,
@@ -54,7 +52,7 @@ pub(super) struct FileConfig {
     push: Option<bool>,
     remote: Option<String>,
     worktree_retention_days: Option<u64>,
-    git_timeout_sec: Option<u64>,
+    pub(super) git_timeout_sec: Option<u64>,
     pub(super) temperature: Option<f64>,
     pub(super) keep_alive: Option<serde_json::Value>,
     /// `mcpServers`: pasted as is from a Claude Code or Claude Desktop configuration.
@@ -205,21 +203,6 @@ pub(super) struct Sources<'a> {
     home_dir: Option<PathBuf>,
 }
 
-/// The limits of a run and of the daemon.
-struct Limits {
-    max_concurrent_tasks: usize,
-    heartbeat_interval_sec: u64,
-    max_steps: u32,
-    step_timeout_sec: u64,
-    command_timeout_max_sec: u64,
-    shutdown_grace_sec: u64,
-    git_timeout_sec: u64,
-    /// In bytes, from `max_saved_output_mb`.
-    max_saved_output: u64,
-    context_window: u64,
-    max_tokens: u32,
-}
-
 impl Sources<'_> {
     pub(super) fn pick(&self, var: &str, from_file: &Option<String>) -> Option<String> {
         self.env
@@ -276,76 +259,6 @@ impl Sources<'_> {
         }
     }
 
-    /// `provider` (with its `claude-code` alias) and `engine`.
-    fn limits(&self, provider: ProviderKind) -> Result<Limits, ConfigError> {
-        let f = &self.file;
-        // A year at most: a duration past that is a mistake, and one large enough
-        // overflows the clock's arithmetic (a deadline `now + grace`).
-        const MAX_SECS: u64 = 365 * 86_400;
-        let at_most_a_year = |field: &str, v: u64| -> Result<u64, ConfigError> {
-            if v > MAX_SECS {
-                Err(self.field_error(field, format!("must be at most {MAX_SECS} (a year)")))
-            } else {
-                Ok(v)
-            }
-        };
-        let positive = |field: &str, v: u64| -> Result<u64, ConfigError> {
-            if v == 0 {
-                Err(self.field_error(field, "must be greater than 0".into()))
-            } else {
-                Ok(v)
-            }
-        };
-        let seconds =
-            |field: &str, v: u64| positive(field, v).and_then(|v| at_most_a_year(field, v));
-        let step_timeout_sec = seconds("step_timeout_sec", f.step_timeout_sec.unwrap_or(120))?;
-        let default_window = match provider {
-            ProviderKind::Anthropic => 200_000,
-            ProviderKind::Openai => 128_000,
-            ProviderKind::Ollama => 32_768,
-        };
-        let limits = Limits {
-            max_concurrent_tasks: positive(
-                "max_concurrent_tasks",
-                f.max_concurrent_tasks.unwrap_or(2) as u64,
-            )? as usize,
-            heartbeat_interval_sec: seconds(
-                "heartbeat_interval_sec",
-                f.heartbeat_interval_sec.unwrap_or(30),
-            )?,
-            max_steps: positive("max_steps", u64::from(f.max_steps.unwrap_or(50)))? as u32,
-            step_timeout_sec,
-            command_timeout_max_sec: seconds(
-                "command_timeout_max_sec",
-                f.command_timeout_max_sec.unwrap_or(step_timeout_sec),
-            )?,
-            shutdown_grace_sec: at_most_a_year(
-                "shutdown_grace_sec",
-                f.shutdown_grace_sec.unwrap_or(30),
-            )?,
-            // 0 was always taken as 1.
-            git_timeout_sec: at_most_a_year("git_timeout_sec", f.git_timeout_sec.unwrap_or(300))?
-                .max(1),
-            max_saved_output: f
-                .max_saved_output_mb
-                .unwrap_or(64)
-                .checked_mul(1 << 20)
-                .ok_or_else(|| self.field_error("max_saved_output_mb", "is too large".into()))?,
-            context_window: positive("context_window", f.context_window.unwrap_or(default_window))?,
-            max_tokens: positive("max_tokens", u64::from(f.max_tokens.unwrap_or(8192)))? as u32,
-        };
-        if u64::from(limits.max_tokens) * 2 > limits.context_window {
-            return Err(self.field_error(
-                "max_tokens",
-                format!(
-                    "{} leaves too little of context_window {} for the conversation",
-                    limits.max_tokens, limits.context_window
-                ),
-            ));
-        }
-        Ok(limits)
-    }
-
     fn policies(&self) -> Result<(NetworkPolicy, SandboxMode, Option<bool>), ConfigError> {
         let network = choice(
             self.env,
@@ -391,9 +304,44 @@ impl Sources<'_> {
     }
 }
 
-impl Config {
-    /// Loads the configuration by the priority rules of spec §1.
-    pub fn load(cli: Option<&Path>, env: &Env, cwd: &Path) -> Result<Config, ConfigError> {
+/// Who the agent is and how it meets the tracker (agent mode).
+struct Identity {
+    name: String,
+    slug: String,
+    prompt: Option<String>,
+    tracker_url: Option<String>,
+    token: Option<String>,
+    transport: Transport,
+    listen_port: u16,
+    callback_url: Option<String>,
+}
+
+/// Where a task's work happens in git, and what becomes of it.
+struct Git {
+    workspace: Option<Workspace>,
+    base_branch: Option<String>,
+    git_email: Option<String>,
+    push: bool,
+    remote: String,
+    worktree_retention_days: u64,
+}
+
+/// The chat server's address and who may call it (chat mode).
+struct Chat {
+    host: String,
+    port: u16,
+    token: Option<String>,
+    allowed_origins: Vec<String>,
+}
+
+impl<'a> Sources<'a> {
+    /// The sources of one load: the file the priority rules pick (if any), read, and
+    /// the environment; with that file's path and the agent home it implies.
+    fn open(
+        cli: Option<&Path>,
+        env: &'a Env,
+        cwd: &'a Path,
+    ) -> Result<(Self, Option<PathBuf>, Option<PathBuf>), ConfigError> {
         let (file, config_file, agent_home) = match locate(cli, env, cwd)? {
             Some((f, home)) => (read_file_config(&f)?, Some(f), Some(home)),
             None => (FileConfig::default(), None, None),
@@ -409,38 +357,117 @@ impl Config {
             env,
             cwd,
         };
-        let f = &s.file;
+        Ok((s, config_file, agent_home))
+    }
+
+    fn identity(&self) -> Result<Identity, ConfigError> {
+        let f = &self.file;
         let transports = [("http", Transport::Http), ("ws", Transport::Ws)];
-        let m = s.model_settings()?;
-        let l = s.limits(m.provider)?;
-        let (network, sandbox, checkpoints) = s.policies()?;
-        let mcp_servers = super::mcp::resolve(
-            f.mcp_servers.as_ref().unwrap_or(&Default::default()),
-            env,
-            &s.origin,
-            Duration::from_secs(l.step_timeout_sec),
-            &|p| s.file_path(p),
-        )?;
-        Ok(Config {
-            name: s
+        Ok(Identity {
+            name: self
                 .pick("AGENT_NAME", &f.name)
                 .unwrap_or_else(|| "Agent".into()),
-            slug: s.slug()?,
-            prompt: s.pick("AGENT_PROMPT", &f.prompt),
-            model_origins: m.origins.clone(),
-            tracker_url: s.url("TRACKER_URL", "tracker_url", &f.tracker_url)?,
-            token: s.pick("AGENT_TOKEN", &f.token),
+            slug: self.slug()?,
+            prompt: self.pick("AGENT_PROMPT", &f.prompt),
+            tracker_url: self.url("TRACKER_URL", "tracker_url", &f.tracker_url)?,
+            token: self.pick("AGENT_TOKEN", &f.token),
             transport: choice(
-                env,
+                self.env,
                 "AGENT_TRANSPORT",
                 &transports,
                 f.transport,
                 Transport::Http,
             )?,
-            listen_port: parse_env(env, "AGENT_PORT", "a port number")?
+            listen_port: parse_env(self.env, "AGENT_PORT", "a port number")?
                 .or(f.listen_port)
                 .unwrap_or(3200),
-            callback_url: s.url("AGENT_CALLBACK_URL", "callback_url", &f.callback_url)?,
+            callback_url: self.url("AGENT_CALLBACK_URL", "callback_url", &f.callback_url)?,
+        })
+    }
+
+    fn git(&self) -> Result<Git, ConfigError> {
+        let f = &self.file;
+        Ok(Git {
+            workspace: choice(
+                self.env,
+                "PICOGENT_WORKSPACE",
+                &[
+                    ("worktree", Some(Workspace::Worktree)),
+                    ("shared", Some(Workspace::Shared)),
+                ],
+                Some(f.workspace),
+                None,
+            )?,
+            base_branch: f.base_branch.clone().filter(|b| !b.is_empty()),
+            git_email: f.git_email.clone().filter(|e| !e.is_empty()),
+            push: f.push.unwrap_or(false),
+            remote: f.remote.clone().unwrap_or_else(|| "origin".into()),
+            worktree_retention_days: f.worktree_retention_days.unwrap_or(7),
+        })
+    }
+
+    fn chat(&self) -> Result<Chat, ConfigError> {
+        let env = self.env;
+        Ok(Chat {
+            host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
+            port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
+            token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),
+            allowed_origins: self.allowed_origins(),
+        })
+    }
+
+    /// `mcp_servers` resolved: their paths relative to the file's folder, their calls
+    /// given a step's time.
+    fn mcp_servers(
+        &self,
+        step_timeout: Duration,
+    ) -> Result<Vec<super::McpServerConfig>, ConfigError> {
+        super::mcp::resolve(
+            self.file
+                .mcp_servers
+                .as_ref()
+                .unwrap_or(&Default::default()),
+            self.env,
+            &self.origin,
+            step_timeout,
+            &|p| self.file_path(p),
+        )
+    }
+
+    /// The variable as given, else the file's path relative to the file's folder.
+    fn claude_code_path(&self) -> Option<PathBuf> {
+        self.env
+            .get("PICOGENT_CLAUDE_CODE_PATH")
+            .map(PathBuf::from)
+            .or_else(|| {
+                self.file
+                    .claude_code_path
+                    .as_ref()
+                    .map(|p| absolute(&self.file_dir, p))
+            })
+    }
+}
+
+impl Config {
+    /// Loads the configuration by the priority rules of spec §1.
+    pub fn load(cli: Option<&Path>, env: &Env, cwd: &Path) -> Result<Config, ConfigError> {
+        let (s, config_file, agent_home) = Sources::open(cli, env, cwd)?;
+        let f = &s.file;
+        let m = s.model_settings()?;
+        let l = s.limits(m.provider)?;
+        let (network, sandbox, checkpoints) = s.policies()?;
+        let mcp_servers = s.mcp_servers(Duration::from_secs(l.step_timeout_sec))?;
+        let (id, git, chat) = (s.identity()?, s.git()?, s.chat()?);
+        Ok(Config {
+            name: id.name,
+            slug: id.slug,
+            prompt: id.prompt,
+            model_origins: m.origins.clone(),
+            tracker_url: id.tracker_url,
+            token: id.token,
+            transport: id.transport,
+            listen_port: id.listen_port,
+            callback_url: id.callback_url,
             work_dir: s.work_dir(agent_home.as_ref()),
             model: m.model,
             provider: m.provider,
@@ -471,39 +498,23 @@ impl Config {
             sandbox_helper: None,
             checkpoints,
             auto_pause_on_error: f.auto_pause_on_error.unwrap_or(false),
-            workspace: choice(
-                env,
-                "PICOGENT_WORKSPACE",
-                &[
-                    ("worktree", Some(Workspace::Worktree)),
-                    ("shared", Some(Workspace::Shared)),
-                ],
-                Some(f.workspace),
-                None,
-            )?,
-            base_branch: f.base_branch.clone().filter(|b| !b.is_empty()),
-            git_email: f.git_email.clone().filter(|e| !e.is_empty()),
-            push: f.push.unwrap_or(false),
-            remote: f.remote.clone().unwrap_or_else(|| "origin".into()),
-            worktree_retention_days: f.worktree_retention_days.unwrap_or(7),
+            workspace: git.workspace,
+            base_branch: git.base_branch,
+            git_email: git.git_email,
+            push: git.push,
+            remote: git.remote,
+            worktree_retention_days: git.worktree_retention_days,
             git_timeout: std::time::Duration::from_secs(l.git_timeout_sec),
-            claude_code_path: env
-                .get("PICOGENT_CLAUDE_CODE_PATH")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    f.claude_code_path
-                        .as_ref()
-                        .map(|p| absolute(&s.file_dir, p))
-                }),
+            claude_code_path: s.claude_code_path(),
             auto_pause_after_steps: f.auto_pause_after_steps.filter(|n| *n > 0),
             loop_action: f.loop_action.unwrap_or(LoopAction::Stop),
             mcp_servers,
             project_docs: f.project_docs.unwrap_or(true),
             pi_home: f.pi_home.unwrap_or(false),
-            chat_host: env.get("PICOGENT_HOST").unwrap_or("127.0.0.1").to_string(),
-            chat_port: parse_env(env, "PICOGENT_PORT", "a port number")?.unwrap_or(3100),
-            chat_token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),
-            allowed_origins: s.allowed_origins(),
+            chat_host: chat.host,
+            chat_port: chat.port,
+            chat_token: chat.token,
+            allowed_origins: chat.allowed_origins,
             env_file: Some(cwd.join(".env")).filter(|p| p.is_file()),
             secrets_in_file: f.token.is_some() || f.api_key.is_some(),
             session_dir: None,

@@ -11,6 +11,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+mod limits;
 mod load;
 mod mcp;
 mod model;

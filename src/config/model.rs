@@ -55,74 +55,9 @@ impl Sources<'_> {
 
     pub(super) fn model_settings(&self) -> Result<ModelSettings, ConfigError> {
         let (provider, engine) = self.provider_and_engine()?;
-        let env = self.env;
-        let anthropic = provider == ProviderKind::Anthropic;
-        // The Anthropic client's own variable counts for Anthropic, after the file; the
-        // other providers have no sensible default model.
-        let model = self
-            .setting(&["PICOGENT_MODEL"], "model", &self.file.model)
-            .or_else(|| {
-                anthropic
-                    .then(|| env.get("ANTHROPIC_MODEL"))
-                    .flatten()
-                    .map(|m| (m.to_string(), "ANTHROPIC_MODEL".to_string()))
-            });
-        let mut origins = super::ModelOrigins {
-            model: model.as_ref().map_or("the default".into(), |(_, o)| {
-                o.replace("PICOGENT_MODEL", "PICOGENT_MODEL (or --model)")
-            }),
-            ..Default::default()
-        };
-        let model = model.map(|(m, _)| m);
-        let model = match model {
-            Some(m) if !m.trim().is_empty() => resolve_model(&m),
-            _ if provider == ProviderKind::Anthropic => resolve_model("sonnet"),
-            _ => {
-                let example = match provider {
-                    ProviderKind::Ollama => "qwen3:8b",
-                    _ => "gpt-4.1",
-                };
-                return Err(self.field_error(
-                    "model",
-                    format!(
-                        "provider {} needs a model: set `model` or PICOGENT_MODEL (for example {example:?})",
-                        provider.as_str()
-                    ),
-                ));
-            }
-        };
-        let (base_url, base_url_origin) = self
-            .setting(
-                &["PICOGENT_BASE_URL", provider.base_url_var()],
-                "base_url",
-                &self.file.base_url,
-            )
-            .unwrap_or_else(|| {
-                let default = provider.default_base_url().to_string();
-                (default, "the provider's default".into())
-            });
-        origins.base_url = base_url_origin;
-        let base_url = if provider == ProviderKind::Ollama {
-            ollama_url(&base_url)
-        } else {
-            base_url
-        };
-        let base_url = check_url(&base_url, "base_url", &self.origin)?;
-        let key_vars: Vec<&str> = std::iter::once("PICOGENT_API_KEY")
-            .chain(provider.api_key_var())
-            .collect();
-        let api_key = self.setting(&key_vars, "api_key", &self.file.api_key);
-        // Anthropic's client sends ANTHROPIC_AUTH_TOKEN as a bearer token instead of a key.
-        let auth_token = anthropic
-            .then(|| env.get("ANTHROPIC_AUTH_TOKEN").map(str::to_string))
-            .flatten()
-            .filter(|t| !t.is_empty());
-        origins.api_key = match (&api_key, &auth_token) {
-            (Some((_, origin)), _) => origin.clone(),
-            (None, Some(_)) => "ANTHROPIC_AUTH_TOKEN".into(),
-            (None, None) => "no setting (none was given)".into(),
-        };
-        let api_key = api_key.map(|(k, _)| k);
+        let (model, model_origin) = self.model(provider)?;
+        let (base_url, base_url_origin) = self.base_url(provider)?;
+        let (api_key, auth_token, api_key_origin) = self.credentials(provider);
         let temperature = match self.file.temperature {
             Some(t) if !(0.0..=2.0).contains(&t) => {
                 return Err(self.field_error(
@@ -149,8 +84,90 @@ impl Sources<'_> {
             api_key,
             auth_token,
             temperature,
-            origins,
+            origins: super::ModelOrigins {
+                model: model_origin,
+                base_url: base_url_origin,
+                api_key: api_key_origin,
+            },
         })
+    }
+
+    /// The model, resolved from its alias, and where it was set in words.
+    fn model(&self, provider: ProviderKind) -> Result<(String, String), ConfigError> {
+        let env = self.env;
+        let anthropic = provider == ProviderKind::Anthropic;
+        // The Anthropic client's own variable counts for Anthropic, after the file; the
+        // other providers have no sensible default model.
+        let model = self
+            .setting(&["PICOGENT_MODEL"], "model", &self.file.model)
+            .or_else(|| {
+                anthropic
+                    .then(|| env.get("ANTHROPIC_MODEL"))
+                    .flatten()
+                    .map(|m| (m.to_string(), "ANTHROPIC_MODEL".to_string()))
+            });
+        let origin = model.as_ref().map_or("the default".into(), |(_, o)| {
+            o.replace("PICOGENT_MODEL", "PICOGENT_MODEL (or --model)")
+        });
+        let model = model.map(|(m, _)| m);
+        let model = match model {
+            Some(m) if !m.trim().is_empty() => resolve_model(&m),
+            _ if provider == ProviderKind::Anthropic => resolve_model("sonnet"),
+            _ => {
+                let example = match provider {
+                    ProviderKind::Ollama => "qwen3:8b",
+                    _ => "gpt-4.1",
+                };
+                return Err(self.field_error(
+                    "model",
+                    format!(
+                        "provider {} needs a model: set `model` or PICOGENT_MODEL (for example {example:?})",
+                        provider.as_str()
+                    ),
+                ));
+            }
+        };
+        Ok((model, origin))
+    }
+
+    /// The provider's URL, checked, and where it was set in words.
+    fn base_url(&self, provider: ProviderKind) -> Result<(String, String), ConfigError> {
+        let (base_url, origin) = self
+            .setting(
+                &["PICOGENT_BASE_URL", provider.base_url_var()],
+                "base_url",
+                &self.file.base_url,
+            )
+            .unwrap_or_else(|| {
+                let default = provider.default_base_url().to_string();
+                (default, "the provider's default".into())
+            });
+        let base_url = if provider == ProviderKind::Ollama {
+            ollama_url(&base_url)
+        } else {
+            base_url
+        };
+        let base_url = check_url(&base_url, "base_url", &self.origin)?;
+        Ok((base_url, origin))
+    }
+
+    /// The API key, Anthropic's bearer token, and where the one in use was set in words.
+    fn credentials(&self, provider: ProviderKind) -> (Option<String>, Option<String>, String) {
+        let key_vars: Vec<&str> = std::iter::once("PICOGENT_API_KEY")
+            .chain(provider.api_key_var())
+            .collect();
+        let api_key = self.setting(&key_vars, "api_key", &self.file.api_key);
+        // Anthropic's client sends ANTHROPIC_AUTH_TOKEN as a bearer token instead of a key.
+        let auth_token = (provider == ProviderKind::Anthropic)
+            .then(|| self.env.get("ANTHROPIC_AUTH_TOKEN").map(str::to_string))
+            .flatten()
+            .filter(|t| !t.is_empty());
+        let origin = match (&api_key, &auth_token) {
+            (Some((_, origin)), _) => origin.clone(),
+            (None, Some(_)) => "ANTHROPIC_AUTH_TOKEN".into(),
+            (None, None) => "no setting (none was given)".into(),
+        };
+        (api_key.map(|(k, _)| k), auth_token, origin)
     }
 
     /// The first of `vars` that is set, else the file's `field`: its value, and where

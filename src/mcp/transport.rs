@@ -102,27 +102,8 @@ pub(super) struct StdioSpec<'a> {
 impl Launch {
     /// The server's program, working folder and the command that starts it.
     fn command(&self, spec: &StdioSpec) -> Result<tokio::process::Command, String> {
-        // With no allowed paths, commands may write anywhere picogent's user can: that
-        // is the operator's choice, and no place is safer than another then.
-        let inside = |p: &Path| {
-            let real = crate::sandbox::resolved(p);
-            self.writable.iter().any(|w| real.starts_with(w))
-        };
         let path = crate::sandbox::programs::trusted_path(&self.writable);
-        let program = crate::sandbox::programs::resolve(spec.command, &path)
-            .map_err(|e| format!("cannot start {:?}: {e}", spec.command))?;
-        if inside(&program) {
-            return Err(format!(
-                "cannot start {}: it lies where the agent's commands can write (allowed paths), so the agent could replace it",
-                program.display()
-            ));
-        }
-        if let Some(cwd) = spec.cwd.filter(|c| inside(c)) {
-            return Err(format!(
-                "cwd {} lies where the agent's commands can write (allowed paths): the agent could plant modules the server loads from there; leave cwd unset",
-                cwd.display()
-            ));
-        }
+        let program = self.program(spec, &path)?;
         let own = self.home.join(spec.name);
         let (cwd, tmp) = (own.join("cwd"), own.join("tmp"));
         for d in [&cwd, &tmp] {
@@ -133,30 +114,7 @@ impl Launch {
             tracing::warn!(server = spec.name, "MCP server runs unconfined (\"sandbox\": false): it can do whatever picogent's user can");
         }
         let (mut cmd, dir) = match confinement {
-            Some(c) => {
-                // Its own private /tmp is its working folder and its caches' home: empty,
-                // and gone with it (under Landlock alone, picogent's folder for it). The
-                // operator's home stays its home, read-only like the rest of the system
-                // (version managers' shims find their installs there).
-                let inner = if c.namespaces() {
-                    PathBuf::from("/tmp")
-                } else {
-                    tmp.clone()
-                };
-                // The server's own files named in its configuration stay visible.
-                let shown: Vec<PathBuf> = spec
-                    .args
-                    .iter()
-                    .map(PathBuf::from)
-                    .filter(|a| a.is_absolute())
-                    .collect();
-                let mut cmd = c.command_showing(&program, spec.args, &tmp, &shown);
-                cmd.env_clear()
-                    .env("TMPDIR", &inner)
-                    .env("XDG_CACHE_HOME", inner.join(".cache"))
-                    .env("npm_config_cache", inner.join(".npm"));
-                (cmd, spec.cwd.map_or(inner, Path::to_path_buf))
-            }
+            Some(c) => confined_command(c, &program, spec, &tmp),
             None => {
                 let supervised = self
                     .confinement
@@ -194,6 +152,63 @@ impl Launch {
         cmd.env("PATH", path).current_dir(dir);
         Ok(cmd)
     }
+
+    /// The server's program found on `path`, refused when it or the configured `cwd`
+    /// lies where the agent's commands can write.
+    fn program(&self, spec: &StdioSpec, path: &std::ffi::OsString) -> Result<PathBuf, String> {
+        // With no allowed paths, commands may write anywhere picogent's user can: that
+        // is the operator's choice, and no place is safer than another then.
+        let inside = |p: &Path| {
+            let real = crate::sandbox::resolved(p);
+            self.writable.iter().any(|w| real.starts_with(w))
+        };
+        let program = crate::sandbox::programs::resolve(spec.command, path)
+            .map_err(|e| format!("cannot start {:?}: {e}", spec.command))?;
+        if inside(&program) {
+            return Err(format!(
+                "cannot start {}: it lies where the agent's commands can write (allowed paths), so the agent could replace it",
+                program.display()
+            ));
+        }
+        if let Some(cwd) = spec.cwd.filter(|c| inside(c)) {
+            return Err(format!(
+                "cwd {} lies where the agent's commands can write (allowed paths): the agent could plant modules the server loads from there; leave cwd unset",
+                cwd.display()
+            ));
+        }
+        Ok(program)
+    }
+}
+
+/// The confined command that starts `program`, and the folder it starts in.
+fn confined_command(
+    c: &crate::sandbox::confine::Confinement,
+    program: &Path,
+    spec: &StdioSpec,
+    tmp: &Path,
+) -> (tokio::process::Command, PathBuf) {
+    // Its own private /tmp is its working folder and its caches' home: empty,
+    // and gone with it (under Landlock alone, picogent's folder for it). The
+    // operator's home stays its home, read-only like the rest of the system
+    // (version managers' shims find their installs there).
+    let inner = if c.namespaces() {
+        PathBuf::from("/tmp")
+    } else {
+        tmp.to_path_buf()
+    };
+    // The server's own files named in its configuration stay visible.
+    let shown: Vec<PathBuf> = spec
+        .args
+        .iter()
+        .map(PathBuf::from)
+        .filter(|a| a.is_absolute())
+        .collect();
+    let mut cmd = c.command_showing(program, spec.args, tmp, &shown);
+    cmd.env_clear()
+        .env("TMPDIR", &inner)
+        .env("XDG_CACHE_HOME", inner.join(".cache"))
+        .env("npm_config_cache", inner.join(".npm"));
+    (cmd, spec.cwd.map_or(inner, Path::to_path_buf))
 }
 
 /// Starts a stdio server: its stdout and stdin are the transport.

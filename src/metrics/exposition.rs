@@ -64,28 +64,9 @@ pub(super) fn process_metrics() -> String {
     // Fields 14, 15 (utime, stime), 22 (starttime), 23 (vsize), 24 (rss), counted
     // from 1 with the pid and name: here from 0 after the name, so 11, 12, 19, 20, 21.
     let cpu = (num(11) + num(12)) / ticks;
-    let boot = std::fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("btime "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .unwrap_or(0.0);
-    let start = boot + num(19) / ticks;
+    let start = boot_time() + num(19) / ticks;
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
-    let max_fds = {
-        let mut l = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit into a valid struct.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 {
-            l.rlim_cur as f64
-        } else {
-            0.0
-        }
-    };
+    let max_fds = max_open_fds();
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, sample: &str, value: f64| {
         out.push_str(&format!(
@@ -135,6 +116,33 @@ pub(super) fn process_metrics() -> String {
         max_fds,
     );
     out
+}
+
+/// When the machine booted, in seconds since the epoch (`btime` in `/proc/stat`); 0
+/// when unknown.
+fn boot_time() -> f64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// The soft limit on open file descriptors; 0 when unknown.
+fn max_open_fds() -> f64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit into a valid struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 {
+        l.rlim_cur as f64
+    } else {
+        0.0
+    }
 }
 
 #[cfg(test)]

@@ -552,11 +552,11 @@ fn read_repaired(path: &Path, writer: bool) -> Result<(File, Vec<u8>, u64), Sess
     Ok((file, bytes, size))
 }
 
-/// The entries of a session file's lines, and where each line is; the first line must
-/// be the header, lines that are no entry are skipped (and logged).
 /// Where a line is in the file: its offset and length.
 type Span = (u64, usize);
 
+/// The entries of a session file's lines, and where each line is; the first line must
+/// be the header, lines that are no entry are skipped (and logged).
 fn parse_lines(path: &Path, bytes: &[u8]) -> Result<(Vec<Entry>, Vec<Span>), SessionError> {
     let mut lines = evict::lines_with_offsets(bytes).enumerate();
     match lines.next() {

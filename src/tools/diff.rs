@@ -406,14 +406,7 @@ fn numbered_diff<'a>(
         )
     };
     let skip_marker = format!(" {:width$} ...", "");
-    // The diff as pi's parts: runs of equal, removed and added lines, in order.
-    let mut parts: Vec<(ChangeTag, Vec<&str>)> = Vec::new();
-    for change in diff.iter_all_changes() {
-        match parts.last_mut() {
-            Some((tag, lines)) if *tag == change.tag() => lines.push(change.value()),
-            _ => parts.push((change.tag(), vec![change.value()])),
-        }
-    }
+    let parts = diff_parts(diff);
     let mut first = None;
     let (mut old_n, mut new_n, mut last_was_change) = (skipped + 1, skipped + 1, false);
     for (i, (tag, lines)) in parts.iter().enumerate() {
@@ -467,6 +460,18 @@ fn numbered_diff<'a>(
         last_was_change = false;
     }
     (out, first)
+}
+
+/// The diff as pi's parts: runs of equal, removed and added lines, in order.
+fn diff_parts<'a>(diff: &'a TextDiff<'a, 'a, 'a, str>) -> Vec<(ChangeTag, Vec<&'a str>)> {
+    let mut parts: Vec<(ChangeTag, Vec<&str>)> = Vec::new();
+    for change in diff.iter_all_changes() {
+        match parts.last_mut() {
+            Some((tag, lines)) if *tag == change.tag() => lines.push(change.value()),
+            _ => parts.push((change.tag(), vec![change.value()])),
+        }
+    }
+    parts
 }
 
 #[cfg(test)]

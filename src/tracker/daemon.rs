@@ -126,25 +126,16 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
             run_http(&cfg, &token, &client, &router, &timing, &stop, &server_stop).await
         }
         Transport::Ws => {
-            // Probes (a container's health check, Kubernetes) reach `/healthz` and
-            // `/livez` from outside the pod: every interface, and no `/events`.
-            let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-            match serve(&cfg, &token, &router, false, any, &server_stop).await {
-                Ok(port) => {
-                    tracing::info!(port, "health server listening (/healthz, /livez, /metrics)")
-                }
-                Err(e) => tracing::warn!("no health server: {e}"),
-            }
-            let opts = super::ws::WsOptions {
+            run_ws(
+                &cfg,
                 tracker_url,
                 token,
-                heartbeat: Duration::from_secs(cfg.heartbeat_interval_sec),
-                backoff: timing.ws_backoff,
-            };
-            let desc = AgentDescription::new(&cfg, None);
-            super::ws::run(opts, desc, router.clone(), stop.clone())
-                .await
-                .map_err(DaemonError::from)
+                &router,
+                &timing,
+                &stop,
+                &server_stop,
+            )
+            .await
         }
     };
     if let Err(e) = &result {
@@ -173,6 +164,37 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     }
     tracing::info!("stopped");
     result
+}
+
+/// Serves the health endpoints, then keeps a WebSocket to the tracker until `stop`.
+async fn run_ws(
+    cfg: &Config,
+    tracker_url: String,
+    token: String,
+    router: &Router,
+    timing: &Timing,
+    stop: &CancellationToken,
+    server_stop: &CancellationToken,
+) -> Result<(), DaemonError> {
+    // Probes (a container's health check, Kubernetes) reach `/healthz` and
+    // `/livez` from outside the pod: every interface, and no `/events`.
+    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    match serve(cfg, &token, router, false, any, server_stop).await {
+        Ok(port) => {
+            tracing::info!(port, "health server listening (/healthz, /livez, /metrics)")
+        }
+        Err(e) => tracing::warn!("no health server: {e}"),
+    }
+    let opts = super::ws::WsOptions {
+        tracker_url,
+        token,
+        heartbeat: Duration::from_secs(cfg.heartbeat_interval_sec),
+        backoff: timing.ws_backoff,
+    };
+    let desc = AgentDescription::new(cfg, None);
+    super::ws::run(opts, desc, router.clone(), stop.clone())
+        .await
+        .map_err(DaemonError::from)
 }
 
 /// Binds the events server, registers with the callback URL, then beats until `stop`.

@@ -176,12 +176,22 @@ impl Event {
     }
 }
 
+/// The tracker's answer to a registration. Both fields are read leniently: one that
+/// is missing, null or of another type (`30.0`, `"30"`) is `None`, and the agent's
+/// own default applies, as over HTTP.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct Registered {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_option")]
     pub(crate) agent_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient_option")]
     pub(crate) heartbeat_interval_sec: Option<u64>,
+}
+
+fn lenient_option<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
 }
 
 /// A frame picogent sends over the tracker's WebSocket (tracker-protocol §3).
@@ -333,6 +343,14 @@ mod tests {
                     (r.agent_id.as_deref(), r.heartbeat_interval_sec),
                     (Some("a"), Some(5))
                 )
+            }
+            other => panic!("{other:?}"),
+        }
+        match TrackerFrame::parse(
+            r#"{"type":"registered","agent_id":7,"heartbeat_interval_sec":"30"}"#,
+        ) {
+            Ok(TrackerFrame::Registered(r)) => {
+                assert_eq!((r.agent_id, r.heartbeat_interval_sec), (None, None))
             }
             other => panic!("{other:?}"),
         }

@@ -358,51 +358,61 @@ impl Router {
         // The event is done only once the message is durably in the run's session; a
         // run that ends without reading it leaves it to be answered after, as a chat
         // job. A crash before either replays the event.
-        let (me, event_id, task_id, message) = (
-            self.clone(),
+        self.shared.tasks.spawn(self.clone().settle_injection(
+            receipt,
             event_id.to_string(),
             task_id.to_string(),
             message.clone(),
-        );
-        self.shared.tasks.spawn(async move {
-            if receipt.await.is_ok() {
-                let (done, event) = (me.clone(), event_id.clone());
-                // Done once the answer is queued (a full disk delays it, never drops it).
-                me.shared
-                    .delivery
-                    .queue_or_retry(
-                        &task_id,
-                        vec![Report::comment(
-                            "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
-                            Some(message.id.clone()),
-                        )],
-                        move || done.mark_done(&event),
-                    )
-                    .await;
-            } else {
-                let mut st = lock(&me.shared.state);
-                if st.cancelled.contains(&task_id) {
-                    drop(st);
-                    tracing::info!(task = %task_id, message = %message.id, "the task was cancelled before its run read the chat message");
-                    me.mark_done(&event_id);
-                    return;
-                }
-                tracing::info!(task = %task_id, message = %message.id, "the run ended before reading the chat message; it will be answered after");
-                // Next for its task, before anything that came later.
-                st.queue.push_front(Job {
-                    event_id,
-                    task_id,
-                    kind: JobKind::Chat {
-                        message_id: message.id,
-                        content: message.content,
-                        author: message.author.and_then(|a| a.name),
-                    },
-                });
-                drop(st);
-                me.schedule();
-            }
-        });
+        ));
         true
+    }
+
+    /// Once the run has read an injected chat message, marks its event done after the
+    /// answer is queued; when the run ended without reading it, queues it as the
+    /// task's next chat job (or drops it, the task being cancelled).
+    async fn settle_injection(
+        self,
+        receipt: tokio::sync::oneshot::Receiver<()>,
+        event_id: String,
+        task_id: String,
+        message: crate::tracker::types::ChatMessage,
+    ) {
+        if receipt.await.is_ok() {
+            let (done, event) = (self.clone(), event_id.clone());
+            // Done once the answer is queued (a full disk delays it, never drops it).
+            self.shared
+                .delivery
+                .queue_or_retry(
+                    &task_id,
+                    vec![Report::comment(
+                        "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
+                        Some(message.id.clone()),
+                    )],
+                    move || done.mark_done(&event),
+                )
+                .await;
+        } else {
+            let mut st = lock(&self.shared.state);
+            if st.cancelled.contains(&task_id) {
+                drop(st);
+                tracing::info!(task = %task_id, message = %message.id, "the task was cancelled before its run read the chat message");
+                self.mark_done(&event_id);
+                return;
+            }
+            tracing::info!(task = %task_id, message = %message.id, "the run ended before reading the chat message; it will be answered after");
+            // Next for its task, before anything that came later.
+            st.queue.push_front(Job {
+                event_id,
+                task_id,
+                kind: JobKind::Chat {
+                    message_id: message.id,
+                    content: message.content,
+                    author: message.author.and_then(|a| a.name),
+                },
+            });
+            drop(st);
+            self.schedule();
+        }
     }
 
     fn cancel(&self, event_id: &str, task_id: &str, reason: Option<String>) {

@@ -8,7 +8,7 @@ use super::{lock, session_for, Job, JobKind, Router, StopReason, MAX_ATTEMPTS};
 use crate::agent::{AgentEvent, Outcome, RunRequest, WorktreeRun};
 use crate::tracker::delivery;
 use crate::tracker::types::{Report, TaskStatus};
-use crate::tracker::worktree::TaskTree;
+use crate::tracker::worktree::{FolderStatus, TaskTree};
 
 impl Router {
     pub(super) async fn run_job(self, job: Job, cancel: CancellationToken) {
@@ -17,26 +17,9 @@ impl Router {
             return self.never_started(job).await;
         }
         let attempt = self.record_start(&job.event_id).await;
-        let task = job.task_id.clone();
-        let session_id = session_for(&task);
-        let delivery = self.shared.delivery.clone();
-        let prompt = match &job.kind {
-            JobKind::Task { title, description } => {
-                if attempt > MAX_ATTEMPTS {
-                    let reports = delivery::stopped_retrying(attempt - 1, &session_id);
-                    return self.report_and_end(&job, reports).await;
-                }
-                delivery
-                    .report(&task, vec![Report::status(TaskStatus::InProgress)])
-                    .await;
-                task_prompt(title, description, attempt)
-            }
-            JobKind::Chat {
-                content, author, ..
-            } => match author {
-                Some(a) => format!("{a} writes on this task:\n\n{content}"),
-                None => content.clone(),
-            },
+        let session_id = session_for(&job.task_id);
+        let Some(prompt) = self.prompt(&job, attempt, &session_id).await else {
+            return;
         };
         let mut request = RunRequest::new(prompt, session_id.clone());
         let tree = match self.open_tree(&job, &session_id).await {
@@ -55,8 +38,48 @@ impl Router {
             Some(f) => Some(f.before().await),
             None => None,
         };
-        tracing::info!(task = %task, event = %job.event_id, attempt, "run started");
+        tracing::info!(task = %job.task_id, event = %job.event_id, attempt, "run started");
         let outcome = self.drive(&job, request, cancel).await;
+        self.conclude(&job, &session_id, outcome, (tree, before))
+            .await;
+    }
+
+    /// The run's prompt: a task's (reported in progress first), or a chat message's.
+    /// `None` once a task interrupted too often was reported blocked instead.
+    async fn prompt(&self, job: &Job, attempt: u32, session_id: &str) -> Option<String> {
+        match &job.kind {
+            JobKind::Task { title, description } => {
+                if attempt > MAX_ATTEMPTS {
+                    let reports = delivery::stopped_retrying(attempt - 1, session_id);
+                    self.report_and_end(job, reports).await;
+                    return None;
+                }
+                self.shared
+                    .delivery
+                    .report(&job.task_id, vec![Report::status(TaskStatus::InProgress)])
+                    .await;
+                Some(task_prompt(title, description, attempt))
+            }
+            JobKind::Chat {
+                content, author, ..
+            } => Some(match author {
+                Some(a) => format!("{a} writes on this task:\n\n{content}"),
+                None => content.clone(),
+            }),
+        }
+    }
+
+    /// After the run: what changed (its worktree closed, or the shared folder's
+    /// changes), the reports queued (the event done once they are), the job ended.
+    async fn conclude(
+        &self,
+        job: &Job,
+        session_id: &str,
+        outcome: Outcome,
+        (tree, before): (Option<TaskTree>, Option<FolderStatus>),
+    ) {
+        let task = job.task_id.clone();
+        let delivery = self.shared.delivery.clone();
         let why = lock(&self.shared.state)
             .running
             .get_mut(&task)
@@ -66,7 +89,7 @@ impl Router {
         let appendix = match (&self.shared.shared_folder, before) {
             (Some(f), Some(before)) => f.changed_since(before).await,
             _ => self
-                .close_tree(&job, tree, &outcome, &why)
+                .close_tree(job, tree, &outcome, &why)
                 .await
                 .map(|(text, commit)| {
                     named = commit;
@@ -74,7 +97,7 @@ impl Router {
                 }),
         };
         let mut reports =
-            delivery::outcome_reports(&task, job.reply_to(), &session_id, outcome, why);
+            delivery::outcome_reports(&task, job.reply_to(), session_id, outcome, why);
         if let (Some(reports), Some(text)) = (&mut reports, appendix) {
             if let Some(Report::Comment { content, .. }) = reports.first_mut() {
                 content.push_str("\n\n");
@@ -102,7 +125,7 @@ impl Router {
                 })
                 .await;
         }
-        self.finish(&job, false);
+        self.finish(job, false);
     }
 
     /// Queues a job's reports (the event is marked done once they are queued, now or

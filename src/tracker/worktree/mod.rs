@@ -497,7 +497,7 @@ impl Worktrees {
 mod deliver;
 mod lifecycle;
 mod shared;
-pub(crate) use shared::SharedFolder;
+pub(crate) use shared::{SharedFolder, Status as FolderStatus};
 
 /// The router's side: each step off the runtime's threads (git is blocking work).
 impl Worktrees {

@@ -1,9 +1,11 @@
 //! `claude --output-format stream-json`, as types: each line is a `Wire` frame, read by
 //! serde, and mapped onto what it means for picogent (`Line`). Frames and blocks of
 //! types picogent does not use are skipped; a line that is not a frame is logged,
-//! naming it, and skipped.
+//! naming it, and skipped. Fields are read leniently, as the CLI's output is not ours:
+//! a null or a value of another type is the field's default, and a block that does
+//! not parse is skipped (logged) without losing the rest of its message.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::message::{Content, ToolResultMessage, Usage};
@@ -28,14 +30,22 @@ pub(super) enum Line {
     Other,
 }
 
+/// A field's value, or its default when it is null or of another type.
+fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned + Default>(
+    d: D,
+) -> Result<T, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).unwrap_or_default())
+}
+
 /// One line of the stream.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Wire {
     System {
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         subtype: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         session_id: String,
     },
     Assistant {
@@ -45,30 +55,44 @@ enum Wire {
         message: Turn,
     },
     Result {
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         subtype: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         is_error: bool,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         result: Option<String>,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         errors: Vec<Value>,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         usage: WireUsage,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         total_cost_usd: Option<f64>,
     },
     #[serde(other)]
     Other,
 }
 
-/// A message of an assistant or user line.
+/// A message of an assistant or user line. Its blocks are read one by one (see
+/// `blocks`); content that is a plain string carries none picogent uses.
 #[derive(Debug, Deserialize)]
 struct Turn {
-    #[serde(default)]
-    content: Vec<Block>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
+    content: Vec<Value>,
+    #[serde(default, deserialize_with = "lenient")]
     usage: WireUsage,
+}
+
+/// The blocks of a message that parse; one that does not is logged and skipped.
+fn blocks(content: Vec<Value>) -> impl Iterator<Item = Block> {
+    content
+        .into_iter()
+        .filter_map(|b| match serde_json::from_value::<Block>(b) {
+            Ok(block) => Some(block),
+            Err(e) => {
+                tracing::warn!("a content block from Claude Code was skipped: {e}");
+                None
+            }
+        })
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,20 +102,20 @@ enum Block {
         text: String,
     },
     Thinking {
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         thinking: String,
     },
     ToolUse {
         id: String,
         name: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         input: Value,
     },
     ToolResult {
         tool_use_id: String,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         content: ResultContent,
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient")]
         is_error: bool,
     },
     #[serde(other)]
@@ -103,27 +127,27 @@ enum Block {
 #[serde(untagged)]
 enum ResultContent {
     Text(String),
-    Parts(Vec<Part>),
+    Parts(Vec<Value>),
     #[default]
     None,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct Part {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     text: Option<String>,
 }
 
-/// The Anthropic usage object Claude Code passes on.
+/// The Anthropic usage object Claude Code passes on (the cache counts may be null).
 #[derive(Debug, Default, Deserialize)]
 struct WireUsage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     output_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     cache_read_input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     cache_creation_input_tokens: u64,
 }
 
@@ -159,12 +183,12 @@ pub(super) fn parse_line(line: &str) -> Line {
             session_id,
         } if subtype == "init" => Line::Init { session_id },
         Wire::Assistant { message } => Line::Assistant {
-            content: message.content.into_iter().filter_map(content_of).collect(),
+            content: blocks(message.content).filter_map(content_of).collect(),
             usage: message.usage.into(),
         },
         Wire::User { message } => {
             let results: Vec<ToolResultMessage> =
-                message.content.into_iter().filter_map(result_of).collect();
+                blocks(message.content).filter_map(result_of).collect();
             if results.is_empty() {
                 Line::Other
             } else {
@@ -227,7 +251,7 @@ fn result_of(b: Block) -> Option<ToolResultMessage> {
         ResultContent::Text(s) => s,
         ResultContent::Parts(parts) => parts
             .into_iter()
-            .filter_map(|p| p.text)
+            .filter_map(|p| serde_json::from_value::<Part>(p).unwrap_or_default().text)
             .collect::<Vec<_>>()
             .join("\n"),
         ResultContent::None => String::new(),
@@ -312,6 +336,27 @@ mod tests {
         }
         assert_eq!(
             parse_line(r#"{"type":"stream_event","event":{}}"#),
+            Line::Other
+        );
+        // Nulls and odd values are defaults; a block that does not parse is skipped
+        // alone.
+        match parse_line(
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":5},{"text":"no type"},{"type":"text","text":"kept"}],"usage":{"input_tokens":3,"output_tokens":1,"cache_read_input_tokens":null,"cache_creation_input_tokens":null}}}"#,
+        ) {
+            Line::Assistant { content, usage } => {
+                assert_eq!(content, vec![Content::text("kept")]);
+                assert_eq!((usage.input, usage.cache_read), (3, 0));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_line(
+            r#"{"type":"result","subtype":"success","is_error":null,"result":"ok","usage":null,"total_cost_usd":null}"#,
+        ) {
+            Line::Result { ok, text, .. } => assert_eq!((ok, text.as_str()), (true, "ok")),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            parse_line(r#"{"type":"user","message":{"content":"just words"}}"#),
             Line::Other
         );
         match parse_line(
