@@ -5,7 +5,8 @@
 
 use std::borrow::Cow;
 
-use super::{parse_entry, Body, Known, Session};
+use super::file::parse_entry;
+use super::{Body, Known, Session};
 use crate::message::Message;
 
 impl Session {

@@ -19,6 +19,7 @@
 pub mod branches;
 mod context;
 mod evict;
+mod file;
 pub mod find;
 mod migrate;
 mod model;
@@ -36,6 +37,7 @@ use serde_json::Value;
 
 use crate::message::Message;
 pub use context::Context;
+use file::{parse_lines, read_repaired, Span};
 pub use records::Record;
 
 #[derive(Debug, thiserror::Error)]
@@ -497,199 +499,10 @@ impl Session {
     }
 }
 
-/// The file opened (to append, for a writer) and its bytes: migrated to version 3
-/// (rewritten, for a writer), and without a torn last line. A last line without its
-/// newline was being written when the process died (or, for a reader, is being
-/// written right now): a writer completes it when it parses, else cuts it off; a
-/// reader leaves it out. Also the file's length once repaired.
-fn read_repaired(path: &Path, writer: bool) -> Result<(File, Vec<u8>, u64), SessionError> {
-    let io = |source| SessionError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let bytes = std::fs::read(path).map_err(io)?;
-    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
-    let bytes = match bytes.get(..whole).and_then(migrate::migrate) {
-        Some(migrated) => {
-            if writer {
-                rewrite(path, &migrated).map_err(io)?;
-            }
-            migrated
-        }
-        None => bytes,
-    };
-    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
-    if !writer {
-        let file = File::open(path).map_err(io)?;
-        let bytes = bytes
-            .get(..complete)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default();
-        let size = bytes.len() as u64;
-        return Ok((file, bytes, size));
-    }
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .open(path)
-        .map_err(io)?;
-    let mut size = bytes.len() as u64;
-    let torn = bytes.get(complete..).unwrap_or_default();
-    if !torn.is_empty() {
-        if serde_json::from_slice::<Value>(torn).is_ok() {
-            file.write_all(b"\n").map_err(io)?;
-            size += 1;
-        } else {
-            tracing::warn!(
-                "session file {}: dropping a torn last line ({} bytes)",
-                path.display(),
-                torn.len()
-            );
-            file.set_len(complete as u64).map_err(io)?;
-            size = complete as u64;
-        }
-    }
-    Ok((file, bytes, size))
-}
-
-/// Where a line is in the file: its offset and length.
-type Span = (u64, usize);
-
-/// The entries of a session file's lines, and where each line is; the first line must
-/// be the header, lines that are no entry are skipped (and logged).
-fn parse_lines(path: &Path, bytes: &[u8]) -> Result<(Vec<Entry>, Vec<Span>), SessionError> {
-    let mut lines = evict::lines_with_offsets(bytes).enumerate();
-    match lines.next() {
-        Some((_, (_, first)))
-            if serde_json::from_str::<Header>(&first).is_ok_and(|h| h.kind == "session") => {}
-        _ => {
-            return Err(SessionError::Corrupt {
-                path: path.to_path_buf(),
-                message: "line 1 is not a session header".into(),
-            })
-        }
-    }
-    let mut entries = Vec::new();
-    let mut spans = Vec::new();
-    for (n, (span, line)) in lines {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match parse_entry(&line) {
-            Some(e) => {
-                entries.push(e);
-                spans.push(span);
-            }
-            None => tracing::warn!(
-                "session file {}: line {} is not an entry, skipped",
-                path.display(),
-                n + 1
-            ),
-        }
-    }
-    Ok((entries, spans))
-}
-
 async fn off_runtime(
     f: impl FnOnce() -> Result<Session, SessionError> + Send + 'static,
 ) -> Result<Session, SessionError> {
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(SessionError::Internal(e.to_string())))
-}
-
-fn parse_entry(line: &str) -> Option<Entry> {
-    let v: Value = serde_json::from_str(line).ok()?;
-    let id = v.get("id")?.as_str()?.to_string();
-    let parent_id = v
-        .get("parentId")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let timestamp = v
-        .get("timestamp")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let kind = v.get("type")?.as_str()?.to_string();
-    let body = match pi_user_text(&kind, &v) {
-        Some(text) => Body::UserText(kind, text),
-        None => match serde_json::from_value::<Known>(v) {
-            Ok(k) => Body::Known(k),
-            Err(_) => {
-                tracing::debug!(entry = %id, kind, "session entry kept but not sent to the model");
-                Body::Other(kind)
-            }
-        },
-    };
-    Some(Entry {
-        id,
-        parent_id,
-        timestamp,
-        body,
-    })
-}
-
-/// What pi sends the model for its own entries that are not plain messages: the output
-/// of a `!command` (`bashExecution`), an extension's `custom` message or
-/// `custom_message` entry. `None` for anything else.
-fn pi_user_text(kind: &str, v: &Value) -> Option<String> {
-    let content_text = |c: &Value| match c {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(blocks) => Some(
-            blocks
-                .iter()
-                .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        ),
-        _ => None,
-    };
-    match kind {
-        "custom_message" => content_text(v.get("content")?),
-        "message" => {
-            let m = v.get("message")?;
-            match m.get("role")?.as_str()? {
-                "custom" => content_text(m.get("content")?),
-                "bashExecution" if m.get("excludeFromContext") != Some(&Value::Bool(true)) => {
-                    Some(bash_execution_text(m))
-                }
-                _ => None,
-            }
-        }
-        _ => None,
-    }
-}
-
-/// pi's rendering of a `!command` and its output for the model.
-fn bash_execution_text(m: &Value) -> String {
-    let command = m.get("command").and_then(Value::as_str).unwrap_or_default();
-    let mut text = format!("Ran `{command}`\n");
-    match m.get("output").and_then(Value::as_str) {
-        Some(out) if !out.is_empty() => text.push_str(&format!("```\n{out}\n```")),
-        _ => text.push_str("(no output)"),
-    }
-    if m.get("cancelled") == Some(&Value::Bool(true)) {
-        text.push_str("\n\n(command cancelled)");
-    } else if let Some(code) = m
-        .get("exitCode")
-        .and_then(Value::as_i64)
-        .filter(|c| *c != 0)
-    {
-        text.push_str(&format!("\n\nCommand exited with code {code}"));
-    }
-    if m.get("truncated") == Some(&Value::Bool(true)) {
-        if let Some(p) = m.get("fullOutputPath").and_then(Value::as_str) {
-            text.push_str(&format!("\n\n[Output truncated. Full output: {p}]"));
-        }
-    }
-    text
-}
-
-/// Replaces a file's content at once (a migrated session, as pi rewrites it).
-fn rewrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".migrating");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }
