@@ -53,7 +53,7 @@ pub(crate) enum StopReason {
     Aborted,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub(crate) struct Cost {
     pub(crate) input: f64,
@@ -63,7 +63,7 @@ pub(crate) struct Cost {
     pub(crate) total: f64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Usage {
     pub input: u64,

@@ -427,7 +427,7 @@ fn preview_args<'a>(extra: &[&'a str], commit: &'a str, paths: &[&'a str]) -> Ve
 const DIFF_CAP: usize = 100 * 1024;
 
 /// What a rollback would change: [`Checkpoints::preview`].
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Preview {
     pub files: Vec<PreviewFile>,
     pub diff: String,
@@ -436,7 +436,7 @@ pub struct Preview {
 /// One file a rollback puts back: how the session's steps changed it since the
 /// checkpoint (`added`: the rollback deletes it; `deleted`: it comes back), and the
 /// lines they added and removed (none for a binary file).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PreviewFile {
     pub path: String,
     pub status: String,

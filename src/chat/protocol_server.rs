@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What a `state` frame says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Shown {
     Running,
@@ -30,7 +30,7 @@ impl From<crate::agent::control::RunState> for Shown {
 }
 
 /// What a frame the server sends says: its `type` and `content` (and `step`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum ServerFrame {
     /// A fragment of the answer, streamed as generated.
@@ -151,14 +151,14 @@ pub(crate) enum ServerFrame {
 /// and the `keepAlive` requests running in it. `items` stop where the first running
 /// request began: that request's frames come from `subscribe` (`after` 0), so
 /// nothing is shown twice.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct History {
     pub(crate) items: Vec<HistoryItem>,
     pub(crate) running: Vec<RunningRequest>,
 }
 
 /// One item of a session's history: a prompt, or what its request's frames said.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum HistoryItem {
     /// A person's prompt: a new request starts here.
@@ -192,7 +192,7 @@ pub(crate) enum HistoryItem {
 }
 
 /// A running `keepAlive` request: subscribe to it by `runId`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RunningRequest {
     pub(crate) id: String,
@@ -204,7 +204,7 @@ pub(crate) struct RunningRequest {
 }
 
 /// One session in a `sessions` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct SessionInfo {
     pub(crate) id: String,
     /// The first prompt, on one line.
@@ -219,7 +219,7 @@ pub(crate) struct SessionInfo {
 }
 
 /// One branch in a `branches` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct BranchSummary {
     pub(crate) name: String,
     pub(crate) steps: usize,
@@ -244,7 +244,7 @@ impl ServerFrame {
 }
 
 /// A server frame on the wire: `{id, type, content, step?, sessionId, seq?, runId?}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Outgoing {
     /// The request (or question) it answers; null when the frame had none.

@@ -400,120 +400,63 @@ fn frames_that_are_not_json_objects_or_too_large_are_refused() {
     );
 }
 
-/// Every frame type the server sends, by the exhaustive match below: a new variant
-/// does not compile until it is named here, and then the page test checks it.
-fn server_tag(f: &ServerFrame) -> &'static str {
-    match f {
-        ServerFrame::Text { .. } => "text",
-        ServerFrame::Usage { .. } => "usage",
-        ServerFrame::Notice { .. } => "notice",
-        ServerFrame::Context { .. } => "context",
-        ServerFrame::Started { .. } => "started",
-        ServerFrame::Gap { .. } => "gap",
-        ServerFrame::ToolUse { .. } => "tool_use",
-        ServerFrame::ToolOutput { .. } => "tool_output",
-        ServerFrame::ToolProgress { .. } => "tool_progress",
-        ServerFrame::Thinking { .. } => "thinking",
-        ServerFrame::ToolResult { .. } => "tool_result",
-        ServerFrame::Error { .. } => "error",
-        ServerFrame::Done { .. } => "done",
-        ServerFrame::Retry { .. } => "retry",
-        ServerFrame::State { .. } => "state",
-        ServerFrame::Instruction { .. } => "instruction",
-        ServerFrame::Checkpoint { .. } => "checkpoint",
-        ServerFrame::Rollback { .. } => "rollback",
-        ServerFrame::Branches { .. } => "branches",
-        ServerFrame::Compare { .. } => "compare",
-        ServerFrame::Prefer { .. } => "prefer",
-        ServerFrame::Annotated { .. } => "annotated",
-        ServerFrame::History { .. } => "history",
-        ServerFrame::Sessions { .. } => "sessions",
-        ServerFrame::Deleted { .. } => "deleted",
-        ServerFrame::Renamed { .. } => "renamed",
-        ServerFrame::Preview { .. } => "preview",
-    }
+/// The `type` of every variant of `T`'s frames, read from the JSON schema schemars
+/// derives from the Rust type (variants that are another type's frames excluded).
+fn tags_of<T: schemars::JsonSchema>() -> std::collections::BTreeSet<String> {
+    let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap();
+    // Tagged variants are `oneOf`; with an untagged one among them, `anyOf`.
+    let variants = ["oneOf", "anyOf"]
+        .into_iter()
+        .filter_map(|k| schema[k].as_array().cloned())
+        .flatten()
+        .collect::<Vec<_>>();
+    variants
+        .iter()
+        .filter_map(|v| v["properties"]["type"]["const"].as_str())
+        .map(str::to_string)
+        .collect()
 }
 
-/// The same for a history's own items (its frames are server frames).
-fn history_tag(i: &HistoryItem) -> &'static str {
-    match i {
-        HistoryItem::User { .. } => "user",
-        HistoryItem::Branch { .. } => "branch",
-        HistoryItem::Label { .. } => "label",
-        HistoryItem::Rating { .. } => "rating",
-        HistoryItem::Interrupted { .. } => "interrupted",
-        HistoryItem::Frame(f) => server_tag(f),
+/// The schema of every frame the server sends, kept in docs/ for people and other
+/// clients; a test holds it to the types (`PICOGENT_WRITE_SCHEMA=1` rewrites it).
+fn frames_schema() -> String {
+    #[derive(schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct ChatServerFrames {
+        /// Every frame on the wire.
+        frame: Outgoing,
+        /// One item of a `history` answer's `items`.
+        history_item: HistoryItem,
     }
+    let schema = schemars::schema_for!(ChatServerFrames);
+    serde_json::to_string_pretty(&schema).unwrap() + "\n"
+}
+
+#[test]
+fn the_documented_schema_is_the_frames_types() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/chat-frames.schema.json");
+    let now = frames_schema();
+    if std::env::var_os("PICOGENT_WRITE_SCHEMA").is_some() {
+        std::fs::write(path, &now).unwrap();
+    }
+    let kept = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        kept == now,
+        "docs/chat-frames.schema.json is not the frames' schema: PICOGENT_WRITE_SCHEMA=1 cargo test --lib documented_schema"
+    );
 }
 
 #[test]
 fn the_page_handles_every_frame_the_server_sends_and_no_other() {
-    let s = || String::new();
-    let frames = [
-        ServerFrame::Text { content: s() },
-        ServerFrame::Usage {
-            content: Default::default(),
-            step: 1,
-        },
-        ServerFrame::Notice { content: s() },
-        ServerFrame::Gap { content: s() },
-        ServerFrame::ToolResult { content: s() },
-        ServerFrame::Thinking { content: s() },
-        ServerFrame::error("e"),
-        ServerFrame::done(),
-    ];
-    // The serialised `type` is the name the match gives (for the ones built here).
-    for f in &frames {
-        let v = serde_json::to_value(f).unwrap();
-        assert_eq!(v["type"], server_tag(f), "{v}");
-    }
-    let items = [
-        HistoryItem::User { content: s() },
-        HistoryItem::Interrupted {
-            run_id: None,
-            content: s(),
-        },
-    ];
-    for i in &items {
-        let v = serde_json::to_value(i).unwrap();
-        assert_eq!(v["type"], history_tag(i), "{v}");
-    }
+    let mut known = tags_of::<ServerFrame>();
+    assert!(
+        known.len() >= 27 && known.contains("tool_progress"),
+        "{known:?}"
+    );
+    known.extend(tags_of::<HistoryItem>());
+    assert!(known.contains("interrupted"), "{known:?}");
     let page = include_str!("../../client.html");
-    let known = [
-        "text",
-        "usage",
-        "notice",
-        "context",
-        "started",
-        "gap",
-        "tool_use",
-        "tool_output",
-        "tool_progress",
-        "thinking",
-        "tool_result",
-        "error",
-        "done",
-        "retry",
-        "state",
-        "instruction",
-        "checkpoint",
-        "rollback",
-        "branches",
-        "compare",
-        "prefer",
-        "annotated",
-        "history",
-        "sessions",
-        "deleted",
-        "renamed",
-        "preview",
-        "user",
-        "branch",
-        "label",
-        "rating",
-        "interrupted",
-    ];
-    for tag in known {
+    for tag in &known {
         let handled =
             page.contains(&format!("case \"{tag}\"")) || page.contains(&format!("=== \"{tag}\""));
         assert!(handled, "client.html does not handle `{tag}` frames");
@@ -522,7 +465,7 @@ fn the_page_handles_every_frame_the_server_sends_and_no_other() {
     let cases = regex::Regex::new(r#"case "([a-z_]+)""#).unwrap();
     for c in cases.captures_iter(page) {
         assert!(
-            known.contains(&&c[1]),
+            known.contains(&c[1]),
             "client.html handles `{}`, which no server frame is",
             &c[1]
         );

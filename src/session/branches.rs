@@ -22,7 +22,7 @@ pub struct Branch {
 }
 
 /// One step of a branch, as compare frames and exports show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Step {
     /// A tool call with its result (absent when the call never finished).
@@ -234,7 +234,7 @@ fn final_commit(session: &Session, path: &[usize]) -> Option<String> {
 
 /// Two branches side by side from their common point.
 /// Two branches side by side from where they part (the `compare` answer).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Comparison {
     /// The last entry both share (`None`: they share nothing).
     pub branch_point: Option<String>,
@@ -247,7 +247,7 @@ pub struct Comparison {
 }
 
 /// One branch of a comparison: its steps after the branch point.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Compared {
     pub name: String,
     pub(crate) steps: Vec<Step>,

@@ -3,8 +3,6 @@
 //! only where each is in the file, to read it back when a rollback or a branch reaches
 //! it. Readers (exports, branch views) load the whole file themselves.
 
-use std::borrow::Cow;
-
 use super::file::parse_entry;
 use super::{Body, Known, Session};
 use crate::message::Message;
@@ -55,21 +53,4 @@ impl Session {
             }
         }
     }
-}
-
-/// The file's non-empty lines (without `\n` / `\r\n`), each with where it is in
-/// the file: byte offset and length.
-pub(super) fn lines_with_offsets(
-    bytes: &[u8],
-) -> impl Iterator<Item = ((u64, usize), Cow<'_, str>)> {
-    let mut offset = 0u64;
-    bytes
-        .split(|b| *b == b'\n')
-        .map(move |l| {
-            let at = offset;
-            offset += l.len() as u64 + 1;
-            let text = l.strip_suffix(b"\r").unwrap_or(l);
-            ((at, l.len()), String::from_utf8_lossy(text))
-        })
-        .filter(|(_, l)| !l.is_empty())
 }

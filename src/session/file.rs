@@ -3,13 +3,14 @@
 //! kinds included (a `bashExecution` or `custom_message` becomes the user text the
 //! model saw).
 
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{evict, migrate, Body, Entry, Header, Known, SessionError};
+use super::{migrate, Body, Entry, Header, Known, SessionError};
 
 /// The file opened (to append, for a writer) and its bytes: migrated to version 3
 /// (rewritten, for a writer), and without a torn last line. A last line without its
@@ -78,7 +79,7 @@ pub(super) fn parse_lines(
     path: &Path,
     bytes: &[u8],
 ) -> Result<(Vec<Entry>, Vec<Span>), SessionError> {
-    let mut lines = evict::lines_with_offsets(bytes).enumerate();
+    let mut lines = lines_with_offsets(bytes).enumerate();
     match lines.next() {
         Some((_, (_, first)))
             if serde_json::from_str::<Header>(&first).is_ok_and(|h| h.kind == "session") => {}
@@ -204,4 +205,19 @@ fn rewrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
+}
+
+/// The file's non-empty lines (without `\n` / `\r\n`), each with where it is in
+/// the file: byte offset and length.
+fn lines_with_offsets(bytes: &[u8]) -> impl Iterator<Item = ((u64, usize), Cow<'_, str>)> {
+    let mut offset = 0u64;
+    bytes
+        .split(|b| *b == b'\n')
+        .map(move |l| {
+            let at = offset;
+            offset += l.len() as u64 + 1;
+            let text = l.strip_suffix(b"\r").unwrap_or(l);
+            ((at, l.len()), String::from_utf8_lossy(text))
+        })
+        .filter(|(_, l)| !l.is_empty())
 }

@@ -67,7 +67,7 @@ pub struct Preference {
 }
 
 /// A person's verdict on one step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepVerdict {
     Correct,
@@ -86,7 +86,7 @@ pub struct StepLabel {
 }
 
 /// How a run went, in a person's view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunOutcome {
     Success,

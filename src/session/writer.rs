@@ -112,38 +112,31 @@ impl Writer {
 
     /// Waits (on a blocking thread) until everything handed over so far is durable.
     pub(super) async fn sync(&self) -> Result<(), SessionError> {
-        let shared = self.shared.clone();
         let target = {
-            let mut st = lock(&shared);
+            let mut st = lock(&self.shared);
             st.sync_to = st.sync_to.max(st.queued);
             st.queued
         };
-        shared.work.notify_one();
-        let waited = tokio::task::spawn_blocking(move || {
-            let mut st = lock(&shared);
-            while st.synced < target && st.failed.is_none() {
-                st = shared.progress.wait(st).unwrap_or_else(|p| p.into_inner());
-            }
-        })
-        .await;
-        let st = lock(&self.shared);
-        match (self.failure(&st), waited) {
-            (Some(e), _) => Err(e),
-            (None, Err(e)) => Err(SessionError::Io {
-                path: self.path.clone(),
-                source: std::io::Error::other(e),
-            }),
-            (None, Ok(())) => Ok(()),
-        }
+        self.shared.work.notify_one();
+        self.wait_for(move |st| st.synced >= target).await
     }
 
     /// Waits (on a blocking thread) until everything handed over so far is in the file.
     pub(super) async fn written(&self) -> Result<(), SessionError> {
         let end = lock(&self.shared).queued;
+        self.wait_for(move |st| st.written >= end).await
+    }
+
+    /// Waits on a blocking thread until `reached` holds or a write failed; the
+    /// failure, if any.
+    async fn wait_for(
+        &self,
+        reached: impl Fn(&State) -> bool + Send + 'static,
+    ) -> Result<(), SessionError> {
         let shared = self.shared.clone();
         let waited = tokio::task::spawn_blocking(move || {
             let mut st = lock(&shared);
-            while st.written < end && st.failed.is_none() {
+            while !reached(&st) && st.failed.is_none() {
                 st = shared.progress.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         })

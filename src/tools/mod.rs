@@ -181,18 +181,18 @@ static BUILTIN: [&dyn Entry; 7] = [
 ];
 
 /// The built-in tool called `name`.
-pub(crate) fn find(name: &str) -> Option<&'static dyn Entry> {
+pub(crate) fn builtin(name: &str) -> Option<&'static dyn Entry> {
     BUILTIN.iter().copied().find(|t| t.name() == name)
 }
 
 /// Read-only tools may run side by side; the others run alone, in call order.
 pub(crate) fn is_read_only(name: &str) -> bool {
-    find(name).is_some_and(|t| t.read_only())
+    builtin(name).is_some_and(|t| t.read_only())
 }
 
 /// Whether people may watch the tool's output while it runs.
 pub(crate) fn streams_output(name: &str) -> bool {
-    find(name).is_some_and(|t| t.streams())
+    builtin(name).is_some_and(|t| t.streams())
 }
 
 /// Runs one tool call. Never fails: errors become error outputs for the model.
@@ -200,7 +200,7 @@ pub async fn execute(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutput 
     if ctx.cancel.is_cancelled() {
         return ToolOutput::error(ToolError::Cancelled.to_string());
     }
-    let Some(tool) = find(name) else {
+    let Some(tool) = builtin(name) else {
         return ToolOutput::error(ToolError::Unknown(name.to_string()).to_string());
     };
     let result = match tool.limit() {
@@ -217,7 +217,7 @@ pub async fn execute(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutput 
 
 /// "Read: src/main.rs", "Bash: cargo test": how a call is shown to people.
 pub(crate) fn describe_call(name: &str, args: &Value) -> String {
-    let (label, detail) = match find(name) {
+    let (label, detail) = match builtin(name) {
         Some(t) => (t.label(), t.detail(args)),
         None => (name, crate::util::one_line(&args.to_string(), 80)),
     };

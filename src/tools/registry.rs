@@ -194,7 +194,7 @@ impl Source for Builtins {
         super::specs()
     }
     fn owns(&self, name: &str) -> bool {
-        super::find(name).is_some()
+        super::builtin(name).is_some()
     }
     fn read_only(&self, name: &str) -> bool {
         super::is_read_only(name)

@@ -96,23 +96,16 @@ pub async fn send(ws: &mut Ws, v: Value) {
     ws.send(Message::Text(v.to_string().into())).await.unwrap();
 }
 
+/// The next frame but the detail frames a page renders steps and totals from; these
+/// tests follow the rest.
 pub async fn next(ws: &mut Ws) -> Value {
     loop {
-        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .expect("no frame for 30 s")
-            .unwrap()
-            .unwrap();
-        if let Message::Text(t) = msg {
-            let v: Value = serde_json::from_str(&t).unwrap();
-            // The detail frames a page renders steps and totals from; these tests
-            // follow the rest.
-            if !matches!(
-                v["type"].as_str(),
-                Some("tool_output" | "tool_progress" | "thinking" | "usage" | "context")
-            ) {
-                return v;
-            }
+        let v = next_any(ws).await;
+        if !matches!(
+            v["type"].as_str(),
+            Some("tool_output" | "tool_progress" | "thinking" | "usage" | "context")
+        ) {
+            return v;
         }
     }
 }

@@ -74,6 +74,26 @@ fn env_for(sb: &Sandbox, llm: &ScriptedLlm, bin: &Path) -> Vec<(&'static str, St
 
 use crate::common::llm;
 
+/// `picogent run --json` in session `session` on the Claude Code engine.
+async fn claude_run(
+    sb: &Sandbox,
+    llm: &ScriptedLlm,
+    bin: &Path,
+    session: &str,
+    prompt: &str,
+) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["run", "--json", "--dir"])
+        .arg(&sb.work)
+        .args(["--session", session, prompt])
+        .current_dir(sb.base())
+        .env_clear()
+        .envs(env_for(sb, llm, bin))
+        .output()
+        .await
+        .unwrap()
+}
+
 /// The requests picogent's Claude Code child made that carried a conversation (not the
 /// CLI's own side requests), as the scripted server saw them.
 fn conversation_requests(llm: &ScriptedLlm) -> Vec<Value> {
@@ -96,22 +116,7 @@ async fn picogent_run_drives_claude_code_through_a_tool_call() {
         text("Claude Code made the file."),
     ])
     .await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .args([
-            "run",
-            "--json",
-            "--dir",
-            &sb.work.display().to_string(),
-            "--session",
-            "cc1",
-            "Make a file",
-        ])
-        .current_dir(sb.base())
-        .env_clear()
-        .envs(env_for(&sb, &llm, &bin))
-        .output()
-        .await
-        .unwrap();
+    let out = claude_run(&sb, &llm, &bin, "cc1", "Make a file").await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -360,16 +365,7 @@ async fn a_failed_session_write_fails_a_claude_code_run() {
         "Words that fill the disk. ".repeat(8000)
     );
     let llm = ScriptedLlm::start(vec![text(&big)]).await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .args(["run", "--json", "--dir"])
-        .arg(&sb.work)
-        .args(["--session", "ccfull", "Say a lot"])
-        .current_dir(sb.base())
-        .env_clear()
-        .envs(env_for(&sb, &llm, &bin))
-        .output()
-        .await
-        .unwrap();
+    let out = claude_run(&sb, &llm, &bin, "ccfull", "Say a lot").await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{stdout}");
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
