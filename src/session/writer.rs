@@ -1,18 +1,19 @@
-//! A session file's one writer. `Session::append` hands each line to a thread that owns
-//! the file's writes, so a slow or full disk never holds an async runtime thread; the
-//! hand-over is bounded (`MAX_PENDING` bytes not yet written), `sync` waits for what
-//! was handed over and makes it durable, and the first failed write is kept and given
-//! to every later append and sync, so both engines see a failure the same way.
+//! A session file's one writer. `Session::append` hands each line over, and a job on
+//! the blocking pool writes what was handed over, in order, so a slow or full disk
+//! never holds an async runtime thread. The job runs only while there is work (at
+//! most one per session, so lines stay in order), so 200 open sessions do not keep
+//! 200 threads. The hand-over is bounded (`MAX_PENDING` bytes not yet written); `sync`
+//! waits for what was handed over and makes it durable; the first failed write is kept
+//! and given to every later append and sync, so both engines see a failure the same way.
 //!
-//! The thread is the session's: `close` (or, as a last resort, dropping the session)
-//! waits until everything handed over is written, so the next writer of the session,
-//! which loads the file under the session lock, never misses a line.
+//! `close` (or, as a last resort, dropping the session) waits until everything handed
+//! over is written, so the next writer of the session, which loads the file under the
+//! session lock, never misses a line.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
 use super::SessionError;
 
@@ -23,17 +24,17 @@ const MAX_PENDING: usize = 64 << 20;
 
 pub(super) struct Writer {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
     path: PathBuf,
 }
 
-#[derive(Default)]
 struct Shared {
+    /// Written only by the session's one job at a time.
+    file: File,
     state: Mutex<State>,
-    /// The thread waits here for work.
-    work: Condvar,
-    /// Callers wait here for progress (`written`, `synced`, a failure).
+    /// Blocking callers wait here for progress (`written`, `synced`, idle, a failure).
     progress: Condvar,
+    /// Async callers wait here for the same.
+    moved: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -48,7 +49,17 @@ struct State {
     /// A sync is asked for, up to this many bytes.
     sync_to: u64,
     failed: Option<(std::io::ErrorKind, String)>,
-    closing: bool,
+    /// A job is writing, or about to.
+    busy: bool,
+    /// The job started (a job the pool never starts, as at a runtime's shutdown, is
+    /// done by `finish` instead).
+    claimed: bool,
+}
+
+impl State {
+    fn has_work(&self) -> bool {
+        self.failed.is_none() && (!self.pending.is_empty() || self.sync_to > self.synced)
+    }
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
@@ -56,25 +67,22 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 }
 
 impl Writer {
-    /// Starts the writer of `file` (opened for appending), whose first `size` bytes
-    /// are already written.
+    /// The writer of `file` (opened for appending), whose first `size` bytes are
+    /// already written.
     pub(super) fn start(file: File, path: PathBuf, size: u64) -> Result<Writer, SessionError> {
-        let shared = Arc::new(Shared::default());
-        {
-            let mut st = lock(&shared);
-            (st.queued, st.written, st.synced) = (size, size, size);
-        }
-        let me = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("session-writer".into())
-            .spawn(move || write_loop(file, &me))
-            .map_err(|source| SessionError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        let state = State {
+            queued: size,
+            written: size,
+            synced: size,
+            ..State::default()
+        };
         Ok(Writer {
-            shared,
-            thread: Some(thread),
+            shared: Arc::new(Shared {
+                file,
+                state: Mutex::new(state),
+                progress: Condvar::new(),
+                moved: tokio::sync::Notify::new(),
+            }),
             path,
         })
     }
@@ -105,50 +113,43 @@ impl Writer {
         }
         st.pending.extend_from_slice(line);
         st.queued += line.len() as u64;
-        drop(st);
-        self.shared.work.notify_one();
+        kick(&self.shared, st);
         Ok(())
     }
 
-    /// Waits (on a blocking thread) until everything handed over so far is durable.
+    /// Waits until everything handed over so far is durable.
     pub(super) async fn sync(&self) -> Result<(), SessionError> {
         let target = {
             let mut st = lock(&self.shared);
             st.sync_to = st.sync_to.max(st.queued);
-            st.queued
+            let target = st.queued;
+            kick(&self.shared, st);
+            target
         };
-        self.shared.work.notify_one();
-        self.wait_for(move |st| st.synced >= target).await
+        self.wait_for(|st| st.synced >= target).await
     }
 
-    /// Waits (on a blocking thread) until everything handed over so far is in the file.
+    /// Waits until everything handed over so far is in the file.
     pub(super) async fn written(&self) -> Result<(), SessionError> {
         let end = lock(&self.shared).queued;
-        self.wait_for(move |st| st.written >= end).await
+        self.wait_for(|st| st.written >= end).await
     }
 
-    /// Waits on a blocking thread until `reached` holds or a write failed; the
+    /// Waits (without holding a thread) until `reached` holds or a write failed; the
     /// failure, if any.
-    async fn wait_for(
-        &self,
-        reached: impl Fn(&State) -> bool + Send + 'static,
-    ) -> Result<(), SessionError> {
-        let shared = self.shared.clone();
-        let waited = tokio::task::spawn_blocking(move || {
-            let mut st = lock(&shared);
-            while !reached(&st) && st.failed.is_none() {
-                st = shared.progress.wait(st).unwrap_or_else(|p| p.into_inner());
+    async fn wait_for(&self, reached: impl Fn(&State) -> bool) -> Result<(), SessionError> {
+        loop {
+            let moved = self.shared.moved.notified();
+            {
+                let st = lock(&self.shared);
+                if let Some(e) = self.failure(&st) {
+                    return Err(e);
+                }
+                if reached(&st) {
+                    return Ok(());
+                }
             }
-        })
-        .await;
-        let st = lock(&self.shared);
-        match (self.failure(&st), waited) {
-            (Some(e), _) => Err(e),
-            (None, Err(e)) => Err(SessionError::Io {
-                path: self.path.clone(),
-                source: std::io::Error::other(e),
-            }),
-            (None, Ok(())) => Ok(()),
+            moved.await;
         }
     }
 
@@ -166,13 +167,30 @@ impl Writer {
         st.written >= end
     }
 
-    /// Writes what is pending and ends the thread. Blocking: call it off the runtime
-    /// (`Session::close`), or let `Drop` do it.
-    fn finish(&mut self) {
-        lock(&self.shared).closing = true;
-        self.shared.work.notify_one();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    /// Blocks until no job is writing and nothing waits (or a write failed), doing
+    /// the writing itself when no job is doing it.
+    fn finish(&self) {
+        let mut waited = 0;
+        loop {
+            let mut st = lock(&self.shared);
+            if !st.busy && !st.has_work() {
+                return;
+            }
+            // Nobody will write what waits: do it here.
+            let idle = !st.busy || (!st.claimed && waited >= 10);
+            if idle {
+                (st.busy, st.claimed) = (true, true);
+                drop(st);
+                write_all_waiting(&self.shared);
+                continue;
+            }
+            let (guard, _) = self
+                .shared
+                .progress
+                .wait_timeout(st, std::time::Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner());
+            drop(guard);
+            waited += 1;
         }
     }
 }
@@ -183,9 +201,10 @@ impl Drop for Writer {
     }
 }
 
-/// Closes a writer on a blocking thread, so the caller's runtime thread never waits for
-/// the disk; the failure of a write that was still pending is returned.
-pub(super) async fn close(mut writer: Writer) -> Result<(), SessionError> {
+/// Ends a writer once everything handed over is written, waiting on a blocking thread
+/// (never the caller's runtime thread); the failure of a write that was still pending
+/// is returned.
+pub(super) async fn close(writer: Writer) -> Result<(), SessionError> {
     let path = writer.path.clone();
     tokio::task::spawn_blocking(move || {
         writer.finish();
@@ -199,40 +218,87 @@ pub(super) async fn close(mut writer: Writer) -> Result<(), SessionError> {
     })?
 }
 
-fn write_loop(mut file: File, shared: &Shared) {
-    loop {
-        let (bytes, want_sync, closing) = {
-            let mut st = lock(shared);
-            while st.pending.is_empty() && st.sync_to <= st.synced && !st.closing {
-                st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
+/// Starts the session's job when there is work and none runs.
+fn kick(shared: &Arc<Shared>, mut st: MutexGuard<'_, State>) {
+    if st.busy || !st.has_work() {
+        return;
+    }
+    (st.busy, st.claimed) = (true, false);
+    drop(st);
+    let me = shared.clone();
+    let job = move || {
+        let mut st = lock(&me);
+        if st.claimed {
+            return;
+        }
+        st.claimed = true;
+        drop(st);
+        write_all_waiting(&me);
+    };
+    // On the runtime's blocking pool; a caller outside any runtime (a command-line
+    // export, a unit test) gets a short-lived thread of its own.
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(job)),
+        Err(_) => {
+            let me = shared.clone();
+            if std::thread::Builder::new()
+                .name("session-writer".into())
+                .spawn(job)
+                .is_err()
+            {
+                fail(&me, std::io::Error::other("no thread to write the session"));
             }
-            if st.failed.is_some() {
+        }
+    }
+}
+
+/// Writes (and syncs, when asked) until nothing waits, then lets the session go.
+fn write_all_waiting(shared: &Shared) {
+    loop {
+        let (bytes, want_sync) = {
+            let mut st = lock(shared);
+            if !st.has_work() {
+                st.busy = false;
+                drop(st);
+                tell(shared);
                 return;
             }
             let want_sync = st.sync_to > st.synced;
-            (std::mem::take(&mut st.pending), want_sync, st.closing)
+            (std::mem::take(&mut st.pending), want_sync)
         };
-        let wrote = file.write_all(&bytes);
-        let synced = match wrote {
-            Ok(()) if want_sync => file.sync_data(),
-            other => other,
-        };
-        let mut st = lock(shared);
-        match synced {
+        let done = (&shared.file)
+            .write_all(&bytes)
+            .and_then(|()| match want_sync {
+                true => shared.file.sync_data(),
+                false => Ok(()),
+            });
+        match done {
             Ok(()) => {
+                let mut st = lock(shared);
                 st.written += bytes.len() as u64;
                 if want_sync {
                     // sync_data covers every byte written before it.
                     st.synced = st.written;
                 }
             }
-            Err(e) => st.failed = Some((e.kind(), e.to_string())),
+            Err(e) => fail(shared, e),
         }
-        let stop = st.failed.is_some() || (closing && st.pending.is_empty());
-        drop(st);
-        shared.progress.notify_all();
-        if stop {
-            return;
-        }
+        tell(shared);
     }
+}
+
+/// Keeps the first failure; later appends and syncs return it.
+fn fail(shared: &Shared, e: std::io::Error) {
+    let mut st = lock(shared);
+    if st.failed.is_none() {
+        st.failed = Some((e.kind(), e.to_string()));
+    }
+    st.busy = false;
+    drop(st);
+    tell(shared);
+}
+
+fn tell(shared: &Shared) {
+    shared.progress.notify_all();
+    shared.moved.notify_waiters();
 }

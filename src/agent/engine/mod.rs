@@ -187,10 +187,16 @@ async fn locked(
     *counted = (run.steps, run.usage);
     // Everything the run appended is in the file before the session lock is let go:
     // the next run of the session loads it whole.
-    let closed = run.session.close().await;
-    match (result, closed) {
-        (Ok(_), Err(e)) => Err(e.into()),
-        (result, _) => result,
+    // A session that could not be written is the run's failure, whatever else went
+    // wrong: what it did is not on record.
+    match run.session.close().await {
+        Ok(()) => result,
+        Err(e) => {
+            if let Err(other) = &result {
+                tracing::warn!(session = %req.session_id, "the run also failed: {other}");
+            }
+            Err(e.into())
+        }
     }
 }
 
