@@ -256,6 +256,13 @@ impl SessionStore {
             .open(&path)
             .map_err(io)?;
         file.write_all(&line).map_err(io)?;
+        // The new file's name survives a power loss too (its lines, at the first sync).
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| SessionError::Io {
+                path: self.dir.clone(),
+                source,
+            })?;
         let writer = Some(writer::Writer::start(
             file.try_clone().map_err(io)?,
             path.clone(),

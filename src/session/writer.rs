@@ -70,10 +70,11 @@ impl Writer {
     /// The writer of `file` (opened for appending), whose first `size` bytes are
     /// already written.
     pub(super) fn start(file: File, path: PathBuf, size: u64) -> Result<Writer, SessionError> {
+        // Not yet durable: the first `sync` also syncs what opening wrote (a new
+        // header, a repaired last line).
         let state = State {
             queued: size,
             written: size,
-            synced: size,
             ..State::default()
         };
         Ok(Writer {
@@ -156,29 +157,27 @@ impl Writer {
     /// Blocks until the bytes before `end` are in the file (for reading a line back);
     /// false if they never will be.
     pub(super) fn written_up_to(&self, end: u64) -> bool {
-        let mut st = lock(&self.shared);
-        while st.written < end && st.failed.is_none() {
-            st = self
-                .shared
-                .progress
-                .wait(st)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-        st.written >= end
+        self.wait_blocking(|st| st.written >= end || st.failed.is_some());
+        lock(&self.shared).written >= end
     }
 
-    /// Blocks until no job is writing and nothing waits (or a write failed), doing
-    /// the writing itself when no job is doing it.
+    /// Blocks until no job is writing and nothing waits (or a write failed).
     fn finish(&self) {
+        self.wait_blocking(|st| !st.busy && !st.has_work());
+    }
+
+    /// Blocks until `done` holds, doing the writing itself when no job is doing it: a
+    /// job the pool never started (a runtime shutting down) must not leave a caller
+    /// waiting forever.
+    fn wait_blocking(&self, done: impl Fn(&State) -> bool) {
         let mut waited = 0;
         loop {
             let mut st = lock(&self.shared);
-            if !st.busy && !st.has_work() {
+            if done(&st) {
                 return;
             }
-            // Nobody will write what waits: do it here.
-            let idle = !st.busy || (!st.claimed && waited >= 10);
-            if idle {
+            let nobody = (!st.busy && st.has_work()) || (st.busy && !st.claimed && waited >= 10);
+            if nobody {
                 (st.busy, st.claimed) = (true, true);
                 drop(st);
                 write_all_waiting(&self.shared);
