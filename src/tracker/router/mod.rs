@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 mod run;
 mod status;
+#[cfg(test)]
+mod tests;
 
 use crate::agent::Agent;
 use crate::tracker::delivery::Delivery;
