@@ -83,6 +83,17 @@ pub fn one_line(s: &str, max: usize) -> String {
     }
 }
 
+/// For `#[serde(deserialize_with)]` on input that is not ours: a field's value, or its
+/// default (`None` for an `Option`) when it is null or of another type.
+pub(crate) fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    let v = <serde_json::Value as serde::Deserialize>::deserialize(d)?;
+    Ok(serde_json::from_value(v).unwrap_or_default())
+}
+
 /// Appends `value` as one JSON line.
 pub(crate) fn push_json_line<T: serde::Serialize>(
     buf: &mut Vec<u8>,

@@ -53,7 +53,29 @@ impl Tool for BashTool {
     }
 
     async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        run(a, ctx).await
+        let cwd = ctx.sandbox.check_work_dir(&ctx.work_dir)?;
+        let timeout = command_timeout(a.timeout, ctx);
+        // A process whose sandbox level is not known yet runs its first command as if
+        // namespaces work: when they do (the usual case), that is the answer, and the probe
+        // never costs a helper run of its own. When the helper could not build them, the
+        // probe decides, and the command runs again only if the level is Landlock's.
+        let optimistic = !ctx.sandbox.level_settled();
+        let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx, optimistic).await?;
+        if optimistic {
+            if refused_by_helper(&cap, &end) {
+                ctx.sandbox.settle().await;
+                if !ctx.sandbox.namespaces() {
+                    let (cap, saved, end) =
+                        run_command(&a.command, &cwd, timeout, ctx, false).await?;
+                    return Ok(report(&cap, saved, &end, timeout));
+                }
+            } else if matches!(end, End::Exited(_)) {
+                // It ran to its end inside the namespaces the helper built (a timeout or a
+                // cancel proves nothing: the next command tries again).
+                ctx.sandbox.namespaces_proven();
+            }
+        }
+        Ok(report(&cap, saved, &end, timeout))
     }
 }
 
@@ -110,31 +132,6 @@ fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-}
-
-async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let cwd = ctx.sandbox.check_work_dir(&ctx.work_dir)?;
-    let timeout = command_timeout(a.timeout, ctx);
-    // A process whose sandbox level is not known yet runs its first command as if
-    // namespaces work: when they do (the usual case), that is the answer, and the probe
-    // never costs a helper run of its own. When the helper could not build them, the
-    // probe decides, and the command runs again only if the level is Landlock's.
-    let optimistic = !ctx.sandbox.level_settled();
-    let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx, optimistic).await?;
-    if optimistic {
-        if refused_by_helper(&cap, &end) {
-            ctx.sandbox.settle().await;
-            if !ctx.sandbox.namespaces() {
-                let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx, false).await?;
-                return Ok(report(&cap, saved, &end, timeout));
-            }
-        } else if matches!(end, End::Exited(_)) {
-            // It ran to its end inside the namespaces the helper built (a timeout or a
-            // cancel proves nothing: the next command tries again).
-            ctx.sandbox.namespaces_proven();
-        }
-    }
-    Ok(report(&cap, saved, &end, timeout))
 }
 
 /// What one command run left: its output, the saved full output, how it ended.

@@ -55,65 +55,62 @@ impl Tool for EditTool {
         arg(args, "path").to_string()
     }
 
-    async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        run(a, ctx).await
+    async fn run(mut a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let budget = diff::Budget::new(ctx.step_timeout);
+        if let (Some(old_text), Some(new_text)) = (a.old_text.take(), a.new_text.take()) {
+            a.edits.push(Replacement { old_text, new_text });
+        }
+        if a.edits.is_empty() {
+            return Err(ToolError::Args {
+                tool: "edit",
+                message: "give `edits: [{oldText, newText}]` (or `oldText` and `newText`)".into(),
+            });
+        }
+        let n = a.edits.len();
+        let (sandbox, work_dir, shown) =
+            (ctx.sandbox.clone(), ctx.work_dir.clone(), a.path.clone());
+        let edits = std::mem::take(&mut a.edits);
+        // Everything that touches the file or is linear in its size, off the runtime's threads.
+        let (path, before, after) =
+            tokio::task::spawn_blocking(move || change(&sandbox, &work_dir, &shown, &edits))
+                .await
+                .map_err(|e| ToolError::Failed(format!("edit failed: {e}")))??;
+        let shown = diff::show(
+            diff::Request {
+                old: before,
+                new: after,
+                label: a.path.clone(),
+                unified_cap: MAX_BYTES,
+                numbered: true,
+            },
+            budget,
+        )
+        .await;
+        let mut text = format!(
+            "Edited {} ({n} edit{})",
+            a.path,
+            if n == 1 { "" } else { "s" }
+        );
+        if let Some(unified) = &shown.unified {
+            text.push('\n');
+            text.push_str(unified);
+        }
+        for note in &shown.notes {
+            text.push_str(&format!("\n[{note}]"));
+        }
+        let mut details = json!({
+            "path": path,
+            "diff": shown.numbered,
+            "firstChangedLine": shown.first_changed,
+        });
+        if let Some(note) = shown.note() {
+            details["diffNote"] = json!(note);
+        }
+        Ok(ToolOutput::ok(text).with_details(details))
     }
 }
 
 const BOM: &str = "\u{feff}";
-
-async fn run(mut a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let budget = diff::Budget::new(ctx.step_timeout);
-    if let (Some(old_text), Some(new_text)) = (a.old_text.take(), a.new_text.take()) {
-        a.edits.push(Replacement { old_text, new_text });
-    }
-    if a.edits.is_empty() {
-        return Err(ToolError::Args {
-            tool: "edit",
-            message: "give `edits: [{oldText, newText}]` (or `oldText` and `newText`)".into(),
-        });
-    }
-    let n = a.edits.len();
-    let (sandbox, work_dir, shown) = (ctx.sandbox.clone(), ctx.work_dir.clone(), a.path.clone());
-    let edits = std::mem::take(&mut a.edits);
-    // Everything that touches the file or is linear in its size, off the runtime's threads.
-    let (path, before, after) =
-        tokio::task::spawn_blocking(move || change(&sandbox, &work_dir, &shown, &edits))
-            .await
-            .map_err(|e| ToolError::Failed(format!("edit failed: {e}")))??;
-    let shown = diff::show(
-        diff::Request {
-            old: before,
-            new: after,
-            label: a.path.clone(),
-            unified_cap: MAX_BYTES,
-            numbered: true,
-        },
-        budget,
-    )
-    .await;
-    let mut text = format!(
-        "Edited {} ({n} edit{})",
-        a.path,
-        if n == 1 { "" } else { "s" }
-    );
-    if let Some(unified) = &shown.unified {
-        text.push('\n');
-        text.push_str(unified);
-    }
-    for note in &shown.notes {
-        text.push_str(&format!("\n[{note}]"));
-    }
-    let mut details = json!({
-        "path": path,
-        "diff": shown.numbered,
-        "firstChangedLine": shown.first_changed,
-    });
-    if let Some(note) = shown.note() {
-        details["diffNote"] = json!(note);
-    }
-    Ok(ToolOutput::ok(text).with_details(details))
-}
 
 /// Reads, edits and writes back the file (blocking): its path and its LF-normalised text
 /// before and after. Opened in one step beneath the allowed root and written back

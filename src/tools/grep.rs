@@ -50,48 +50,44 @@ impl Tool for GrepTool {
     }
 
     async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        run(a, ctx).await
+        let root = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
+        let base = if root.is_dir() {
+            root.clone()
+        } else {
+            root.parent().map(|p| p.to_path_buf()).unwrap_or_default()
+        };
+        let mut search = Search {
+            re: build_regex(&a)?,
+            glob: a.glob.as_deref().map(build_glob).transpose()?,
+            limit: a.limit.filter(|l| *l > 0).unwrap_or(100),
+            context: a.context.unwrap_or(0).min(20),
+            sandbox: ctx.sandbox.clone(),
+            base,
+            out: String::new(),
+            matches: 0,
+        };
+        let cancel = ctx.cancel.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut hit_limit = false;
+            for file in walk::files(&root, &search.sandbox) {
+                if cancel.is_cancelled() {
+                    return Err(ToolError::Cancelled);
+                }
+                search.file(&file);
+                if search.matches >= search.limit {
+                    hit_limit = true;
+                    break;
+                }
+            }
+            Ok(search.summary(&a.pattern, hit_limit))
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("grep failed: {e}")))?
     }
 }
 
 /// How much of one file grep searches.
 const MAX_FILE_BYTES: u64 = 32 << 20;
-
-async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let root = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
-    let base = if root.is_dir() {
-        root.clone()
-    } else {
-        root.parent().map(|p| p.to_path_buf()).unwrap_or_default()
-    };
-    let mut search = Search {
-        re: build_regex(&a)?,
-        glob: a.glob.as_deref().map(build_glob).transpose()?,
-        limit: a.limit.filter(|l| *l > 0).unwrap_or(100),
-        context: a.context.unwrap_or(0).min(20),
-        sandbox: ctx.sandbox.clone(),
-        base,
-        out: String::new(),
-        matches: 0,
-    };
-    let cancel = ctx.cancel.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut hit_limit = false;
-        for file in walk::files(&root, &search.sandbox) {
-            if cancel.is_cancelled() {
-                return Err(ToolError::Cancelled);
-            }
-            search.file(&file);
-            if search.matches >= search.limit {
-                hit_limit = true;
-                break;
-            }
-        }
-        Ok(search.summary(&a.pattern, hit_limit))
-    })
-    .await
-    .map_err(|e| ToolError::Failed(format!("grep failed: {e}")))?
-}
 
 fn build_regex(a: &Args) -> Result<regex::Regex, ToolError> {
     let source = if a.literal {

@@ -33,55 +33,51 @@ impl Tool for LsTool {
     }
 
     async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        run(a, ctx).await
+        let shown = a.path.clone().unwrap_or_else(|| ".".into());
+        let dir = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
+        let limit = a.limit.filter(|l| *l > 0).unwrap_or(500);
+        let sandbox = ctx.sandbox.clone();
+        tokio::task::spawn_blocking(move || {
+            if !dir.exists() {
+                return Err(ToolError::Failed(format!("{shown}: no such folder")));
+            }
+            if !dir.is_dir() {
+                return Err(ToolError::Failed(format!(
+                    "{shown} is a file, not a folder; use read"
+                )));
+            }
+            // Listed through the opened folder, checked by where it really is.
+            let opened = sandbox.open_folder(&dir, &shown)?;
+            let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&opened));
+            let rd = std::fs::read_dir(&fd_path).map_err(|e| ToolError::io(&dir, e))?;
+            let mut names: Vec<String> = rd
+                .filter_map(Result::ok)
+                .filter(|e| !sandbox.is_protected(&dir.join(e.file_name())))
+                .map(|e| {
+                    let mut n = super::walk::escape_name(&e.file_name().to_string_lossy());
+                    // file_type does not follow links; a link to a folder is listed as one.
+                    if e.path().is_dir() {
+                        n.push('/');
+                    }
+                    n
+                })
+                .collect();
+            if names.is_empty() {
+                return Ok(ToolOutput::ok(format!("{shown} is empty")));
+            }
+            names.sort();
+            let total = names.len();
+            let more = total > limit;
+            names.truncate(limit);
+            let (mut text, _) = head_bytes(names.join("\n"));
+            if more {
+                text.push_str(&format!(
+                    "\n[Showing {limit} of {total} entries. Raise limit to see more.]"
+                ));
+            }
+            Ok(ToolOutput::ok(text))
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("ls failed: {e}")))?
     }
-}
-
-async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let shown = a.path.clone().unwrap_or_else(|| ".".into());
-    let dir = ctx.sandbox.check_root(&ctx.work_dir, a.path.as_deref())?;
-    let limit = a.limit.filter(|l| *l > 0).unwrap_or(500);
-    let sandbox = ctx.sandbox.clone();
-    tokio::task::spawn_blocking(move || {
-        if !dir.exists() {
-            return Err(ToolError::Failed(format!("{shown}: no such folder")));
-        }
-        if !dir.is_dir() {
-            return Err(ToolError::Failed(format!(
-                "{shown} is a file, not a folder; use read"
-            )));
-        }
-        // Listed through the opened folder, checked by where it really is.
-        let opened = sandbox.open_folder(&dir, &shown)?;
-        let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&opened));
-        let rd = std::fs::read_dir(&fd_path).map_err(|e| ToolError::io(&dir, e))?;
-        let mut names: Vec<String> = rd
-            .filter_map(Result::ok)
-            .filter(|e| !sandbox.is_protected(&dir.join(e.file_name())))
-            .map(|e| {
-                let mut n = super::walk::escape_name(&e.file_name().to_string_lossy());
-                // file_type does not follow links; a link to a folder is listed as one.
-                if e.path().is_dir() {
-                    n.push('/');
-                }
-                n
-            })
-            .collect();
-        if names.is_empty() {
-            return Ok(ToolOutput::ok(format!("{shown} is empty")));
-        }
-        names.sort();
-        let total = names.len();
-        let more = total > limit;
-        names.truncate(limit);
-        let (mut text, _) = head_bytes(names.join("\n"));
-        if more {
-            text.push_str(&format!(
-                "\n[Showing {limit} of {total} entries. Raise limit to see more.]"
-            ));
-        }
-        Ok(ToolOutput::ok(text))
-    })
-    .await
-    .map_err(|e| ToolError::Failed(format!("ls failed: {e}")))?
 }

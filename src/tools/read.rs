@@ -34,21 +34,17 @@ impl Tool for ReadTool {
     }
 
     async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        run(a, ctx).await
+        let offset = a.offset.unwrap_or(1).max(1) as usize;
+        let limit = a.limit.filter(|l| *l > 0).map(|l| l as usize);
+        let (sandbox, work_dir) = (ctx.sandbox.clone(), ctx.work_dir.clone());
+        tokio::task::spawn_blocking(move || {
+            // Checked and opened in one step, so the path cannot be swapped in between.
+            let (file, path) = sandbox.open_read(&work_dir, &a.path)?;
+            read_lines(file, &path, &a.path, offset, limit)
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("read failed: {e}")))?
     }
-}
-
-async fn run(a: Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let offset = a.offset.unwrap_or(1).max(1) as usize;
-    let limit = a.limit.filter(|l| *l > 0).map(|l| l as usize);
-    let (sandbox, work_dir) = (ctx.sandbox.clone(), ctx.work_dir.clone());
-    tokio::task::spawn_blocking(move || {
-        // Checked and opened in one step, so the path cannot be swapped in between.
-        let (file, path) = sandbox.open_read(&work_dir, &a.path)?;
-        read_lines(file, &path, &a.path, offset, limit)
-    })
-    .await
-    .map_err(|e| ToolError::Failed(format!("read failed: {e}")))?
 }
 
 fn read_lines(

@@ -181,17 +181,10 @@ impl Event {
 /// own default applies, as over HTTP.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct Registered {
-    #[serde(default, deserialize_with = "lenient_option")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     pub(crate) agent_id: Option<String>,
-    #[serde(default, deserialize_with = "lenient_option")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     pub(crate) heartbeat_interval_sec: Option<u64>,
-}
-
-fn lenient_option<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
-    let v = Value::deserialize(d)?;
-    Ok(serde_json::from_value(v).ok())
 }
 
 /// A frame picogent sends over the tracker's WebSocket (tracker-protocol §3).

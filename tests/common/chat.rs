@@ -96,15 +96,19 @@ pub async fn send(ws: &mut Ws, v: Value) {
     ws.send(Message::Text(v.to_string().into())).await.unwrap();
 }
 
-/// The next frame but the detail frames a page renders steps and totals from; these
-/// tests follow the rest.
+/// The frames a page renders steps and totals from; most tests follow the rest.
+fn is_detail(f: &Value) -> bool {
+    matches!(
+        f["type"].as_str(),
+        Some("tool_output" | "tool_progress" | "thinking" | "usage" | "context")
+    )
+}
+
+/// The next frame but the detail frames.
 pub async fn next(ws: &mut Ws) -> Value {
     loop {
         let v = next_any(ws).await;
-        if !matches!(
-            v["type"].as_str(),
-            Some("tool_output" | "tool_progress" | "thinking" | "usage" | "context")
-        ) {
+        if !is_detail(&v) {
             return v;
         }
     }
@@ -124,17 +128,12 @@ pub async fn next_any(ws: &mut Ws) -> Value {
     }
 }
 
-/// Frames until the `done` of request `id` (frames of other requests included).
+/// Frames but the detail frames until the `done` of request `id` (frames of other
+/// requests included).
 pub async fn until_done(ws: &mut Ws, id: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let f = next(ws).await;
-        let end = f["id"] == id && f["type"] == "done";
-        out.push(f);
-        if end {
-            return out;
-        }
-    }
+    let mut all = until_done_all(ws, id).await;
+    all.retain(|f| !is_detail(f));
+    all
 }
 
 /// Frames (detail frames included) until the `done` of request `id`.

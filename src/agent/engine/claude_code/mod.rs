@@ -167,14 +167,6 @@ fn command(run: &Run<'_>, claude: &Path, args: &[String], tmp: &Path) -> tokio::
     cmd
 }
 
-/// Kills the CLI's process group and every process below it: Claude Code runs its Bash
-/// commands in process groups of their own.
-fn kill_tree(pgid: Option<i32>) {
-    if let Some(g) = pgid {
-        crate::sandbox::kill_tree(g);
-    }
-}
-
 /// The last few KB of the CLI's stderr, for error messages.
 fn stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> tokio::task::JoinHandle<String> {
     tokio::spawn(async move {
@@ -224,7 +216,11 @@ pub(super) async fn drive(run: &mut Run<'_>) -> Result<String, RunError> {
         Some(stdout) => follow(run, stdout).await,
         None => Err(engine_error("no output from claude".into())),
     };
-    kill_tree(pgid); // on cancel and timeout, and anything it left running in its group
+    // On cancel and timeout, and anything it left running: Claude Code runs its Bash
+    // commands in process groups of their own.
+    if let Some(g) = pgid {
+        crate::sandbox::kill_tree(g);
+    }
     let status = child.wait().await;
     crate::util::remove_tree_blocking(tmp, "the claude CLI's temporary folder").await;
     let tail = err_tail.await.unwrap_or_default();

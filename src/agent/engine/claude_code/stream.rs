@@ -5,7 +5,7 @@
 //! a null or a value of another type is the field's default, and a block that does
 //! not parse is skipped (logged) without losing the rest of its message.
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::message::{Content, ToolResultMessage, Usage};
@@ -30,22 +30,14 @@ pub(super) enum Line {
     Other,
 }
 
-/// A field's value, or its default when it is null or of another type.
-fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned + Default>(
-    d: D,
-) -> Result<T, D::Error> {
-    let v = Value::deserialize(d)?;
-    Ok(serde_json::from_value(v).unwrap_or_default())
-}
-
 /// One line of the stream.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Wire {
     System {
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         subtype: String,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         session_id: String,
     },
     Assistant {
@@ -55,17 +47,17 @@ enum Wire {
         message: Turn,
     },
     Result {
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         subtype: String,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         is_error: bool,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         result: Option<String>,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         errors: Vec<Value>,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         usage: WireUsage,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         total_cost_usd: Option<f64>,
     },
     #[serde(other)]
@@ -76,9 +68,9 @@ enum Wire {
 /// `blocks`); content that is a plain string carries none picogent uses.
 #[derive(Debug, Deserialize)]
 struct Turn {
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     content: Vec<Value>,
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     usage: WireUsage,
 }
 
@@ -102,20 +94,20 @@ enum Block {
         text: String,
     },
     Thinking {
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         thinking: String,
     },
     ToolUse {
         id: String,
         name: String,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         input: Value,
     },
     ToolResult {
         tool_use_id: String,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         content: ResultContent,
-        #[serde(default, deserialize_with = "lenient")]
+        #[serde(default, deserialize_with = "crate::util::lenient")]
         is_error: bool,
     },
     #[serde(other)]
@@ -134,20 +126,20 @@ enum ResultContent {
 
 #[derive(Debug, Default, Deserialize)]
 struct Part {
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     text: Option<String>,
 }
 
 /// The Anthropic usage object Claude Code passes on (the cache counts may be null).
 #[derive(Debug, Default, Deserialize)]
 struct WireUsage {
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     input_tokens: u64,
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     output_tokens: u64,
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     cache_read_input_tokens: u64,
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default, deserialize_with = "crate::util::lenient")]
     cache_creation_input_tokens: u64,
 }
 
