@@ -6,6 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The fake GitHub in the Rust tests checks every request against GitHub's OpenAPI
+# description and sends real webhook payloads: both npm packages, installed when missing.
+if [ ! -d tests/github/node_modules/@octokit/openapi ] || [ ! -d tests/github/node_modules/@octokit/webhooks-examples ]; then
+  echo "scripts/test.sh: installing GitHub's OpenAPI description and webhook examples for the Rust tests" >&2
+  (cd tests/github && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 cargo test
 
 # The browser test drives the debug binaries.

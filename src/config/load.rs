@@ -60,6 +60,10 @@ pub(super) struct FileConfig {
     mcp_servers: Option<std::collections::BTreeMap<String, super::mcp::FileMcpServer>>,
     project_docs: Option<bool>,
     pi_home: Option<bool>,
+    /// Which tracker agent mode speaks: `team-board` (the default) or `github`.
+    pub(super) tracker: Option<super::github::TrackerKind>,
+    /// GitHub as the tracker (`tracker: "github"`).
+    pub(super) github: Option<super::github::FileGithub>,
 }
 
 /// Which JSON file (if any) the priority rules pick, and the agent home it implies.
@@ -220,7 +224,7 @@ impl Sources<'_> {
     }
 
     /// A path from the file: `~` expanded, relative to the file's folder.
-    fn file_path(&self, p: &Path) -> PathBuf {
+    pub(super) fn file_path(&self, p: &Path) -> PathBuf {
         absolute(&self.file_dir, &expand_home(p, self.home_dir.as_deref()))
     }
 
@@ -458,12 +462,16 @@ impl Config {
         let (network, sandbox, checkpoints) = s.policies()?;
         let mcp_servers = s.mcp_servers(Duration::from_secs(l.step_timeout_sec))?;
         let (id, git, chat) = (s.identity()?, s.git()?, s.chat()?);
+        let tracker = s.tracker_kind()?;
+        let github = s.github(tracker, &|p| s.file_path(p))?;
         Ok(Config {
             name: id.name,
             slug: id.slug,
             prompt: id.prompt,
             model_origins: m.origins.clone(),
             tracker_url: id.tracker_url,
+            tracker,
+            github,
             token: id.token,
             transport: id.transport,
             listen_port: id.listen_port,

@@ -11,12 +11,14 @@
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+mod github;
 mod limits;
 mod load;
 mod mcp;
 mod model;
 pub mod secrets;
 mod types;
+pub use github::{GithubAuth, GithubConfig, TrackerKind, Trigger};
 pub use mcp::{McpServerConfig, McpTransport};
 pub use types::{Engine, Env, ProviderKind, Transport};
 pub(crate) use types::{LoopAction, NetworkPolicy, SandboxMode, Workspace};
@@ -78,6 +80,10 @@ pub struct Config {
     pub slug: String,
     pub(crate) prompt: Option<String>,
     pub tracker_url: Option<String>,
+    /// Which tracker agent mode speaks (`tracker`).
+    pub tracker: TrackerKind,
+    /// The `github` block, when `tracker` is `github`.
+    pub github: Option<GithubConfig>,
     pub(crate) token: Option<String>,
     pub transport: Transport,
     pub listen_port: u16,
@@ -238,9 +244,9 @@ impl Config {
         list.join(", ")
     }
 
-    /// Agent mode runs when a tracker is configured.
+    /// Agent mode runs when a tracker is configured: Team Board's URL, or GitHub.
     pub fn is_agent_mode(&self) -> bool {
-        self.tracker_url.is_some()
+        self.tracker_url.is_some() || self.tracker == TrackerKind::Github
     }
 
     /// Where session files live: `agentHome/sessions`, else `~/.picogent/sessions`.

@@ -11,11 +11,13 @@ use super::types::{AgentDescription, Load, Registered, Report};
 #[derive(Debug, thiserror::Error)]
 pub enum TrackerError {
     /// 401 or 403: the token is wrong; retrying will not help.
-    #[error("the tracker refused the token (HTTP {status} from {url}): {message}. Check AGENT_TOKEN / `token`")]
+    #[error("the tracker refused the credentials (HTTP {status} from {url}): {message}. {hint}")]
     Unauthorized {
         status: u16,
         url: String,
         message: String,
+        /// What to check: the setting that holds the credentials.
+        hint: &'static str,
     },
     /// 404: the tracker does not know the agent or the task.
     #[error("HTTP 404 from {url}: {message}")]
@@ -143,6 +145,7 @@ impl TrackerClient {
                 status,
                 url,
                 message: tracker_message(&text),
+                hint: "Check AGENT_TOKEN / `token`",
             }),
             404 => Err(TrackerError::NotFound {
                 url,
@@ -209,6 +212,8 @@ impl TrackerClient {
                 )
                 .await
                 .map(|_| ()),
+            // Only GitHub's tasks propose pull requests.
+            Report::PullRequest { .. } => Ok(()),
             Report::Comment { content, reply_to } => {
                 let mut body = json!({"content": content});
                 if let Some(r) = reply_to {

@@ -84,8 +84,41 @@ fn log_start(cfg: &Config, agent: &Agent) {
     );
 }
 
+/// The durable state every tracker kind starts from: the state folder locked (no
+/// second daemon on it), the journal and the outbox open.
+pub(crate) struct Core {
+    pub(crate) journal: JournalWriter,
+    pub(crate) outbox: Outbox,
+    _lock: crate::tracker::state_lock::StateLock,
+}
+
+impl Core {
+    pub(crate) fn open(agent: &Agent, _timing: &Timing) -> Result<Core, DaemonError> {
+        let cfg = agent.config();
+        log_start(cfg, agent);
+        let state_dir = cfg.state_dir();
+        // Held until the daemon returns: no second daemon on this state meanwhile.
+        let lock = crate::tracker::state_lock::StateLock::take(&state_dir)?;
+        let state_err = |source| DaemonError::State {
+            path: state_dir.display().to_string(),
+            source,
+        };
+        let journal = Journal::open(&state_dir).map_err(state_err)?;
+        let journal = JournalWriter::start(journal).map_err(state_err)?;
+        let outbox = Outbox::open(&state_dir).map_err(state_err)?;
+        Ok(Core {
+            journal,
+            outbox,
+            _lock: lock,
+        })
+    }
+}
+
 /// Runs agent mode until `stop` is cancelled (then drains) or a fatal error.
 pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
+    if agent.config().tracker == crate::config::TrackerKind::Github {
+        return crate::tracker::github::run(agent, timing, stop).await;
+    }
     let cfg = agent.config().clone();
     let tracker_url = cfg.tracker_url.clone().ok_or_else(|| {
         DaemonError::Config("agent mode needs tracker_url (or TRACKER_URL)".into())
@@ -93,23 +126,14 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let token = cfg.token.clone().ok_or_else(|| {
         DaemonError::Config("agent mode needs the tracker's bearer token: set AGENT_TOKEN (or `token` in agent.json)".into())
     })?;
-    log_start(&cfg, &agent);
-    let state_dir = cfg.state_dir();
-    // Held until this function returns: no second daemon on this state meanwhile.
-    let _lock = crate::tracker::state_lock::StateLock::take(&state_dir)?;
-    let state_err = |source| DaemonError::State {
-        path: state_dir.display().to_string(),
-        source,
-    };
-    let journal = Journal::open(&state_dir).map_err(state_err)?;
-    let journal = JournalWriter::start(journal).map_err(state_err)?;
-    let outbox = Outbox::open(&state_dir).map_err(state_err)?;
+    let core = Core::open(&agent, &timing)?;
+    let (journal, outbox) = (core.journal, core.outbox);
     let client = TrackerClient::new(&tracker_url, &token)
         .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?
         .with_report_timeout(timing.report_timeout);
     let worktrees =
         crate::tracker::worktree::Worktrees::decide(&cfg).map_err(DaemonError::Config)?;
-    let router = Router::new(agent.clone(), journal, outbox.clone(), worktrees);
+    let router = Router::new(agent.clone(), journal, outbox.clone(), worktrees, None);
 
     let outbox_stop = CancellationToken::new();
     let outbox_task = tokio::spawn(outbox.clone().run(
@@ -141,6 +165,29 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     if let Err(e) = &result {
         tracing::error!("{e}");
     }
+    wind_down(
+        &cfg,
+        &router,
+        &outbox,
+        outbox_task,
+        &outbox_stop,
+        &server_stop,
+    )
+    .await;
+    result
+}
+
+/// A graceful shutdown: no new events, running tasks get `shutdown_grace`, the
+/// server stops, queued reports get a moment to go out, and everything written is
+/// flushed.
+pub(crate) async fn wind_down(
+    cfg: &Config,
+    router: &Router,
+    outbox: &Outbox,
+    outbox_task: tokio::task::JoinHandle<()>,
+    outbox_stop: &CancellationToken,
+    server_stop: &CancellationToken,
+) {
     tracing::info!(
         "shutting down: no new events; running tasks get {:?} to finish",
         cfg.shutdown_grace
@@ -163,7 +210,25 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         );
     }
     tracing::info!("stopped");
-    result
+}
+
+/// GitHub mode's server on every interface at `listen_port`: the health endpoints
+/// (`/metrics` behind AGENT_TOKEN when it is set, closed otherwise) and `extra` (the
+/// webhook). Returns the port.
+pub(crate) async fn serve_health(
+    cfg: &Config,
+    router: &Router,
+    extra: Option<axum::Router>,
+    server_stop: &CancellationToken,
+) -> Result<u16, DaemonError> {
+    let token = cfg.token.clone().unwrap_or_else(|| {
+        tracing::info!(
+            "/metrics answers only with AGENT_TOKEN as its bearer token: set one to read it"
+        );
+        crate::util::random_hex(48)
+    });
+    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+    serve(cfg, &token, router, extra, any, server_stop).await
 }
 
 /// Serves the health endpoints, then keeps a WebSocket to the tracker until `stop`.
@@ -179,7 +244,7 @@ async fn run_ws(
     // Probes (a container's health check, Kubernetes) reach `/healthz` and
     // `/livez` from outside the pod: every interface, and no `/events`.
     let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-    match serve(cfg, &token, router, false, any, server_stop).await {
+    match serve(cfg, &token, router, None, any, server_stop).await {
         Ok(port) => {
             tracing::info!(port, "health server listening (/healthz, /livez, /metrics)")
         }
@@ -220,7 +285,8 @@ async fn run_http(
         }
         _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
     };
-    let port = serve(cfg, token, router, true, host, server_stop).await?;
+    let events = super::http::events_route(token.to_string(), router.clone());
+    let port = serve(cfg, token, router, Some(events), host, server_stop).await?;
     let callback = cfg.callback_url_for(port);
     tracing::info!(listen = %std::net::SocketAddr::new(host, port), callback = %callback, "events server listening");
 
@@ -247,13 +313,13 @@ async fn run_http(
     Ok(())
 }
 
-/// Binds `listen_port` on `host` and serves the events app (`/events` only when
-/// `with_events`) until `server_stop`; the port it listens on.
+/// Binds `listen_port` on `host` and serves the health app and `extra` (`/events`, the
+/// GitHub webhook) until `server_stop`; the port it listens on.
 async fn serve(
     cfg: &Config,
     token: &str,
     router: &Router,
-    with_events: bool,
+    extra: Option<axum::Router>,
     host: IpAddr,
     server_stop: &CancellationToken,
 ) -> Result<u16, DaemonError> {
@@ -268,7 +334,10 @@ async fn serve(
         .local_addr()
         .map(|a| a.port())
         .unwrap_or(cfg.listen_port);
-    let app = super::http::app(token.to_string(), router.clone(), with_events);
+    let mut app = super::http::app(token.to_string(), router.clone());
+    if let Some(extra) = extra {
+        app = app.merge(extra);
+    }
     let graceful = server_stop.clone();
     tokio::spawn(async move {
         if let Err(e) = axum::serve(crate::net::GuardedListener::new(listener), app)

@@ -38,25 +38,35 @@ struct Slot {
     _permit: Arc<tokio::sync::OwnedSemaphorePermit>,
 }
 
-/// The events server: `/events` (`with_events`: the HTTP transport; the WebSocket
-/// transport serves only the rest), `/healthz`, `/livez` and `/metrics`.
-pub(crate) fn app(token: String, router: Router, with_events: bool) -> axum::Router {
-    let ctx = Arc::new(Ctx {
+fn ctx(token: String, router: Router) -> Arc<Ctx> {
+    Arc::new(Ctx {
         token,
         router,
         in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
-    });
-    let mut app = axum::Router::new();
-    if with_events {
-        app = app.route(
+    })
+}
+
+/// `/events`, the HTTP transport's way in (bearer-checked).
+pub(crate) fn events_route(token: String, router: Router) -> axum::Router {
+    let ctx = ctx(token, router);
+    axum::Router::new()
+        .route(
             "/events",
             post(events).layer(axum::middleware::from_fn_with_state(
                 ctx.clone(),
                 authorized,
             )),
-        );
-    }
-    app.route("/healthz", get(healthz))
+        )
+        .layer(DefaultBodyLimit::max(MAX_EVENT_BYTES))
+        .with_state(ctx)
+}
+
+/// The health app every transport serves: `/healthz`, `/livez` and `/metrics`
+/// (bearer-checked).
+pub(crate) fn app(token: String, router: Router) -> axum::Router {
+    let ctx = ctx(token, router);
+    axum::Router::new()
+        .route("/healthz", get(healthz))
         .route("/livez", get(livez))
         .route(
             "/metrics",

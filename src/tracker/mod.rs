@@ -4,13 +4,15 @@
 //! chat message for a task whose run is going is passed into that run instead); the
 //! outcome becomes reports (`delivery`) queued in the durable `outbox`, delivered by
 //! the REST `client`; `registration` and heartbeats keep the tracker informed; `types`
-//! are the protocol.
+//! are the protocol. `github` is the second tracker: GitHub's issues and pull
+//! requests behind the same router, journal and outbox.
 
 mod batch;
 mod client;
 pub mod daemon;
 mod dead_letter;
 mod delivery;
+mod github;
 mod health;
 mod http;
 mod journal;

@@ -41,6 +41,28 @@ const LANES: usize = 8;
 /// Records written before the file is compacted, at least (see `commit`).
 const COMPACT_EVERY: usize = 1000;
 
+/// Where reports are delivered: the tracker's REST API (Team Board), or GitHub.
+pub(crate) trait ReportSink: Clone + Send + Sync + 'static {
+    /// Delivers one report; `key` is the same for every attempt at it.
+    fn report(
+        &self,
+        task_id: &str,
+        report: &Report,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<(), super::TrackerError>> + Send;
+}
+
+impl ReportSink for TrackerClient {
+    async fn report(
+        &self,
+        task_id: &str,
+        report: &Report,
+        key: &str,
+    ) -> Result<(), super::TrackerError> {
+        TrackerClient::report(self, task_id, report, key).await
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "r", rename_all = "snake_case")]
 enum Record {
@@ -280,9 +302,9 @@ impl Outbox {
     /// reports stay in order, and the tracker never gets a report while the same one
     /// is still being answered), up to `LANES` tasks at once, so one slow or refused
     /// report holds back only its own task's later reports.
-    pub(crate) async fn run(
+    pub(crate) async fn run<S: ReportSink>(
         self,
-        client: TrackerClient,
+        client: S,
         backoff: (Duration, Duration),
         refused_for: Duration,
         stop: CancellationToken,
@@ -346,9 +368,9 @@ impl Outbox {
     }
 
     /// Delivers one report, retrying what may pass; false when `stop` came first.
-    async fn deliver(
+    async fn deliver<S: ReportSink>(
         &self,
-        client: &TrackerClient,
+        client: &S,
         item: &Item,
         (start, cap): (Duration, Duration),
         refused_for: Duration,

@@ -287,6 +287,12 @@ pub(crate) enum Report {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reply_to: Option<String>,
     },
+    /// GitHub: propose the task's pushed branch as a pull request (found again when it
+    /// exists), `summary` the run's answer. Team Board has no such thing.
+    PullRequest {
+        branch: String,
+        summary: String,
+    },
 }
 
 impl Report {

@@ -70,6 +70,7 @@ fn refused(url: &str, status: u16, message: String) -> FatalError {
         status,
         url: url.to_string(),
         message,
+        hint: "Check AGENT_TOKEN / `token`",
     })
 }
 

@@ -331,7 +331,8 @@ async fn a_refused_token_stops_the_daemon_with_a_clear_error() {
         .unwrap()
         .unwrap_err();
     assert!(
-        err.to_string().contains("refused the token") && err.to_string().contains("AGENT_TOKEN"),
+        err.to_string().contains("refused the credentials")
+            && err.to_string().contains("AGENT_TOKEN"),
         "{err}"
     );
     assert_eq!(tracker.calls().len(), 1, "a refused token is not retried");
@@ -496,7 +497,7 @@ async fn websocket_close_4001_stops_the_daemon_naming_the_token() {
         .unwrap()
         .unwrap()
         .unwrap_err();
-    assert!(err.to_string().contains("refused the token"), "{err}");
+    assert!(err.to_string().contains("refused the credentials"), "{err}");
     assert_eq!(tracker.ws_attempts().len(), 1);
 }
 

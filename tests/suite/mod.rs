@@ -16,6 +16,8 @@ mod confinement;
 mod daemon_process;
 mod delivery;
 mod deploy;
+mod github;
+mod github_fake;
 mod hostile_input;
 mod live;
 mod mcp;

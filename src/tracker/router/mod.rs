@@ -30,6 +30,15 @@ use crate::tracker::worktree::{SharedFolder, Worktrees};
 /// reported as blocked instead of being run again.
 const MAX_ATTEMPTS: u32 = 3;
 
+/// What a tracker other than Team Board adds to a task's life (GitHub's progress
+/// comment and pull requests).
+pub(crate) trait TaskHooks: Send + Sync {
+    /// A step of a task's run (a tool call), as the log shows it.
+    fn step(&self, task: &str, summary: &str);
+    /// Whether a finished run's pushed branch is proposed (`Report::PullRequest`).
+    fn proposes(&self) -> bool;
+}
+
 /// What became of an event handed to the router.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Accepted {
@@ -116,6 +125,7 @@ struct Shared {
     /// Every task the router starts (jobs, a chat message's receipt, a cancellation's
     /// comment): `shutdown` waits for them.
     tasks: tokio_util::task::TaskTracker,
+    hooks: Option<Arc<dyn TaskHooks>>,
 }
 
 #[derive(Clone)]
@@ -190,6 +200,7 @@ impl Router {
         journal: JournalWriter,
         outbox: Outbox,
         worktrees: Option<Worktrees>,
+        hooks: Option<Arc<dyn TaskHooks>>,
     ) -> Router {
         let max = agent.config().max_concurrent_tasks;
         let mut dirs = vec![agent.config().state_dir(), agent.config().sessions_dir()];
@@ -218,8 +229,46 @@ impl Router {
                 room: Room::new(dirs),
                 journal_refusing: Mutex::new(None),
                 tasks: tokio_util::task::TaskTracker::new(),
+                hooks,
             }),
         }
+    }
+
+    /// Whether finished runs' pushed branches are proposed as pull requests.
+    fn proposes(&self) -> bool {
+        self.shared.hooks.as_ref().is_some_and(|h| h.proposes())
+    }
+
+    /// The tasks of events accepted and not finished (journaled before a restart).
+    pub(crate) fn pending_events(&self) -> Vec<Envelope> {
+        self.shared
+            .journal
+            .pending()
+            .into_iter()
+            .map(|p| p.envelope)
+            .collect()
+    }
+
+    /// Whether a run of the task is going or waiting.
+    pub(crate) fn has_work(&self, task_id: &str) -> bool {
+        let st = lock(&self.shared.state);
+        st.running.contains_key(task_id) || st.queue.iter().any(|j| j.task_id == task_id)
+    }
+
+    /// Removes an idle task's worktree (its branch stays): the task ended without a
+    /// cancellation to report.
+    pub(crate) fn forget_task(&self, task_id: &str) {
+        let (me, task) = (self.clone(), task_id.to_string());
+        self.shared.tasks.spawn(async move {
+            if let Some(w) = &me.shared.worktrees {
+                w.discard(&task).await;
+            }
+        });
+    }
+
+    /// Spawns a task the router's shutdown waits for.
+    pub(crate) fn spawn_owned(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.shared.tasks.spawn(f);
     }
 
     /// Validates, journals and schedules one event. The journal write is synced before

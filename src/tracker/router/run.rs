@@ -86,14 +86,27 @@ impl Router {
             .and_then(|r| r.why.take());
         // The task's commit the comment names: recorded as named once it is queued.
         let mut named = None;
+        let mut proposal = None;
+        let answer = match &outcome {
+            Outcome::Completed { text, .. } => Some(text.clone()),
+            _ => None,
+        };
         let appendix = match (&self.shared.shared_folder, before) {
             (Some(f), Some(before)) => f.changed_since(before).await,
             _ => self
                 .close_tree(job, tree, &outcome, &why)
                 .await
-                .map(|(text, commit)| {
-                    named = commit;
-                    text
+                .map(|closed| {
+                    named = closed.named;
+                    // A finished run's pushed branch is proposed where the tracker
+                    // takes proposals (GitHub's pull requests).
+                    if closed.pushed && self.proposes() {
+                        proposal = answer.map(|summary| Report::PullRequest {
+                            branch: closed.branch,
+                            summary,
+                        });
+                    }
+                    closed.text
                 }),
         };
         let mut reports =
@@ -103,6 +116,10 @@ impl Router {
                 content.push_str("\n\n");
                 content.push_str(&text);
             }
+        }
+        if let (Some(reports), Some(p)) = (&mut reports, proposal) {
+            // Before the result, so the result can name the pull request.
+            reports.insert(0, p);
         }
         let record_named = {
             let trees = self.shared.worktrees.clone();
@@ -189,7 +206,7 @@ impl Router {
         tree: Option<TaskTree>,
         outcome: &Outcome,
         why: &Option<StopReason>,
-    ) -> Option<(String, Option<(String, String)>)> {
+    ) -> Option<crate::tracker::worktree::Closed> {
         let (w, tree) = (self.shared.worktrees.as_ref()?, tree?);
         let interrupted = matches!(
             (outcome, why),
@@ -220,7 +237,12 @@ impl Router {
         let mut outcome = None;
         while let Some(ev) = handle.events.recv().await {
             match ev {
-                AgentEvent::ToolCall { summary, .. } => tracing::info!(task = %task, "{summary}"),
+                AgentEvent::ToolCall { summary, .. } => {
+                    tracing::info!(task = %task, "{summary}");
+                    if let (Some(h), JobKind::Task { .. }) = (&self.shared.hooks, &job.kind) {
+                        h.step(task, &summary);
+                    }
+                }
                 AgentEvent::Finished { outcome: o } => outcome = Some(o),
                 _ => {}
             }

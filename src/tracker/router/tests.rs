@@ -25,7 +25,7 @@ fn router(dir: &std::path::Path) -> Router {
     std::fs::create_dir_all(&state).unwrap();
     let agent = crate::agent::Agent::new(config).unwrap();
     let journal = JournalWriter::start(Journal::open(&state).unwrap()).unwrap();
-    Router::new(agent, journal, Outbox::open(&state).unwrap(), None)
+    Router::new(agent, journal, Outbox::open(&state).unwrap(), None, None)
 }
 
 fn job(event: &str, task: &str) -> Job {

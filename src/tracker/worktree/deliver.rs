@@ -193,8 +193,9 @@ impl Worktrees {
             // `pushInsteadOf`, a `ProxyCommand`): none of it is read.
             tracing::warn!("push: HOME lies inside the agent's allowed paths (or nothing is restricted), so picogent pushes without the global git and ssh configuration found there");
         }
-        self.check_remote(tree, remote, home.as_deref())?;
+        let urls = self.check_remote(tree, remote, home.as_deref())?;
         let mut cmd = self.push_git(tree, remote, home.as_deref());
+        self.authorize(&mut cmd, &urls);
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
         self.run(cmd).map(|_| ()).map_err(|e| e.to_string())
@@ -259,10 +260,51 @@ impl Worktrees {
         tree: &TaskTree,
         remote: &str,
         home: Option<&std::path::Path>,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<String>, String> {
+        if self.push_url.as_deref() == Some(remote) {
+            // A URL (GitHub mode's `remote_url`): no remote's settings apply, and no
+            // rewrite may either.
+            self.check_rewrites(tree, remote, home)?;
+            self.check_url(remote, remote)?;
+            return Ok(vec![remote.to_string()]);
+        }
         let mut cmd = self.push_git(tree, remote, home);
-        cmd.args(["remote", "get-url", "--push", remote]);
-        let url = self.run(cmd).map_err(|e| e.to_string())?;
+        // Every URL: a push goes to each of a remote's push URLs.
+        cmd.args(["remote", "get-url", "--push", "--all", remote]);
+        let urls = self.run(cmd).map_err(|e| e.to_string())?;
+        let urls: Vec<String> = urls.lines().map(str::to_string).collect();
+        for url in &urls {
+            self.check_url(remote, url)?;
+        }
+        Ok(urls)
+    }
+
+    /// Refuses a push to `url` that a `url.<base>.insteadOf` or `pushInsteadOf` in
+    /// the push's configuration would send elsewhere.
+    fn check_rewrites(
+        &self,
+        tree: &TaskTree,
+        url: &str,
+        home: Option<&std::path::Path>,
+    ) -> Result<(), String> {
+        let mut cmd = self.push_git(tree, "origin", home);
+        cmd.args(["config", "--get-regexp", r"^url\..*insteadof$"]);
+        // Exit 1: no such setting.
+        let rules = self.run(cmd).unwrap_or_default();
+        for line in rules.lines() {
+            let prefix = line.split_once(' ').map_or("", |(_, p)| p);
+            if !prefix.is_empty() && url.starts_with(prefix) {
+                return Err(format!(
+                    "remote_url {url}: the git configuration rewrites it ({line}); picogent does not follow URL rewrites"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a push may go to `url` (see `check_remote`).
+    fn check_url(&self, remote: &str, url: &str) -> Result<(), String> {
+        let url = url.to_string();
         let refuse = |why: String| Err(format!("remote {remote} ({url}): {why}"));
         let local = match url.split_once("://") {
             Some(("file", p)) => Some(p.to_string()),
@@ -277,7 +319,9 @@ impl Worktrees {
             None if url.split('/').next().unwrap_or("").contains(':') => None,
             None => Some(url.clone()),
         };
-        let Some(path) = local else { return Ok(()) };
+        let Some(path) = local else {
+            return Ok(());
+        };
         if !std::path::Path::new(&path).is_absolute() {
             return refuse("a relative path would be taken from the task's worktree, which the agent writes; configure the remote with an absolute path".into());
         }
@@ -289,6 +333,33 @@ impl Worktrees {
             ));
         }
         Ok(())
+    }
+}
+
+impl Worktrees {
+    /// GitHub mode: the token goes to the push's HTTPS URLs as a header, in git's
+    /// environment (`GIT_CONFIG_*`): never on a command line or on disk, and never
+    /// to another host.
+    fn authorize(&self, cmd: &mut std::process::Command, urls: &[String]) {
+        let Some(token) = self.push_token.as_ref().and_then(|t| t()) else {
+            return;
+        };
+        use base64::Engine as _;
+        let basic =
+            base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
+        let settings: Vec<(String, String)> = urls
+            .iter()
+            .filter_map(|u| reqwest::Url::parse(u).ok())
+            .filter(|u| u.scheme() == "https")
+            .filter_map(|u| Some(format!("https://{}/", u.host_str()?)))
+            .map(|origin| {
+                (
+                    format!("http.{origin}.extraHeader"),
+                    format!("Authorization: Basic {basic}"),
+                )
+            })
+            .collect();
+        crate::sandbox::git::set_config(cmd, &settings);
     }
 }
 
@@ -321,6 +392,14 @@ fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), Wor
 }
 
 impl Delivered {
+    /// Whether the branch reached the remote in this delivery.
+    pub(crate) fn pushed(&self) -> bool {
+        let (Delivered::Unchanged { push, .. }
+        | Delivered::Earlier { push, .. }
+        | Delivered::Committed { push, .. }) = self;
+        matches!(push, Some((_, Ok(()))))
+    }
+
     /// The commit the comment names, if it names one.
     pub(crate) fn commit(&self) -> Option<&str> {
         match self {

@@ -49,6 +49,20 @@ pub(crate) enum RunEnd {
     Cancelled,
 }
 
+/// The token a push sends, read when the push starts (a GitHub App's changes).
+pub(crate) type PushToken = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// What closing a run's worktree did, for its reports.
+pub(crate) struct Closed {
+    /// The comment's section about the branch.
+    pub(crate) text: String,
+    /// The task's slug and the commit the section names.
+    pub(crate) named: Option<(String, String)>,
+    /// The branch reached the remote.
+    pub(crate) pushed: bool,
+    pub(crate) branch: String,
+}
+
 /// A task's worktree, ready for a run.
 #[derive(Debug, Clone)]
 pub(crate) struct TaskTree {
@@ -116,6 +130,10 @@ pub(crate) struct Worktrees {
     started: SystemTime,
     author: (String, String),
     push: Option<String>,
+    /// GitHub mode: `push` is this URL (`github.remote_url`), not a remote's name.
+    push_url: Option<String>,
+    /// GitHub mode: the token a push over HTTPS sends.
+    push_token: Option<PushToken>,
     retention: Duration,
     /// git locks the repository's worktree list: one change at a time.
     lock: Mutex<()>,
@@ -321,10 +339,46 @@ impl Worktrees {
                     .unwrap_or_else(|| format!("{}@picogent.local", cfg.slug)),
             ),
             push: cfg.push.then(|| cfg.remote.clone()),
+            push_url: None,
+            push_token: None,
             retention: Duration::from_secs(cfg.worktree_retention_days.saturating_mul(86_400)),
             lock: Mutex::new(()),
             swept: AtomicU64::new(now_secs()),
         })
+    }
+
+    /// GitHub mode: every task branch is pushed, to `url` (else the clone's
+    /// `origin`), with the token `token` gives at the time; tasks start from `base`
+    /// unless `base_branch` says otherwise.
+    pub(crate) fn push_for_github(
+        &mut self,
+        url: Option<String>,
+        token: PushToken,
+        base: Option<String>,
+    ) {
+        self.push = Some(url.clone().unwrap_or_else(|| "origin".to_string()));
+        self.push_url = url;
+        self.push_token = Some(token);
+        if self.base.is_some() {
+            return;
+        }
+        // The default branch as the clone has it: its own branch, else origin's copy.
+        let candidates = base.iter().flat_map(|b| {
+            [
+                format!("refs/heads/{b}"),
+                format!("refs/remotes/origin/{b}"),
+            ]
+        });
+        self.base = candidates.into_iter().find(|r| {
+            let mut cmd = self.repo_git();
+            cmd.args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("{r}^{{commit}}"),
+            ]);
+            self.run(cmd).is_ok()
+        });
     }
 
     /// Where the tasks' worktrees are made.
@@ -529,7 +583,7 @@ impl Worktrees {
         subject: String,
         outcome: &Outcome,
         task_cancelled: bool,
-    ) -> (String, Option<(String, String)>) {
+    ) -> Closed {
         let (end, summary) = match outcome {
             Outcome::Completed { text, .. } => (RunEnd::Finished, text.clone()),
             Outcome::Failed { error, .. } => (RunEnd::Failed, format!("The run failed: {error}")),
@@ -538,7 +592,9 @@ impl Worktrees {
         let me = self.clone();
         let notes = tree.notes.clone();
         let slug = tree.slug.clone();
+        let branch = tree.branch.clone();
         let mut named = None;
+        let mut pushed = false;
         let delivered = tokio::task::spawn_blocking(move || {
             let d = me.deliver(&tree, &subject, &summary, end);
             if task_cancelled {
@@ -551,6 +607,7 @@ impl Worktrees {
         let mut text = match delivered {
             Ok(d) => {
                 named = d.commit().map(|c| (slug.clone(), c.to_string()));
+                pushed = d.pushed();
                 d.comment()
             }
             Err(e) => {
@@ -564,7 +621,12 @@ impl Worktrees {
         if task_cancelled {
             text.push_str("\n\n_The task's worktree was removed; its branch is kept._");
         }
-        (text, named)
+        Closed {
+            text,
+            named,
+            pushed,
+            branch,
+        }
     }
 
     /// Removes a cancelled task's worktree when no run of it is going.

@@ -1,0 +1,338 @@
+//! `tracker` and the `github` block: which tracker agent mode speaks, and, for GitHub,
+//! the repository, how picogent authenticates (a token, or a GitHub App), how events
+//! arrive (the webhook's secret, or polling) and what makes an issue a task.
+//!
+//! Secrets come from the environment (`GITHUB_TOKEN` or `GH_TOKEN`,
+//! `GITHUB_WEBHOOK_SECRET`); a webhook secret in the file is taken too, as the tracker's
+//! token is. Every error names the field or variable at fault.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::load::{check_url, Sources};
+use super::ConfigError;
+
+/// Which tracker agent mode speaks (`tracker`, `PICOGENT_TRACKER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum TrackerKind {
+    /// Team Board's protocol (docs/tracker-protocol.md): the default.
+    #[default]
+    #[serde(rename = "team-board")]
+    TeamBoard,
+    /// GitHub issues and pull requests.
+    #[serde(rename = "github")]
+    Github,
+}
+
+/// The `github` block as written in agent.json.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileGithub {
+    repo: Option<String>,
+    api_url: Option<String>,
+    webhook_secret: Option<String>,
+    remote_url: Option<String>,
+    poll_interval_sec: Option<u64>,
+    trigger: Option<FileTrigger>,
+    app: Option<FileApp>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTrigger {
+    assignee: Option<String>,
+    label: Option<String>,
+    mention: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileApp {
+    app_id: u64,
+    private_key_file: PathBuf,
+    installation_id: u64,
+}
+
+/// How picogent authenticates to GitHub.
+#[derive(Clone)]
+pub enum GithubAuth {
+    /// A personal access token or any other token (`GITHUB_TOKEN`, `GH_TOKEN`).
+    Token(String),
+    /// A GitHub App: installation tokens are minted with a JWT signed by its key.
+    App {
+        app_id: u64,
+        private_key_file: PathBuf,
+        installation_id: u64,
+    },
+}
+
+impl std::fmt::Debug for GithubAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GithubAuth::Token(_) => f.write_str("Token(<redacted>)"),
+            GithubAuth::App {
+                app_id,
+                installation_id,
+                ..
+            } => write!(
+                f,
+                "App {{ app_id: {app_id}, installation_id: {installation_id} }}"
+            ),
+        }
+    }
+}
+
+/// What makes an issue a task for picogent. `None` fields do not trigger; when the
+/// block sets none of them, assignment to picogent's own login and a mention of it do.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trigger {
+    pub assignee: Option<String>,
+    pub label: Option<String>,
+    /// Written `@login`.
+    pub mention: Option<String>,
+}
+
+impl Trigger {
+    /// Whether the block named any trigger.
+    pub fn is_empty(&self) -> bool {
+        self.assignee.is_none() && self.label.is_none() && self.mention.is_none()
+    }
+
+    /// The triggers in effect for an agent whose login is `login`.
+    pub fn for_login(&self, login: &str) -> Trigger {
+        if self.is_empty() {
+            Trigger {
+                assignee: Some(login.to_string()),
+                label: None,
+                mention: Some(format!("@{login}")),
+            }
+        } else {
+            self.clone()
+        }
+    }
+}
+
+/// The resolved `github` block.
+#[derive(Debug, Clone)]
+pub struct GithubConfig {
+    pub owner: String,
+    pub name: String,
+    pub api_url: String,
+    pub auth: GithubAuth,
+    /// `X-Hub-Signature-256` is checked with it; without it no webhook is served.
+    pub webhook_secret: Option<String>,
+    /// Where task branches are pushed (a URL or a path); `None`: the clone's `origin`.
+    pub remote_url: Option<String>,
+    /// Polling instead of (or besides) the webhook.
+    pub poll_interval: Option<Duration>,
+    pub trigger: Trigger,
+}
+
+impl GithubConfig {
+    /// `owner/name`.
+    pub fn repo(&self) -> String {
+        format!("{}/{}", self.owner, self.name)
+    }
+}
+
+/// A login as GitHub allows it (letters, digits, single hyphens; a bot's `[bot]`).
+fn valid_login(s: &str) -> bool {
+    let base = s.strip_suffix("[bot]").unwrap_or(s);
+    !base.is_empty()
+        && base.len() <= 39
+        && base.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !base.starts_with('-')
+}
+
+fn valid_repo_part(s: &str) -> bool {
+    !s.is_empty()
+        && s != "."
+        && s != ".."
+        && s.len() <= 100
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+impl Sources<'_> {
+    /// `tracker` (`PICOGENT_TRACKER` over the file).
+    pub(super) fn tracker_kind(&self) -> Result<TrackerKind, ConfigError> {
+        super::load::choice(
+            self.env,
+            "PICOGENT_TRACKER",
+            &[
+                ("team-board", TrackerKind::TeamBoard),
+                ("github", TrackerKind::Github),
+            ],
+            self.file.tracker,
+            TrackerKind::TeamBoard,
+        )
+    }
+
+    /// The `github` block, resolved and checked, when the tracker is GitHub.
+    pub(super) fn github(
+        &self,
+        kind: TrackerKind,
+        resolve_path: &dyn Fn(&std::path::Path) -> PathBuf,
+    ) -> Result<Option<GithubConfig>, ConfigError> {
+        let block = self.file.github.clone();
+        if kind != TrackerKind::Github {
+            if block.is_some() {
+                return Err(self.field_error(
+                    "github",
+                    "is set, but `tracker` is \"team-board\": set \"tracker\": \"github\" (or PICOGENT_TRACKER=github) to use it".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        let f = block.unwrap_or_default();
+        let repo = self
+            .env
+            .get("GITHUB_REPOSITORY")
+            .map(str::to_string)
+            .or(f.repo.clone())
+            .ok_or_else(|| {
+                self.field_error(
+                    "github.repo",
+                    "is required with \"tracker\": \"github\" (\"owner/name\", or GITHUB_REPOSITORY)".into(),
+                )
+            })?;
+        let (owner, name) = repo
+            .split_once('/')
+            .filter(|(o, n)| valid_login(o) && valid_repo_part(n))
+            .ok_or_else(|| {
+                self.field_error(
+                    "github.repo",
+                    format!("expected \"owner/name\", got {repo:?}"),
+                )
+            })?;
+        let api_url = match self.env.get("GITHUB_API_URL") {
+            Some(u) => check_url(u, "GITHUB_API_URL", "environment")?,
+            None => match &f.api_url {
+                Some(u) => check_url(u, "github.api_url", &self.origin)?,
+                None => "https://api.github.com".to_string(),
+            },
+        };
+        let auth = self.github_auth(&f, resolve_path)?;
+        let webhook_secret = self
+            .pick("GITHUB_WEBHOOK_SECRET", &f.webhook_secret)
+            .filter(|s| !s.is_empty());
+        let poll_interval = match f.poll_interval_sec {
+            Some(0) => {
+                return Err(self.field_error(
+                    "github.poll_interval_sec",
+                    "must be at least 1 (seconds between polls)".into(),
+                ))
+            }
+            Some(s) => Some(Duration::from_secs(s)),
+            None => None,
+        };
+        if webhook_secret.is_none() && poll_interval.is_none() {
+            return Err(self.field_error(
+                "github.webhook_secret",
+                "is required (or GITHUB_WEBHOOK_SECRET) unless github.poll_interval_sec is set: without either, no event could arrive".into(),
+            ));
+        }
+        if let Some(r) = &f.remote_url {
+            if r.trim().is_empty() {
+                return Err(self.field_error("github.remote_url", "is empty".into()));
+            }
+        }
+        Ok(Some(GithubConfig {
+            owner: owner.to_string(),
+            name: name.to_string(),
+            api_url,
+            auth,
+            webhook_secret,
+            remote_url: f.remote_url.clone(),
+            poll_interval,
+            trigger: self.trigger(f.trigger.as_ref())?,
+        }))
+    }
+
+    fn github_auth(
+        &self,
+        f: &FileGithub,
+        resolve_path: &dyn Fn(&std::path::Path) -> PathBuf,
+    ) -> Result<GithubAuth, ConfigError> {
+        let token = ["GITHUB_TOKEN", "GH_TOKEN"]
+            .iter()
+            .find_map(|v| self.env.get(v).filter(|t| !t.is_empty()));
+        match (&f.app, token) {
+            (Some(app), _) => {
+                let key = resolve_path(&app.private_key_file);
+                if !key.is_file() {
+                    return Err(self.field_error(
+                        "github.app.private_key_file",
+                        format!("{} is not a readable file", key.display()),
+                    ));
+                }
+                Ok(GithubAuth::App {
+                    app_id: app.app_id,
+                    private_key_file: key,
+                    installation_id: app.installation_id,
+                })
+            }
+            (None, Some(t)) => Ok(GithubAuth::Token(t.to_string())),
+            (None, None) => Err(ConfigError::Env {
+                var: "GITHUB_TOKEN".into(),
+                message: "agent mode with \"tracker\": \"github\" needs a token (GITHUB_TOKEN or GH_TOKEN) or a GitHub App (`github.app`)".into(),
+            }),
+        }
+    }
+
+    fn trigger(&self, t: Option<&FileTrigger>) -> Result<Trigger, ConfigError> {
+        let Some(t) = t else {
+            return Ok(Trigger::default());
+        };
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let trigger = Trigger {
+            assignee: nonempty(&t.assignee),
+            label: nonempty(&t.label),
+            mention: nonempty(&t.mention),
+        };
+        if let Some(a) = &trigger.assignee {
+            if !valid_login(a) {
+                return Err(self.field_error(
+                    "github.trigger.assignee",
+                    format!("expected a GitHub login, got {a:?}"),
+                ));
+            }
+        }
+        if let Some(m) = &trigger.mention {
+            if !m.strip_prefix('@').is_some_and(valid_login) {
+                return Err(self.field_error(
+                    "github.trigger.mention",
+                    format!("expected \"@login\", got {m:?}"),
+                ));
+            }
+        }
+        if trigger.is_empty() {
+            return Err(self.field_error(
+                "github.trigger",
+                "names no trigger: set assignee, label or mention (or leave the block out for assignment to and mentions of picogent's own login)".into(),
+            ));
+        }
+        Ok(trigger)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logins_and_repos_are_checked() {
+        assert!(valid_login("octocat"));
+        assert!(valid_login("picogent[bot]"));
+        assert!(!valid_login("-x"));
+        assert!(!valid_login("a b"));
+        assert!(valid_repo_part("hello-world.rs"));
+        assert!(!valid_repo_part(".."));
+        assert!(!valid_repo_part("a/b"));
+        let t = Trigger::default().for_login("bot");
+        assert_eq!(t.assignee.as_deref(), Some("bot"));
+        assert_eq!(t.mention.as_deref(), Some("@bot"));
+    }
+}

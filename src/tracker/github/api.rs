@@ -1,0 +1,441 @@
+//! GitHub's REST API as picogent calls it: every request with the token, a
+//! `User-Agent`, `Accept: application/vnd.github+json` and the API version; answers
+//! classified into errors with a kind; rate limits obeyed (a primary limit waits for
+//! `x-ratelimit-reset`, a secondary one for `retry-after`, and no request is sent
+//! before then); and conditional GETs (`If-None-Match` with the last `ETag`), whose
+//! 304 answers GitHub does not count against the limit.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::auth::Auth;
+use crate::util::lock;
+
+/// The longest picogent waits for a rate limit before it tries again anyway.
+const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// Conditional GETs remembered (their ETag and body), at most.
+const MAX_CACHED: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiError {
+    /// 401, or a 403 that is no rate limit: the token or the App's permissions.
+    #[error("GitHub refused the credentials (HTTP {status} {what}): {message}")]
+    Unauthorized {
+        status: u16,
+        what: String,
+        message: String,
+    },
+    #[error("HTTP 404 {what}: {message}")]
+    NotFound { what: String, message: String },
+    /// 422: GitHub validated the request and refused it.
+    #[error("HTTP 422 {what}: {message}")]
+    Invalid { what: String, message: String },
+    /// A primary or secondary rate limit: no request before `wait` has passed.
+    #[error("rate limited ({what}): {message}; waiting {wait:?}")]
+    RateLimited {
+        what: String,
+        message: String,
+        wait: Duration,
+    },
+    #[error("HTTP {status} {what}: {message}")]
+    Rejected {
+        status: u16,
+        what: String,
+        message: String,
+    },
+    /// Connection errors, timeouts, 5xx.
+    #[error("{message} ({what})")]
+    Transient { what: String, message: String },
+}
+
+impl ApiError {
+    /// As the outbox classifies a tracker's errors.
+    pub(crate) fn into_tracker(self) -> crate::tracker::TrackerError {
+        use crate::tracker::TrackerError as T;
+        let url = String::new();
+        match self {
+            ApiError::Unauthorized {
+                status,
+                what,
+                message,
+            } => T::Unauthorized {
+                status,
+                url: what,
+                message,
+                hint: "Check GITHUB_TOKEN (its scopes) or the GitHub App's key, permissions and installation",
+            },
+            ApiError::NotFound { what, message } => T::NotFound { url: what, message },
+            ApiError::Invalid { what, message } => T::Rejected {
+                status: 422,
+                url: what,
+                message,
+            },
+            e @ ApiError::RateLimited { .. } | e @ ApiError::Transient { .. } => T::Transient {
+                url,
+                message: e.to_string(),
+            },
+            ApiError::Rejected {
+                status,
+                what,
+                message,
+            } => T::Rejected {
+                status,
+                url: what,
+                message,
+            },
+        }
+    }
+}
+
+/// One answer: its status and JSON body (`Null` when it had none), and the next
+/// page's URL when the `Link` header names one.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) body: Value,
+    pub(crate) next: Option<String>,
+    /// 304: the body is the one remembered from the last answer.
+    pub(crate) unchanged: bool,
+}
+
+pub(crate) struct Api {
+    http: reqwest::Client,
+    base: String,
+    /// `/repos/{owner}/{name}`.
+    repo_path: String,
+    auth: Arc<Auth>,
+    /// URL → (ETag, body) of conditional GETs.
+    etags: Mutex<HashMap<String, (String, Value)>>,
+    /// No request before this (a rate limit said so).
+    not_before: Mutex<Option<Instant>>,
+}
+
+fn message_of(body: &Value, text: &str) -> String {
+    let mut m = body["message"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| crate::util::one_line(text, 300));
+    // 422's details are in `errors`: "A pull request already exists...".
+    if let Some(errors) = body["errors"].as_array() {
+        for e in errors {
+            if let Some(s) = e["message"].as_str().or(e["code"].as_str()) {
+                m.push_str(&format!("; {s}"));
+            }
+        }
+    }
+    m
+}
+
+fn header_u64(h: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
+    h.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// How long a rate-limited answer says to wait, if it is one: `retry-after` (a
+/// secondary limit, or 429), else a spent primary limit until `x-ratelimit-reset`.
+fn rate_wait(status: u16, h: &reqwest::header::HeaderMap, message: &str) -> Option<Duration> {
+    if !matches!(status, 403 | 429) {
+        return None;
+    }
+    if let Some(secs) = header_u64(h, "retry-after") {
+        return Some(Duration::from_secs(secs.min(MAX_WAIT.as_secs())));
+    }
+    if header_u64(h, "x-ratelimit-remaining") == Some(0) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let reset = header_u64(h, "x-ratelimit-reset").unwrap_or(now + 60);
+        return Some(Duration::from_secs(
+            reset.saturating_sub(now).clamp(1, MAX_WAIT.as_secs()),
+        ));
+    }
+    // A secondary limit without a header: GitHub says to wait at least a minute.
+    (status == 429
+        || message
+            .to_ascii_lowercase()
+            .contains("secondary rate limit"))
+    .then_some(Duration::from_secs(60))
+}
+
+/// The `rel="next"` URL of a `Link` header.
+fn next_link(h: &reqwest::header::HeaderMap) -> Option<String> {
+    let link = h.get("link")?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (url, rel) = part.split_once(';')?;
+        rel.contains("rel=\"next\"").then(|| {
+            url.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_string()
+        })
+    })
+}
+
+impl Api {
+    pub(crate) fn new(base: &str, repo: &str, auth: Arc<Auth>) -> Result<Api, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60))
+            .user_agent(concat!("picogent/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Api {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            repo_path: format!("/repos/{repo}"),
+            auth,
+            etags: Mutex::new(HashMap::new()),
+            not_before: Mutex::new(None),
+        })
+    }
+
+    /// `/repos/{owner}/{name}` followed by `rest`.
+    pub(crate) fn repo(&self, rest: &str) -> String {
+        format!("{}{rest}", self.repo_path)
+    }
+
+    pub(crate) fn auth(&self) -> &Arc<Auth> {
+        &self.auth
+    }
+
+    /// The token for the next request: an App's installation token is minted when
+    /// there is none or it is about to expire.
+    pub(crate) async fn token(&self) -> Result<String, ApiError> {
+        if let Some(t) = self.auth.current() {
+            return Ok(t);
+        }
+        let Auth::App(app) = &*self.auth else {
+            return Err(ApiError::Unauthorized {
+                status: 0,
+                what: "token".into(),
+                message: "no token".into(),
+            });
+        };
+        let jwt = app.jwt().map_err(|e| ApiError::Unauthorized {
+            status: 0,
+            what: "GitHub App JWT".into(),
+            message: e.to_string(),
+        })?;
+        let path = format!("/app/installations/{}/access_tokens", app.installation_id);
+        let answer = self
+            .request_as(Method::POST, &path, Some(&json!({})), &jwt, None)
+            .await?;
+        let token = answer.body["token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if token.is_empty() {
+            return Err(ApiError::Transient {
+                what: format!("POST {path}"),
+                message: "GitHub answered without a token".into(),
+            });
+        }
+        app.keep(
+            token.clone(),
+            answer.body["expires_at"].as_str().unwrap_or_default(),
+        );
+        tracing::info!(
+            installation = app.installation_id,
+            "minted a GitHub App installation token"
+        );
+        Ok(token)
+    }
+
+    /// A request with the current token.
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, ApiError> {
+        let token = self.token().await?;
+        self.request_as(method, path, body, &token, None).await
+    }
+
+    /// A request with another token (a GitHub App's JWT).
+    pub(crate) async fn call_as(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+    ) -> Result<Answer, ApiError> {
+        self.request_as(method, path, None, token, None).await
+    }
+
+    /// A GET that sends the ETag of the last answer to the same URL: a 304 returns
+    /// that answer again, marked unchanged.
+    pub(crate) async fn get_cached(&self, path: &str) -> Result<Answer, ApiError> {
+        let token = self.token().await?;
+        let cached = lock(&self.etags).get(path).cloned();
+        let answer = self
+            .request_as(
+                Method::GET,
+                path,
+                None,
+                &token,
+                cached.as_ref().map(|(e, _)| e.as_str()),
+            )
+            .await?;
+        if answer.unchanged {
+            return Ok(Answer {
+                body: cached.map(|(_, b)| b).unwrap_or(Value::Null),
+                next: None,
+                unchanged: true,
+            });
+        }
+        Ok(answer)
+    }
+
+    /// Waits out a rate limit that is still in force.
+    async fn wait_turn(&self) {
+        let until = *lock(&self.not_before);
+        if let Some(t) = until.filter(|t| *t > Instant::now()) {
+            tracing::info!("waiting {:?} for GitHub's rate limit", t - Instant::now());
+            tokio::time::sleep_until(t).await;
+        }
+    }
+
+    async fn request_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        token: &str,
+        etag: Option<&str>,
+    ) -> Result<Answer, ApiError> {
+        self.wait_turn().await;
+        let what = format!("{method} {path}");
+        let url = if path.starts_with("http") {
+            path.to_string()
+        } else {
+            format!("{}{path}", self.base)
+        };
+        let mut req = self
+            .http
+            .request(method, &url)
+            .bearer_auth(token)
+            .header("Accept", "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", "2022-11-28");
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        if let Some(e) = etag {
+            req = req.header("If-None-Match", e);
+        }
+        let resp = req.send().await.map_err(|e| ApiError::Transient {
+            what: what.clone(),
+            message: format!("cannot reach GitHub: {}", e.without_url()),
+        })?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        if let Some(r) = header_u64(&headers, "x-ratelimit-remaining").filter(|r| *r < 50) {
+            tracing::warn!(
+                remaining = r,
+                "few GitHub API requests left before the rate limit resets"
+            );
+        }
+        if status == 304 {
+            return Ok(Answer {
+                body: Value::Null,
+                next: None,
+                unchanged: true,
+            });
+        }
+        let text = resp.text().await.unwrap_or_default();
+        let parsed: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if (200..300).contains(&status) {
+            if let Some(tag) = headers.get("etag").and_then(|v| v.to_str().ok()) {
+                let mut etags = lock(&self.etags);
+                if etags.len() >= MAX_CACHED && !etags.contains_key(path) {
+                    etags.clear();
+                }
+                etags.insert(path.to_string(), (tag.to_string(), parsed.clone()));
+            }
+            return Ok(Answer {
+                body: parsed,
+                next: next_link(&headers),
+                unchanged: false,
+            });
+        }
+        let message = message_of(&parsed, &text);
+        if let Some(wait) = rate_wait(status, &headers, &message) {
+            *lock(&self.not_before) = Some(Instant::now() + wait);
+            tracing::warn!("GitHub rate limit ({what}): {message}; no request for {wait:?}");
+            return Err(ApiError::RateLimited {
+                what,
+                message,
+                wait,
+            });
+        }
+        Err(match status {
+            401 | 403 => ApiError::Unauthorized {
+                status,
+                what,
+                message,
+            },
+            404 => ApiError::NotFound { what, message },
+            422 => ApiError::Invalid { what, message },
+            408 | 500..=599 => ApiError::Transient {
+                what,
+                message: format!("HTTP {status}: {message}"),
+            },
+            _ => ApiError::Rejected {
+                status,
+                what,
+                message,
+            },
+        })
+    }
+
+    /// Every page of a list (at most `max_pages`), items in order.
+    pub(crate) async fn list(&self, path: &str, max_pages: usize) -> Result<Vec<Value>, ApiError> {
+        let mut out = Vec::new();
+        let mut next = Some(path.to_string());
+        let mut pages = 0;
+        while let Some(p) = next.take() {
+            let answer = self.call(Method::GET, &p, None).await?;
+            if let Value::Array(items) = answer.body {
+                out.extend(items);
+            }
+            pages += 1;
+            if pages < max_pages {
+                next = answer.next;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderValue};
+
+    #[test]
+    fn rate_limits_are_read_from_the_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(rate_wait(403, &h, ""), Some(Duration::from_secs(7)));
+        assert_eq!(rate_wait(500, &h, ""), None);
+        let mut h = HeaderMap::new();
+        h.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+        h.insert("x-ratelimit-reset", HeaderValue::from_static("99999999999"));
+        assert_eq!(rate_wait(403, &h, ""), Some(MAX_WAIT));
+        let h = HeaderMap::new();
+        assert_eq!(rate_wait(403, &h, "Bad credentials"), None);
+        assert_eq!(
+            rate_wait(403, &h, "You have exceeded a secondary rate limit"),
+            Some(Duration::from_secs(60))
+        );
+        let mut h = HeaderMap::new();
+        h.insert(
+            "link",
+            HeaderValue::from_static(
+                "<https://x/a?page=2>; rel=\"next\", <https://x/a?page=5>; rel=\"last\"",
+            ),
+        );
+        assert_eq!(next_link(&h).as_deref(), Some("https://x/a?page=2"));
+    }
+}

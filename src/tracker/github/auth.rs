@@ -1,0 +1,155 @@
+//! Who picogent is to GitHub: a token as given, or a GitHub App's installation token,
+//! minted with a JWT (RS256, signed by the App's private key) and minted again five
+//! minutes before it expires. The current token is also what a push sends, so it is
+//! kept where the push (a blocking git command) can read it.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
+use serde_json::json;
+
+use crate::util::lock;
+
+/// An installation token is minted again this long before it expires.
+const REFRESH_BEFORE: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AuthError {
+    #[error("github.app.private_key_file {path}: {message}")]
+    Key { path: String, message: String },
+    #[error("cannot sign the GitHub App's JWT: {0}")]
+    Sign(String),
+}
+
+/// A GitHub App's key and its last installation token.
+pub(crate) struct App {
+    pub(crate) app_id: u64,
+    pub(crate) installation_id: u64,
+    key: RsaKeyPair,
+    /// The installation token and when it expires.
+    minted: Mutex<Option<(String, SystemTime)>>,
+}
+
+pub(crate) enum Auth {
+    Token(String),
+    App(App),
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The DER inside a PEM file (`RSA PRIVATE KEY`, PKCS#1, as GitHub hands it out, or
+/// `PRIVATE KEY`, PKCS#8).
+fn read_key(path: &Path) -> Result<RsaKeyPair, AuthError> {
+    let fail = |message: String| AuthError::Key {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let pkcs8 = text.contains("BEGIN PRIVATE KEY");
+    let body: String = text
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .map(str::trim)
+        .collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body.as_bytes())
+        .map_err(|e| fail(format!("not a PEM file: {e}")))?;
+    let key = if pkcs8 {
+        RsaKeyPair::from_pkcs8(&der)
+    } else {
+        RsaKeyPair::from_der(&der)
+    };
+    key.map_err(|e| fail(format!("not an RSA private key: {e}")))
+}
+
+impl Auth {
+    pub(crate) fn from_config(auth: &crate::config::GithubAuth) -> Result<Auth, AuthError> {
+        Ok(match auth {
+            crate::config::GithubAuth::Token(t) => Auth::Token(t.clone()),
+            crate::config::GithubAuth::App {
+                app_id,
+                private_key_file,
+                installation_id,
+            } => Auth::App(App {
+                app_id: *app_id,
+                installation_id: *installation_id,
+                key: read_key(private_key_file)?,
+                minted: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The token to send now, when it is known and fresh (a token as given always is;
+    /// an installation token until five minutes before it expires).
+    pub(crate) fn current(&self) -> Option<String> {
+        match self {
+            Auth::Token(t) => Some(t.clone()),
+            Auth::App(app) => lock(&app.minted)
+                .as_ref()
+                .filter(|(_, exp)| {
+                    exp.duration_since(SystemTime::now())
+                        .is_ok_and(|left| left > REFRESH_BEFORE)
+                })
+                .map(|(t, _)| t.clone()),
+        }
+    }
+}
+
+impl App {
+    /// A JWT for the App itself (`iss` its id), valid for nine minutes from a minute
+    /// ago (GitHub allows ten, and clocks drift).
+    pub(crate) fn jwt(&self) -> Result<String, AuthError> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let header = b64url(json!({"alg": "RS256", "typ": "JWT"}).to_string().as_bytes());
+        let claims = json!({"iat": now.saturating_sub(60), "exp": now + 540, "iss": self.app_id.to_string()});
+        let payload = b64url(claims.to_string().as_bytes());
+        let message = format!("{header}.{payload}");
+        let mut sig = vec![0u8; self.key.public().modulus_len()];
+        self.key
+            .sign(
+                &RSA_PKCS1_SHA256,
+                &ring::rand::SystemRandom::new(),
+                message.as_bytes(),
+                &mut sig,
+            )
+            .map_err(|e| AuthError::Sign(e.to_string()))?;
+        Ok(format!("{message}.{}", b64url(&sig)))
+    }
+
+    /// Keeps a minted installation token; `expires_at` as GitHub writes it (RFC 3339).
+    pub(crate) fn keep(&self, token: String, expires_at: &str) {
+        let exp = chrono::DateTime::parse_from_rfc3339(expires_at)
+            .ok()
+            .and_then(|t| u64::try_from(t.timestamp()).ok())
+            .map(|s| UNIX_EPOCH + Duration::from_secs(s))
+            // An answer without a usable time: an hour, as GitHub's tokens last.
+            .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(3600));
+        *lock(&self.minted) = Some((token, exp));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_bad_key_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("key.pem");
+        std::fs::write(
+            &p,
+            "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let err = match super::read_key(&p) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted"),
+        };
+        assert!(err.contains("key.pem") && err.contains("RSA"), "{err}");
+    }
+}

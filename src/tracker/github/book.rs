@@ -1,0 +1,134 @@
+//! The GitHub tracker's own record (`state/github.json`): which issues are picogent's
+//! tasks now (assigned, labelled or mentioned, and not closed or unassigned since),
+//! how often each became one (each time is a new task start), and the pull request
+//! each one's branch became. Rewritten whole (a synced temporary file renamed over it)
+//! on a blocking thread; it is small, and it changes only when an issue does.
+//!
+//! The journal stays the truth about events: at start, an accepted task start or
+//! cancellation that the record missed (a crash between the two writes) is applied
+//! again from the journal's unfinished events.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::util::lock;
+
+/// One issue's entry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    /// It is a task now: later comments are chat, and later triggers do nothing.
+    pub(crate) active: bool,
+    /// How many times it became a task.
+    pub(crate) generation: u32,
+    /// The pull request its branch became.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pull: Option<u64>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct File {
+    #[serde(default)]
+    issues: BTreeMap<u64, Entry>,
+}
+
+pub(crate) struct Book {
+    path: PathBuf,
+    file: Mutex<File>,
+    /// One rewrite at a time, in the order of the changes.
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl Book {
+    pub(crate) fn open(dir: &Path) -> io::Result<Book> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("github.json");
+        let file = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: {e}", path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => File::default(),
+            Err(e) => return Err(e),
+        };
+        Ok(Book {
+            path,
+            file: Mutex::new(file),
+            writing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub(crate) fn get(&self, issue: u64) -> Entry {
+        lock(&self.file)
+            .issues
+            .get(&issue)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The issues that are tasks now.
+    pub(crate) fn active(&self) -> Vec<u64> {
+        lock(&self.file)
+            .issues
+            .iter()
+            .filter(|(_, e)| e.active)
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// The issue whose task branch became pull request `pull`.
+    pub(crate) fn issue_of_pull(&self, pull: u64) -> Option<u64> {
+        lock(&self.file)
+            .issues
+            .iter()
+            .find(|(_, e)| e.pull == Some(pull))
+            .map(|(n, _)| *n)
+    }
+
+    /// Changes an issue's entry and writes the record (synced) before returning.
+    pub(crate) async fn update(
+        &self,
+        issue: u64,
+        change: impl FnOnce(&mut Entry),
+    ) -> io::Result<()> {
+        let _one = self.writing.lock().await;
+        let bytes = {
+            let mut f = lock(&self.file);
+            change(f.issues.entry(issue).or_default());
+            serde_json::to_vec_pretty(&*f)?
+        };
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || crate::util::rewrite_log(&path, &bytes).map(drop))
+            .await
+            .map_err(io::Error::other)?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn entries_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = super::Book::open(dir.path()).unwrap();
+        book.update(7, |e| {
+            e.active = true;
+            e.generation += 1;
+        })
+        .await
+        .unwrap();
+        book.update(7, |e| e.pull = Some(8)).await.unwrap();
+        let again = super::Book::open(dir.path()).unwrap();
+        assert!(again.get(7).active);
+        assert_eq!(again.get(7).generation, 1);
+        assert_eq!(again.issue_of_pull(8), Some(7));
+        assert!(!again.get(1).active);
+        std::fs::write(dir.path().join("github.json"), "{oops").unwrap();
+        let err = super::Book::open(dir.path()).err().unwrap().to_string();
+        assert!(err.contains("github.json"), "{err}");
+    }
+}

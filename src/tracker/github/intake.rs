@@ -1,0 +1,375 @@
+//! From what happened on GitHub to the router's events: an issue that now matches the
+//! trigger (assigned to picogent's login, labelled, or mentioning it) starts a task
+//! (`task.assigned`); a new comment on a task's issue or a review comment on its pull
+//! request is a chat message to it; a task's issue closed, unassigned or unlabelled
+//! cancels it (`task.cancelled`), quietly when nothing of it is running. Comments
+//! picogent wrote itself never count.
+//!
+//! Decisions are taken one at a time (webhook deliveries and polls may arrive
+//! together), each against the book of active issues, and the event is journaled
+//! before the book changes. Event ids make a repeat a duplicate: a webhook's issue
+//! change is keyed by its `X-GitHub-Delivery`, a comment by its id (so a comment seen
+//! by both the webhook and a poll is one message), and a poll's task start by the
+//! issue and how often it became a task.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::api::Api;
+use super::book::Book;
+use super::payload::{self, Comment, CommentKind, Incoming, Issue};
+use crate::config::Trigger;
+use crate::tracker::router::{AcceptError, Accepted, Router};
+use crate::tracker::types::Envelope;
+
+/// An issue's body and a triggering comment are given to the model up to this size.
+const MAX_TEXT: usize = 20_000;
+
+/// What an incoming event means for picogent.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Decision {
+    Start {
+        issue: Issue,
+        comment: Option<Comment>,
+    },
+    Chat {
+        number: u64,
+        comment: Comment,
+    },
+    Stop {
+        number: u64,
+        why: &'static str,
+    },
+    Ignore(&'static str),
+}
+
+pub(crate) struct Intake {
+    router: Router,
+    api: Arc<Api>,
+    book: Arc<Book>,
+    /// picogent's own login (its comments never count).
+    login: String,
+    trigger: Trigger,
+    repo: String,
+    /// One decision at a time.
+    gate: tokio::sync::Mutex<()>,
+}
+
+/// The task id of an issue: its branch is `picogent/issue-<n>`.
+pub(crate) fn task_id(number: u64) -> String {
+    format!("issue-{number}")
+}
+
+fn same_login(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+impl Intake {
+    pub(crate) fn new(
+        router: Router,
+        api: Arc<Api>,
+        book: Arc<Book>,
+        login: String,
+        trigger: Trigger,
+        repo: String,
+    ) -> Intake {
+        Intake {
+            router,
+            api,
+            book,
+            login,
+            trigger,
+            repo,
+            gate: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn repo(&self) -> &str {
+        &self.repo
+    }
+
+    /// Whether the issue, as it is now, asks for picogent (`opened`: its body may
+    /// mention it).
+    fn wants(&self, issue: &Issue, action: &str) -> bool {
+        if !issue.open || issue.is_pull {
+            return false;
+        }
+        let t = &self.trigger;
+        t.assignee
+            .as_ref()
+            .is_some_and(|a| issue.assignees.iter().any(|x| same_login(x, a)))
+            || t.label
+                .as_ref()
+                .is_some_and(|l| issue.labels.iter().any(|x| x.eq_ignore_ascii_case(l)))
+            || (action == "opened"
+                && t.mention
+                    .as_ref()
+                    .is_some_and(|m| payload::mentions(&issue.body, m)))
+    }
+
+    pub(crate) fn decide(&self, incoming: &Incoming) -> Decision {
+        match incoming {
+            Incoming::Issue {
+                issue,
+                action,
+                subject,
+            } => self.decide_issue(issue, action, subject.as_deref()),
+            Incoming::Comment {
+                issue,
+                comment,
+                head,
+            } => self.decide_comment(issue, comment, head.as_deref()),
+        }
+    }
+
+    fn decide_issue(&self, issue: &Issue, action: &str, subject: Option<&str>) -> Decision {
+        if issue.is_pull {
+            return Decision::Ignore("a pull request, not an issue");
+        }
+        let active = self.book.get(issue.number).active;
+        let about = |setting: &Option<String>| {
+            setting
+                .as_ref()
+                .zip(subject)
+                .is_some_and(|(s, x)| s.eq_ignore_ascii_case(x))
+        };
+        let stop = |why| Decision::Stop {
+            number: issue.number,
+            why,
+        };
+        match action {
+            _ if active && !issue.open => stop("the issue was closed"),
+            "unassigned" if active && about(&self.trigger.assignee) && !self.wants(issue, "") => {
+                stop("picogent was unassigned")
+            }
+            "unlabeled" if active && about(&self.trigger.label) && !self.wants(issue, "") => {
+                stop("the label was removed")
+            }
+            _ if active => Decision::Ignore("the issue is already a task"),
+            _ if self.wants(issue, action) => Decision::Start {
+                issue: issue.clone(),
+                comment: None,
+            },
+            _ => Decision::Ignore("the issue does not match the trigger"),
+        }
+    }
+
+    fn decide_comment(&self, issue: &Issue, comment: &Comment, head: Option<&str>) -> Decision {
+        if same_login(&comment.author, &self.login) || comment.body.contains("<!-- picogent:") {
+            return Decision::Ignore("picogent's own comment");
+        }
+        let number = match (&comment.kind, issue.is_pull) {
+            (CommentKind::Review { pull }, _) => head
+                .and_then(payload::issue_of_branch)
+                .or_else(|| self.book.issue_of_pull(*pull)),
+            (CommentKind::Issue, true) => self.book.issue_of_pull(issue.number),
+            (CommentKind::Issue, false) => Some(issue.number),
+        };
+        let Some(number) = number else {
+            return Decision::Ignore("a pull request that is no task's");
+        };
+        if self.book.get(number).active {
+            return Decision::Chat {
+                number,
+                comment: comment.clone(),
+            };
+        }
+        let mentioned = self
+            .trigger
+            .mention
+            .as_ref()
+            .is_some_and(|m| payload::mentions(&comment.body, m));
+        if mentioned && comment.kind == CommentKind::Issue && !issue.is_pull && issue.open {
+            return Decision::Start {
+                issue: issue.clone(),
+                comment: Some(comment.clone()),
+            };
+        }
+        Decision::Ignore("a comment on an issue that is no task")
+    }
+
+    /// Decides and hands the event to the router; `delivery` is the webhook's
+    /// `X-GitHub-Delivery`, `None` for what a poll found.
+    pub(crate) async fn handle(
+        &self,
+        incoming: Incoming,
+        delivery: Option<&str>,
+    ) -> Result<Accepted, AcceptError> {
+        let _one = self.gate.lock().await;
+        let decision = self.decide(&incoming);
+        match decision {
+            Decision::Ignore(why) => {
+                tracing::debug!(delivery, "GitHub event ignored: {why}");
+                Ok(Accepted::Ignored)
+            }
+            Decision::Start { issue, comment } => self.start(issue, comment, delivery).await,
+            Decision::Chat { number, comment } => self.chat(number, comment).await,
+            Decision::Stop { number, why } => self.stop(number, why, delivery).await,
+        }
+    }
+
+    async fn start(
+        &self,
+        issue: Issue,
+        comment: Option<Comment>,
+        delivery: Option<&str>,
+    ) -> Result<Accepted, AcceptError> {
+        let n = issue.number;
+        let generation = self.book.get(n).generation + 1;
+        let id = match (&comment, delivery) {
+            (Some(c), _) => format!("github-comment-{}", c.id),
+            (None, Some(d)) => format!("github-delivery-{d}"),
+            (None, None) => format!("github-issue-{n}-start-{generation}"),
+        };
+        let env = Envelope {
+            id,
+            kind: "task.assigned".into(),
+            created_at: None,
+            data: json!({"task": {
+                "id": task_id(n),
+                "title": issue.title,
+                "description": self.description(&issue, comment.as_ref()),
+            }}),
+        };
+        let accepted = self.router.accept(env, ()).await?;
+        if accepted == Accepted::New {
+            self.note(n, |e| {
+                e.active = true;
+                e.generation = generation;
+            })
+            .await;
+            tracing::info!(issue = n, "GitHub issue became a task");
+            self.react(n, comment.as_ref());
+        }
+        Ok(accepted)
+    }
+
+    async fn chat(&self, number: u64, comment: Comment) -> Result<Accepted, AcceptError> {
+        let id = match comment.kind {
+            CommentKind::Issue => format!("github-comment-{}", comment.id),
+            CommentKind::Review { .. } => format!("github-review-comment-{}", comment.id),
+        };
+        let env = Envelope {
+            id,
+            kind: "chat.message".into(),
+            created_at: None,
+            data: json!({"task_id": task_id(number), "message": {
+                "id": comment.message_id(),
+                "content": crate::util::truncate_bytes(&comment.body, MAX_TEXT),
+                "author": {"name": format!("@{}", comment.author)},
+            }}),
+        };
+        let accepted = self.router.accept(env, ()).await?;
+        if accepted == Accepted::New {
+            self.react(number, Some(&comment));
+        }
+        Ok(accepted)
+    }
+
+    async fn stop(
+        &self,
+        number: u64,
+        why: &'static str,
+        delivery: Option<&str>,
+    ) -> Result<Accepted, AcceptError> {
+        let task = task_id(number);
+        if !self.router.has_work(&task) {
+            // Nothing to stop (a merged pull request closed it, say): no comment.
+            self.note(number, |e| e.active = false).await;
+            self.router.forget_task(&task);
+            tracing::info!(issue = number, "GitHub issue is no task any more ({why})");
+            return Ok(Accepted::New);
+        }
+        let generation = self.book.get(number).generation;
+        let id = match delivery {
+            Some(d) => format!("github-delivery-{d}"),
+            None => format!("github-issue-{number}-stop-{generation}"),
+        };
+        let env = Envelope {
+            id,
+            kind: "task.cancelled".into(),
+            created_at: None,
+            data: json!({"task_id": task, "reason": why}),
+        };
+        let accepted = self.router.accept(env, ()).await?;
+        if accepted == Accepted::New {
+            self.note(number, |e| e.active = false).await;
+        }
+        Ok(accepted)
+    }
+
+    /// Changes the book; a failure is logged (the journal has the event, and the book
+    /// is mended from it at the next start).
+    async fn note(&self, number: u64, change: impl FnOnce(&mut super::book::Entry)) {
+        if let Err(e) = self.book.update(number, change).await {
+            tracing::error!(issue = number, "cannot write the GitHub record: {e}");
+        }
+    }
+
+    /// Marks what picked the work up with 👀 (best effort: people see it was seen).
+    fn react(&self, number: u64, comment: Option<&Comment>) {
+        let path = match comment.map(|c| (&c.kind, c.id)) {
+            Some((CommentKind::Issue, id)) => format!("/issues/comments/{id}/reactions"),
+            Some((CommentKind::Review { .. }, id)) => format!("/pulls/comments/{id}/reactions"),
+            None => format!("/issues/{number}/reactions"),
+        };
+        let (api, path) = (self.api.clone(), self.api.repo(&path));
+        self.router.spawn_owned(async move {
+            let body = json!({"content": "eyes"});
+            if let Err(e) = api.call(reqwest::Method::POST, &path, Some(&body)).await {
+                tracing::warn!("cannot react on GitHub: {e}");
+            }
+        });
+    }
+
+    /// The task's description: the issue, the comment that asked, and how the work
+    /// is delivered.
+    fn description(&self, issue: &Issue, comment: Option<&Comment>) -> String {
+        let mut d = format!("GitHub issue #{} in {}.", issue.number, self.repo);
+        if !issue.body.trim().is_empty() {
+            d.push_str("\n\n");
+            d.push_str(crate::util::truncate_bytes(&issue.body, MAX_TEXT));
+        }
+        if let Some(c) = comment {
+            d.push_str(&format!(
+                "\n\n@{} asked for this in a comment:\n\n{}",
+                c.author,
+                crate::util::truncate_bytes(&c.body, MAX_TEXT)
+            ));
+        }
+        d.push_str(&format!(
+            "\n\n---\nYou work in a git worktree on the branch `picogent/issue-{}`. When you finish, picogent commits your changes, pushes the branch and opens a pull request that closes this issue: do not push or open a pull request yourself. End with a short summary of what you changed; it becomes the pull request's description.",
+            issue.number
+        ));
+        d
+    }
+
+    /// At start: the book takes back what the journal accepted and the book missed
+    /// (a crash between the two writes).
+    pub(crate) async fn mend_from_journal(&self) {
+        for env in self.router.pending_events() {
+            let task = env.data["task"]["id"]
+                .as_str()
+                .or(env.data["task_id"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            let Some(n) = task.strip_prefix("issue-").and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            match env.kind.as_str() {
+                "task.assigned" if !self.book.get(n).active => {
+                    self.note(n, |e| {
+                        e.active = true;
+                        e.generation += 1;
+                    })
+                    .await
+                }
+                "task.cancelled" if self.book.get(n).active => {
+                    self.note(n, |e| e.active = false).await
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! GitHub as the tracker (`tracker: "github"`): issues become tasks behind the same
+//! router, journal, outbox and per-task worktrees as Team Board's. `webhook` and
+//! `poll` find what happened, `intake` decides what it means (with the `book` of
+//! issues that are tasks), `sink` delivers the outbox's reports as GitHub takes them
+//! (the `progress` comment, the pull request, replies), `api` and `auth` speak to
+//! GitHub. `run` starts it all and shuts it down as Team Board mode does.
+
+mod api;
+mod auth;
+mod book;
+mod intake;
+mod payload;
+mod poll;
+mod progress;
+mod sink;
+mod webhook;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Method;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::config::GithubConfig;
+use crate::tracker::daemon::{DaemonError, Timing};
+use crate::tracker::router::{Router, TaskHooks};
+
+use api::{Api, ApiError};
+use auth::Auth;
+
+/// Percent-encodes one query value or path segment.
+pub(crate) fn urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The router's hooks in GitHub mode: steps go to the progress comment, finished
+/// branches become pull requests.
+struct Hooks {
+    progress: Arc<progress::Progress>,
+}
+
+impl TaskHooks for Hooks {
+    fn step(&self, task: &str, summary: &str) {
+        if let Some(n) = task.strip_prefix("issue-").and_then(|n| n.parse().ok()) {
+            self.progress.step(n, summary);
+        }
+    }
+
+    fn proposes(&self) -> bool {
+        true
+    }
+}
+
+/// Who picogent is on GitHub: `GET /user` for a token, the App's bot for an App.
+async fn whoami(api: &Api) -> Result<String, ApiError> {
+    match &**api.auth() {
+        Auth::Token(_) => {
+            let a = api.call(Method::GET, "/user", None).await?;
+            Ok(a.body["login"].as_str().unwrap_or_default().to_string())
+        }
+        Auth::App(app) => {
+            let jwt = app.jwt().map_err(|e| ApiError::Unauthorized {
+                status: 0,
+                what: "GitHub App JWT".into(),
+                message: e.to_string(),
+            })?;
+            let a = api.call_as(Method::GET, "/app", &jwt).await?;
+            let slug = a.body["slug"].as_str().unwrap_or_default();
+            Ok(if slug.is_empty() {
+                String::new()
+            } else {
+                format!("{slug}[bot]")
+            })
+        }
+    }
+}
+
+/// Asks until GitHub answers (a network outage at start is waited out); a refusal
+/// (the token, the repository) is a start-up error that names the setting.
+async fn ask<T, F: std::future::Future<Output = Result<T, ApiError>>>(
+    what: &str,
+    retry: Duration,
+    stop: &CancellationToken,
+    mut f: impl FnMut() -> F,
+) -> Result<Option<T>, DaemonError> {
+    loop {
+        match f().await {
+            Ok(v) => return Ok(Some(v)),
+            Err(e @ (ApiError::Transient { .. } | ApiError::RateLimited { .. })) => {
+                tracing::warn!("{what}: {e}; trying again in {retry:?}");
+            }
+            Err(e) => return Err(DaemonError::Config(format!("{what}: {e}"))),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(retry) => {}
+            _ = stop.cancelled() => return Ok(None),
+        }
+    }
+}
+
+/// What start-up learns from GitHub: picogent's login and the default branch.
+async fn meet(
+    api: &Api,
+    gh: &GithubConfig,
+    timing: &Timing,
+    stop: &CancellationToken,
+) -> Result<Option<(String, String)>, DaemonError> {
+    let retry = timing.register_retry;
+    let Some(login) = ask("GitHub: who is picogent (GET /user)", retry, stop, || {
+        whoami(api)
+    })
+    .await?
+    else {
+        return Ok(None);
+    };
+    if login.is_empty() {
+        return Err(DaemonError::Config(
+            "GitHub did not say picogent's login (GET /user)".into(),
+        ));
+    }
+    let what = format!("github.repo {}", gh.repo());
+    let repo_path = api.repo("");
+    let Some(repo) = ask(&what, retry, stop, || {
+        api.call(Method::GET, &repo_path, None)
+    })
+    .await?
+    else {
+        return Ok(None);
+    };
+    let base = repo.body["default_branch"]
+        .as_str()
+        .unwrap_or("main")
+        .to_string();
+    Ok(Some((login, base)))
+}
+
+/// Runs agent mode against GitHub until `stop` is cancelled (then drains) or a
+/// fatal error.
+pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
+    let cfg = agent.config().clone();
+    let gh = cfg
+        .github
+        .clone()
+        .ok_or_else(|| DaemonError::Config("tracker \"github\" needs the `github` block".into()))?;
+    let auth =
+        Arc::new(Auth::from_config(&gh.auth).map_err(|e| DaemonError::Config(e.to_string()))?);
+    let api = Arc::new(
+        Api::new(&gh.api_url, &gh.repo(), auth.clone())
+            .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?,
+    );
+    let core = crate::tracker::daemon::Core::open(&agent, &timing)?;
+    let Some((login, default_branch)) = meet(&api, &gh, &timing, &stop).await? else {
+        return Ok(());
+    };
+    let trigger = gh.trigger.for_login(&login);
+    tracing::info!(repository = %gh.repo(), login = %login, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, trigger = ?trigger, "GitHub mode: issues become tasks");
+    let Some(mut worktrees) =
+        crate::tracker::worktree::Worktrees::decide(&cfg).map_err(DaemonError::Config)?
+    else {
+        return Err(DaemonError::Config(format!(
+            "tracker \"github\" needs work_dir ({}) to be a clone of {} with at least one commit, and workspace \"worktree\"",
+            cfg.work_dir.display(),
+            gh.repo()
+        )));
+    };
+    let token_auth = auth.clone();
+    worktrees.push_for_github(
+        gh.remote_url.clone(),
+        Arc::new(move || token_auth.current()),
+        Some(default_branch.clone()),
+    );
+
+    let state_err = |source| DaemonError::State {
+        path: cfg.state_dir().display().to_string(),
+        source,
+    };
+    let book = Arc::new(book::Book::open(&cfg.state_dir()).map_err(state_err)?);
+    let progress = progress::Progress::new(api.clone(), login.clone());
+    let hooks: Arc<dyn TaskHooks> = Arc::new(Hooks {
+        progress: progress.clone(),
+    });
+    let router = Router::new(
+        agent.clone(),
+        core.journal,
+        core.outbox.clone(),
+        Some(worktrees),
+        Some(hooks),
+    );
+    let sink = sink::Sink {
+        api: api.clone(),
+        progress: progress.clone(),
+        book: book.clone(),
+        owner: gh.owner.clone(),
+        base: default_branch,
+        login: login.clone(),
+    };
+    let intake = Arc::new(intake::Intake::new(
+        router.clone(),
+        api.clone(),
+        book.clone(),
+        login,
+        trigger.clone(),
+        gh.repo(),
+    ));
+    intake.mend_from_journal().await;
+
+    let background = CancellationToken::new();
+    let outbox_task = tokio::spawn(core.outbox.clone().run(
+        sink,
+        timing.report_backoff,
+        timing.report_refused_for,
+        background.clone(),
+    ));
+    router.resume_pending();
+    let owned = tokio_util::task::TaskTracker::new();
+    owned.spawn(progress.clone().run(background.clone()));
+    if matches!(&*auth, Auth::App(_)) {
+        owned.spawn(keep_token_fresh(api.clone(), background.clone()));
+    }
+    let poller = poll::Poller {
+        intake: intake.clone(),
+        api: api.clone(),
+        book,
+        marks: ["/issues", "/issues/comments", "/pulls/comments"]
+            .into_iter()
+            .map(|l| (l, started_minus(Duration::from_secs(60))))
+            .collect(),
+    };
+    let extra = gh
+        .webhook_secret
+        .as_deref()
+        .map(|secret| webhook::routes(intake.clone(), secret));
+    let server_stop = CancellationToken::new();
+    let port = crate::tracker::daemon::serve_health(&cfg, &router, extra, &server_stop).await?;
+    tracing::info!(
+        port,
+        "listening: /github/webhook, /healthz, /livez, /metrics"
+    );
+    poller
+        .sweep(trigger.assignee.as_deref(), trigger.label.as_deref())
+        .await;
+    if let Some(every) = gh.poll_interval {
+        owned.spawn(poller.run(every, background.clone()));
+    }
+    stop.cancelled().await;
+    owned.close();
+    crate::tracker::daemon::wind_down(
+        &cfg,
+        &router,
+        &core.outbox,
+        outbox_task,
+        &background,
+        &server_stop,
+    )
+    .await;
+    owned.wait().await;
+    Ok(())
+}
+
+/// RFC 3339, `back` before now: where polling starts looking.
+fn started_minus(back: Duration) -> String {
+    let t = chrono::Utc::now() - chrono::Duration::from_std(back).unwrap_or_default();
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Mints a GitHub App's installation token before the current one expires, so a
+/// push (which reads the token without asking GitHub) always has one.
+async fn keep_token_fresh(api: Arc<Api>, stop: CancellationToken) {
+    loop {
+        if let Err(e) = api.token().await {
+            tracing::warn!("cannot mint a GitHub App installation token: {e}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}

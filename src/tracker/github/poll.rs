@@ -1,0 +1,193 @@
+//! Finding events without a webhook: at start, the open issues that already match the
+//! trigger (and the tasks whose issues were closed meanwhile); then, with
+//! `poll_interval_sec`, every interval the issues, comments and review comments
+//! updated since the last change seen. Each list is asked for with the same `since`
+//! until something newer appears, so GitHub can answer 304 to the ETag picogent sends
+//! (such answers do not count against the rate limit).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::api::{Api, ApiError};
+use super::book::Book;
+use super::intake::Intake;
+use super::payload::{self, CommentKind, Incoming, Issue};
+
+/// Pages of one list read per poll, at most.
+const MAX_PAGES: usize = 10;
+
+pub(crate) struct Poller {
+    pub(crate) intake: Arc<Intake>,
+    pub(crate) api: Arc<Api>,
+    pub(crate) book: Arc<Book>,
+    /// The `since` of each list: the newest `updated_at` it answered with.
+    pub(crate) marks: HashMap<&'static str, String>,
+}
+
+fn seen(issue: Issue) -> Incoming {
+    Incoming::Issue {
+        issue,
+        action: "seen".into(),
+        subject: None,
+    }
+}
+
+impl Poller {
+    /// The open issues that match the trigger now, and the tasks whose issues were
+    /// closed while picogent was not listening.
+    pub(crate) async fn sweep(&self, assignee: Option<&str>, label: Option<&str>) {
+        let mut queries = Vec::new();
+        if let Some(a) = assignee {
+            queries.push(format!(
+                "/issues?state=open&assignee={}&per_page=100",
+                super::urlencode(a)
+            ));
+        }
+        if let Some(l) = label {
+            queries.push(format!(
+                "/issues?state=open&labels={}&per_page=100",
+                super::urlencode(l)
+            ));
+        }
+        for q in queries {
+            match self.api.list(&self.api.repo(&q), MAX_PAGES).await {
+                Ok(items) => {
+                    for issue in items.iter().filter_map(payload::issue) {
+                        self.hand(seen(issue)).await;
+                    }
+                }
+                Err(e) => tracing::warn!("cannot list the issues that match the trigger: {e}"),
+            }
+        }
+        for n in self.book.active() {
+            let path = self.api.repo(&format!("/issues/{n}"));
+            match self.api.call(Method::GET, &path, None).await {
+                Ok(a) => {
+                    if let Some(issue) = payload::issue(&a.body) {
+                        self.hand(seen(issue)).await;
+                    }
+                }
+                Err(e) => tracing::warn!(issue = n, "cannot read a task's issue: {e}"),
+            }
+        }
+    }
+
+    async fn hand(&self, incoming: Incoming) {
+        if let Err(e) = self.intake.handle(incoming, None).await {
+            tracing::warn!("a polled GitHub event was not taken: {e}");
+        }
+    }
+
+    /// Polls every `every` until `stop`.
+    pub(crate) async fn run(mut self, every: Duration, stop: CancellationToken) {
+        loop {
+            if let Err(e) = self.once().await {
+                tracing::warn!("polling GitHub: {e}");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// What changed on `list` since its mark; advances the mark.
+    async fn changed(&mut self, list: &'static str) -> Result<Vec<Value>, ApiError> {
+        let since = self.marks.get(list).cloned().unwrap_or_default();
+        let path = self.api.repo(&format!(
+            "{list}?since={since}&sort=updated&direction=asc&per_page=100{}",
+            if list == "/issues" { "&state=all" } else { "" }
+        ));
+        let first = self.api.get_cached(&path).await?;
+        if first.unchanged {
+            return Ok(Vec::new());
+        }
+        let mut items: Vec<Value> = first.body.as_array().cloned().unwrap_or_default();
+        if let Some(next) = first.next {
+            items.extend(self.api.list(&next, MAX_PAGES).await?);
+        }
+        if let Some(newest) = items.iter().filter_map(|i| i["updated_at"].as_str()).max() {
+            if newest > since.as_str() {
+                self.marks.insert(list, newest.to_string());
+            }
+        }
+        Ok(items)
+    }
+
+    async fn once(&mut self) -> Result<(), ApiError> {
+        let issues: HashMap<u64, Issue> = self
+            .changed("/issues")
+            .await?
+            .iter()
+            .filter_map(payload::issue)
+            .map(|i| (i.number, i))
+            .collect();
+        for issue in issues.values() {
+            if !issue.is_pull {
+                self.hand(seen(issue.clone())).await;
+            }
+        }
+        for c in self.changed("/issues/comments").await? {
+            let (Some(n), Some(comment)) = (
+                payload::issue_number_of(&c),
+                payload::comment(&c, CommentKind::Issue),
+            ) else {
+                continue;
+            };
+            let issue = match issues.get(&n) {
+                Some(i) => i.clone(),
+                None => match self.issue(n).await {
+                    Some(i) => i,
+                    None => continue,
+                },
+            };
+            self.hand(Incoming::Comment {
+                issue,
+                comment,
+                head: None,
+            })
+            .await;
+        }
+        for c in self.changed("/pulls/comments").await? {
+            let Some(pull) = payload::pull_number_of(&c) else {
+                continue;
+            };
+            let Some(comment) = payload::comment(&c, CommentKind::Review { pull }) else {
+                continue;
+            };
+            let issue = Issue {
+                number: pull,
+                title: String::new(),
+                body: String::new(),
+                open: true,
+                assignees: Vec::new(),
+                labels: Vec::new(),
+                is_pull: true,
+                updated_at: String::new(),
+            };
+            self.hand(Incoming::Comment {
+                issue,
+                comment,
+                head: None,
+            })
+            .await;
+        }
+        Ok(())
+    }
+
+    async fn issue(&self, n: u64) -> Option<Issue> {
+        let path = self.api.repo(&format!("/issues/{n}"));
+        match self.api.call(Method::GET, &path, None).await {
+            Ok(a) => payload::issue(&a.body),
+            Err(e) => {
+                tracing::warn!(issue = n, "cannot read the issue of a comment: {e}");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! The one progress comment picogent keeps on a task's issue: made when work starts,
+//! edited as the run goes (its steps so far, at most one edit every `EVERY`), and at
+//! the end holding the outcome and the pull request's link. It is found again by its
+//! hidden marker after a restart, never written twice.
+//!
+//! Edits of one issue's comment go out one at a time, each rendering the latest state
+//! when it is sent, so a late step edit can never overwrite the outcome.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::api::{Api, ApiError};
+use crate::util::lock;
+
+/// The hidden first line that names the comment as picogent's progress comment.
+pub(crate) const MARKER: &str = "<!-- picogent:progress -->";
+/// Between the header and the rest: what survives a restart.
+const BODY: &str = "<!-- picogent:body -->";
+/// Steps are edited in at most this often.
+const EVERY: Duration = Duration::from_secs(3);
+/// Steps shown, the latest ones.
+const MAX_STEPS: usize = 40;
+/// GitHub refuses a comment longer than 65,536 characters.
+const MAX_BODY: usize = 60_000;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Phase {
+    Working,
+    /// The result is written; its status not yet.
+    Ended,
+    Done,
+    Failed,
+}
+
+#[derive(Debug, Default)]
+struct Data {
+    comment: Option<u64>,
+    phase: Option<Phase>,
+    steps: Vec<String>,
+    total_steps: usize,
+    outcome: Option<String>,
+    /// What the comment said below its header before a restart.
+    restored: Option<String>,
+    pull: Option<(u64, String)>,
+    dirty: bool,
+}
+
+/// One issue's comment: its state, and the turn to edit it.
+#[derive(Default)]
+struct View {
+    data: Mutex<Data>,
+    sending: tokio::sync::Mutex<()>,
+}
+
+pub(crate) struct Progress {
+    api: Arc<Api>,
+    login: String,
+    views: Mutex<HashMap<u64, Arc<View>>>,
+    dirty: Notify,
+}
+
+impl Progress {
+    pub(crate) fn new(api: Arc<Api>, login: String) -> Arc<Progress> {
+        Arc::new(Progress {
+            api,
+            login,
+            views: Mutex::new(HashMap::new()),
+            dirty: Notify::new(),
+        })
+    }
+
+    fn view(&self, issue: u64) -> Arc<View> {
+        lock(&self.views).entry(issue).or_default().clone()
+    }
+
+    /// A step of the issue's run: edited in with the next batch.
+    pub(crate) fn step(&self, issue: u64, summary: &str) {
+        let view = self.view(issue);
+        let mut d = lock(&view.data);
+        // Before the start is on GitHub (`None`) the steps are kept for it.
+        if !matches!(d.phase, None | Some(Phase::Working)) {
+            return;
+        }
+        d.steps
+            .push(crate::util::one_line(summary, 160).replace('`', "'"));
+        if d.steps.len() > MAX_STEPS {
+            d.steps.remove(0);
+        }
+        d.total_steps += 1;
+        d.dirty = true;
+        drop(d);
+        self.dirty.notify_one();
+    }
+
+    /// Work starts: the comment says so (made when there is none).
+    pub(crate) async fn start(&self, issue: u64) -> Result<(), ApiError> {
+        self.change(issue, |d| {
+            // A new run: the last one's steps and outcome go (this run's first steps
+            // may already be here).
+            if d.phase.is_some_and(|p| p != Phase::Working) {
+                d.steps.clear();
+                d.total_steps = 0;
+            }
+            d.phase = Some(Phase::Working);
+            d.outcome = None;
+            d.restored = None;
+        })
+        .await
+    }
+
+    pub(crate) async fn outcome(&self, issue: u64, text: &str) -> Result<(), ApiError> {
+        self.change(issue, |d| {
+            d.phase = Some(Phase::Ended);
+            d.outcome = Some(text.to_string());
+        })
+        .await
+    }
+
+    pub(crate) async fn finished(&self, issue: u64, ok: bool) -> Result<(), ApiError> {
+        self.change(issue, |d| {
+            d.phase = Some(if ok { Phase::Done } else { Phase::Failed })
+        })
+        .await
+    }
+
+    pub(crate) async fn pull(&self, issue: u64, pull: (u64, String)) {
+        let view = self.view(issue);
+        lock(&view.data).pull = Some(pull);
+    }
+
+    /// Applies a change and writes the comment, in the issue's turn.
+    async fn change(&self, issue: u64, f: impl FnOnce(&mut Data)) -> Result<(), ApiError> {
+        let view = self.view(issue);
+        let _turn = view.sending.lock().await;
+        self.find(issue, &view).await?;
+        f(&mut lock(&view.data));
+        self.send(issue, &view).await
+    }
+
+    /// Knows the comment's id: remembered, or found by its marker among picogent's
+    /// comments on the issue (after a restart), with what it said.
+    async fn find(&self, issue: u64, view: &View) -> Result<(), ApiError> {
+        if lock(&view.data).comment.is_some() {
+            return Ok(());
+        }
+        let path = self
+            .api
+            .repo(&format!("/issues/{issue}/comments?per_page=100"));
+        let comments = self.api.list(&path, 10).await?;
+        let mine = comments.iter().find(|c| {
+            c["user"]["login"]
+                .as_str()
+                .is_some_and(|l| l.eq_ignore_ascii_case(&self.login))
+                && c["body"].as_str().is_some_and(|b| b.starts_with(MARKER))
+        });
+        if let Some(c) = mine {
+            let mut d = lock(&view.data);
+            d.comment = c["id"].as_u64();
+            d.restored = c["body"]
+                .as_str()
+                .and_then(|b| b.split_once(BODY))
+                .map(|(_, rest)| rest.trim().to_string());
+        }
+        Ok(())
+    }
+
+    /// Writes the comment as the view now is: an edit, or the first post.
+    async fn send(&self, issue: u64, view: &View) -> Result<(), ApiError> {
+        let (id, body) = {
+            let mut d = lock(&view.data);
+            d.dirty = false;
+            (d.comment, render(&d))
+        };
+        let body = json!({"body": body});
+        match id {
+            Some(id) => {
+                let path = self.api.repo(&format!("/issues/comments/{id}"));
+                match self.api.call(Method::PATCH, &path, Some(&body)).await {
+                    // Deleted by someone: a new one is made.
+                    Err(ApiError::NotFound { .. }) => {
+                        lock(&view.data).comment = None;
+                        self.post(issue, view, &body).await
+                    }
+                    other => other.map(drop),
+                }
+            }
+            None => self.post(issue, view, &body).await,
+        }
+    }
+
+    async fn post(
+        &self,
+        issue: u64,
+        view: &View,
+        body: &serde_json::Value,
+    ) -> Result<(), ApiError> {
+        let path = self.api.repo(&format!("/issues/{issue}/comments"));
+        let answer = self.api.call(Method::POST, &path, Some(body)).await?;
+        lock(&view.data).comment = answer.body["id"].as_u64();
+        Ok(())
+    }
+
+    /// Edits steps in, at most every `EVERY`, until `stop`.
+    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = self.dirty.notified() => {}
+                _ = stop.cancelled() => return,
+            }
+            let dirty: Vec<(u64, Arc<View>)> = lock(&self.views)
+                .iter()
+                .filter(|(_, v)| {
+                    let d = lock(&v.data);
+                    d.dirty && d.comment.is_some() && d.phase == Some(Phase::Working)
+                })
+                .map(|(n, v)| (*n, v.clone()))
+                .collect();
+            for (issue, view) in dirty {
+                let _turn = view.sending.lock().await;
+                // The outcome may have come meanwhile: then there is nothing to add.
+                if lock(&view.data).phase != Some(Phase::Working) {
+                    continue;
+                }
+                if let Err(e) = self.send(issue, &view).await {
+                    tracing::warn!(issue, "cannot update the progress comment: {e}");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(EVERY) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+}
+
+fn render(d: &Data) -> String {
+    let header = match d.phase {
+        Some(Phase::Working) | None => "🚧 **picogent is working on this issue.**".to_string(),
+        Some(Phase::Ended) => "**picogent's run ended.**".to_string(),
+        Some(Phase::Done) => match &d.pull {
+            Some((n, _)) => format!("✅ **picogent finished: pull request #{n}.**"),
+            None => "✅ **picogent finished.**".to_string(),
+        },
+        Some(Phase::Failed) => "❌ **picogent could not finish this issue.**".to_string(),
+    };
+    let mut body = String::new();
+    if let Some((n, url)) = &d.pull {
+        body.push_str(&format!("Pull request: [#{n}]({url})\n\n"));
+    }
+    match (&d.outcome, &d.restored) {
+        (Some(o), _) => body.push_str(crate::util::truncate_bytes(o, MAX_BODY)),
+        (None, Some(r)) => body.push_str(crate::util::truncate_bytes(r, MAX_BODY)),
+        (None, None) if d.steps.is_empty() => body.push_str("Starting…"),
+        (None, None) => {}
+    }
+    if !d.steps.is_empty() {
+        let earlier = d.total_steps.saturating_sub(d.steps.len());
+        body.push_str(&format!(
+            "\n\n<details><summary>Steps so far: {}</summary>\n\n",
+            d.total_steps
+        ));
+        if earlier > 0 {
+            body.push_str(&format!("_({earlier} earlier steps not shown)_\n"));
+        }
+        for s in &d.steps {
+            body.push_str(&format!("- `{s}`\n"));
+        }
+        body.push_str("\n</details>");
+    }
+    format!("{MARKER}\n{header}\n{BODY}\n{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_comment_keeps_its_marker_and_outcome() {
+        let mut d = Data {
+            phase: Some(Phase::Working),
+            ..Data::default()
+        };
+        assert!(render(&d).starts_with(MARKER));
+        d.steps.push("read src/lib.rs".into());
+        d.total_steps = 1;
+        assert!(render(&d).contains("Steps so far: 1"));
+        d.phase = Some(Phase::Done);
+        d.outcome = Some("Fixed it.".into());
+        d.pull = Some((5, "https://x/pull/5".into()));
+        let text = render(&d);
+        assert!(text.contains("pull request #5") && text.contains("Fixed it."));
+        let (_, rest) = text.split_once(BODY).unwrap();
+        assert!(rest.contains("Fixed it."));
+    }
+}

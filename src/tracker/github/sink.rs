@@ -1,0 +1,247 @@
+//! Reports as GitHub takes them, delivered from the outbox in order, per task:
+//!
+//! | report | on GitHub |
+//! |---|---|
+//! | status `in_progress` | the progress comment says work started (made if missing) |
+//! | pull request | the branch's pull request, found or opened (`Closes #n`) |
+//! | the task's result | the progress comment holds the outcome and the link |
+//! | status `review` / `blocked` | the progress comment's header says how it ended |
+//! | a reply to a comment | a new comment (a reply in a review thread) |
+//!
+//! GitHub takes no idempotency key, so every report is found before it is made again:
+//! the progress comment by its marker, the pull request by its branch, a reply by the
+//! key hidden in it. A repeat after a crash between a send and its record changes
+//! nothing.
+
+use std::sync::Arc;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::api::{Api, ApiError};
+use super::book::Book;
+use super::progress::Progress;
+use crate::tracker::outbox::ReportSink;
+use crate::tracker::types::{Report, TaskStatus};
+use crate::tracker::TrackerError;
+
+/// A pull request's body takes the run's answer up to this size.
+const MAX_SUMMARY: usize = 30_000;
+
+#[derive(Clone)]
+pub(crate) struct Sink {
+    pub(crate) api: Arc<Api>,
+    pub(crate) progress: Arc<Progress>,
+    pub(crate) book: Arc<Book>,
+    pub(crate) owner: String,
+    /// Pull requests go into this branch.
+    pub(crate) base: String,
+    pub(crate) login: String,
+}
+
+/// The issue a task id names (`issue-<n>`).
+fn issue_of(task_id: &str) -> Result<u64, TrackerError> {
+    task_id
+        .strip_prefix("issue-")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| TrackerError::Rejected {
+            status: 400,
+            url: task_id.to_string(),
+            message: "not a GitHub issue's task".into(),
+        })
+}
+
+/// When a report's key says it was queued (`picogent-<millis>-...`), a minute early:
+/// where to look for a copy of it.
+fn since_of(key: &str) -> Option<String> {
+    let millis: i64 = key
+        .strip_prefix("picogent-")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()?;
+    chrono::DateTime::from_timestamp_millis(millis - 60_000)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
+impl ReportSink for Sink {
+    async fn report(&self, task_id: &str, report: &Report, key: &str) -> Result<(), TrackerError> {
+        let issue = issue_of(task_id)?;
+        let done = match report {
+            Report::Status {
+                status: TaskStatus::InProgress,
+            } => self.progress.start(issue).await,
+            Report::Status { status } => {
+                self.progress
+                    .finished(issue, *status == TaskStatus::Review)
+                    .await
+            }
+            Report::PullRequest { branch, summary } => {
+                self.pull_request(issue, branch, summary).await
+            }
+            Report::Comment {
+                content,
+                reply_to: None,
+            } => self.progress.outcome(issue, content).await,
+            Report::Comment {
+                content,
+                reply_to: Some(to),
+            } => self.reply(issue, to, content, key).await,
+        };
+        done.map_err(ApiError::into_tracker)
+    }
+}
+
+impl Sink {
+    /// Finds the branch's pull request, or opens it; remembers it for the progress
+    /// comment and for review comments on it.
+    async fn pull_request(&self, issue: u64, branch: &str, summary: &str) -> Result<(), ApiError> {
+        let found = match self.find_pull(branch).await? {
+            Some(p) => Some(p),
+            None => self.open_pull(issue, branch, summary).await?,
+        };
+        let Some((number, url)) = found else {
+            return Ok(());
+        };
+        self.progress.pull(issue, (number, url)).await;
+        if self.book.get(issue).pull != Some(number) {
+            if let Err(e) = self.book.update(issue, |e| e.pull = Some(number)).await {
+                tracing::error!(issue, "cannot record the pull request: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    async fn find_pull(&self, branch: &str) -> Result<Option<(u64, String)>, ApiError> {
+        let path = self.api.repo(&format!(
+            "/pulls?head={}:{}&state=all&per_page=10",
+            self.owner,
+            crate::tracker::github::urlencode(branch)
+        ));
+        let answer = self.api.call(Method::GET, &path, None).await?;
+        Ok(answer
+            .body
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["head"]["ref"].as_str() == Some(branch))
+            // An open one first: a closed one is reused only when it is all there is.
+            .min_by_key(|p| p["state"].as_str() != Some("open"))
+            .and_then(pull_of))
+    }
+
+    async fn open_pull(
+        &self,
+        issue: u64,
+        branch: &str,
+        summary: &str,
+    ) -> Result<Option<(u64, String)>, ApiError> {
+        let title = match self
+            .api
+            .call(
+                Method::GET,
+                &self.api.repo(&format!("/issues/{issue}")),
+                None,
+            )
+            .await
+        {
+            Ok(a) => a.body["title"].as_str().unwrap_or_default().to_string(),
+            Err(ApiError::NotFound { .. }) => String::new(),
+            Err(e) => return Err(e),
+        };
+        let title = if title.trim().is_empty() {
+            format!("Work on issue #{issue}")
+        } else {
+            title
+        };
+        let summary = if summary.trim().is_empty() {
+            "(The agent finished without a written summary.)"
+        } else {
+            crate::util::truncate_bytes(summary, MAX_SUMMARY)
+        };
+        let body = json!({
+            "title": title,
+            "head": branch,
+            "base": self.base,
+            "body": format!("{summary}\n\nCloses #{issue}\n\n_Opened by picogent (@{}) for #{issue}._", self.login),
+        });
+        match self
+            .api
+            .call(Method::POST, &self.api.repo("/pulls"), Some(&body))
+            .await
+        {
+            Ok(a) => {
+                let pull = pull_of(&a.body);
+                tracing::info!(issue, pull = ?pull.as_ref().map(|p| p.0), "opened a pull request");
+                Ok(pull)
+            }
+            Err(ApiError::Invalid { message, .. }) if message.contains("already exists") => {
+                self.find_pull(branch).await
+            }
+            Err(ApiError::Invalid { message, .. }) if message.contains("No commits between") => {
+                tracing::info!(
+                    issue,
+                    "no pull request: the branch has no commits the base lacks"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Answers a comment: in its review thread, or as a new comment on the issue,
+    /// unless a copy (a repeat after a crash) is there already.
+    async fn reply(&self, issue: u64, to: &str, content: &str, key: &str) -> Result<(), ApiError> {
+        let mark = format!("<!-- picogent:reply {key} -->");
+        let since = since_of(key)
+            .map(|s| format!("&since={s}"))
+            .unwrap_or_default();
+        let review = to
+            .strip_prefix('r')
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(p, c)| Some((p.parse::<u64>().ok()?, c.parse::<u64>().ok()?)));
+        let (list, post, body) = match review {
+            Some((pull, comment)) => (
+                format!("/pulls/{pull}/comments?per_page=100{since}"),
+                format!("/pulls/{pull}/comments/{comment}/replies"),
+                format!("{content}\n\n{mark}"),
+            ),
+            None => (
+                format!("/issues/{issue}/comments?per_page=100{since}"),
+                format!("/issues/{issue}/comments"),
+                format!("{content}\n\n{mark}"),
+            ),
+        };
+        let existing = self.api.list(&self.api.repo(&list), 10).await?;
+        if existing
+            .iter()
+            .any(|c| c["body"].as_str().is_some_and(|b| b.contains(&mark)))
+        {
+            return Ok(());
+        }
+        let body = json!({"body": crate::util::truncate_bytes(&body, 65_000)});
+        self.api
+            .call(Method::POST, &self.api.repo(&post), Some(&body))
+            .await
+            .map(drop)
+    }
+}
+
+fn pull_of(v: &Value) -> Option<(u64, String)> {
+    Some((
+        v["number"].as_u64()?,
+        v["html_url"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keys_say_when_to_look_from() {
+        let s = super::since_of("picogent-1767225600000-3-abcdef").unwrap();
+        assert_eq!(s, "2025-12-31T23:59:00Z");
+        assert_eq!(super::since_of("other"), None);
+        assert!(super::issue_of("issue-12").is_ok_and(|n| n == 12));
+        assert!(super::issue_of("t1").is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! `POST /github/webhook`: GitHub's deliveries. The body is read (at most
+//! `MAX_BODY`, within `BODY_TIMEOUT`, at most `MAX_IN_FLIGHT` at once), its
+//! `X-Hub-Signature-256` checked in constant time against the webhook secret before
+//! anything in it is believed (401 otherwise), and the delivery answered within
+//! GitHub's ten seconds: 202 once its event is journaled, 200 for a duplicate or for
+//! what picogent does not act on, 503 when the journal did not answer in time (a
+//! redelivery is then recognised if it did get through).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::intake::Intake;
+use super::payload;
+use crate::tracker::router::{AcceptError, Accepted};
+
+/// GitHub caps payloads at 25 MB; issues and comments are far smaller (a body is at
+/// most 65,536 characters), and an unsigned sender must not make picogent hold more.
+const MAX_BODY: usize = 2 << 20;
+const BODY_TIMEOUT: Duration = Duration::from_secs(8);
+const MAX_IN_FLIGHT: usize = 16;
+/// What is left of GitHub's ten seconds for the journal.
+const ANSWER_WITHIN: Duration = Duration::from_secs(8);
+
+struct Ctx {
+    intake: Arc<Intake>,
+    key: ring::hmac::Key,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+pub(crate) fn routes(intake: Arc<Intake>, secret: &str) -> axum::Router {
+    let ctx = Arc::new(Ctx {
+        intake,
+        key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes()),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+    });
+    axum::Router::new()
+        .route("/github/webhook", post(webhook))
+        .with_state(ctx)
+}
+
+fn answer(status: StatusCode, body: Value) -> Response {
+    (status, Json(body)).into_response()
+}
+
+fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
+    answer(status, json!({"error": {"code": code, "message": message}}))
+}
+
+/// Whether `header` (`sha256=<hex>`) is the body's HMAC under the key.
+pub(crate) fn signed(key: &ring::hmac::Key, header: Option<&str>, body: &[u8]) -> bool {
+    let Some(hex) = header.and_then(|h| h.trim().strip_prefix("sha256=")) else {
+        return false;
+    };
+    let Some(tag) = decode_hex(hex) else {
+        return false;
+    };
+    ring::hmac::verify(key, body, &tag).is_ok()
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn webhook(
+    State(ctx): State<Arc<Ctx>>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    let Ok(_permit) = ctx.in_flight.clone().try_acquire_owned() else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many deliveries at once; redeliver",
+        );
+    };
+    let body: Bytes =
+        match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(_)) => {
+                return refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    "the delivery is larger than 2 MiB",
+                )
+            }
+            Err(_) => {
+                return refuse(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "timeout",
+                    "the body did not arrive in time",
+                )
+            }
+        };
+    if !signed(&ctx.key, header(&headers, "x-hub-signature-256"), &body) {
+        tracing::warn!("refused a webhook delivery: missing or wrong X-Hub-Signature-256");
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong X-Hub-Signature-256",
+        );
+    }
+    let (Some(event), Some(delivery)) = (
+        header(&headers, "x-github-event"),
+        header(&headers, "x-github-delivery"),
+    ) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_delivery",
+            "X-GitHub-Event and X-GitHub-Delivery are required",
+        );
+    };
+    let usable = |c: char| c.is_ascii_alphanumeric() || c == '-';
+    if delivery.is_empty() || delivery.len() > 100 || !delivery.chars().all(usable) {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_delivery",
+            "X-GitHub-Delivery is not a delivery id",
+        );
+    }
+    let payload: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "invalid_delivery",
+                &format!("the body is not JSON: {e}"),
+            )
+        }
+    };
+    if event == "ping" {
+        return answer(StatusCode::OK, json!({"pong": true}));
+    }
+    let repo = payload::repository(&payload);
+    if !repo.eq_ignore_ascii_case(ctx.intake.repo()) {
+        tracing::warn!(delivery, repository = %repo, "a delivery about another repository was ignored");
+        return answer(StatusCode::OK, json!({"ignored": "another repository"}));
+    }
+    let Some(incoming) = payload::from_webhook(event, &payload) else {
+        return answer(
+            StatusCode::OK,
+            json!({"ignored": format!("{event} is not acted on")}),
+        );
+    };
+    let (intake, id) = (ctx.intake.clone(), delivery.to_string());
+    // In a task of its own: GitHub stops waiting after ten seconds, but an event that
+    // reached the journal must still be scheduled and booked.
+    let handled = tokio::spawn(async move { intake.handle(incoming, Some(&id)).await });
+    let outcome = match tokio::time::timeout(ANSWER_WITHIN, handled).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(AcceptError::Journal(e.to_string())),
+        Err(_) => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "slow",
+                "the delivery could not be recorded in time; redeliver it",
+            )
+        }
+    };
+    match outcome {
+        Ok(Accepted::New) => answer(StatusCode::ACCEPTED, json!({"accepted": true})),
+        Ok(Accepted::Duplicate) => answer(StatusCode::OK, json!({"duplicate": true})),
+        Ok(Accepted::Ignored) => answer(StatusCode::OK, json!({"ignored": true})),
+        Err(AcceptError::Invalid(m)) => refuse(StatusCode::BAD_REQUEST, "invalid_delivery", &m),
+        Err(e @ AcceptError::ShuttingDown) => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            &e.to_string(),
+        ),
+        Err(e @ AcceptError::Journal(_)) => {
+            tracing::error!("{e}");
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, "journal", &e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn signatures_are_checked_as_github_makes_them() {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"It's a Secret to Everybody");
+        // GitHub's documented example.
+        let good = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        assert!(super::signed(&key, Some(good), b"Hello, World!"));
+        assert!(!super::signed(&key, Some(good), b"Hello, World?"));
+        assert!(!super::signed(&key, None, b"Hello, World!"));
+        assert!(!super::signed(&key, Some("sha1=abc"), b"Hello, World!"));
+        assert!(!super::signed(&key, Some("sha256=zz"), b"Hello, World!"));
+    }
+}

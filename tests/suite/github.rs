@@ -1,0 +1,592 @@
+//! GitHub as the tracker, end to end against the fake GitHub (every request checked
+//! against GitHub's OpenAPI description) with real webhook payloads, a real clone and
+//! a local bare repository as the remote.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::common::github::{deliver, deliver_raw, example, retarget, sign, FakeGithub, Fault};
+use crate::common::*;
+
+const REPO: &str = "acme/widgets";
+const BOT: &str = "picogent-bot";
+const TOKEN: &str = "ghp_testtoken0123456789";
+const SECRET: &str = "It's a Secret to Everybody";
+
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A clone with one commit on `main`, and the bare repository branches are pushed to.
+pub(crate) struct World {
+    pub sb: Sandbox,
+    pub gh: FakeGithub,
+    pub llm: ScriptedLlm,
+    pub remote: PathBuf,
+    pub port: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl World {
+    pub(crate) async fn new(turns: Vec<Turn>) -> World {
+        let sb = Sandbox::new();
+        sb.write("widget.txt", "original\n");
+        git(&sb.work, &["init", "-q", "-b", "main"]);
+        git(&sb.work, &["add", "."]);
+        git(&sb.work, &["commit", "-q", "-m", "first"]);
+        let remote = sb.base().join("remote.git");
+        git(
+            &sb.base(),
+            &["init", "-q", "--bare", remote.to_str().unwrap()],
+        );
+        git(&sb.work, &["push", "-q", remote.to_str().unwrap(), "main"]);
+        let gh = FakeGithub::start(REPO, BOT, TOKEN).await;
+        let llm = ScriptedLlm::start(vec![]).await;
+        llm.per_conversation(turns);
+        World {
+            sb,
+            gh,
+            llm,
+            remote,
+            port: free_port(),
+        }
+    }
+
+    /// agent.json for GitHub mode; `github` is merged into the block.
+    pub(crate) fn config(&self, github: Value) -> Value {
+        let mut block = json!({
+            "repo": REPO,
+            "api_url": self.gh.url(),
+            "webhook_secret": SECRET,
+            "remote_url": self.remote,
+        });
+        for (k, v) in github.as_object().cloned().unwrap_or_default() {
+            block[k] = v;
+        }
+        json!({"tracker": "github", "listen_port": self.port, "shutdown_grace_sec": 5,
+               "allowed_paths": [self.sb.work], "github": block})
+    }
+
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("HOME".into(), self.sb.user_home.display().to_string()),
+            ("PICOGENT_API_KEY".into(), llm::API_KEY.into()),
+            ("GITHUB_TOKEN".into(), TOKEN.into()),
+        ]
+    }
+
+    /// Starts GitHub mode in this process and waits until it listens.
+    pub(crate) async fn daemon(&self, github: Value) -> Daemon {
+        self.sb
+            .write_config(&self.llm, Wire::Anthropic, self.config(github));
+        let env = picogent::config::Env::from_pairs(self.env());
+        let config =
+            picogent::config::Config::load(Some(&self.sb.home), &env, &self.sb.base()).unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(picogent::tracker::daemon::run(
+            agent_from(config),
+            fast_timing(),
+            stop.clone(),
+        ));
+        self.listening().await;
+        // Issues that match at start are picked up by a sweep: a test changes issues
+        // only once it has looked.
+        self.gh
+            .wait_for(30, "the start-up sweep", |g| {
+                g.requests()
+                    .iter()
+                    .any(|r| r.path.ends_with("/issues") && r.query.contains("state=open"))
+            })
+            .await;
+        Daemon { stop, task }
+    }
+
+    pub(crate) async fn listening(&self) {
+        let url = format!("http://127.0.0.1:{}/livez", self.port);
+        for _ in 0..1500 {
+            if reqwest::get(&url).await.is_ok_and(|r| r.status() == 200) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("GitHub mode never listened on {}", self.port);
+    }
+
+    pub(crate) fn hook_url(&self) -> String {
+        format!("http://127.0.0.1:{}/github/webhook", self.port)
+    }
+
+    /// Delivers an `issues` event for issue `n` as it is now in the fake.
+    pub(crate) async fn issue_event(&self, action: &str, n: u64, delivery: &str) -> (u16, Value) {
+        let mut p = example("issues", action);
+        retarget(&mut p, REPO, n);
+        p["issue"] = self.gh.issue(n);
+        p["action"] = action.into();
+        if action.ends_with("assigned") {
+            p["assignee"] = json!({"login": BOT, "id": 7, "type": "User"});
+        }
+        deliver(&self.hook_url(), "issues", delivery, Some(SECRET), &p).await
+    }
+
+    /// Delivers an `issue_comment` `created` event for a comment the fake holds.
+    pub(crate) async fn comment_event(&self, n: u64, comment: u64, delivery: &str) -> (u16, Value) {
+        let mut p = example("issue_comment", "created");
+        retarget(&mut p, REPO, n);
+        p["issue"] = self.gh.issue(n);
+        p["comment"] = self
+            .gh
+            .comments(n)
+            .into_iter()
+            .find(|c| c["id"] == comment)
+            .unwrap();
+        deliver(
+            &self.hook_url(),
+            "issue_comment",
+            delivery,
+            Some(SECRET),
+            &p,
+        )
+        .await
+    }
+
+    /// The branch's files in the remote.
+    pub(crate) fn remote_file(&self, branch: &str, file: &str) -> String {
+        git(&self.remote, &["show", &format!("{branch}:{file}")])
+    }
+
+    /// picogent's comments on an issue.
+    pub(crate) fn bot_comments(&self, n: u64) -> Vec<String> {
+        self.gh
+            .comments(n)
+            .iter()
+            .filter(|c| c["user"]["login"] == BOT)
+            .map(|c| c["body"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    pub(crate) fn assert_valid(&self) {
+        let v = self.gh.violations();
+        assert!(
+            v.is_empty(),
+            "requests GitHub's description refuses: {v:#?}"
+        );
+    }
+}
+
+fn fixer() -> Vec<Turn> {
+    vec![
+        tool("bash", json!({"command": "echo fixed > widget.txt"})),
+        text("Fixed the widget: it now says fixed."),
+        tool("bash", json!({"command": "echo polished >> widget.txt"})),
+        text("Polished it as asked."),
+    ]
+}
+
+#[tokio::test]
+async fn an_assigned_issue_becomes_a_pull_request_and_a_review_comment_adds_a_commit() {
+    let w = World::new(fixer()).await;
+    let n =
+        w.gh.add_issue("The widget is broken", "It says original.", "alice");
+    let d = w.daemon(json!({})).await;
+    w.gh.assign(n, BOT);
+    let (status, body) = w.issue_event("assigned", n, "d-1").await;
+    assert_eq!(status, 202, "{body}");
+
+    w.gh.wait_for(
+        60,
+        "the pull request and the finished progress comment",
+        |g| {
+            !g.pulls().is_empty()
+                && g.comments(n).iter().any(|c| {
+                    c["body"]
+                        .as_str()
+                        .is_some_and(|b| b.contains("picogent finished"))
+                })
+        },
+    )
+    .await;
+    let branch = format!("picogent/issue-{n}");
+    assert_eq!(w.remote_file(&branch, "widget.txt"), "fixed");
+    let pulls = w.gh.pulls();
+    assert_eq!(pulls.len(), 1);
+    let pr = &pulls[0];
+    assert_eq!(pr["head"]["ref"], branch.as_str());
+    assert_eq!(pr["base"]["ref"], "main");
+    assert_eq!(pr["title"], "The widget is broken");
+    let pr_body = pr["body"].as_str().unwrap();
+    assert!(pr_body.contains(&format!("Closes #{n}")), "{pr_body}");
+    assert!(pr_body.contains("Fixed the widget"), "{pr_body}");
+    // One progress comment, edited to the outcome with the pull request's link.
+    let mine = w.bot_comments(n);
+    assert_eq!(mine.len(), 1, "{mine:#?}");
+    let pr_number = pr["number"].as_u64().unwrap();
+    assert!(
+        mine[0].contains(&format!("pull request #{pr_number}")),
+        "{}",
+        mine[0]
+    );
+    assert!(mine[0].contains("Fixed the widget"), "{}", mine[0]);
+    assert!(mine[0].contains("Steps so far"), "{}", mine[0]);
+    assert!(
+        w.gh.requests()
+            .iter()
+            .any(|r| r.method == "PATCH" && r.path.contains("/issues/comments/")),
+        "the progress comment was never edited"
+    );
+    // 👀 on the issue: it was picked up.
+    assert!(
+        w.gh.reactions().iter().any(|r| r["content"] == "eyes"),
+        "{:?}",
+        w.gh.reactions()
+    );
+
+    // A redelivery is not worked twice.
+    let calls = w.llm.request_count();
+    let (status, body) = w.issue_event("assigned", n, "d-1").await;
+    assert!(status == 200, "{status} {body}");
+
+    // A review comment on the pull request: a follow-up run adds a commit.
+    let rc =
+        w.gh.add_review_comment(pr_number, "alice", "Please polish it too.");
+    let mut p = example("pull_request_review_comment", "created");
+    retarget(&mut p, REPO, pr_number);
+    p["pull_request"]["head"]["ref"] = branch.clone().into();
+    p["comment"] =
+        w.gh.review_comments(pr_number)
+            .into_iter()
+            .find(|c| c["id"] == rc)
+            .unwrap();
+    let (status, body) = deliver(
+        &w.hook_url(),
+        "pull_request_review_comment",
+        "d-2",
+        Some(SECRET),
+        &p,
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    w.gh.wait_for(60, "the reply in the review thread", |g| {
+        g.review_comments(pr_number)
+            .iter()
+            .any(|c| c["user"]["login"] == BOT)
+    })
+    .await;
+    assert_eq!(w.remote_file(&branch, "widget.txt"), "fixed\npolished");
+    assert_eq!(
+        w.gh.pulls().len(),
+        1,
+        "a follow-up opens no second pull request"
+    );
+    assert_eq!(
+        w.llm.request_count(),
+        calls + 2,
+        "the redelivery ran nothing"
+    );
+    d.stop().await.unwrap();
+    w.assert_valid();
+}
+
+#[tokio::test]
+async fn tampered_unsigned_and_foreign_deliveries_are_refused_and_run_nothing() {
+    let w = World::new(fixer()).await;
+    let n = w.gh.add_issue("Broken", "", "alice");
+    w.gh.assign(n, BOT);
+    let d = w.daemon(json!({})).await;
+    let mut p = example("issues", "assigned");
+    retarget(&mut p, REPO, n);
+    p["issue"] = w.gh.issue(n);
+    p["assignee"] = json!({"login": BOT});
+    let bytes = serde_json::to_vec(&p).unwrap();
+    let good = sign(SECRET, &bytes);
+    let wrong = sign("another secret", &bytes);
+    let url = w.hook_url();
+    let base = [
+        ("X-GitHub-Event", "issues"),
+        ("X-GitHub-Delivery", "t-1"),
+        ("Content-Type", "application/json"),
+    ];
+    // Unsigned.
+    let (status, _) = deliver_raw(&url, &base, bytes.clone()).await;
+    assert_eq!(status, 401);
+    // Signed with another secret.
+    let mut h = base.to_vec();
+    h.push(("X-Hub-Signature-256", &wrong));
+    assert_eq!(deliver_raw(&url, &h, bytes.clone()).await.0, 401);
+    // Signed, then changed.
+    let mut tampered = bytes.clone();
+    let at = tampered.len() - 2;
+    tampered[at] = b' ';
+    let mut h = base.to_vec();
+    h.push(("X-Hub-Signature-256", &good));
+    assert_eq!(deliver_raw(&url, &h, tampered).await.0, 401);
+    // SHA-1 only (the old header) is not enough.
+    let mut h = base.to_vec();
+    h.push(("X-Hub-Signature", "sha1=0000"));
+    assert_eq!(deliver_raw(&url, &h, bytes.clone()).await.0, 401);
+    // Another repository's delivery, correctly signed: ignored.
+    let mut other = p.clone();
+    retarget(&mut other, "evil/elsewhere", n);
+    let (status, body) = deliver(&url, "issues", "t-2", Some(SECRET), &other).await;
+    assert_eq!(status, 200, "{body}");
+    // picogent's own comment mentioning itself never triggers it.
+    let c = w.gh.add_comment(n, BOT, "@picogent-bot do it");
+    let (status, _) = w.comment_event(n, c, "t-3").await;
+    assert_eq!(status, 200);
+    // A ping is answered.
+    let mut ping = example("ping", "");
+    retarget(&mut ping, REPO, 1);
+    assert_eq!(
+        deliver(&url, "ping", "t-4", Some(SECRET), &ping).await.0,
+        200
+    );
+    assert_eq!(w.llm.request_count(), 0, "nothing ran");
+    assert!(w.gh.pulls().is_empty());
+    d.stop().await.unwrap();
+    w.assert_valid();
+}
+
+#[tokio::test]
+async fn a_mention_starts_a_task_and_a_later_comment_is_answered_in_the_same_branch() {
+    let w = World::new(fixer()).await;
+    let n = w.gh.add_issue("Widget", "It is broken.", "alice");
+    let d = w.daemon(json!({})).await;
+    // Not a mention: `@picogent-bot-2` is someone else.
+    let other = w.gh.add_comment(n, "alice", "cc @picogent-bot-2");
+    assert_eq!(w.comment_event(n, other, "m-0").await.0, 200);
+    let c =
+        w.gh.add_comment(n, "alice", "@picogent-bot can you fix this?");
+    let (status, body) = w.comment_event(n, c, "m-1").await;
+    assert_eq!(status, 202, "{body}");
+    w.gh.wait_for(60, "the pull request", |g| !g.pulls().is_empty())
+        .await;
+    // 👀 on the comment that asked.
+    w.gh.wait_for(10, "the reaction", |g| {
+        g.reactions().iter().any(|r| r["content"] == "eyes")
+    })
+    .await;
+    let follow =
+        w.gh.add_comment(n, "alice", "Thanks! Now polish it please.");
+    assert_eq!(w.comment_event(n, follow, "m-2").await.0, 202);
+    w.gh.wait_for(60, "the answer to the follow-up", |g| {
+        g.comments(n).iter().any(|c| {
+            c["user"]["login"] == BOT
+                && c["body"]
+                    .as_str()
+                    .is_some_and(|b| b.contains("Polished it"))
+        })
+    })
+    .await;
+    let branch = format!("picogent/issue-{n}");
+    w.gh.wait_for(10, "the follow-up's commit", |_| {
+        Command::new("git")
+            .args(["show", &format!("{branch}:widget.txt")])
+            .current_dir(&w.remote)
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("polished"))
+    })
+    .await;
+    assert_eq!(w.gh.pulls().len(), 1);
+    // Closing the issue when nothing runs ends the task quietly.
+    let before = w.gh.comments(n).len();
+    w.gh.close_issue(n);
+    assert!(w.issue_event("closed", n, "m-3").await.0 < 300);
+    let later = w.gh.add_comment(n, "alice", "one more thing");
+    assert_eq!(
+        w.comment_event(n, later, "m-4").await.0,
+        200,
+        "no task any more"
+    );
+    assert_eq!(w.gh.comments(n).len(), before + 1);
+    d.stop().await.unwrap();
+    w.assert_valid();
+}
+
+#[tokio::test]
+async fn polling_finds_issues_that_match_at_start_and_later_comments() {
+    let w = World::new(fixer()).await;
+    let n = w.gh.add_issue("Label me", "Fix the widget.", "alice");
+    w.gh.add_label(n, "picogent");
+    let d = w
+        .daemon(json!({"webhook_secret": null, "poll_interval_sec": 1,
+                       "trigger": {"label": "picogent"}}))
+        .await;
+    w.gh.wait_for(60, "the pull request from the issue found at start", |g| {
+        !g.pulls().is_empty()
+    })
+    .await;
+    w.gh.add_comment(n, "alice", "Now polish it.");
+    w.gh.wait_for(60, "the polled comment's answer", |g| {
+        g.comments(n).iter().any(|c| {
+            c["user"]["login"] == BOT
+                && c["body"]
+                    .as_str()
+                    .is_some_and(|b| b.contains("Polished it"))
+        })
+    })
+    .await;
+    // Nothing new: GitHub answers 304 to the ETag, which costs no rate limit.
+    let seen = w.gh.not_modified_count();
+    w.gh.wait_for(10, "conditional polls answered 304", |g| {
+        g.not_modified_count() > seen + 2
+    })
+    .await;
+    assert!(w
+        .gh
+        .requests()
+        .iter()
+        .any(|r| r.headers.iter().any(|(k, _)| k == "if-none-match")));
+    assert_eq!(w.gh.pulls().len(), 1);
+    d.stop().await.unwrap();
+    w.assert_valid();
+}
+
+#[tokio::test]
+async fn rate_limits_and_refusals_are_waited_out_or_named() {
+    let w = World::new(fixer()).await;
+    let n = w.gh.add_issue("Limits", "", "alice");
+    w.gh.assign(n, BOT);
+    // A secondary rate limit on the first comment, a primary one on the pull request.
+    w.gh.fail_next(
+        "POST",
+        "/comments",
+        Fault::Secondary {
+            retry_after_secs: 1,
+        },
+    );
+    w.gh.fail_next("POST", "/pulls", Fault::RateLimited { reset_in_secs: 1 });
+    // Assigned before picogent starts: the start-up sweep finds it.
+    let d = w.daemon(json!({})).await;
+    w.gh.wait_for(60, "the pull request after the limits", |g| {
+        !g.pulls().is_empty()
+    })
+    .await;
+    let reqs = w.gh.requests();
+    let limited = reqs
+        .iter()
+        .find(|r| r.method == "POST" && r.path.ends_with("/comments") && r.status == 403)
+        .unwrap();
+    let next = reqs
+        .iter()
+        .find(|r| r.at > limited.at && r.status < 300)
+        .unwrap();
+    assert!(
+        next.at.duration_since(limited.at) >= std::time::Duration::from_millis(900),
+        "a request went out {:?} after a secondary rate limit that said one second",
+        next.at.duration_since(limited.at)
+    );
+    assert_eq!(w.bot_comments(n).len(), 1);
+    d.stop().await.unwrap();
+
+    // A refused token is a start-up error that names it.
+    w.gh.fail_next(
+        "GET",
+        "/user",
+        Fault::Status(401, json!({"message": "Bad credentials"})),
+    );
+    w.sb.write_config(&w.llm, Wire::Anthropic, w.config(json!({})));
+    let env = picogent::config::Env::from_pairs(w.env());
+    let config = picogent::config::Config::load(Some(&w.sb.home), &env, &w.sb.base()).unwrap();
+    let err = picogent::tracker::daemon::run(
+        agent_from(config),
+        fast_timing(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("Bad credentials") && err.contains("GET /user"),
+        "{err}"
+    );
+    w.assert_valid();
+}
+
+#[tokio::test]
+async fn wrong_or_missing_settings_are_start_up_errors_naming_the_field() {
+    let w = World::new(vec![]).await;
+    let load = |github: Value, env: Vec<(String, String)>| {
+        w.sb.write_config(&w.llm, Wire::Anthropic, w.config(github));
+        picogent::config::Config::load(
+            Some(&w.sb.home),
+            &picogent::config::Env::from_pairs(env),
+            &w.sb.base(),
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"repo": "no-slash"}), "github.repo"),
+        (json!({"repo": null}), "github.repo"),
+        (json!({"api_url": "ftp://x"}), "github.api_url"),
+        (json!({"webhook_secret": null}), "github.webhook_secret"),
+        (json!({"poll_interval_sec": 0}), "github.poll_interval_sec"),
+        (
+            json!({"trigger": {"mention": "picogent"}}),
+            "github.trigger.mention",
+        ),
+        (
+            json!({"trigger": {"assignee": "a b"}}),
+            "github.trigger.assignee",
+        ),
+        (json!({"trigger": {}}), "github.trigger"),
+        (json!({"tirgger": {}}), "tirgger"),
+    ];
+    for (github, field) in cases {
+        let err = load(github.clone(), w.env());
+        assert!(err.contains(field), "{github}: {err}");
+    }
+    let no_token: Vec<(String, String)> = w
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k != "GITHUB_TOKEN")
+        .collect();
+    let err = load(json!({}), no_token);
+    assert!(err.contains("GITHUB_TOKEN"), "{err}");
+    // PICOGENT_TRACKER selects the kind; a `github` block under Team Board is named.
+    let mut cfg = w.config(json!({}));
+    cfg["tracker"] = Value::Null;
+    w.sb.write_config(&w.llm, Wire::Anthropic, cfg);
+    let mut env = w.env();
+    env.push(("PICOGENT_TRACKER".into(), "github".into()));
+    let c = picogent::config::Config::load(
+        Some(&w.sb.home),
+        &picogent::config::Env::from_pairs(env),
+        &w.sb.base(),
+    )
+    .unwrap();
+    assert!(c.is_agent_mode());
+    assert_eq!(c.tracker, picogent::config::TrackerKind::Github);
+    let err = picogent::config::Config::load(
+        Some(&w.sb.home),
+        &picogent::config::Env::from_pairs(w.env()),
+        &w.sb.base(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("`github`") && err.contains("team-board"),
+        "{err}"
+    );
+}
