@@ -125,6 +125,11 @@ struct St {
     associations: HashMap<String, String>,
     no_commits: HashSet<String>,
     faults: VecDeque<(String, String, Fault)>,
+    /// Requests to carry out, then answer only after a long while (the client is
+    /// killed meanwhile): method, path fragment.
+    stalls: Vec<(String, String)>,
+    /// How many stalled requests were carried out.
+    stalled: usize,
     requests: Vec<Request>,
     violations: Vec<String>,
     jwts: Vec<String>,
@@ -278,6 +283,17 @@ impl FakeGithub {
             s.faults
                 .push_back((method.into(), path_contains.into(), fault))
         });
+    }
+
+    /// The next request matching is carried out (GitHub has it) but answered only after
+    /// two minutes: a client killed meanwhile never learns it went through.
+    pub fn stall_next(&self, method: &str, path_contains: &str) {
+        self.with(|s| s.stalls.push((method.into(), path_contains.into())));
+    }
+
+    /// How many stalled requests were carried out so far.
+    pub fn stalled(&self) -> usize {
+        self.with(|s| s.stalled)
     }
 
     pub fn requests(&self) -> Vec<Request> {

@@ -590,3 +590,118 @@ async fn wrong_or_missing_settings_are_start_up_errors_naming_the_field() {
         "{err}"
     );
 }
+
+impl World {
+    /// Starts picogent's binary in GitHub mode (to be killed with SIGKILL).
+    fn spawn(&self) -> tokio::process::Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.sb.base().join("daemon.log"))
+            .unwrap();
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"));
+        cmd.arg(&self.sb.home)
+            .current_dir(self.sb.base())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        for (k, v) in self.env() {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
+    }
+}
+
+/// Killed (SIGKILL) in the middle of the model's answer, and again while GitHub is
+/// opening the pull request it asked for: after each restart the work goes on, and
+/// the issue ends with one pull request and one progress comment.
+#[tokio::test]
+async fn kill_9_mid_task_and_mid_pull_request_still_makes_exactly_one() {
+    let gate = ModelGate::new();
+    let w = World::new(vec![
+        tool("bash", json!({"command": "echo fixed > widget.txt"})),
+        Turn::Held(gate.clone(), "Fixed the widget after a restart.".into()),
+    ])
+    .await;
+    w.sb.write_config(&w.llm, Wire::Anthropic, w.config(json!({})));
+    let n = w.gh.add_issue("Crash me", "", "alice");
+    let mut d = w.spawn();
+    w.listening().await;
+    w.gh.assign(n, BOT);
+    assert_eq!(w.issue_event("assigned", n, "k-1").await.0, 202);
+    w.llm.wait_requests(2).await;
+    w.gh.wait_for(30, "the progress comment", |g| {
+        g.comments(n).iter().any(|c| c["user"]["login"] == BOT)
+    })
+    .await;
+    d.kill().await.unwrap();
+
+    gate.open();
+    w.gh.stall_next("POST", "/pulls");
+    let mut d = w.spawn();
+    w.gh.wait_for(60, "GitHub opening the pull request", |g| g.stalled() == 1)
+        .await;
+    d.kill().await.unwrap();
+    assert_eq!(w.gh.pulls().len(), 1);
+
+    let mut d = w.spawn();
+    w.gh.wait_for(60, "the finished progress comment", |g| {
+        g.comments(n).iter().any(|c| {
+            c["body"]
+                .as_str()
+                .is_some_and(|b| b.contains("picogent finished: pull request"))
+        })
+    })
+    .await;
+    d.kill().await.unwrap();
+    assert_eq!(w.gh.pulls().len(), 1, "{:#?}", w.gh.pulls());
+    assert_eq!(w.bot_comments(n).len(), 1, "{:#?}", w.bot_comments(n));
+    assert_eq!(
+        w.remote_file(&format!("picogent/issue-{n}"), "widget.txt"),
+        "fixed"
+    );
+    assert_eq!(
+        w.llm.request_count(),
+        3,
+        "the run resumed once, and only once"
+    );
+    w.assert_valid();
+}
+
+/// Closing the issue while its run goes cancels the run; the progress comment says so.
+#[tokio::test]
+async fn closing_the_issue_cancels_its_run() {
+    let sb_gate = ModelGate::new();
+    let w = World::new(vec![
+        tool("bash", json!({"command": "echo half > widget.txt"})),
+        Turn::Held(sb_gate.clone(), "never seen".into()),
+    ])
+    .await;
+    let n = w.gh.add_issue("Cancel me", "", "alice");
+    let d = w.daemon(json!({})).await;
+    w.gh.assign(n, BOT);
+    assert_eq!(w.issue_event("assigned", n, "c-1").await.0, 202);
+    w.llm.wait_requests(2).await;
+    w.gh.close_issue(n);
+    assert_eq!(w.issue_event("closed", n, "c-2").await.0, 202);
+    w.gh.wait_for(30, "the cancellation in the progress comment", |g| {
+        g.comments(n).iter().any(|c| {
+            c["body"]
+                .as_str()
+                .is_some_and(|b| b.contains("cancelled") && b.contains("the issue was closed"))
+        })
+    })
+    .await;
+    sb_gate.open();
+    assert!(
+        w.gh.pulls().is_empty(),
+        "a cancelled run opens no pull request"
+    );
+    assert_eq!(w.bot_comments(n).len(), 1);
+    d.stop().await.unwrap();
+    w.assert_valid();
+}

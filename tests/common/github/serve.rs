@@ -197,10 +197,25 @@ pub(super) async fn handle(
         pairs,
         raw: uri.query().unwrap_or("").to_string(),
     };
-    let (m, path) = (method.as_str(), uri.path());
+    let (resp, stalled) = respond(&st, method.as_str(), uri.path(), q, &h, &body);
+    if stalled {
+        tokio::time::sleep(std::time::Duration::from_secs(120)).await;
+    }
+    resp
+}
+
+/// Answers (and records) a request; whether its answer is to be stalled.
+fn respond(
+    st: &Mutex<St>,
+    m: &str,
+    path: &str,
+    q: Q,
+    h: &HeaderMap,
+    body: &Bytes,
+) -> (Response, bool) {
     let mut s = st.lock().unwrap();
-    let a = answer(&mut s, m, path, &q, &h, &body);
-    let (status, resp) = finish(&mut s, m, &h, a);
+    let a = answer(&mut s, m, path, &q, h, body);
+    let (status, resp) = finish(&mut s, m, h, a);
     let recorded = (!body.is_empty()).then(|| {
         serde_json::from_slice(&body)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
@@ -222,5 +237,13 @@ pub(super) async fn handle(
         at: Instant::now(),
         status,
     });
-    resp
+    let stall = s
+        .stalls
+        .iter()
+        .position(|(sm, sp)| sm == m && path.contains(sp.as_str()) && status < 300);
+    if let Some(i) = stall {
+        s.stalls.remove(i);
+        s.stalled += 1;
+    }
+    (resp, stall.is_some())
 }
