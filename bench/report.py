@@ -33,6 +33,7 @@ BENCHMARKS = [
     ("/events under concurrent senders", r"/events under \d+ concurrent senders\b",
      "python3 bench/events.py [--ab NAME=BIN ...] --record", "bench/events.py"),
     ("Chat mode", r"Chat mode\b", "bash bench/run.sh --record", "bench/chat.py"),
+    ("GitHub mode", r"GitHub mode\b", "python3 bench/github.py [N] --record", "bench/github.py"),
     ("Growth", r"Growth\b", "bash bench/growth.sh --record", "bench/growth.py"),
     ("Prompt caching", r"Prompt caching\b", "bash bench/cache.sh --record", "bench/cache.py"),
     ("Side by side", r"Side by side\b", "bash bench/compare.sh --record", "bench/compare.py"),

@@ -300,13 +300,21 @@ impl Config {
         dirs
     }
 
-    /// Files and folders no tool may open: the configuration, the loaded `.env`, and
-    /// the agent home's `state/` (journals and outbox hold the tracker's traffic).
+    /// Files and folders no tool may open: the configuration, the loaded `.env`, the
+    /// agent home's `state/` (journals and outbox hold the tracker's traffic), and a
+    /// GitHub App's private key.
     pub(crate) fn protected_paths(&self) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = Vec::new();
         out.extend(self.config_file.clone());
         out.extend(self.env_file.clone());
         out.push(self.state_dir());
+        // A GitHub App's private key mints tokens for the whole installation.
+        if let Some(GithubAuth::App {
+            private_key_file, ..
+        }) = self.github.as_ref().map(|g| &g.auth)
+        {
+            out.push(private_key_file.clone());
+        }
         out
     }
 }

@@ -273,7 +273,7 @@ impl FakeGithub {
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut St) -> R) -> R {
-        f(&mut *self.st.lock().unwrap())
+        f(&mut self.st.lock().unwrap())
     }
 
     /// Answers the first later request with `method` whose path contains `path_contains`

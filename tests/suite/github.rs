@@ -705,3 +705,96 @@ async fn closing_the_issue_cancels_its_run() {
     d.stop().await.unwrap();
     w.assert_valid();
 }
+
+/// As a GitHub App: the JWT is signed with the App's key (checked here with its
+/// public half), the installation token it buys serves every other request, and the
+/// login is the App's bot.
+#[tokio::test]
+async fn a_github_app_mints_installation_tokens_with_a_signed_jwt() {
+    use base64::Engine as _;
+    let key_file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/github-app-test-key.pem"
+    );
+    let mut w = World::new(fixer()).await;
+    w.gh = FakeGithub::start(REPO, "picogent-app[bot]", TOKEN).await;
+    let n = w.gh.add_issue("App work", "", "alice");
+    w.gh.assign(n, "picogent-app[bot]");
+    w.sb.write_config(
+        &w.llm,
+        Wire::Anthropic,
+        w.config(
+            json!({"app": {"app_id": 42, "private_key_file": key_file, "installation_id": 7}}),
+        ),
+    );
+    let env: Vec<(String, String)> = w
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k != "GITHUB_TOKEN")
+        .collect();
+    let config = picogent::config::Config::load(
+        Some(&w.sb.home),
+        &picogent::config::Env::from_pairs(env),
+        &w.sb.base(),
+    )
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(picogent::tracker::daemon::run(
+        agent_from(config),
+        fast_timing(),
+        stop.clone(),
+    ));
+    let d = Daemon { stop, task };
+    w.gh.wait_for(60, "the App's pull request", |g| !g.pulls().is_empty())
+        .await;
+    let jwts = w.gh.jwts();
+    assert!(!jwts.is_empty());
+    let pem = std::fs::read_to_string(key_file).unwrap();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(
+            pem.lines()
+                .filter(|l| !l.starts_with("-----"))
+                .collect::<String>(),
+        )
+        .unwrap();
+    let key = ring::signature::RsaKeyPair::from_der(&der).unwrap();
+    let public = ring::signature::UnparsedPublicKey::new(
+        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+        ring::signature::KeyPair::public_key(&key).as_ref().to_vec(),
+    );
+    for jwt in &jwts {
+        let parts: Vec<&str> = jwt.split('.').collect();
+        assert_eq!(parts.len(), 3, "{jwt}");
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let header: Value = serde_json::from_slice(&b64.decode(parts[0]).unwrap()).unwrap();
+        let claims: Value = serde_json::from_slice(&b64.decode(parts[1]).unwrap()).unwrap();
+        assert_eq!(header["alg"], "RS256");
+        assert_eq!(claims["iss"], "42");
+        let lifetime = claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap();
+        assert!(
+            lifetime <= 600,
+            "GitHub refuses a JWT that lives over ten minutes"
+        );
+        let signed = format!("{}.{}", parts[0], parts[1]);
+        public
+            .verify(signed.as_bytes(), &b64.decode(parts[2]).unwrap())
+            .expect("the JWT is signed with the App's key");
+    }
+    let reqs = w.gh.requests();
+    assert!(reqs
+        .iter()
+        .any(|r| r.path == "/app/installations/7/access_tokens" && r.status == 201));
+    // Every request on the repository carried the installation token, none the JWT.
+    for r in reqs.iter().filter(|r| r.path.starts_with("/repos/")) {
+        let auth = r
+            .headers
+            .iter()
+            .find(|(k, _)| k == "authorization")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_default();
+        assert_eq!(auth, format!("Bearer {TOKEN}"), "{} {}", r.method, r.path);
+    }
+    assert_eq!(w.gh.pulls().len(), 1);
+    d.stop().await.unwrap();
+    w.assert_valid();
+}

@@ -526,9 +526,12 @@ fn webhook_examples_are_real_payloads_pointed_at_the_fake() {
     assert!(github::example("ping", "")["zen"].is_string());
 }
 
+/// What a stand-in webhook receiver saw: each delivery's headers and body.
+type Seen = Arc<Mutex<Vec<(HeaderMap, Vec<u8>)>>>;
+
 #[tokio::test]
 async fn deliveries_carry_githubs_headers_and_signature() {
-    let seen: Arc<Mutex<Vec<(HeaderMap, Vec<u8>)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let keep = seen.clone();
     let app = axum::Router::new().route(
         "/hook",

@@ -35,7 +35,7 @@ pub(crate) struct App {
 
 pub(crate) enum Auth {
     Token(String),
-    App(App),
+    App(Box<App>),
 }
 
 fn b64url(bytes: &[u8]) -> String {
@@ -75,12 +75,12 @@ impl Auth {
                 app_id,
                 private_key_file,
                 installation_id,
-            } => Auth::App(App {
+            } => Auth::App(Box::new(App {
                 app_id: *app_id,
                 installation_id: *installation_id,
                 key: read_key(private_key_file)?,
                 minted: Mutex::new(None),
-            }),
+            })),
         })
     }
 

@@ -66,7 +66,7 @@ pub(crate) fn signed(key: &ring::hmac::Key, header: Option<&str>, body: &[u8]) -
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

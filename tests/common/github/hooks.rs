@@ -55,7 +55,7 @@ pub fn example(event: &str, action: &str) -> Value {
         .map(Vec::as_slice)
         .unwrap_or_default();
     let action_of = |x: &Value| x["action"].as_str().unwrap_or("").to_string();
-    if let Some(x) = list.iter().find(|x| action_of(*x) == action) {
+    if let Some(x) = list.iter().find(|x| action_of(x) == action) {
         return x.clone();
     }
     let declared = ev["actions"]

@@ -132,7 +132,7 @@ pub fn check(method: &str, path: &str, query: &[(String, String)], body: &[u8]) 
     for p in params.iter().filter(|p| p["in"] == "path") {
         let name = p["name"].as_str().unwrap_or("");
         if let Some(v) = c.params.get(name) {
-            check_param(*p, name, v, "path parameter", &mut out);
+            check_param(p, name, v, "path parameter", &mut out);
         }
     }
     for (name, value) in query {
@@ -140,7 +140,7 @@ pub fn check(method: &str, path: &str, query: &[(String, String)], body: &[u8]) 
             .iter()
             .find(|p| p["in"] == "query" && p["name"] == name.as_str())
         {
-            Some(p) => check_param(*p, name, value, "query parameter", &mut out),
+            Some(p) => check_param(p, name, value, "query parameter", &mut out),
             None => out.push(format!("query parameter `{name}` is not one it takes")),
         }
     }

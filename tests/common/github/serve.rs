@@ -217,8 +217,8 @@ fn respond(
     let a = answer(&mut s, m, path, &q, h, body);
     let (status, resp) = finish(&mut s, m, h, a);
     let recorded = (!body.is_empty()).then(|| {
-        serde_json::from_slice(&body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
+        serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
     });
     s.requests.push(Request {
         method: m.to_string(),

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""GitHub mode (issue 29): idle memory and webhook-to-202 latency.
+
+Starts the tests' scripted model server (built as an example), a small stand-in for
+GitHub's REST API (here, in Python: it answers what picogent asks at start and takes
+every comment, reaction and pull request), a clone with a bare repository as its remote,
+then `picogent <agent dir>` with `"tracker": "github"`, and measures:
+1. idle RSS (VmRSS and the peak, VmHWM) 1 s and 5 s after it listens;
+2. the time from POSTing a signed `issues` `assigned` delivery to its 202 (the event
+   journaled and synced), for N deliveries of N issues one after another on a
+   keep-alive connection; the runs they start go on at the same time, one at a time;
+3. the same for a redelivery of each (answered 200, nothing journaled);
+4. RSS once every issue was worked and its progress comment finished.
+
+    python3 bench/github.py [N] [--record]
+"""
+import hashlib, hmac, http.client, http.server, json, os, subprocess, sys, tempfile, threading, time
+
+from agent import LLM, free_port, rss_mb
+from report import BIN, emit, table
+
+N = int(next((a for a in sys.argv[1:] if a.isdigit()), "200"))
+SECRET = "bench-secret"
+REPO = "acme/widgets"
+LOGIN = "picogent-bench"
+
+
+def vm(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+class FakeGithub(http.server.BaseHTTPRequestHandler):
+    """Just enough of GitHub: who picogent is, the repository, empty lists, and every
+    write taken (its count kept in `finished` for finished progress comments)."""
+    protocol_version = "HTTP/1.1"
+    lock = threading.Lock()
+    next_id = [1000]
+    finished = [0]
+
+    def log_message(self, *a):
+        pass
+
+    def answer(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-ratelimit-remaining", "4999")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        path = self.path.split("?")[0]
+        if path == "/user":
+            return self.answer(200, {"login": LOGIN, "id": 1})
+        if path == f"/repos/{REPO}":
+            return self.answer(200, {"full_name": REPO, "default_branch": "main"})
+        if path.startswith(f"/repos/{REPO}/issues/") and path.count("/") == 5:
+            n = int(path.rsplit("/", 1)[1])
+            return self.answer(200, {"number": n, "title": f"Issue {n}", "state": "open"})
+        return self.answer(200, [])
+
+    def write(self, status):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        with self.lock:
+            self.next_id[0] += 1
+            n = self.next_id[0]
+            if "picogent finished" in body.get("body", "") or "could not finish" in body.get("body", ""):
+                self.finished[0] += 1
+        self.answer(status, {"id": n, "number": n, "html_url": f"https://github.com/{REPO}/pull/{n}",
+                             "user": {"login": LOGIN}, "body": body.get("body", "")})
+
+    def do_POST(self):
+        self.write(201)
+
+    def do_PATCH(self):
+        self.write(200)
+
+
+def git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=B", "-c", "user.email=b@example.com", *args], cwd=cwd,
+                   check=True, capture_output=True, env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null"})
+
+
+def delivery(n):
+    payload = {"action": "assigned", "assignee": {"login": LOGIN},
+               "issue": {"number": n, "title": f"Issue {n}", "body": "Do it.", "state": "open",
+                         "assignees": [{"login": LOGIN}], "labels": [], "user": {"login": "alice"}},
+               "repository": {"full_name": REPO, "name": "widgets", "owner": {"login": "acme"}},
+               "sender": {"login": "alice"}}
+    body = json.dumps(payload).encode()
+    sig = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return body, {"X-GitHub-Event": "issues", "X-GitHub-Delivery": f"bench-{n}",
+                  "X-Hub-Signature-256": sig, "Content-Type": "application/json",
+                  "User-Agent": "GitHub-Hookshot/bench"}
+
+
+def post_all(port, expect):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    lat = []
+    for n in range(1, N + 1):
+        body, headers = delivery(n)
+        t0 = time.perf_counter()
+        conn.request("POST", "/github/webhook", body, headers)
+        resp = conn.getresponse()
+        resp.read()
+        lat.append((time.perf_counter() - t0) * 1000)
+        if resp.status != expect:
+            sys.exit(f"delivery {n}: HTTP {resp.status}, expected {expect}")
+    return sorted(lat)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="picogent-github-bench-")
+    script = os.path.join(tmp, "script.json")
+    json.dump([{"text": "done"}], open(script, "w"))
+    llm = subprocess.Popen([LLM, script], stdout=subprocess.PIPE, text=True)
+    llm_addr = llm.stdout.readline().split()[-1]
+    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeGithub)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    work, remote, home = (os.path.join(tmp, d) for d in ("work", "remote.git", "agent"))
+    for d in (work, home):
+        os.makedirs(d)
+    open(os.path.join(work, "README"), "w").write("bench\n")
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", ".")
+    git(work, "commit", "-q", "-m", "first")
+    git(tmp, "init", "-q", "--bare", remote)
+    port = free_port()
+    json.dump({"name": "Bench", "slug": "bench", "tracker": "github", "listen_port": port,
+               "provider": "anthropic", "base_url": f"http://{llm_addr}", "work_dir": work,
+               "allowed_paths": [work], "max_concurrent_tasks": 1,
+               "github": {"repo": REPO, "api_url": f"http://127.0.0.1:{api.server_address[1]}",
+                          "webhook_secret": SECRET, "remote_url": remote}},
+              open(os.path.join(home, "agent.json"), "w"))
+    env = {"PATH": os.environ["PATH"], "HOME": tmp, "GITHUB_TOKEN": "ghp_bench",
+           "PICOGENT_API_KEY": "test-key", "RUST_LOG": "warn"}
+    daemon = subprocess.Popen([BIN, home], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(tmp, "daemon.log"), "w"))
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/livez")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                sys.exit("picogent never listened")
+            time.sleep(0.05)
+        time.sleep(1.0)
+        idle1 = vm(daemon.pid, "VmRSS")
+        time.sleep(4.0)
+        idle5, hwm_idle = vm(daemon.pid, "VmRSS"), vm(daemon.pid, "VmHWM")
+        fresh = post_all(port, 202)
+        dup = post_all(port, 200)
+        t0 = time.time()
+        while FakeGithub.finished[0] < N:
+            if time.time() > t0 + 600:
+                sys.exit(f"only {FakeGithub.finished[0]} of {N} issues finished")
+            time.sleep(0.2)
+        worked = time.time() - t0
+        time.sleep(1.0)
+        after, hwm = vm(daemon.pid, "VmRSS"), vm(daemon.pid, "VmHWM")
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+        llm.terminate()
+        api.shutdown()
+    p = lambda lat, q: lat[min(len(lat) - 1, int(q * len(lat)))]
+    rows = [
+        ("idle RSS", "%.1f MB" % idle1, "VmRSS 1 s after listening; %.1f MB at 5 s (peak %.1f MB)" % (idle5, hwm_idle), "≤ 10 MB"),
+        (f"webhook → 202, p50 ({N} deliveries)", "%.2f ms" % p(fresh, 0.5), "signed `issues` `assigned`, HMAC checked, journaled and synced", ""),
+        (f"webhook → 202, p99", "%.2f ms" % p(fresh, 0.99), "max %.2f ms; runs going meanwhile" % fresh[-1], "≤ 5 ms"),
+        (f"redelivery → 200, p50 / p99", "%.2f / %.2f ms" % (p(dup, 0.5), p(dup, 0.99)), "recognised, nothing journaled", ""),
+        (f"all {N} issues worked", "%.1f s" % worked, "after the last redelivery; one at a time, each in its own worktree", ""),
+        (f"RSS after {N} issues", "%.1f MB" % after, "VmRSS; peak %.1f MB" % hwm, ""),
+    ]
+    emit(table("GitHub mode", "bench/github.py", rows, command="python3 bench/github.py " + " ".join(sys.argv[1:])))
+
+
+if __name__ == "__main__":
+    main()
