@@ -37,6 +37,7 @@ pub(super) struct FileGithub {
     poll_interval_sec: Option<u64>,
     trigger: Option<FileTrigger>,
     app: Option<FileApp>,
+    trusted_users: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -102,14 +103,21 @@ impl Trigger {
 
     /// The triggers in effect for an agent whose login is `login`.
     pub fn for_login(&self, login: &str) -> Trigger {
-        if self.is_empty() {
-            Trigger {
+        if !self.is_empty() {
+            return self.clone();
+        }
+        match login.strip_suffix("[bot]") {
+            // A GitHub App's bot cannot be assigned, and people mention it by its slug.
+            Some(slug) => Trigger {
+                assignee: None,
+                label: None,
+                mention: Some(format!("@{slug}")),
+            },
+            None => Trigger {
                 assignee: Some(login.to_string()),
                 label: None,
                 mention: Some(format!("@{login}")),
-            }
-        } else {
-            self.clone()
+            },
         }
     }
 }
@@ -128,6 +136,9 @@ pub struct GithubConfig {
     /// Polling instead of (or besides) the webhook.
     pub poll_interval: Option<Duration>,
     pub trigger: Trigger,
+    /// Logins whose comments may start or steer a task besides the repository's
+    /// owners, members and collaborators.
+    pub trusted_users: Vec<String>,
 }
 
 impl GithubConfig {
@@ -234,6 +245,13 @@ impl Sources<'_> {
                 "is required (or GITHUB_WEBHOOK_SECRET) unless github.poll_interval_sec is set: without either, no event could arrive".into(),
             ));
         }
+        let trusted_users = f.trusted_users.clone().unwrap_or_default();
+        if let Some(bad) = trusted_users.iter().find(|u| !valid_login(u)) {
+            return Err(self.field_error(
+                "github.trusted_users",
+                format!("expected GitHub logins, got {bad:?}"),
+            ));
+        }
         if let Some(r) = &f.remote_url {
             if r.trim().is_empty() {
                 return Err(self.field_error("github.remote_url", "is empty".into()));
@@ -248,6 +266,7 @@ impl Sources<'_> {
             remote_url: f.remote_url.clone(),
             poll_interval,
             trigger: self.trigger(f.trigger.as_ref())?,
+            trusted_users,
         }))
     }
 
@@ -334,5 +353,8 @@ mod tests {
         let t = Trigger::default().for_login("bot");
         assert_eq!(t.assignee.as_deref(), Some("bot"));
         assert_eq!(t.mention.as_deref(), Some("@bot"));
+        let t = Trigger::default().for_login("my-app[bot]");
+        assert_eq!(t.assignee, None);
+        assert_eq!(t.mention.as_deref(), Some("@my-app"));
     }
 }

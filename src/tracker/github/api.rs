@@ -112,6 +112,8 @@ pub(crate) struct Api {
     etags: Mutex<HashMap<String, (String, Value)>>,
     /// No request before this (a rate limit said so).
     not_before: Mutex<Option<Instant>>,
+    /// The daemon's stop: a wait for a rate limit ends with it.
+    stop: tokio_util::sync::CancellationToken,
 }
 
 fn message_of(body: &Value, text: &str) -> String {
@@ -160,6 +162,21 @@ fn rate_wait(status: u16, h: &reqwest::header::HeaderMap, message: &str) -> Opti
     .then_some(Duration::from_secs(60))
 }
 
+/// The most of one answer read: GitHub's pages of 100 items are far smaller.
+const MAX_ANSWER: usize = 16 << 20;
+
+/// An answer's body as text, at most `MAX_ANSWER` bytes of it.
+async fn read_capped(mut resp: reqwest::Response) -> String {
+    let mut bytes = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        if bytes.len() + chunk.len() > MAX_ANSWER {
+            break;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// The `rel="next"` URL of a `Link` header.
 fn next_link(h: &reqwest::header::HeaderMap) -> Option<String> {
     let link = h.get("link")?.to_str().ok()?;
@@ -175,7 +192,12 @@ fn next_link(h: &reqwest::header::HeaderMap) -> Option<String> {
 }
 
 impl Api {
-    pub(crate) fn new(base: &str, repo: &str, auth: Arc<Auth>) -> Result<Api, reqwest::Error> {
+    pub(crate) fn new(
+        base: &str,
+        repo: &str,
+        auth: Arc<Auth>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Result<Api, reqwest::Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
@@ -188,6 +210,7 @@ impl Api {
             auth,
             etags: Mutex::new(HashMap::new()),
             not_before: Mutex::new(None),
+            stop,
         })
     }
 
@@ -269,13 +292,14 @@ impl Api {
     pub(crate) async fn get_cached(&self, path: &str) -> Result<Answer, ApiError> {
         let token = self.token().await?;
         let cached = lock(&self.etags).get(path).cloned();
+        // `Some("")`: remember this answer's ETag, though there is none to send yet.
         let answer = self
             .request_as(
                 Method::GET,
                 path,
                 None,
                 &token,
-                cached.as_ref().map(|(e, _)| e.as_str()),
+                Some(cached.as_ref().map_or("", |(e, _)| e.as_str())),
             )
             .await?;
         if answer.unchanged {
@@ -288,13 +312,20 @@ impl Api {
         Ok(answer)
     }
 
-    /// Waits out a rate limit that is still in force.
-    async fn wait_turn(&self) {
+    /// Waits out a rate limit that is still in force (not past a shutdown).
+    async fn wait_turn(&self, what: &str) -> Result<(), ApiError> {
         let until = *lock(&self.not_before);
         if let Some(t) = until.filter(|t| *t > Instant::now()) {
             tracing::info!("waiting {:?} for GitHub's rate limit", t - Instant::now());
-            tokio::time::sleep_until(t).await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(t) => {}
+                _ = self.stop.cancelled() => return Err(ApiError::Transient {
+                    what: what.to_string(),
+                    message: "picogent is stopping (a rate limit was still in force)".into(),
+                }),
+            }
         }
+        Ok(())
     }
 
     async fn request_as(
@@ -305,9 +336,18 @@ impl Api {
         token: &str,
         etag: Option<&str>,
     ) -> Result<Answer, ApiError> {
-        self.wait_turn().await;
         let what = format!("{method} {path}");
+        self.wait_turn(&what).await?;
         let url = if path.starts_with("http") {
+            // A `Link` header's next page: followed only on the API itself, since the
+            // token goes with it.
+            if !path.starts_with(&format!("{}/", self.base)) {
+                return Err(ApiError::Rejected {
+                    status: 0,
+                    what,
+                    message: "a next page outside the API's URL is not followed".into(),
+                });
+            }
             path.to_string()
         } else {
             format!("{}{path}", self.base)
@@ -321,7 +361,7 @@ impl Api {
         if let Some(b) = body {
             req = req.json(b);
         }
-        if let Some(e) = etag {
+        if let Some(e) = etag.filter(|e| !e.is_empty()) {
             req = req.header("If-None-Match", e);
         }
         let resp = req.send().await.map_err(|e| ApiError::Transient {
@@ -343,10 +383,11 @@ impl Api {
                 unchanged: true,
             });
         }
-        let text = resp.text().await.unwrap_or_default();
+        let text = read_capped(resp).await;
         let parsed: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if (200..300).contains(&status) {
-            if let Some(tag) = headers.get("etag").and_then(|v| v.to_str().ok()) {
+            let tag = headers.get("etag").and_then(|v| v.to_str().ok());
+            if let Some(tag) = tag.filter(|_| etag.is_some()) {
                 let mut etags = lock(&self.etags);
                 if etags.len() >= MAX_CACHED && !etags.contains_key(path) {
                     etags.clear();
@@ -370,7 +411,9 @@ impl Api {
             });
         }
         Err(match status {
-            401 | 403 => ApiError::Unauthorized {
+            // A 403 that is no rate limit (a locked issue, a permission the token
+            // lacks) is a refusal, kept in the dead-letter file if it does not pass.
+            401 => ApiError::Unauthorized {
                 status,
                 what,
                 message,

@@ -27,12 +27,29 @@ pub(crate) struct Entry {
     /// The pull request its branch became.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) pull: Option<u64>,
+    /// What made it a task this time: it ends when that no longer holds.
+    #[serde(default)]
+    pub(crate) by: By,
+}
+
+/// What made an issue a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum By {
+    /// Its assignment or label (the trigger's `assignee` or `label`).
+    #[default]
+    Trigger,
+    /// A mention: nothing about the issue itself says it is picogent's.
+    Mention,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct File {
     #[serde(default)]
     issues: BTreeMap<u64, Entry>,
+    /// Polling: each list's `since`, so a restart misses nothing said meanwhile.
+    #[serde(default)]
+    marks: BTreeMap<String, String>,
 }
 
 pub(crate) struct Book {
@@ -96,10 +113,27 @@ impl Book {
         issue: u64,
         change: impl FnOnce(&mut Entry),
     ) -> io::Result<()> {
+        self.change(|f| change(f.issues.entry(issue).or_default()))
+            .await
+    }
+
+    /// A polled list's `since`, if one was recorded.
+    pub(crate) fn mark(&self, list: &str) -> Option<String> {
+        lock(&self.file).marks.get(list).cloned()
+    }
+
+    pub(crate) async fn set_mark(&self, list: &str, since: &str) -> io::Result<()> {
+        self.change(|f| {
+            f.marks.insert(list.to_string(), since.to_string());
+        })
+        .await
+    }
+
+    async fn change(&self, change: impl FnOnce(&mut File)) -> io::Result<()> {
         let _one = self.writing.lock().await;
         let bytes = {
             let mut f = lock(&self.file);
-            change(f.issues.entry(issue).or_default());
+            change(&mut f);
             serde_json::to_vec_pretty(&*f)?
         };
         let path = self.path.clone();

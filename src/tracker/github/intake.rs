@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::api::Api;
-use super::book::Book;
+use super::book::{Book, By};
 use super::payload::{self, Comment, CommentKind, Incoming, Issue};
 use crate::config::Trigger;
 use crate::tracker::router::{AcceptError, Accepted, Router};
@@ -32,6 +32,7 @@ pub(crate) enum Decision {
     Start {
         issue: Issue,
         comment: Option<Comment>,
+        by: By,
     },
     Chat {
         number: u64,
@@ -52,6 +53,9 @@ pub(crate) struct Intake {
     login: String,
     trigger: Trigger,
     repo: String,
+    /// Whose comments (and issues) may start or steer a task besides the repository's
+    /// owners, members and collaborators (`github.trusted_users`).
+    trusted_users: Vec<String>,
     /// One decision at a time.
     gate: tokio::sync::Mutex<()>,
 }
@@ -73,6 +77,7 @@ impl Intake {
         login: String,
         trigger: Trigger,
         repo: String,
+        trusted_users: Vec<String>,
     ) -> Intake {
         Intake {
             router,
@@ -81,6 +86,7 @@ impl Intake {
             login,
             trigger,
             repo,
+            trusted_users,
             gate: tokio::sync::Mutex::new(()),
         }
     }
@@ -89,23 +95,38 @@ impl Intake {
         &self.repo
     }
 
-    /// Whether the issue, as it is now, asks for picogent (`opened`: its body may
-    /// mention it).
-    fn wants(&self, issue: &Issue, action: &str) -> bool {
+    /// Whether someone may start or steer a task: the repository's owners, members
+    /// and collaborators (GitHub's `author_association`), and `trusted_users`. On a
+    /// public repository anyone can comment; only these can make picogent work.
+    fn trusted(&self, login: &str, association: &str) -> bool {
+        matches!(association, "OWNER" | "MEMBER" | "COLLABORATOR")
+            || self.trusted_users.iter().any(|u| same_login(u, login))
+    }
+
+    /// Why the issue, as it is now, asks for picogent, if it does: its assignment or
+    /// label, or (`opened`, by someone trusted) a mention in its body.
+    fn wants(&self, issue: &Issue, action: &str) -> Option<By> {
         if !issue.open || issue.is_pull {
-            return false;
+            return None;
         }
         let t = &self.trigger;
-        t.assignee
+        let triggered = t
+            .assignee
             .as_ref()
             .is_some_and(|a| issue.assignees.iter().any(|x| same_login(x, a)))
             || t.label
                 .as_ref()
-                .is_some_and(|l| issue.labels.iter().any(|x| x.eq_ignore_ascii_case(l)))
-            || (action == "opened"
-                && t.mention
-                    .as_ref()
-                    .is_some_and(|m| payload::mentions(&issue.body, m)))
+                .is_some_and(|l| issue.labels.iter().any(|x| x.eq_ignore_ascii_case(l)));
+        let mentioned = action == "opened"
+            && self.trusted(&issue.author, &issue.association)
+            && t.mention
+                .as_ref()
+                .is_some_and(|m| payload::mentions(&issue.body, m));
+        if triggered {
+            Some(By::Trigger)
+        } else {
+            mentioned.then_some(By::Mention)
+        }
     }
 
     pub(crate) fn decide(&self, incoming: &Incoming) -> Decision {
@@ -127,7 +148,8 @@ impl Intake {
         if issue.is_pull {
             return Decision::Ignore("a pull request, not an issue");
         }
-        let active = self.book.get(issue.number).active;
+        let entry = self.book.get(issue.number);
+        let active = entry.active;
         let about = |setting: &Option<String>| {
             setting
                 .as_ref()
@@ -138,20 +160,24 @@ impl Intake {
             number: issue.number,
             why,
         };
+        // A task its assignment or label made ends when neither holds any more.
+        let let_go = active && entry.by == By::Trigger && self.wants(issue, "").is_none();
         match action {
             _ if active && !issue.open => stop("the issue was closed"),
-            "unassigned" if active && about(&self.trigger.assignee) && !self.wants(issue, "") => {
+            "unassigned" if let_go && about(&self.trigger.assignee) => {
                 stop("picogent was unassigned")
             }
-            "unlabeled" if active && about(&self.trigger.label) && !self.wants(issue, "") => {
-                stop("the label was removed")
-            }
+            "unlabeled" if let_go && about(&self.trigger.label) => stop("the label was removed"),
+            "seen" if let_go => stop("the issue no longer matches the trigger"),
             _ if active => Decision::Ignore("the issue is already a task"),
-            _ if self.wants(issue, action) => Decision::Start {
-                issue: issue.clone(),
-                comment: None,
+            _ => match self.wants(issue, action) {
+                Some(by) => Decision::Start {
+                    issue: issue.clone(),
+                    comment: None,
+                    by,
+                },
+                None => Decision::Ignore("the issue does not match the trigger"),
             },
-            _ => Decision::Ignore("the issue does not match the trigger"),
         }
     }
 
@@ -169,6 +195,9 @@ impl Intake {
         let Some(number) = number else {
             return Decision::Ignore("a pull request that is no task's");
         };
+        if !self.trusted(&comment.author, &comment.association) {
+            return Decision::Ignore("a comment by someone who is no collaborator");
+        }
         if self.book.get(number).active {
             return Decision::Chat {
                 number,
@@ -184,6 +213,7 @@ impl Intake {
             return Decision::Start {
                 issue: issue.clone(),
                 comment: Some(comment.clone()),
+                by: By::Mention,
             };
         }
         Decision::Ignore("a comment on an issue that is no task")
@@ -203,9 +233,24 @@ impl Intake {
                 tracing::debug!(delivery, "GitHub event ignored: {why}");
                 Ok(Accepted::Ignored)
             }
-            Decision::Start { issue, comment } => self.start(issue, comment, delivery).await,
+            Decision::Start { issue, comment, by } => {
+                self.start(issue, comment, by, delivery).await
+            }
             Decision::Chat { number, comment } => self.chat(number, comment).await,
             Decision::Stop { number, why } => self.stop(number, why, delivery).await,
+        }
+    }
+
+    /// The issue as it is now on GitHub: a delivery or a poll's page may be older than
+    /// what happened since (a `closed` handled before a late `assigned`).
+    async fn fresh(&self, n: u64) -> Option<Issue> {
+        let path = self.api.repo(&format!("/issues/{n}"));
+        match self.api.call(reqwest::Method::GET, &path, None).await {
+            Ok(a) => payload::issue(&a.body),
+            Err(e) => {
+                tracing::warn!(issue = n, "cannot read the issue before starting: {e}");
+                None
+            }
         }
     }
 
@@ -213,9 +258,23 @@ impl Intake {
         &self,
         issue: Issue,
         comment: Option<Comment>,
+        by: By,
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
         let n = issue.number;
+        // Started only on the issue as it is now.
+        let still = match self.fresh(n).await {
+            Some(now) if by == By::Trigger => self.wants(&now, "").is_some(),
+            Some(now) => now.open && !now.is_pull,
+            None => false,
+        };
+        if !still {
+            tracing::info!(
+                issue = n,
+                "not started: the issue no longer asks for picogent"
+            );
+            return Ok(Accepted::Ignored);
+        }
         let generation = self.book.get(n).generation + 1;
         let id = match (&comment, delivery) {
             (Some(c), _) => format!("github-comment-{}", c.id),
@@ -230,13 +289,14 @@ impl Intake {
                 "id": task_id(n),
                 "title": issue.title,
                 "description": self.description(&issue, comment.as_ref()),
-            }}),
+            }, "github": {"generation": generation, "by": by}}),
         };
         let accepted = self.router.accept(env, ()).await?;
         if accepted == Accepted::New {
             self.note(n, |e| {
                 e.active = true;
                 e.generation = generation;
+                e.by = by;
             })
             .await;
             tracing::info!(issue = n, "GitHub issue became a task");
@@ -290,7 +350,7 @@ impl Intake {
             id,
             kind: "task.cancelled".into(),
             created_at: None,
-            data: json!({"task_id": task, "reason": why}),
+            data: json!({"task_id": task, "reason": why, "github": {"generation": generation}}),
         };
         let accepted = self.router.accept(env, ()).await?;
         if accepted == Accepted::New {
@@ -357,15 +417,22 @@ impl Intake {
             let Some(n) = task.strip_prefix("issue-").and_then(|n| n.parse().ok()) else {
                 continue;
             };
+            // Only what is newer than the book: an assignment a later cancellation
+            // ended stays ended.
+            let generation = env.data["github"]["generation"].as_u64().unwrap_or(0) as u32;
+            let by: By =
+                serde_json::from_value(env.data["github"]["by"].clone()).unwrap_or_default();
+            let entry = self.book.get(n);
             match env.kind.as_str() {
-                "task.assigned" if !self.book.get(n).active => {
+                "task.assigned" if generation > entry.generation => {
                     self.note(n, |e| {
                         e.active = true;
-                        e.generation += 1;
+                        e.generation = generation;
+                        e.by = by;
                     })
                     .await
                 }
-                "task.cancelled" if self.book.get(n).active => {
+                "task.cancelled" if entry.active && generation >= entry.generation => {
                     self.note(n, |e| e.active = false).await
                 }
                 _ => {}

@@ -154,7 +154,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let auth =
         Arc::new(Auth::from_config(&gh.auth).map_err(|e| DaemonError::Config(e.to_string()))?);
     let api = Arc::new(
-        Api::new(&gh.api_url, &gh.repo(), auth.clone())
+        Api::new(&gh.api_url, &gh.repo(), auth.clone(), stop.clone())
             .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?,
     );
     let core = crate::tracker::daemon::Core::open(&agent, &timing)?;
@@ -175,7 +175,10 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let token_auth = auth.clone();
     worktrees.push_for_github(
         gh.remote_url.clone(),
-        Arc::new(move || token_auth.current()),
+        (
+            Arc::new(move || token_auth.current()),
+            web_host(&gh.api_url),
+        ),
         Some(default_branch.clone()),
     );
 
@@ -200,7 +203,12 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         progress: progress.clone(),
         book: book.clone(),
         owner: gh.owner.clone(),
-        base: default_branch,
+        // Into the branch the task branches start from.
+        base: cfg
+            .base_branch
+            .as_deref()
+            .map(|b| b.strip_prefix("origin/").unwrap_or(b).to_string())
+            .unwrap_or(default_branch),
         login: login.clone(),
     };
     let intake = Arc::new(intake::Intake::new(
@@ -210,6 +218,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         login,
         trigger.clone(),
         gh.repo(),
+        gh.trusted_users.clone(),
     ));
     intake.mend_from_journal().await;
 
@@ -229,11 +238,18 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let poller = poll::Poller {
         intake: intake.clone(),
         api: api.clone(),
-        book,
+        // Where the last run's polls stopped; a first run looks a minute back.
         marks: ["/issues", "/issues/comments", "/pulls/comments"]
             .into_iter()
-            .map(|l| (l, started_minus(Duration::from_secs(60))))
+            .map(|l| {
+                let mark = book.mark(l);
+                (
+                    l,
+                    mark.unwrap_or_else(|| started_minus(Duration::from_secs(60))),
+                )
+            })
             .collect(),
+        book,
     };
     let extra = gh
         .webhook_secret
@@ -245,12 +261,15 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         port,
         "listening: /github/webhook, /healthz, /livez, /metrics"
     );
-    poller
-        .sweep(trigger.assignee.as_deref(), trigger.label.as_deref())
-        .await;
-    if let Some(every) = gh.poll_interval {
-        owned.spawn(poller.run(every, background.clone()));
-    }
+    let (poll_every, poll_stop) = (gh.poll_interval, background.clone());
+    owned.spawn(async move {
+        poller
+            .sweep(trigger.assignee.as_deref(), trigger.label.as_deref())
+            .await;
+        if let Some(every) = poll_every {
+            poller.run(every, poll_stop).await;
+        }
+    });
     stop.cancelled().await;
     owned.close();
     crate::tracker::daemon::wind_down(
@@ -264,6 +283,19 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     .await;
     owned.wait().await;
     Ok(())
+}
+
+/// The host a repository's git URLs name for an API at `api_url`: `github.com` for
+/// `api.github.com`, else the API's own host (GitHub Enterprise serves both).
+fn web_host(api_url: &str) -> String {
+    let host = reqwest::Url::parse(api_url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .unwrap_or_default();
+    match host.strip_prefix("api.") {
+        Some(rest) if rest == "github.com" => rest.to_string(),
+        _ => host,
+    }
 }
 
 /// RFC 3339, `back` before now: where polling starts looking.

@@ -17,6 +17,9 @@ pub(crate) struct Issue {
     /// A pull request seen through the issues API.
     pub(crate) is_pull: bool,
     pub(crate) updated_at: String,
+    /// Who opened it, and their standing in the repository (`author_association`).
+    pub(crate) author: String,
+    pub(crate) association: String,
 }
 
 /// Which kind of comment, and so how it is answered.
@@ -34,6 +37,10 @@ pub(crate) struct Comment {
     pub(crate) kind: CommentKind,
     pub(crate) author: String,
     pub(crate) body: String,
+    /// The author's standing in the repository: `OWNER`, `MEMBER`, `COLLABORATOR`...
+    pub(crate) association: String,
+    /// When it was written (an edit moves `updated_at`, not this).
+    pub(crate) created_at: String,
 }
 
 impl Comment {
@@ -96,6 +103,8 @@ pub(crate) fn issue(v: &Value) -> Option<Issue> {
         // itself has `head`.
         is_pull: v.get("pull_request").is_some_and(|p| !p.is_null()) || v.get("head").is_some(),
         updated_at: s(&v["updated_at"]),
+        author: s(&v["user"]["login"]),
+        association: s(&v["author_association"]),
     })
 }
 
@@ -106,6 +115,8 @@ pub(crate) fn comment(v: &Value, kind: CommentKind) -> Option<Comment> {
         kind,
         author: s(&v["user"]["login"]),
         body: s(&v["body"]),
+        association: s(&v["author_association"]),
+        created_at: s(&v["created_at"]),
     })
 }
 
@@ -157,8 +168,15 @@ pub(crate) fn from_webhook(event: &str, p: &Value) -> Option<Incoming> {
             let pull = issue(&p["pull_request"])?;
             Some(Incoming::Comment {
                 comment: comment(&p["comment"], CommentKind::Review { pull: pull.number })?,
+                // Only a branch of this repository: a fork may name its branch
+                // `picogent/issue-<n>` too.
                 head: p["pull_request"]["head"]["ref"]
                     .as_str()
+                    .filter(|_| {
+                        p["pull_request"]["head"]["repo"]["full_name"]
+                            .as_str()
+                            .is_some_and(|r| r.eq_ignore_ascii_case(&repository(p)))
+                    })
                     .map(str::to_string),
                 issue: pull,
             })

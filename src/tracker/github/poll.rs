@@ -21,6 +21,24 @@ use super::payload::{self, CommentKind, Incoming, Issue};
 /// Pages of one list read per poll, at most.
 const MAX_PAGES: usize = 10;
 
+type Time = chrono::DateTime<chrono::Utc>;
+
+/// A time as GitHub (or a compatible server, with an offset) writes it, in UTC.
+fn time(s: &str) -> Option<Time> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
+/// Whether a comment a poll found was written since the mark, not an older one
+/// edited since (whose edit says nothing new to picogent).
+fn written_since(c: &Value, mark: Option<Time>) -> bool {
+    match (mark, c["created_at"].as_str().and_then(time)) {
+        (Some(m), Some(created)) => created >= m,
+        _ => true,
+    }
+}
+
 pub(crate) struct Poller {
     pub(crate) intake: Arc<Intake>,
     pub(crate) api: Arc<Api>,
@@ -96,33 +114,46 @@ impl Poller {
         }
     }
 
-    /// What changed on `list` since its mark; advances the mark.
-    async fn changed(&mut self, list: &'static str) -> Result<Vec<Value>, ApiError> {
+    /// What changed on `list` since its mark, and that mark; advances the mark (and
+    /// records it, so a restart goes on from there).
+    async fn changed(
+        &mut self,
+        list: &'static str,
+    ) -> Result<(Vec<Value>, Option<Time>), ApiError> {
         let since = self.marks.get(list).cloned().unwrap_or_default();
         let path = self.api.repo(&format!(
-            "{list}?since={since}&sort=updated&direction=asc&per_page=100{}",
+            "{list}?since={}&sort=updated&direction=asc&per_page=100{}",
+            super::urlencode(&since),
             if list == "/issues" { "&state=all" } else { "" }
         ));
         let first = self.api.get_cached(&path).await?;
+        let mark = time(&since);
         if first.unchanged {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), mark));
         }
         let mut items: Vec<Value> = first.body.as_array().cloned().unwrap_or_default();
         if let Some(next) = first.next {
             items.extend(self.api.list(&next, MAX_PAGES).await?);
         }
-        if let Some(newest) = items.iter().filter_map(|i| i["updated_at"].as_str()).max() {
-            if newest > since.as_str() {
-                self.marks.insert(list, newest.to_string());
+        let newest = items
+            .iter()
+            .filter_map(|i| time(i["updated_at"].as_str()?))
+            .max();
+        if let Some(newest) = newest.filter(|n| mark.is_none_or(|m| *n > m)) {
+            let text = newest.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            if let Err(e) = self.book.set_mark(list, &text).await {
+                tracing::warn!("cannot record where polling got to: {e}");
             }
+            self.marks.insert(list, text);
         }
-        Ok(items)
+        Ok((items, mark))
     }
 
     async fn once(&mut self) -> Result<(), ApiError> {
         let issues: HashMap<u64, Issue> = self
             .changed("/issues")
             .await?
+            .0
             .iter()
             .filter_map(payload::issue)
             .map(|i| (i.number, i))
@@ -132,10 +163,11 @@ impl Poller {
                 self.hand(seen(issue.clone())).await;
             }
         }
-        for c in self.changed("/issues/comments").await? {
+        let (comments, mark) = self.changed("/issues/comments").await?;
+        for c in comments.iter().filter(|c| written_since(c, mark)) {
             let (Some(n), Some(comment)) = (
-                payload::issue_number_of(&c),
-                payload::comment(&c, CommentKind::Issue),
+                payload::issue_number_of(c),
+                payload::comment(c, CommentKind::Issue),
             ) else {
                 continue;
             };
@@ -153,11 +185,12 @@ impl Poller {
             })
             .await;
         }
-        for c in self.changed("/pulls/comments").await? {
-            let Some(pull) = payload::pull_number_of(&c) else {
+        let (comments, mark) = self.changed("/pulls/comments").await?;
+        for c in comments.iter().filter(|c| written_since(c, mark)) {
+            let Some(pull) = payload::pull_number_of(c) else {
                 continue;
             };
-            let Some(comment) = payload::comment(&c, CommentKind::Review { pull }) else {
+            let Some(comment) = payload::comment(c, CommentKind::Review { pull }) else {
                 continue;
             };
             let issue = Issue {
@@ -169,6 +202,8 @@ impl Poller {
                 labels: Vec::new(),
                 is_pull: true,
                 updated_at: String::new(),
+                author: String::new(),
+                association: String::new(),
             };
             self.hand(Incoming::Comment {
                 issue,

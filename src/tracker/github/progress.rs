@@ -26,8 +26,9 @@ const BODY: &str = "<!-- picogent:body -->";
 const EVERY: Duration = Duration::from_secs(3);
 /// Steps shown, the latest ones.
 const MAX_STEPS: usize = 40;
-/// GitHub refuses a comment longer than 65,536 characters.
-const MAX_BODY: usize = 60_000;
+/// GitHub refuses a comment longer than 65,536 characters (bytes are at least as
+/// many).
+const MAX_BODY: usize = 65_000;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Phase {
@@ -239,7 +240,22 @@ impl Progress {
     }
 }
 
+/// The comment, within GitHub's size: the outcome is cut to what the rest leaves room
+/// for.
 fn render(d: &Data) -> String {
+    let full = render_with(d, usize::MAX);
+    if full.len() <= MAX_BODY {
+        return full;
+    }
+    let rest = render_with(d, 0).len();
+    let mut text = render_with(d, MAX_BODY.saturating_sub(rest + 100));
+    text.push_str(
+        "\n\n_(Cut to fit GitHub's comment size; the branch and the session have all of it.)_",
+    );
+    text
+}
+
+fn render_with(d: &Data, room: usize) -> String {
     let header = match d.phase {
         Some(Phase::Working) | None => "🚧 **picogent is working on this issue.**".to_string(),
         Some(Phase::Ended) => "**picogent's run ended.**".to_string(),
@@ -254,8 +270,8 @@ fn render(d: &Data) -> String {
         body.push_str(&format!("Pull request: [#{n}]({url})\n\n"));
     }
     match (&d.outcome, &d.restored) {
-        (Some(o), _) => body.push_str(crate::util::truncate_bytes(o, MAX_BODY)),
-        (None, Some(r)) => body.push_str(crate::util::truncate_bytes(r, MAX_BODY)),
+        (Some(o), _) => body.push_str(crate::util::truncate_bytes(o, room)),
+        (None, Some(r)) => body.push_str(crate::util::truncate_bytes(r, room)),
         (None, None) if d.steps.is_empty() => body.push_str("Starting…"),
         (None, None) => {}
     }
@@ -297,5 +313,12 @@ mod tests {
         assert!(text.contains("pull request #5") && text.contains("Fixed it."));
         let (_, rest) = text.split_once(BODY).unwrap();
         assert!(rest.contains("Fixed it."));
+        d.outcome = Some("é".repeat(40_000));
+        for i in 0..MAX_STEPS {
+            d.steps.push(format!("step {i} {}", "x".repeat(150)));
+        }
+        let text = render(&d);
+        assert!(text.len() <= MAX_BODY, "{}", text.len());
+        assert!(text.contains("Cut to fit") && text.contains("Steps so far"));
     }
 }

@@ -114,7 +114,7 @@ impl Sink {
 
     async fn find_pull(&self, branch: &str) -> Result<Option<(u64, String)>, ApiError> {
         let path = self.api.repo(&format!(
-            "/pulls?head={}:{}&state=all&per_page=10",
+            "/pulls?head={}:{}&state=open&per_page=10",
             self.owner,
             crate::tracker::github::urlencode(branch)
         ));
@@ -124,9 +124,8 @@ impl Sink {
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|p| p["head"]["ref"].as_str() == Some(branch))
-            // An open one first: a closed one is reused only when it is all there is.
-            .min_by_key(|p| p["state"].as_str() != Some("open"))
+            // Only an open one: after a merged or closed one, new work is a new proposal.
+            .find(|p| p["head"]["ref"].as_str() == Some(branch) && p["state"] == "open")
             .and_then(pull_of))
     }
 
@@ -155,9 +154,9 @@ impl Sink {
             title
         };
         let summary = if summary.trim().is_empty() {
-            "(The agent finished without a written summary.)"
+            "(The agent finished without a written summary.)".to_string()
         } else {
-            crate::util::truncate_bytes(summary, MAX_SUMMARY)
+            defuse(crate::util::truncate_bytes(summary, MAX_SUMMARY))
         };
         let body = json!({
             "title": title,
@@ -204,12 +203,12 @@ impl Sink {
             Some((pull, comment)) => (
                 format!("/pulls/{pull}/comments?per_page=100{since}"),
                 format!("/pulls/{pull}/comments/{comment}/replies"),
-                format!("{content}\n\n{mark}"),
+                format!("{mark}\n{content}"),
             ),
             None => (
                 format!("/issues/{issue}/comments?per_page=100{since}"),
                 format!("/issues/{issue}/comments"),
-                format!("{content}\n\n{mark}"),
+                format!("{mark}\n{content}"),
             ),
         };
         let existing = self.api.list(&self.api.repo(&list), 10).await?;
@@ -225,6 +224,25 @@ impl Sink {
             .await
             .map(drop)
     }
+}
+
+/// The run's answer as a pull request's body may hold it: closing keywords before an
+/// issue reference (`Fixes #3`) would close other issues at the merge, and mentions
+/// would call people in; both are broken with a zero-width space. The body's own
+/// `Closes #n` is added after.
+fn defuse(summary: &str) -> String {
+    static KEYWORDS: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let keywords = KEYWORDS.get_or_init(|| {
+        regex::Regex::new(
+            r"(?i)\b(close[sd]?|fix(e[sd])?|resolve[sd]?)(\s*:?\s+)([\w.-]+/[\w.-]+)?#",
+        )
+        .ok()
+    });
+    let text = match keywords {
+        Some(re) => re.replace_all(summary, "$1$3$4#\u{200b}").into_owned(),
+        None => summary.to_string(),
+    };
+    text.replace('@', "@\u{200b}")
 }
 
 fn pull_of(v: &Value) -> Option<(u64, String)> {
@@ -243,5 +261,11 @@ mod tests {
         assert_eq!(super::since_of("other"), None);
         assert!(super::issue_of("issue-12").is_ok_and(|n| n == 12));
         assert!(super::issue_of("t1").is_err());
+        let d = super::defuse("Fixes #3, closes: #4 and resolves o/r#5; see @alice");
+        assert!(
+            !d.contains("Fixes #3") && !d.contains("#4 ") && !d.contains("@alice"),
+            "{d}"
+        );
+        assert!(d.contains("Fixes #\u{200b}3"), "{d}");
     }
 }

@@ -21,13 +21,15 @@ use super::intake::Intake;
 use super::payload;
 use crate::tracker::router::{AcceptError, Accepted};
 
-/// GitHub caps payloads at 25 MB; issues and comments are far smaller (a body is at
-/// most 65,536 characters), and an unsigned sender must not make picogent hold more.
-const MAX_BODY: usize = 2 << 20;
-const BODY_TIMEOUT: Duration = Duration::from_secs(8);
-const MAX_IN_FLIGHT: usize = 16;
-/// What is left of GitHub's ten seconds for the journal.
-const ANSWER_WITHIN: Duration = Duration::from_secs(8);
+/// GitHub caps payloads at 25 MB; an issue's or comment's is far smaller (a body is at
+/// most 65,536 characters), and an unsigned sender must not make picogent hold more:
+/// `MAX_IN_FLIGHT` bodies at most, 64 MiB in all.
+const MAX_BODY: usize = 1 << 20;
+/// GitHub sends a delivery at once; a sender that trickles holds a place only this long.
+const BODY_TIMEOUT: Duration = Duration::from_secs(4);
+const MAX_IN_FLIGHT: usize = 64;
+/// Every delivery is answered within this, from its first byte: GitHub waits ten seconds.
+const ANSWER_WITHIN: Duration = Duration::from_secs(9);
 
 struct Ctx {
     intake: Arc<Intake>,
@@ -84,6 +86,7 @@ async fn webhook(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
+    let started = tokio::time::Instant::now();
     let Ok(_permit) = ctx.in_flight.clone().try_acquire_owned() else {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -98,7 +101,7 @@ async fn webhook(
                 return refuse(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "too_large",
-                    "the delivery is larger than 2 MiB",
+                    "the delivery is larger than 1 MiB",
                 )
             }
             Err(_) => {
@@ -163,7 +166,7 @@ async fn webhook(
     // In a task of its own: GitHub stops waiting after ten seconds, but an event that
     // reached the journal must still be scheduled and booked.
     let handled = tokio::spawn(async move { intake.handle(incoming, Some(&id)).await });
-    let outcome = match tokio::time::timeout(ANSWER_WITHIN, handled).await {
+    let outcome = match tokio::time::timeout_at(started + ANSWER_WITHIN, handled).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => Err(AcceptError::Journal(e.to_string())),
         Err(_) => {

@@ -2,7 +2,7 @@
 //! the task's branch (author: the agent), pushed when `push` is on, and described for
 //! the result comment: branch, commit, diffstat and the diff up to a bounded size.
 
-use super::{Record, RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
+use super::{run_raw, Record, RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
 use crate::tracker::router::lock;
 
 /// What a run's delivery did, for its comment.
@@ -288,14 +288,22 @@ impl Worktrees {
         home: Option<&std::path::Path>,
     ) -> Result<(), String> {
         let mut cmd = self.push_git(tree, "origin", home);
-        cmd.args(["config", "--get-regexp", r"^url\..*insteadof$"]);
+        // NUL-separated entries, each `key\nvalue`: a value may hold spaces.
+        cmd.args(["config", "-z", "--get-regexp", r"^(url|remote)\."]);
         // Exit 1: no such setting.
-        let rules = self.run(cmd).unwrap_or_default();
-        for line in rules.lines() {
-            let prefix = line.split_once(' ').map_or("", |(_, p)| p);
-            if !prefix.is_empty() && url.starts_with(prefix) {
+        let entries = run_raw(cmd, self.limit).unwrap_or_default();
+        for entry in entries.split('\0').filter(|e| !e.is_empty()) {
+            let (key, value) = entry.split_once('\n').unwrap_or((entry, ""));
+            let key_lower = key.to_ascii_lowercase();
+            let rewrites =
+                key_lower.ends_with("insteadof") && !value.is_empty() && url.starts_with(value);
+            // `[remote "<url>"]` would give the URL settings of its own.
+            let section = key_lower
+                .strip_prefix("remote.")
+                .is_some_and(|rest| rest.starts_with(&url.to_ascii_lowercase()));
+            if rewrites || section {
                 return Err(format!(
-                    "remote_url {url}: the git configuration rewrites it ({line}); picogent does not follow URL rewrites"
+                    "remote_url {url}: the git configuration changes where it goes ({key}); picogent does not follow that"
                 ));
             }
         }
@@ -341,7 +349,11 @@ impl Worktrees {
     /// environment (`GIT_CONFIG_*`): never on a command line or on disk, and never
     /// to another host.
     fn authorize(&self, cmd: &mut std::process::Command, urls: &[String]) {
-        let Some(token) = self.push_token.as_ref().and_then(|t| t()) else {
+        let Some((token, host)) = self
+            .push_token
+            .as_ref()
+            .and_then(|(t, host)| Some((t()?, host)))
+        else {
             return;
         };
         use base64::Engine as _;
@@ -350,13 +362,20 @@ impl Worktrees {
         let settings: Vec<(String, String)> = urls
             .iter()
             .filter_map(|u| reqwest::Url::parse(u).ok())
-            .filter(|u| u.scheme() == "https")
-            .filter_map(|u| Some(format!("https://{}/", u.host_str()?)))
-            .map(|origin| {
-                (
-                    format!("http.{origin}.extraHeader"),
-                    format!("Authorization: Basic {basic}"),
-                )
+            .filter(|u| u.scheme() == "https" && u.host_str() == Some(host.as_str()))
+            .flat_map(|_| {
+                let origin = format!("https://{host}/");
+                [
+                    // An empty value first: it drops any header the repository's
+                    // configuration set for the host (a CI checkout leaves one).
+                    (format!("http.{origin}.extraHeader"), String::new()),
+                    (
+                        format!("http.{origin}.extraHeader"),
+                        format!("Authorization: Basic {basic}"),
+                    ),
+                    // The credential goes to that host, never where it redirects.
+                    ("http.followRedirects".to_string(), "false".to_string()),
+                ]
             })
             .collect();
         crate::sandbox::git::set_config(cmd, &settings);
@@ -392,12 +411,13 @@ fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), Wor
 }
 
 impl Delivered {
-    /// Whether the branch reached the remote in this delivery.
+    /// Whether the remote has the branch's work: pushed now, or owing no push (a
+    /// push before an interruption got through). A failed push is the one "no".
     pub(crate) fn pushed(&self) -> bool {
         let (Delivered::Unchanged { push, .. }
         | Delivered::Earlier { push, .. }
         | Delivered::Committed { push, .. }) = self;
-        matches!(push, Some((_, Ok(()))))
+        !matches!(push, Some((_, Err(_))))
     }
 
     /// The commit the comment names, if it names one.

@@ -58,7 +58,7 @@ pub(crate) struct Closed {
     pub(crate) text: String,
     /// The task's slug and the commit the section names.
     pub(crate) named: Option<(String, String)>,
-    /// The branch reached the remote.
+    /// The remote has the branch's work (see `Delivered::pushed`).
     pub(crate) pushed: bool,
     pub(crate) branch: String,
 }
@@ -132,8 +132,8 @@ pub(crate) struct Worktrees {
     push: Option<String>,
     /// GitHub mode: `push` is this URL (`github.remote_url`), not a remote's name.
     push_url: Option<String>,
-    /// GitHub mode: the token a push over HTTPS sends.
-    push_token: Option<PushToken>,
+    /// GitHub mode: the token a push over HTTPS sends, and the only host it goes to.
+    push_token: Option<(PushToken, String)>,
     retention: Duration,
     /// git locks the repository's worktree list: one change at a time.
     lock: Mutex<()>,
@@ -353,20 +353,21 @@ impl Worktrees {
     pub(crate) fn push_for_github(
         &mut self,
         url: Option<String>,
-        token: PushToken,
+        (token, host): (PushToken, String),
         base: Option<String>,
     ) {
         self.push = Some(url.clone().unwrap_or_else(|| "origin".to_string()));
         self.push_url = url;
-        self.push_token = Some(token);
+        self.push_token = Some((token, host));
         if self.base.is_some() {
             return;
         }
-        // The default branch as the clone has it: its own branch, else origin's copy.
+        // The default branch as the clone last fetched it (not a local branch that may
+        // hold the operator's unpushed commits), else the clone's own branch.
         let candidates = base.iter().flat_map(|b| {
             [
-                format!("refs/heads/{b}"),
                 format!("refs/remotes/origin/{b}"),
+                format!("refs/heads/{b}"),
             ]
         });
         self.base = candidates.into_iter().find(|r| {
