@@ -363,8 +363,9 @@ impl Worktrees {
             .iter()
             .filter_map(|u| reqwest::Url::parse(u).ok())
             .filter(|u| u.scheme() == "https" && u.host_str() == Some(host.as_str()))
-            .flat_map(|_| {
-                let origin = format!("https://{host}/");
+            .flat_map(|u| {
+                // The URL's own origin (with its port): git matches `http.<url>.*` so.
+                let origin = format!("{}/", u.origin().ascii_serialization());
                 [
                     // An empty value first: it drops any header the repository's
                     // configuration set for the host (a CI checkout leaves one).
