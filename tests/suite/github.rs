@@ -967,3 +967,50 @@ async fn the_push_gets_the_token_in_its_environment_only() {
     }
     w.assert_valid();
 }
+
+/// A run that fails after changing files: its branch is pushed as far as it got, no pull
+/// request is opened, and the progress comment says why.
+#[tokio::test]
+async fn a_failed_run_keeps_its_branch_and_says_why() {
+    let w = World::new(vec![
+        tool("bash", json!({"command": "echo halfway > widget.txt"})),
+        Turn::Status(400, None),
+    ])
+    .await;
+    let n = w.gh.add_issue("Doomed", "", "alice");
+    let d = w.daemon(json!({})).await;
+    w.gh.assign(n, BOT);
+    assert_eq!(w.issue_event("assigned", n, "f-1").await.0, 202);
+    w.gh.wait_for(60, "the failure in the progress comment", |g| {
+        g.comments(n).iter().any(|c| {
+            c["body"]
+                .as_str()
+                .is_some_and(|b| b.contains("could not finish this issue"))
+        })
+    })
+    .await;
+    let mine = w.bot_comments(n);
+    assert_eq!(mine.len(), 1, "{mine:#?}");
+    assert!(mine[0].contains("HTTP 400"), "{}", mine[0]);
+    assert!(
+        mine[0].contains(&format!("picogent/issue-{n}")),
+        "{}",
+        mine[0]
+    );
+    assert_eq!(
+        w.remote_file(&format!("picogent/issue-{n}"), "widget.txt"),
+        "halfway"
+    );
+    assert!(w.gh.pulls().is_empty(), "a failed run proposes nothing");
+    // The health endpoints answer in GitHub mode too; metrics want the token.
+    let health = reqwest::get(format!("http://127.0.0.1:{}/healthz", w.port))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", w.port))
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 401);
+    d.stop().await.unwrap();
+    w.assert_valid();
+}
