@@ -14,7 +14,7 @@ then `picogent <agent dir>` with `"tracker": "github"`, and measures:
 
     python3 bench/github.py [N] [--record]
 """
-import hashlib, hmac, http.client, http.server, json, os, subprocess, sys, tempfile, threading, time
+import hashlib, hmac, http.client, http.server, json, os, socket, subprocess, sys, tempfile, threading, time
 
 from agent import LLM, free_port, rss_mb
 from report import BIN, emit, table
@@ -44,6 +44,13 @@ class FakeGithub(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def setup(self):
+        super().setup()
+        # Headers and body go out as two writes: without this, Nagle's algorithm and
+        # the client's delayed ACK would add 40 ms to every answer, which is this
+        # stand-in's cost, not picogent's.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def answer(self, status, body):
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -61,7 +68,8 @@ class FakeGithub(http.server.BaseHTTPRequestHandler):
             return self.answer(200, {"full_name": REPO, "default_branch": "main"})
         if path.startswith(f"/repos/{REPO}/issues/") and path.count("/") == 5:
             n = int(path.rsplit("/", 1)[1])
-            return self.answer(200, {"number": n, "title": f"Issue {n}", "state": "open"})
+            return self.answer(200, {"number": n, "title": f"Issue {n}", "state": "open",
+                                     "assignees": [{"login": LOGIN}], "labels": []})
         return self.answer(200, [])
 
     def write(self, status):

@@ -1014,3 +1014,33 @@ async fn a_failed_run_keeps_its_branch_and_says_why() {
     d.stop().await.unwrap();
     w.assert_valid();
 }
+
+/// A delivery older than what happened since (its issue closed meanwhile): the task is
+/// journaled, but right before its run picogent reads the issue as it is now, and runs
+/// nothing.
+#[tokio::test]
+async fn a_stale_assignment_of_a_closed_issue_runs_nothing() {
+    let w = World::new(fixer()).await;
+    let n = w.gh.add_issue("Stale", "", "alice");
+    let d = w.daemon(json!({})).await;
+    w.gh.assign(n, BOT);
+    let mut p = example("issues", "assigned");
+    retarget(&mut p, REPO, n);
+    p["issue"] = w.gh.issue(n);
+    p["assignee"] = json!({"login": BOT});
+    w.gh.close_issue(n);
+    let (status, body) = deliver(&w.hook_url(), "issues", "o-1", Some(SECRET), &p).await;
+    assert!(status < 300, "{status} {body}");
+    let book = w.sb.home.join("state/github.json");
+    w.gh.wait_for(30, "the task to be let go", |_| {
+        std::fs::read_to_string(&book)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|b| b["issues"][n.to_string()]["active"] == false)
+    })
+    .await;
+    assert_eq!(w.llm.request_count(), 0);
+    assert!(w.bot_comments(n).is_empty(), "{:?}", w.bot_comments(n));
+    d.stop().await.unwrap();
+    w.assert_valid();
+}

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::api::Api;
+use super::api::{Api, ApiError};
 use super::book::{Book, By};
 use super::payload::{self, Comment, CommentKind, Incoming, Issue};
 use crate::config::Trigger;
@@ -241,17 +241,34 @@ impl Intake {
         }
     }
 
-    /// The issue as it is now on GitHub: a delivery or a poll's page may be older than
-    /// what happened since (a `closed` handled before a late `assigned`).
-    async fn fresh(&self, n: u64) -> Option<Issue> {
+    /// Whether the issue still asks for picogent as it is now on GitHub, asked right
+    /// before its task's run starts: a delivery or a poll's page may be older than what
+    /// happened since (a `closed` handled before a late `assigned`, a redelivery days
+    /// later), and a queued task may have waited. When GitHub cannot say, it does.
+    pub(crate) async fn still_wanted(&self, n: u64) -> bool {
         let path = self.api.repo(&format!("/issues/{n}"));
-        match self.api.call(reqwest::Method::GET, &path, None).await {
+        let now = match self.api.call(reqwest::Method::GET, &path, None).await {
             Ok(a) => payload::issue(&a.body),
+            Err(ApiError::NotFound { .. }) => None,
             Err(e) => {
-                tracing::warn!(issue = n, "cannot read the issue before starting: {e}");
-                None
+                tracing::warn!(issue = n, "cannot read the issue before its run: {e}");
+                return true;
             }
+        };
+        let _one = self.gate.lock().await;
+        let entry = self.book.get(n);
+        let wanted = now.is_some_and(|now| match entry.by {
+            By::Trigger => self.wants(&now, "").is_some(),
+            By::Mention => now.open && !now.is_pull,
+        });
+        if !wanted {
+            tracing::info!(
+                issue = n,
+                "not started: the issue no longer asks for picogent"
+            );
+            self.note(n, |e| e.active = false).await;
         }
+        wanted
     }
 
     async fn start(
@@ -262,19 +279,6 @@ impl Intake {
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
         let n = issue.number;
-        // Started only on the issue as it is now.
-        let still = match self.fresh(n).await {
-            Some(now) if by == By::Trigger => self.wants(&now, "").is_some(),
-            Some(now) => now.open && !now.is_pull,
-            None => false,
-        };
-        if !still {
-            tracing::info!(
-                issue = n,
-                "not started: the issue no longer asks for picogent"
-            );
-            return Ok(Accepted::Ignored);
-        }
         let generation = self.book.get(n).generation + 1;
         let id = match (&comment, delivery) {
             (Some(c), _) => format!("github-comment-{}", c.id),

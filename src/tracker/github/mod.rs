@@ -46,6 +46,8 @@ pub(crate) fn urlencode(s: &str) -> String {
 /// branches become pull requests.
 struct Hooks {
     progress: Arc<progress::Progress>,
+    /// Set once the intake exists (it needs the router, which needs these hooks).
+    intake: std::sync::OnceLock<Arc<intake::Intake>>,
 }
 
 impl TaskHooks for Hooks {
@@ -57,6 +59,22 @@ impl TaskHooks for Hooks {
 
     fn proposes(&self) -> bool {
         true
+    }
+
+    fn admit(
+        &self,
+        task: &str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'static>> {
+        let intake = self.intake.get().cloned();
+        let issue = task
+            .strip_prefix("issue-")
+            .and_then(|n| n.parse::<u64>().ok());
+        Box::pin(async move {
+            match (intake, issue) {
+                (Some(intake), Some(n)) => intake.still_wanted(n).await,
+                _ => true,
+            }
+        })
     }
 }
 
@@ -188,15 +206,16 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     };
     let book = Arc::new(book::Book::open(&cfg.state_dir()).map_err(state_err)?);
     let progress = progress::Progress::new(api.clone(), login.clone());
-    let hooks: Arc<dyn TaskHooks> = Arc::new(Hooks {
+    let hooks = Arc::new(Hooks {
         progress: progress.clone(),
+        intake: std::sync::OnceLock::new(),
     });
     let router = Router::new(
         agent.clone(),
         core.journal,
         core.outbox.clone(),
         Some(worktrees),
-        Some(hooks),
+        Some(hooks.clone() as Arc<dyn TaskHooks>),
     );
     let sink = sink::Sink {
         api: api.clone(),
@@ -220,6 +239,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         gh.repo(),
         gh.trusted_users.clone(),
     ));
+    let _ = hooks.intake.set(intake.clone());
     intake.mend_from_journal().await;
 
     let background = CancellationToken::new();

@@ -37,6 +37,12 @@ pub(crate) trait TaskHooks: Send + Sync {
     fn step(&self, task: &str, summary: &str);
     /// Whether a finished run's pushed branch is proposed (`Report::PullRequest`).
     fn proposes(&self) -> bool;
+    /// Asked right before a task's run starts: whether the task is still wanted (a
+    /// task whose issue was closed meanwhile is not run, and its event is done).
+    fn admit(
+        &self,
+        task: &str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'static>>;
 }
 
 /// What became of an event handed to the router.

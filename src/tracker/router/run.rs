@@ -16,6 +16,12 @@ impl Router {
         if !self.shared.room.wait(&job.task_id, &cancel).await {
             return self.never_started(job).await;
         }
+        if let (Some(h), JobKind::Task { .. }) = (&self.shared.hooks, &job.kind) {
+            if !h.admit(&job.task_id).await {
+                tracing::info!(task = %job.task_id, "the tracker no longer wants this task: not run");
+                return self.finish(&job, true);
+            }
+        }
         let attempt = self.record_start(&job.event_id).await;
         let session_id = session_for(&job.task_id);
         let Some(prompt) = self.prompt(&job, attempt, &session_id).await else {
