@@ -232,8 +232,8 @@ impl TrackerClient {
     }
 }
 
-/// Percent-encodes an opaque id for use as one path segment.
-fn urlencode(s: &str) -> String {
+/// Percent-encodes an opaque id for use as one path segment (or a query value).
+pub(crate) fn urlencode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

@@ -419,6 +419,24 @@ pub fn spawn_daemon_with_path(sb: &Sandbox, path: &str) -> tokio::process::Child
         .unwrap()
 }
 
+/// Runs git in `dir` as a person would (a user identity, no global configuration);
+/// its trimmed output, or the test fails naming the command.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Says why a test cannot exercise what it tests here and returns, or fails it where
 /// that must not happen: in CI (`CI` set) and wherever `PICOGENT_REQUIRE_SANDBOX=1` (a
 /// test that prints SKIPPED and passes would be a test that checks nothing).

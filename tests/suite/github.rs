@@ -2,7 +2,7 @@
 //! against GitHub's OpenAPI description) with real webhook payloads, a real clone and
 //! a local bare repository as the remote.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{json, Value};
@@ -14,22 +14,6 @@ const REPO: &str = "acme/widgets";
 const BOT: &str = "picogent-bot";
 const TOKEN: &str = "ghp_testtoken0123456789";
 const SECRET: &str = "It's a Secret to Everybody";
-
-pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A clone with one commit on `main`, and the bare repository branches are pushed to.
 pub(crate) struct World {
@@ -187,6 +171,48 @@ impl World {
             .collect()
     }
 
+    /// Delivers a `pull_request_review_comment` `created` event for a review comment the
+    /// fake holds, on a pull request whose branch is `head` in repository `head_repo`.
+    pub(crate) async fn review_event(
+        &self,
+        pr: u64,
+        comment: u64,
+        (head, head_repo): (&str, &str),
+        delivery: &str,
+    ) -> (u16, Value) {
+        let mut p = example("pull_request_review_comment", "created");
+        retarget(&mut p, REPO, pr);
+        p["pull_request"]["head"]["ref"] = head.into();
+        p["pull_request"]["head"]["repo"]["full_name"] = head_repo.into();
+        p["comment"] = self
+            .gh
+            .review_comments(pr)
+            .into_iter()
+            .find(|c| c["id"] == comment)
+            .unwrap();
+        deliver(
+            &self.hook_url(),
+            "pull_request_review_comment",
+            delivery,
+            Some(SECRET),
+            &p,
+        )
+        .await
+    }
+
+    /// Waits until picogent's record says issue `n` is no task (any more).
+    pub(crate) async fn wait_let_go(&self, n: u64) {
+        let book = self.sb.home.join("state/github.json");
+        self.gh
+            .wait_for(30, "the task to be let go", |_| {
+                std::fs::read_to_string(&book)
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                    .is_some_and(|b| b["issues"][n.to_string()]["active"] == false)
+            })
+            .await;
+    }
+
     pub(crate) fn assert_valid(&self) {
         let v = self.gh.violations();
         assert!(
@@ -271,22 +297,7 @@ async fn an_assigned_issue_becomes_a_pull_request_and_a_review_comment_adds_a_co
     // A review comment on the pull request: a follow-up run adds a commit.
     let rc =
         w.gh.add_review_comment(pr_number, "alice", "Please polish it too.");
-    let mut p = example("pull_request_review_comment", "created");
-    retarget(&mut p, REPO, pr_number);
-    p["pull_request"]["head"]["ref"] = branch.clone().into();
-    p["comment"] =
-        w.gh.review_comments(pr_number)
-            .into_iter()
-            .find(|c| c["id"] == rc)
-            .unwrap();
-    let (status, body) = deliver(
-        &w.hook_url(),
-        "pull_request_review_comment",
-        "d-2",
-        Some(SECRET),
-        &p,
-    )
-    .await;
+    let (status, body) = w.review_event(pr_number, rc, (&branch, REPO), "d-2").await;
     assert_eq!(status, 202, "{body}");
     w.gh.wait_for(60, "the reply in the review thread", |g| {
         g.review_comments(pr_number)
@@ -831,23 +842,10 @@ async fn strangers_can_neither_start_nor_steer_a_task() {
     let pr =
         w.gh.add_pull("Fork", &format!("picogent/issue-{n}"), "alice");
     let rc = w.gh.add_review_comment(pr, "alice", "Do this on the fork.");
-    let mut p = example("pull_request_review_comment", "created");
-    retarget(&mut p, REPO, pr);
-    p["pull_request"]["head"]["ref"] = format!("picogent/issue-{n}").into();
-    p["pull_request"]["head"]["repo"]["full_name"] = "mallory/widgets".into();
-    p["comment"] =
-        w.gh.review_comments(pr)
-            .into_iter()
-            .find(|c| c["id"] == rc)
-            .unwrap();
-    let (status, _) = deliver(
-        &w.hook_url(),
-        "pull_request_review_comment",
-        "s-4",
-        Some(SECRET),
-        &p,
-    )
-    .await;
+    let head = format!("picogent/issue-{n}");
+    let (status, _) = w
+        .review_event(pr, rc, (&head, "mallory/widgets"), "s-4")
+        .await;
     assert_eq!(status, 200);
     assert_eq!(w.llm.request_count(), calls, "nothing ran for a stranger");
     d.stop().await.unwrap();
@@ -866,15 +864,8 @@ async fn polling_ends_a_task_whose_issue_was_unassigned() {
         .await;
     w.gh.wait_for(60, "the pull request", |g| !g.pulls().is_empty())
         .await;
-    let book = w.sb.home.join("state/github.json");
     w.gh.unassign(n, BOT);
-    w.gh.wait_for(30, "the task to end", |_| {
-        std::fs::read_to_string(&book)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .is_some_and(|b| b["issues"][n.to_string()]["active"] == false)
-    })
-    .await;
+    w.wait_let_go(n).await;
     let calls = w.llm.request_count();
     w.gh.add_comment(n, "alice", "Anything else?");
     // Two more polls see the comment and take nothing.
@@ -1031,14 +1022,7 @@ async fn a_stale_assignment_of_a_closed_issue_runs_nothing() {
     w.gh.close_issue(n);
     let (status, body) = deliver(&w.hook_url(), "issues", "o-1", Some(SECRET), &p).await;
     assert!(status < 300, "{status} {body}");
-    let book = w.sb.home.join("state/github.json");
-    w.gh.wait_for(30, "the task to be let go", |_| {
-        std::fs::read_to_string(&book)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .is_some_and(|b| b["issues"][n.to_string()]["active"] == false)
-    })
-    .await;
+    w.wait_let_go(n).await;
     assert_eq!(w.llm.request_count(), 0);
     assert!(w.bot_comments(n).is_empty(), "{:?}", w.bot_comments(n));
     d.stop().await.unwrap();

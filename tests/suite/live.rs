@@ -8,20 +8,6 @@ use serde_json::json;
 
 use crate::common::*;
 
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 #[tokio::test]
 async fn rollback_restores_files_and_the_history_up_to_that_step() {
     let sb = Sandbox::new();

@@ -1,29 +1,12 @@
 //! Agent mode's per-task worktrees: each task on its own branch in its own worktree,
 //! delivered as a commit with a diffstat and diff; the user's checkout untouched.
 
-use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
 
 use crate::common::tracker::FakeTracker;
 use crate::common::*;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// The working folder as a repository with one commit of `shared.txt`.
 fn repository(sb: &Sandbox) {

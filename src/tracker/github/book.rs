@@ -1,8 +1,10 @@
 //! The GitHub tracker's own record (`state/github.json`): which issues are picogent's
 //! tasks now (assigned, labelled or mentioned, and not closed or unassigned since),
-//! how often each became one (each time is a new task start), and the pull request
-//! each one's branch became. Rewritten whole (a synced temporary file renamed over it)
-//! on a blocking thread; it is small, and it changes only when an issue does.
+//! how often each became one (each time is a new task start), the pull request each
+//! one's branch became, and where polling got to. Changed in memory at once, then
+//! rewritten whole (a synced temporary file renamed over it) on a blocking thread,
+//! after a webhook's answer rather than before it; it is small, and it changes only
+//! when an issue does.
 //!
 //! The journal stays the truth about events: at start, an accepted task start or
 //! cancellation that the record missed (a crash between the two writes) is applied
@@ -11,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -55,7 +58,10 @@ struct File {
 pub(crate) struct Book {
     path: PathBuf,
     file: Mutex<File>,
-    /// One rewrite at a time, in the order of the changes.
+    /// Changes made in memory, and how many of them the file holds.
+    changes: AtomicU64,
+    written: AtomicU64,
+    /// One rewrite at a time; each writes everything changed so far.
     writing: tokio::sync::Mutex<()>,
 }
 
@@ -76,6 +82,8 @@ impl Book {
         Ok(Book {
             path,
             file: Mutex::new(file),
+            changes: AtomicU64::new(0),
+            written: AtomicU64::new(0),
             writing: tokio::sync::Mutex::new(()),
         })
     }
@@ -113,8 +121,36 @@ impl Book {
         issue: u64,
         change: impl FnOnce(&mut Entry),
     ) -> io::Result<()> {
-        self.change(|f| change(f.issues.entry(issue).or_default()))
+        self.apply(issue, change);
+        self.persist().await
+    }
+
+    /// Changes an issue's entry in memory, at once: later decisions see it. The file
+    /// follows with the next `persist` (the journal has the event meanwhile, and the
+    /// record is mended from it at start).
+    pub(crate) fn apply(&self, issue: u64, change: impl FnOnce(&mut Entry)) {
+        let mut f = lock(&self.file);
+        change(f.issues.entry(issue).or_default());
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Writes every change made so far (synced), unless a write since already did.
+    pub(crate) async fn persist(&self) -> io::Result<()> {
+        let _one = self.writing.lock().await;
+        let (bytes, upto) = {
+            let f = lock(&self.file);
+            let upto = self.changes.load(Ordering::SeqCst);
+            if upto == self.written.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            (serde_json::to_vec_pretty(&*f)?, upto)
+        };
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || crate::util::rewrite_log(&path, &bytes).map(drop))
             .await
+            .map_err(io::Error::other)??;
+        self.written.store(upto, Ordering::SeqCst);
+        Ok(())
     }
 
     /// A polled list's `since`, if one was recorded.
@@ -123,23 +159,12 @@ impl Book {
     }
 
     pub(crate) async fn set_mark(&self, list: &str, since: &str) -> io::Result<()> {
-        self.change(|f| {
-            f.marks.insert(list.to_string(), since.to_string());
-        })
-        .await
-    }
-
-    async fn change(&self, change: impl FnOnce(&mut File)) -> io::Result<()> {
-        let _one = self.writing.lock().await;
-        let bytes = {
+        {
             let mut f = lock(&self.file);
-            change(&mut f);
-            serde_json::to_vec_pretty(&*f)?
-        };
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || crate::util::rewrite_log(&path, &bytes).map(drop))
-            .await
-            .map_err(io::Error::other)?
+            f.marks.insert(list.to_string(), since.to_string());
+            self.changes.fetch_add(1, Ordering::SeqCst);
+        }
+        self.persist().await
     }
 }
 

@@ -363,12 +363,16 @@ impl Intake {
         Ok(accepted)
     }
 
-    /// Changes the book; a failure is logged (the journal has the event, and the book
-    /// is mended from it at the next start).
+    /// Changes the book now, and writes it after the answer; a failed write is logged
+    /// (the journal has the event, and the book is mended from it at the next start).
     async fn note(&self, number: u64, change: impl FnOnce(&mut super::book::Entry)) {
-        if let Err(e) = self.book.update(number, change).await {
-            tracing::error!(issue = number, "cannot write the GitHub record: {e}");
-        }
+        self.book.apply(number, change);
+        let book = self.book.clone();
+        self.router.spawn_owned(async move {
+            if let Err(e) = book.persist().await {
+                tracing::error!(issue = number, "cannot write the GitHub record: {e}");
+            }
+        });
     }
 
     /// Marks what picked the work up with 👀 (best effort: people see it was seen).

@@ -29,18 +29,7 @@ use crate::tracker::router::{Router, TaskHooks};
 use api::{Api, ApiError};
 use auth::Auth;
 
-/// Percent-encodes one query value or path segment.
-pub(crate) fn urlencode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub(crate) use crate::tracker::client::urlencode;
 
 /// The router's hooks in GitHub mode: steps go to the progress comment, finished
 /// branches become pull requests.
