@@ -84,6 +84,9 @@ class FakeGithub(http.server.BaseHTTPRequestHandler):
                              "user": {"login": LOGIN}, "body": body.get("body", "")})
 
     def do_POST(self):
+        if self.path.startswith("/v1/messages"):
+            # The model that never answers: runs wait, and only the intake works.
+            time.sleep(3600)
         self.write(201)
 
     def do_PATCH(self):
@@ -123,14 +126,10 @@ def post_all(port, expect):
     return sorted(lat)
 
 
-def main():
+def session(base_url, api, work_out):
+    """One daemon: idle memory, then N deliveries and N redeliveries; with `work_out`,
+    waits until every issue was worked. Returns the figures."""
     tmp = tempfile.mkdtemp(prefix="picogent-github-bench-")
-    script = os.path.join(tmp, "script.json")
-    json.dump([{"text": "done"}], open(script, "w"))
-    llm = subprocess.Popen([LLM, script], stdout=subprocess.PIPE, text=True)
-    llm_addr = llm.stdout.readline().split()[-1]
-    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeGithub)
-    threading.Thread(target=api.serve_forever, daemon=True).start()
     work, remote, home = (os.path.join(tmp, d) for d in ("work", "remote.git", "agent"))
     for d in (work, home):
         os.makedirs(d)
@@ -141,15 +140,17 @@ def main():
     git(tmp, "init", "-q", "--bare", remote)
     port = free_port()
     json.dump({"name": "Bench", "slug": "bench", "tracker": "github", "listen_port": port,
-               "provider": "anthropic", "base_url": f"http://{llm_addr}", "work_dir": work,
-               "allowed_paths": [work], "max_concurrent_tasks": 1,
+               "provider": "anthropic", "base_url": base_url, "work_dir": work,
+               "allowed_paths": [work], "max_concurrent_tasks": 1, "shutdown_grace_sec": 1,
                "github": {"repo": REPO, "api_url": f"http://127.0.0.1:{api.server_address[1]}",
                           "webhook_secret": SECRET, "remote_url": remote}},
               open(os.path.join(home, "agent.json"), "w"))
     env = {"PATH": os.environ["PATH"], "HOME": tmp, "GITHUB_TOKEN": "ghp_bench",
            "PICOGENT_API_KEY": "test-key", "RUST_LOG": "warn"}
+    FakeGithub.finished[0] = 0
     daemon = subprocess.Popen([BIN, home], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
                               stderr=open(os.path.join(tmp, "daemon.log"), "w"))
+    r = {}
     try:
         deadline = time.time() + 30
         while True:
@@ -164,32 +165,54 @@ def main():
                 sys.exit("picogent never listened")
             time.sleep(0.05)
         time.sleep(1.0)
-        idle1 = vm(daemon.pid, "VmRSS")
+        r["idle1"] = vm(daemon.pid, "VmRSS")
         time.sleep(4.0)
-        idle5, hwm_idle = vm(daemon.pid, "VmRSS"), vm(daemon.pid, "VmHWM")
-        fresh = post_all(port, 202)
-        dup = post_all(port, 200)
-        t0 = time.time()
-        while FakeGithub.finished[0] < N:
-            if time.time() > t0 + 600:
-                sys.exit(f"only {FakeGithub.finished[0]} of {N} issues finished")
-            time.sleep(0.2)
-        worked = time.time() - t0
-        time.sleep(1.0)
-        after, hwm = vm(daemon.pid, "VmRSS"), vm(daemon.pid, "VmHWM")
+        r["idle5"], r["hwm_idle"] = vm(daemon.pid, "VmRSS"), vm(daemon.pid, "VmHWM")
+        r["fresh"] = post_all(port, 202)
+        r["dup"] = post_all(port, 200)
+        if work_out:
+            t0 = time.time()
+            while FakeGithub.finished[0] < N:
+                if time.time() > t0 + 600:
+                    sys.exit(f"only {FakeGithub.finished[0]} of {N} issues finished")
+                time.sleep(0.2)
+            r["worked"] = time.time() - t0
+            time.sleep(1.0)
+        r["after"], r["hwm"] = vm(daemon.pid, "VmRSS"), vm(daemon.pid, "VmHWM")
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
+    return r
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="picogent-github-bench-")
+    script = os.path.join(tmp, "script.json")
+    json.dump([{"text": "done"}], open(script, "w"))
+    llm = subprocess.Popen([LLM, script], stdout=subprocess.PIPE, text=True)
+    llm_addr = llm.stdout.readline().split()[-1]
+    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeGithub)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    try:
+        quiet = session(f"http://127.0.0.1:{api.server_address[1]}", api, False)
+        busy = session(f"http://{llm_addr}", api, True)
+    finally:
         llm.terminate()
         api.shutdown()
     p = lambda lat, q: lat[min(len(lat) - 1, int(q * len(lat)))]
     rows = [
-        ("idle RSS", "%.1f MB" % idle1, "VmRSS 1 s after listening; %.1f MB at 5 s (peak %.1f MB)" % (idle5, hwm_idle), "≤ 10 MB"),
-        (f"webhook → 202, p50 ({N} deliveries)", "%.2f ms" % p(fresh, 0.5), "signed `issues` `assigned`, HMAC checked, journaled and synced", ""),
-        (f"webhook → 202, p99", "%.2f ms" % p(fresh, 0.99), "max %.2f ms; runs going meanwhile" % fresh[-1], "≤ 5 ms"),
-        (f"redelivery → 200, p50 / p99", "%.2f / %.2f ms" % (p(dup, 0.5), p(dup, 0.99)), "recognised, nothing journaled", ""),
-        (f"all {N} issues worked", "%.1f s" % worked, "after the last redelivery; one at a time, each in its own worktree", ""),
-        (f"RSS after {N} issues", "%.1f MB" % after, "VmRSS; peak %.1f MB" % hwm, ""),
+        ("idle RSS", "%.1f MB" % quiet["idle1"],
+         "VmRSS 1 s after listening; %.1f MB at 5 s (peak %.1f MB)" % (quiet["idle5"], quiet["hwm_idle"]), "≤ 10 MB"),
+        (f"webhook → 202, p50 / p99 ({N} deliveries)", "%.2f / %.2f ms" % (p(quiet["fresh"], 0.5), p(quiet["fresh"], 0.99)),
+         "signed `issues` `assigned`: HMAC checked, journaled and synced; the one run started waits on the model; max %.2f ms" % quiet["fresh"][-1], "≤ 5 ms p99"),
+        ("the same, while the issues are worked", "%.2f / %.2f ms" % (p(busy["fresh"], 0.5), p(busy["fresh"], 0.99)),
+         "one run at a time, each making a worktree, committing, pushing; max %.2f ms" % busy["fresh"][-1], ""),
+        ("redelivery → 200, p50 / p99", "%.2f / %.2f ms" % (p(quiet["dup"], 0.5), p(quiet["dup"], 0.99)),
+         "recognised, nothing journaled", ""),
+        (f"all {N} issues worked", "%.1f s" % busy["worked"],
+         "after the last redelivery; progress comment finished for each", ""),
+        (f"RSS with {N} tasks queued", "%.1f MB" % quiet["after"], "VmRSS; peak %.1f MB" % quiet["hwm"], ""),
+        (f"RSS after {N} issues worked", "%.1f MB" % busy["after"], "VmRSS; peak %.1f MB" % busy["hwm"], ""),
     ]
     emit(table("GitHub mode", "bench/github.py", rows, command="python3 bench/github.py " + " ".join(sys.argv[1:])))
 
