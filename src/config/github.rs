@@ -9,52 +9,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use super::load::{check_url, Sources};
+use super::types::{FileGithub, FileTrigger, TrackerKind};
 use super::ConfigError;
-
-/// Which tracker agent mode speaks (`tracker`, `PICOGENT_TRACKER`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-pub enum TrackerKind {
-    /// Team Board's protocol (docs/tracker-protocol.md): the default.
-    #[default]
-    #[serde(rename = "team-board")]
-    TeamBoard,
-    /// GitHub issues and pull requests.
-    #[serde(rename = "github")]
-    Github,
-}
-
-/// The `github` block as written in agent.json.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct FileGithub {
-    repo: Option<String>,
-    api_url: Option<String>,
-    webhook_secret: Option<String>,
-    remote_url: Option<String>,
-    poll_interval_sec: Option<u64>,
-    trigger: Option<FileTrigger>,
-    app: Option<FileApp>,
-    trusted_users: Option<Vec<String>>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileTrigger {
-    assignee: Option<String>,
-    label: Option<String>,
-    mention: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileApp {
-    app_id: u64,
-    private_key_file: PathBuf,
-    installation_id: u64,
-}
 
 /// How picogent authenticates to GitHub.
 #[derive(Clone)]
@@ -198,6 +155,36 @@ impl Sources<'_> {
             return Ok(None);
         }
         let f = block.unwrap_or_default();
+        let (owner, name, api_url) = self.github_repo(&f)?;
+        let auth = self.github_auth(&f, resolve_path)?;
+        let (webhook_secret, poll_interval) = self.github_events(&f)?;
+        let trusted_users = f.trusted_users.clone().unwrap_or_default();
+        if let Some(bad) = trusted_users.iter().find(|u| !valid_login(u)) {
+            return Err(self.field_error(
+                "github.trusted_users",
+                format!("expected GitHub logins, got {bad:?}"),
+            ));
+        }
+        if let Some(r) = &f.remote_url {
+            if r.trim().is_empty() {
+                return Err(self.field_error("github.remote_url", "is empty".into()));
+            }
+        }
+        Ok(Some(GithubConfig {
+            owner,
+            name,
+            api_url,
+            auth,
+            webhook_secret,
+            remote_url: f.remote_url.clone(),
+            poll_interval,
+            trigger: self.trigger(f.trigger.as_ref())?,
+            trusted_users,
+        }))
+    }
+
+    /// `repo` (or GITHUB_REPOSITORY) as owner and name, and the API's URL.
+    fn github_repo(&self, f: &FileGithub) -> Result<(String, String, String), ConfigError> {
         let repo = self
             .env
             .get("GITHUB_REPOSITORY")
@@ -225,7 +212,14 @@ impl Sources<'_> {
                 None => "https://api.github.com".to_string(),
             },
         };
-        let auth = self.github_auth(&f, resolve_path)?;
+        Ok((owner.to_string(), name.to_string(), api_url))
+    }
+
+    /// How events arrive: the webhook's secret, polling, or both; one is required.
+    fn github_events(
+        &self,
+        f: &FileGithub,
+    ) -> Result<(Option<String>, Option<Duration>), ConfigError> {
         let webhook_secret = self
             .pick("GITHUB_WEBHOOK_SECRET", &f.webhook_secret)
             .filter(|s| !s.is_empty());
@@ -245,29 +239,7 @@ impl Sources<'_> {
                 "is required (or GITHUB_WEBHOOK_SECRET) unless github.poll_interval_sec is set: without either, no event could arrive".into(),
             ));
         }
-        let trusted_users = f.trusted_users.clone().unwrap_or_default();
-        if let Some(bad) = trusted_users.iter().find(|u| !valid_login(u)) {
-            return Err(self.field_error(
-                "github.trusted_users",
-                format!("expected GitHub logins, got {bad:?}"),
-            ));
-        }
-        if let Some(r) = &f.remote_url {
-            if r.trim().is_empty() {
-                return Err(self.field_error("github.remote_url", "is empty".into()));
-            }
-        }
-        Ok(Some(GithubConfig {
-            owner: owner.to_string(),
-            name: name.to_string(),
-            api_url,
-            auth,
-            webhook_secret,
-            remote_url: f.remote_url.clone(),
-            poll_interval,
-            trigger: self.trigger(f.trigger.as_ref())?,
-            trusted_users,
-        }))
+        Ok((webhook_secret, poll_interval))
     }
 
     fn github_auth(

@@ -61,9 +61,9 @@ pub(super) struct FileConfig {
     project_docs: Option<bool>,
     pi_home: Option<bool>,
     /// Which tracker agent mode speaks: `team-board` (the default) or `github`.
-    pub(super) tracker: Option<super::github::TrackerKind>,
+    pub(super) tracker: Option<super::types::TrackerKind>,
     /// GitHub as the tracker (`tracker: "github"`).
-    pub(super) github: Option<super::github::FileGithub>,
+    pub(super) github: Option<super::types::FileGithub>,
 }
 
 /// Which JSON file (if any) the priority rules pick, and the agent home it implies.

@@ -18,9 +18,9 @@ mod mcp;
 mod model;
 pub mod secrets;
 mod types;
-pub use github::{GithubAuth, GithubConfig, TrackerKind, Trigger};
+pub use github::{GithubAuth, GithubConfig, Trigger};
 pub use mcp::{McpServerConfig, McpTransport};
-pub use types::{Engine, Env, ProviderKind, Transport};
+pub use types::{Engine, Env, ProviderKind, TrackerKind, Transport};
 pub(crate) use types::{LoopAction, NetworkPolicy, SandboxMode, Workspace};
 
 #[derive(Debug, thiserror::Error)]

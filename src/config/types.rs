@@ -19,6 +19,48 @@ pub enum ProviderKind {
     Ollama,
 }
 
+/// Which tracker agent mode speaks (`tracker`, `PICOGENT_TRACKER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum TrackerKind {
+    /// Team Board's protocol (docs/tracker-protocol.md): the default.
+    #[default]
+    #[serde(rename = "team-board")]
+    TeamBoard,
+    /// GitHub issues and pull requests.
+    #[serde(rename = "github")]
+    Github,
+}
+
+/// The `github` block as written in agent.json.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileGithub {
+    pub(super) repo: Option<String>,
+    pub(super) api_url: Option<String>,
+    pub(super) webhook_secret: Option<String>,
+    pub(super) remote_url: Option<String>,
+    pub(super) poll_interval_sec: Option<u64>,
+    pub(super) trigger: Option<FileTrigger>,
+    pub(super) app: Option<FileApp>,
+    pub(super) trusted_users: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileTrigger {
+    pub(super) assignee: Option<String>,
+    pub(super) label: Option<String>,
+    pub(super) mention: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileApp {
+    pub(super) app_id: u64,
+    pub(super) private_key_file: std::path::PathBuf,
+    pub(super) installation_id: u64,
+}
+
 /// Where agent mode's tasks work (`workspace`): each in a git worktree of its own on
 /// a branch, or all in the working folder itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -2,6 +2,8 @@
 //! graceful shutdown. The daemon owns the order of things: the journal and outbox open
 //! before any event can arrive, unfinished work from the last run is queued before new
 //! work, and on SIGTERM running tasks get a grace period before they are interrupted.
+//! Team Board's transports are here; GitHub's daemon is `tracker::github`; what both
+//! share is `tracker::base`.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -10,109 +12,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::config::{Config, Transport};
-use crate::tracker::journal::Journal;
-use crate::tracker::journal_writer::JournalWriter;
-use crate::tracker::outbox::Outbox;
-use crate::tracker::registration::{self, FatalError};
+use crate::tracker::base::{serve, wind_down, Core};
+use crate::tracker::registration;
 use crate::tracker::router::Router;
 use crate::tracker::types::AgentDescription;
 use crate::tracker::TrackerClient;
 
-/// Retry and backoff timings; tests shorten them.
-#[derive(Debug, Clone)]
-pub struct Timing {
-    pub register_retry: Duration,
-    /// WebSocket reconnect delay: first and cap.
-    pub ws_backoff: (Duration, Duration),
-    /// Report delivery retry delay: first and cap.
-    pub report_backoff: (Duration, Duration),
-    /// How long a report the tracker refuses (404, most 4xx) is retried before it is
-    /// kept in the dead-letter file.
-    pub report_refused_for: Duration,
-    /// How long one report may wait for the tracker's answer before it is tried again.
-    pub report_timeout: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Timing {
-            register_retry: Duration::from_secs(5),
-            ws_backoff: (Duration::from_secs(1), Duration::from_secs(30)),
-            report_backoff: (Duration::from_secs(1), Duration::from_secs(60)),
-            report_refused_for: Duration::from_secs(600),
-            report_timeout: Duration::from_secs(300),
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    #[error("{0}")]
-    Config(String),
-    #[error("cannot open the agent's state in {path}: {source}")]
-    State {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Fatal(#[from] FatalError),
-    #[error(transparent)]
-    Locked(#[from] crate::tracker::state_lock::LockError),
-}
-
-fn log_start(cfg: &Config, agent: &Agent) {
-    let allowed = cfg.allowed_paths_display();
-    let skills: Vec<&str> = agent.skills().iter().map(|s| s.name.as_str()).collect();
-    tracing::info!(
-        name = %cfg.name,
-        slug = %cfg.slug,
-        transport = ?cfg.transport,
-        tracker = cfg.tracker_url.as_deref().unwrap_or("-"),
-        work_dir = %cfg.work_dir.display(),
-        engine = cfg.engine.as_str(),
-        provider = cfg.provider.as_str(),
-        model = %cfg.model,
-        allowed_paths = %allowed,
-        skills = %if skills.is_empty() { "none".to_string() } else { skills.join(", ") },
-        max_concurrent_tasks = cfg.max_concurrent_tasks,
-        "picogent agent mode starting"
-    );
-}
-
-/// The durable state every tracker kind starts from: the state folder locked (no
-/// second daemon on it), the journal and the outbox open.
-pub(crate) struct Core {
-    pub(crate) journal: JournalWriter,
-    pub(crate) outbox: Outbox,
-    _lock: crate::tracker::state_lock::StateLock,
-}
-
-impl Core {
-    pub(crate) fn open(agent: &Agent, _timing: &Timing) -> Result<Core, DaemonError> {
-        let cfg = agent.config();
-        log_start(cfg, agent);
-        let state_dir = cfg.state_dir();
-        // Held until the daemon returns: no second daemon on this state meanwhile.
-        let lock = crate::tracker::state_lock::StateLock::take(&state_dir)?;
-        let state_err = |source| DaemonError::State {
-            path: state_dir.display().to_string(),
-            source,
-        };
-        let journal = Journal::open(&state_dir).map_err(state_err)?;
-        let journal = JournalWriter::start(journal).map_err(state_err)?;
-        let outbox = Outbox::open(&state_dir).map_err(state_err)?;
-        Ok(Core {
-            journal,
-            outbox,
-            _lock: lock,
-        })
-    }
-}
+pub use crate::tracker::base::{DaemonError, Timing};
 
 /// Runs agent mode until `stop` is cancelled (then drains) or a fatal error.
 pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
@@ -175,60 +81,6 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     )
     .await;
     result
-}
-
-/// A graceful shutdown: no new events, running tasks get `shutdown_grace`, the
-/// server stops, queued reports get a moment to go out, and everything written is
-/// flushed.
-pub(crate) async fn wind_down(
-    cfg: &Config,
-    router: &Router,
-    outbox: &Outbox,
-    outbox_task: tokio::task::JoinHandle<()>,
-    outbox_stop: &CancellationToken,
-    server_stop: &CancellationToken,
-) {
-    tracing::info!(
-        "shutting down: no new events; running tasks get {:?} to finish",
-        cfg.shutdown_grace
-    );
-    router.shutdown(cfg.shutdown_grace).await;
-    server_stop.cancel();
-    // Give queued reports a moment to go out; the rest are delivered after a restart.
-    let flush_until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !outbox.is_empty() && tokio::time::Instant::now() < flush_until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    outbox_stop.cancel();
-    let _ = outbox_task.await;
-    router.flush_journal().await;
-    outbox.flush().await;
-    if !outbox.is_empty() {
-        tracing::warn!(
-            "{} report(s) not yet delivered; they are sent at the next start",
-            outbox.len()
-        );
-    }
-    tracing::info!("stopped");
-}
-
-/// GitHub mode's server on every interface at `listen_port`: the health endpoints
-/// (`/metrics` behind AGENT_TOKEN when it is set, closed otherwise) and `extra` (the
-/// webhook). Returns the port.
-pub(crate) async fn serve_health(
-    cfg: &Config,
-    router: &Router,
-    extra: Option<axum::Router>,
-    server_stop: &CancellationToken,
-) -> Result<u16, DaemonError> {
-    let token = cfg.token.clone().unwrap_or_else(|| {
-        tracing::info!(
-            "/metrics answers only with AGENT_TOKEN as its bearer token: set one to read it"
-        );
-        crate::util::random_hex(48)
-    });
-    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-    serve(cfg, &token, router, extra, any, server_stop).await
 }
 
 /// Serves the health endpoints, then keeps a WebSocket to the tracker until `stop`.
@@ -311,41 +163,4 @@ async fn run_http(
     )
     .await?;
     Ok(())
-}
-
-/// Binds `listen_port` on `host` and serves the health app and `extra` (`/events`, the
-/// GitHub webhook) until `server_stop`; the port it listens on.
-async fn serve(
-    cfg: &Config,
-    token: &str,
-    router: &Router,
-    extra: Option<axum::Router>,
-    host: IpAddr,
-    server_stop: &CancellationToken,
-) -> Result<u16, DaemonError> {
-    let addr = std::net::SocketAddr::new(host, cfg.listen_port);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| DaemonError::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
-    let port = listener
-        .local_addr()
-        .map(|a| a.port())
-        .unwrap_or(cfg.listen_port);
-    let mut app = super::http::app(token.to_string(), router.clone());
-    if let Some(extra) = extra {
-        app = app.merge(extra);
-    }
-    let graceful = server_stop.clone();
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(crate::net::GuardedListener::new(listener), app)
-            .with_graceful_shutdown(async move { graceful.cancelled().await })
-            .await
-        {
-            tracing::error!("events server failed: {e}");
-        }
-    });
-    Ok(port)
 }

@@ -7,6 +7,7 @@
 //! are the protocol. `github` is the second tracker: GitHub's issues and pull
 //! requests behind the same router, journal and outbox.
 
+mod base;
 mod batch;
 mod client;
 pub mod daemon;

@@ -400,17 +400,28 @@ impl Api {
                 unchanged: false,
             });
         }
-        let message = message_of(&parsed, &text);
-        if let Some(wait) = rate_wait(status, &headers, &message) {
+        Err(self.refusal(status, &headers, what, message_of(&parsed, &text)))
+    }
+
+    /// What an answer other than 2xx and 304 means; a rate limit also stops every
+    /// request until the time it names.
+    fn refusal(
+        &self,
+        status: u16,
+        headers: &reqwest::header::HeaderMap,
+        what: String,
+        message: String,
+    ) -> ApiError {
+        if let Some(wait) = rate_wait(status, headers, &message) {
             *lock(&self.not_before) = Some(Instant::now() + wait);
             tracing::warn!("GitHub rate limit ({what}): {message}; no request for {wait:?}");
-            return Err(ApiError::RateLimited {
+            return ApiError::RateLimited {
                 what,
                 message,
                 wait,
-            });
+            };
         }
-        Err(match status {
+        match status {
             // A 403 that is no rate limit (a locked issue, a permission the token
             // lacks) is a refusal, kept in the dead-letter file if it does not pass.
             401 => ApiError::Unauthorized {
@@ -429,7 +440,7 @@ impl Api {
                 what,
                 message,
             },
-        })
+        }
     }
 
     /// Every page of a list (at most `max_pages`), items in order.

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::config::GithubConfig;
-use crate::tracker::daemon::{DaemonError, Timing};
+use crate::tracker::base::{DaemonError, Timing};
 use crate::tracker::router::{Router, TaskHooks};
 
 use api::{Api, ApiError};
@@ -150,28 +150,16 @@ async fn meet(
     Ok(Some((login, base)))
 }
 
-/// Runs agent mode against GitHub until `stop` is cancelled (then drains) or a
-/// fatal error.
-pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
-    let cfg = agent.config().clone();
-    let gh = cfg
-        .github
-        .clone()
-        .ok_or_else(|| DaemonError::Config("tracker \"github\" needs the `github` block".into()))?;
-    let auth =
-        Arc::new(Auth::from_config(&gh.auth).map_err(|e| DaemonError::Config(e.to_string()))?);
-    let api = Arc::new(
-        Api::new(&gh.api_url, &gh.repo(), auth.clone(), stop.clone())
-            .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?,
-    );
-    let core = crate::tracker::daemon::Core::open(&agent, &timing)?;
-    let Some((login, default_branch)) = meet(&api, &gh, &timing, &stop).await? else {
-        return Ok(());
-    };
-    let trigger = gh.trigger.for_login(&login);
-    tracing::info!(repository = %gh.repo(), login = %login, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, trigger = ?trigger, "GitHub mode: issues become tasks");
+/// The task worktrees of GitHub mode: `work_dir` must be a clone; every task branch is
+/// pushed with the token.
+fn worktrees(
+    cfg: &crate::config::Config,
+    gh: &GithubConfig,
+    auth: &Arc<Auth>,
+    default_branch: &str,
+) -> Result<crate::tracker::worktree::Worktrees, DaemonError> {
     let Some(mut worktrees) =
-        crate::tracker::worktree::Worktrees::decide(&cfg).map_err(DaemonError::Config)?
+        crate::tracker::worktree::Worktrees::decide(cfg).map_err(DaemonError::Config)?
     else {
         return Err(DaemonError::Config(format!(
             "tracker \"github\" needs work_dir ({}) to be a clone of {} with at least one commit, and workspace \"worktree\"",
@@ -186,14 +174,40 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
             Arc::new(move || token_auth.current()),
             web_host(&gh.api_url),
         ),
-        Some(default_branch.clone()),
+        Some(default_branch.to_string()),
     );
+    Ok(worktrees)
+}
 
-    let state_err = |source| DaemonError::State {
-        path: cfg.state_dir().display().to_string(),
-        source,
-    };
-    let book = Arc::new(book::Book::open(&cfg.state_dir()).map_err(state_err)?);
+/// GitHub mode's pieces, put together: the router with GitHub's hooks, the sink the
+/// outbox delivers through, the intake, and the poller.
+struct Parts {
+    router: Router,
+    sink: sink::Sink,
+    intake: Arc<intake::Intake>,
+    progress: Arc<progress::Progress>,
+    poller: poll::Poller,
+}
+
+fn assemble(
+    agent: &Agent,
+    (journal, outbox): (
+        crate::tracker::journal_writer::JournalWriter,
+        &crate::tracker::outbox::Outbox,
+    ),
+    gh: &GithubConfig,
+    api: &Arc<Api>,
+    (login, default_branch): (String, String),
+) -> Result<Parts, DaemonError> {
+    let cfg = agent.config();
+    let worktrees = worktrees(cfg, gh, api.auth(), &default_branch)?;
+    let book =
+        Arc::new(
+            book::Book::open(&cfg.state_dir()).map_err(|source| DaemonError::State {
+                path: cfg.state_dir().display().to_string(),
+                source,
+            })?,
+        );
     let progress = progress::Progress::new(api.clone(), login.clone());
     let hooks = Arc::new(Hooks {
         progress: progress.clone(),
@@ -201,8 +215,8 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     });
     let router = Router::new(
         agent.clone(),
-        core.journal,
-        core.outbox.clone(),
+        journal,
+        outbox.clone(),
         Some(worktrees),
         Some(hooks.clone() as Arc<dyn TaskHooks>),
     );
@@ -223,27 +237,12 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         router.clone(),
         api.clone(),
         book.clone(),
-        login,
-        trigger.clone(),
+        login.clone(),
+        gh.trigger.for_login(&login),
         gh.repo(),
         gh.trusted_users.clone(),
     ));
     let _ = hooks.intake.set(intake.clone());
-    intake.mend_from_journal().await;
-
-    let background = CancellationToken::new();
-    let outbox_task = tokio::spawn(core.outbox.clone().run(
-        sink,
-        timing.report_backoff,
-        timing.report_refused_for,
-        background.clone(),
-    ));
-    router.resume_pending();
-    let owned = tokio_util::task::TaskTracker::new();
-    owned.spawn(progress.clone().run(background.clone()));
-    if matches!(&*auth, Auth::App(_)) {
-        owned.spawn(keep_token_fresh(api.clone(), background.clone()));
-    }
     let poller = poll::Poller {
         intake: intake.clone(),
         api: api.clone(),
@@ -260,17 +259,63 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
             .collect(),
         book,
     };
+    Ok(Parts {
+        router,
+        sink,
+        intake,
+        progress,
+        poller,
+    })
+}
+
+/// Runs agent mode against GitHub until `stop` is cancelled (then drains) or a
+/// fatal error.
+pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
+    let cfg = agent.config().clone();
+    let gh = cfg
+        .github
+        .clone()
+        .ok_or_else(|| DaemonError::Config("tracker \"github\" needs the `github` block".into()))?;
+    let auth =
+        Arc::new(Auth::from_config(&gh.auth).map_err(|e| DaemonError::Config(e.to_string()))?);
+    let api = Arc::new(
+        Api::new(&gh.api_url, &gh.repo(), auth.clone(), stop.clone())
+            .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?,
+    );
+    let core = crate::tracker::base::Core::open(&agent, &timing)?;
+    let Some(met) = meet(&api, &gh, &timing, &stop).await? else {
+        return Ok(());
+    };
+    let trigger = gh.trigger.for_login(&met.0);
+    tracing::info!(repository = %gh.repo(), login = %met.0, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, trigger = ?trigger, "GitHub mode: issues become tasks");
+    let parts = assemble(&agent, (core.journal, &core.outbox), &gh, &api, met)?;
+    parts.intake.mend_from_journal().await;
+
+    let background = CancellationToken::new();
+    let outbox_task = tokio::spawn(core.outbox.clone().run(
+        parts.sink,
+        timing.report_backoff,
+        timing.report_refused_for,
+        background.clone(),
+    ));
+    let router = parts.router;
+    router.resume_pending();
+    let owned = tokio_util::task::TaskTracker::new();
+    owned.spawn(parts.progress.clone().run(background.clone()));
+    if matches!(&*auth, Auth::App(_)) {
+        owned.spawn(keep_token_fresh(api.clone(), background.clone()));
+    }
     let extra = gh
         .webhook_secret
         .as_deref()
-        .map(|secret| webhook::routes(intake.clone(), secret));
+        .map(|secret| webhook::routes(parts.intake.clone(), secret));
     let server_stop = CancellationToken::new();
-    let port = crate::tracker::daemon::serve_health(&cfg, &router, extra, &server_stop).await?;
+    let port = crate::tracker::base::serve_health(&cfg, &router, extra, &server_stop).await?;
     tracing::info!(
         port,
         "listening: /github/webhook, /healthz, /livez, /metrics"
     );
-    let (poll_every, poll_stop) = (gh.poll_interval, background.clone());
+    let (poller, poll_every, poll_stop) = (parts.poller, gh.poll_interval, background.clone());
     owned.spawn(async move {
         poller
             .sweep(trigger.assignee.as_deref(), trigger.label.as_deref())
@@ -281,7 +326,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     });
     stop.cancelled().await;
     owned.close();
-    crate::tracker::daemon::wind_down(
+    crate::tracker::base::wind_down(
         &cfg,
         &router,
         &core.outbox,

@@ -81,6 +81,57 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// A delivery that passed the checks: its event, delivery id and payload.
+struct Delivery {
+    event: String,
+    id: String,
+    payload: Value,
+}
+
+/// Reads the body and checks the delivery: its signature first, then its headers and
+/// JSON; the answer to give when it is refused.
+async fn verified(
+    ctx: &Ctx,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Result<Delivery, Response> {
+    let read = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await;
+    let body: Bytes = match read {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => {
+            let why = "the delivery is larger than 1 MiB";
+            return Err(refuse(StatusCode::PAYLOAD_TOO_LARGE, "too_large", why));
+        }
+        Err(_) => {
+            let why = "the body did not arrive in time";
+            return Err(refuse(StatusCode::REQUEST_TIMEOUT, "timeout", why));
+        }
+    };
+    if !signed(&ctx.key, header(headers, "x-hub-signature-256"), &body) {
+        tracing::warn!("refused a webhook delivery: missing or wrong X-Hub-Signature-256");
+        let why = "missing or wrong X-Hub-Signature-256";
+        return Err(refuse(StatusCode::UNAUTHORIZED, "unauthorized", why));
+    }
+    let invalid = |why: &str| refuse(StatusCode::BAD_REQUEST, "invalid_delivery", why);
+    let (Some(event), Some(id)) = (
+        header(headers, "x-github-event"),
+        header(headers, "x-github-delivery"),
+    ) else {
+        return Err(invalid("X-GitHub-Event and X-GitHub-Delivery are required"));
+    };
+    let usable = |c: char| c.is_ascii_alphanumeric() || c == '-';
+    if id.is_empty() || id.len() > 100 || !id.chars().all(usable) {
+        return Err(invalid("X-GitHub-Delivery is not a delivery id"));
+    }
+    let payload: Value = serde_json::from_slice(&body)
+        .map_err(|e| invalid(&format!("the body is not JSON: {e}")))?;
+    Ok(Delivery {
+        event: event.to_string(),
+        id: id.to_string(),
+        payload,
+    })
+}
+
 async fn webhook(
     State(ctx): State<Arc<Ctx>>,
     headers: HeaderMap,
@@ -88,95 +139,41 @@ async fn webhook(
 ) -> Response {
     let started = tokio::time::Instant::now();
     let Ok(_permit) = ctx.in_flight.clone().try_acquire_owned() else {
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy",
-            "too many deliveries at once; redeliver",
-        );
+        let why = "too many deliveries at once; redeliver";
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "busy", why);
     };
-    let body: Bytes =
-        match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
-            Ok(Ok(b)) => b,
-            Ok(Err(_)) => {
-                return refuse(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
-                    "the delivery is larger than 1 MiB",
-                )
-            }
-            Err(_) => {
-                return refuse(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "timeout",
-                    "the body did not arrive in time",
-                )
-            }
-        };
-    if !signed(&ctx.key, header(&headers, "x-hub-signature-256"), &body) {
-        tracing::warn!("refused a webhook delivery: missing or wrong X-Hub-Signature-256");
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong X-Hub-Signature-256",
-        );
-    }
-    let (Some(event), Some(delivery)) = (
-        header(&headers, "x-github-event"),
-        header(&headers, "x-github-delivery"),
-    ) else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "invalid_delivery",
-            "X-GitHub-Event and X-GitHub-Delivery are required",
-        );
+    let d = match verified(&ctx, &headers, body).await {
+        Ok(d) => d,
+        Err(refused) => return refused,
     };
-    let usable = |c: char| c.is_ascii_alphanumeric() || c == '-';
-    if delivery.is_empty() || delivery.len() > 100 || !delivery.chars().all(usable) {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "invalid_delivery",
-            "X-GitHub-Delivery is not a delivery id",
-        );
-    }
-    let payload: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                "invalid_delivery",
-                &format!("the body is not JSON: {e}"),
-            )
-        }
-    };
-    if event == "ping" {
+    if d.event == "ping" {
         return answer(StatusCode::OK, json!({"pong": true}));
     }
-    let repo = payload::repository(&payload);
+    let repo = payload::repository(&d.payload);
     if !repo.eq_ignore_ascii_case(ctx.intake.repo()) {
-        tracing::warn!(delivery, repository = %repo, "a delivery about another repository was ignored");
+        tracing::warn!(delivery = %d.id, repository = %repo, "a delivery about another repository was ignored");
         return answer(StatusCode::OK, json!({"ignored": "another repository"}));
     }
-    let Some(incoming) = payload::from_webhook(event, &payload) else {
-        return answer(
-            StatusCode::OK,
-            json!({"ignored": format!("{event} is not acted on")}),
-        );
+    let Some(incoming) = payload::from_webhook(&d.event, &d.payload) else {
+        let why = format!("{} is not acted on", d.event);
+        return answer(StatusCode::OK, json!({ "ignored": why }));
     };
-    let (intake, id) = (ctx.intake.clone(), delivery.to_string());
+    let (intake, id) = (ctx.intake.clone(), d.id);
     // In a task of its own: GitHub stops waiting after ten seconds, but an event that
     // reached the journal must still be scheduled and booked.
     let handled = tokio::spawn(async move { intake.handle(incoming, Some(&id)).await });
-    let outcome = match tokio::time::timeout_at(started + ANSWER_WITHIN, handled).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(AcceptError::Journal(e.to_string())),
+    match tokio::time::timeout_at(started + ANSWER_WITHIN, handled).await {
+        Ok(Ok(r)) => accepted(r),
+        Ok(Err(e)) => accepted(Err(AcceptError::Journal(e.to_string()))),
         Err(_) => {
-            return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "slow",
-                "the delivery could not be recorded in time; redeliver it",
-            )
+            let why = "the delivery could not be recorded in time; redeliver it";
+            refuse(StatusCode::SERVICE_UNAVAILABLE, "slow", why)
         }
-    };
+    }
+}
+
+/// The answer to a delivery the router took (or not).
+fn accepted(outcome: Result<Accepted, AcceptError>) -> Response {
     match outcome {
         Ok(Accepted::New) => answer(StatusCode::ACCEPTED, json!({"accepted": true})),
         Ok(Accepted::Duplicate) => answer(StatusCode::OK, json!({"duplicate": true})),

@@ -4,6 +4,21 @@
 
 use super::{run_raw, Record, RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
 use crate::tracker::router::lock;
+use std::sync::Arc;
+
+/// The token a push sends, read when the push starts (a GitHub App's changes).
+pub(crate) type PushToken = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// What closing a run's worktree did, for its reports.
+pub(crate) struct Closed {
+    /// The comment's section about the branch.
+    pub(crate) text: String,
+    /// The task's slug and the commit the section names.
+    pub(crate) named: Option<(String, String)>,
+    /// The remote has the branch's work (see `Delivered::pushed`).
+    pub(crate) pushed: bool,
+    pub(crate) branch: String,
+}
 
 /// What a run's delivery did, for its comment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +45,41 @@ pub(crate) enum Delivered {
 }
 
 impl Worktrees {
+    /// GitHub mode: every task branch is pushed, to `url` (else the clone's
+    /// `origin`), with the token `token` gives at the time; tasks start from `base`
+    /// unless `base_branch` says otherwise.
+    pub(crate) fn push_for_github(
+        &mut self,
+        url: Option<String>,
+        (token, host): (PushToken, String),
+        base: Option<String>,
+    ) {
+        self.push = Some(url.clone().unwrap_or_else(|| "origin".to_string()));
+        self.push_url = url;
+        self.push_token = Some((token, host));
+        if self.base.is_some() {
+            return;
+        }
+        // The default branch as the clone last fetched it (not a local branch that may
+        // hold the operator's unpushed commits), else the clone's own branch.
+        let candidates = base.iter().flat_map(|b| {
+            [
+                format!("refs/remotes/origin/{b}"),
+                format!("refs/heads/{b}"),
+            ]
+        });
+        self.base = candidates.into_iter().find(|r| {
+            let mut cmd = self.repo_git();
+            cmd.args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("{r}^{{commit}}"),
+            ]);
+            self.run(cmd).is_ok()
+        });
+    }
+
     /// Commits what the run changed (nothing when nothing changed), then pushes. Each
     /// step's intent is in the task's record before it runs (see `Record`); every
     /// change to the record is made under the lock, on a fresh read.
