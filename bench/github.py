@@ -69,7 +69,8 @@ class FakeGithub(http.server.BaseHTTPRequestHandler):
         if path.startswith(f"/repos/{REPO}/issues/") and path.count("/") == 5:
             n = int(path.rsplit("/", 1)[1])
             return self.answer(200, {"number": n, "title": f"Issue {n}", "state": "open",
-                                     "assignees": [{"login": LOGIN}], "labels": []})
+                                     "assignees": [{"login": LOGIN}], "labels": [],
+                                     "user": {"login": "alice"}, "author_association": "OWNER"})
         return self.answer(200, [])
 
     def write(self, status):
@@ -101,7 +102,8 @@ def git(cwd, *args):
 def delivery(n):
     payload = {"action": "assigned", "assignee": {"login": LOGIN},
                "issue": {"number": n, "title": f"Issue {n}", "body": "Do it.", "state": "open",
-                         "assignees": [{"login": LOGIN}], "labels": [], "user": {"login": "alice"}},
+                         "assignees": [{"login": LOGIN}], "labels": [], "user": {"login": "alice"},
+                         "author_association": "OWNER"},
                "repository": {"full_name": REPO, "name": "widgets", "owner": {"login": "acme"}},
                "sender": {"login": "alice"}}
     body = json.dumps(payload).encode()

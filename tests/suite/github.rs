@@ -21,7 +21,8 @@ pub(crate) struct World {
     pub gh: FakeGithub,
     pub llm: ScriptedLlm,
     pub remote: PathBuf,
-    pub port: u16,
+    /// The daemon's `listen_port`: a free one, picked again if it was taken meanwhile.
+    pub port: std::sync::atomic::AtomicU16,
 }
 
 fn free_port() -> u16 {
@@ -55,7 +56,7 @@ impl World {
             gh,
             llm,
             remote,
-            port: free_port(),
+            port: std::sync::atomic::AtomicU16::new(free_port()),
         }
     }
 
@@ -70,7 +71,7 @@ impl World {
         for (k, v) in github.as_object().cloned().unwrap_or_default() {
             block[k] = v;
         }
-        json!({"tracker": "github", "listen_port": self.port, "shutdown_grace_sec": 5,
+        json!({"tracker": "github", "listen_port": self.port(), "shutdown_grace_sec": 5,
                "allowed_paths": [self.sb.work], "github": block})
     }
 
@@ -83,44 +84,64 @@ impl World {
     }
 
     /// Starts GitHub mode in this process and waits until it listens.
+    pub(crate) fn port(&self) -> u16 {
+        self.port.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Starts GitHub mode in this process and waits until it listens and has swept
+    /// the issues (a test changes issues only once it has looked); on a port another
+    /// test took meanwhile, again on another.
     pub(crate) async fn daemon(&self, github: Value) -> Daemon {
-        self.sb
-            .write_config(&self.llm, Wire::Anthropic, self.config(github));
-        let env = picogent::config::Env::from_pairs(self.env());
-        let config =
-            picogent::config::Config::load(Some(&self.sb.home), &env, &self.sb.base()).unwrap();
-        let stop = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(picogent::tracker::daemon::run(
-            agent_from(config),
-            fast_timing(),
-            stop.clone(),
-        ));
-        self.listening().await;
-        // Issues that match at start are picked up by a sweep: a test changes issues
-        // only once it has looked.
-        self.gh
-            .wait_for(30, "the start-up sweep", |g| {
+        for _ in 0..3 {
+            self.sb
+                .write_config(&self.llm, Wire::Anthropic, self.config(github.clone()));
+            let env = picogent::config::Env::from_pairs(self.env());
+            let config =
+                picogent::config::Config::load(Some(&self.sb.home), &env, &self.sb.base()).unwrap();
+            let stop = tokio_util::sync::CancellationToken::new();
+            let task = tokio::spawn(picogent::tracker::daemon::run(
+                agent_from(config),
+                fast_timing(),
+                stop.clone(),
+            ));
+            let swept = |g: &FakeGithub| {
                 g.requests()
                     .iter()
                     .any(|r| r.path.ends_with("/issues") && r.query.contains("state=open"))
-            })
-            .await;
-        Daemon { stop, task }
+            };
+            for _ in 0..1500 {
+                if swept(&self.gh) || task.is_finished() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            if !task.is_finished() {
+                assert!(swept(&self.gh), "GitHub mode never swept the issues");
+                self.listening().await;
+                return Daemon { stop, task };
+            }
+            let ended = task.await.unwrap();
+            let err = ended.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains("cannot listen"), "GitHub mode ended: {err}");
+            self.port
+                .store(free_port(), std::sync::atomic::Ordering::SeqCst);
+        }
+        panic!("no free port for GitHub mode after three tries");
     }
 
     pub(crate) async fn listening(&self) {
-        let url = format!("http://127.0.0.1:{}/livez", self.port);
+        let url = format!("http://127.0.0.1:{}/livez", self.port());
         for _ in 0..1500 {
             if reqwest::get(&url).await.is_ok_and(|r| r.status() == 200) {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        panic!("GitHub mode never listened on {}", self.port);
+        panic!("GitHub mode never listened on {}", self.port());
     }
 
     pub(crate) fn hook_url(&self) -> String {
-        format!("http://127.0.0.1:{}/github/webhook", self.port)
+        format!("http://127.0.0.1:{}/github/webhook", self.port())
     }
 
     /// Delivers an `issues` event for issue `n` as it is now in the fake.
@@ -324,11 +345,12 @@ async fn an_assigned_issue_becomes_a_pull_request_and_a_review_comment_adds_a_co
 async fn tampered_unsigned_and_foreign_deliveries_are_refused_and_run_nothing() {
     let w = World::new(fixer()).await;
     let n = w.gh.add_issue("Broken", "", "alice");
-    w.gh.assign(n, BOT);
     let d = w.daemon(json!({})).await;
+    // Assigned in the delivery only: a start-up sweep finds nothing to start.
     let mut p = example("issues", "assigned");
     retarget(&mut p, REPO, n);
     p["issue"] = w.gh.issue(n);
+    p["issue"]["assignees"] = json!([{"login": BOT}]);
     p["assignee"] = json!({"login": BOT});
     let bytes = serde_json::to_vec(&p).unwrap();
     let good = sign(SECRET, &bytes);
@@ -391,6 +413,9 @@ async fn a_mention_starts_a_task_and_a_later_comment_is_answered_in_the_same_bra
         w.gh.add_comment(n, "alice", "@picogent-bot can you fix this?");
     let (status, body) = w.comment_event(n, c, "m-1").await;
     assert_eq!(status, 202, "{body}");
+    // GitHub's redelivery: the journal knows it.
+    let (status, body) = w.comment_event(n, c, "m-1").await;
+    assert_eq!((status, &body["duplicate"]), (200, &json!(true)), "{body}");
     w.gh.wait_for(60, "the pull request", |g| !g.pulls().is_empty())
         .await;
     // 👀 on the comment that asked.
@@ -867,12 +892,22 @@ async fn polling_ends_a_task_whose_issue_was_unassigned() {
     w.gh.unassign(n, BOT);
     w.wait_let_go(n).await;
     let calls = w.llm.request_count();
-    w.gh.add_comment(n, "alice", "Anything else?");
-    // Two more polls see the comment and take nothing.
-    let seen = w.gh.requests().len();
-    w.gh.wait_for(30, "two more polls", |g| g.requests().len() > seen + 6)
+    let c = w.gh.add_comment(n, "alice", "Anything else?");
+    // Two polls of the comments after it: they see it, and take nothing.
+    let comment_polls = |g: &FakeGithub| {
+        g.requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/issues/comments"))
+            .count()
+    };
+    let seen = comment_polls(&w.gh);
+    w.gh.wait_for(30, "two more polls", |g| comment_polls(g) >= seen + 2)
         .await;
     assert_eq!(w.llm.request_count(), calls);
+    assert!(
+        !w.gh.reactions().iter().any(|r| r["target"]["id"] == c),
+        "the comment was taken as a message"
+    );
     d.stop().await.unwrap();
     w.assert_valid();
 }
@@ -994,11 +1029,11 @@ async fn a_failed_run_keeps_its_branch_and_says_why() {
     );
     assert!(w.gh.pulls().is_empty(), "a failed run proposes nothing");
     // The health endpoints answer in GitHub mode too; metrics want the token.
-    let health = reqwest::get(format!("http://127.0.0.1:{}/healthz", w.port))
+    let health = reqwest::get(format!("http://127.0.0.1:{}/healthz", w.port()))
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
-    let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", w.port))
+    let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", w.port()))
         .await
         .unwrap();
     assert_eq!(metrics.status(), 401);
@@ -1025,6 +1060,26 @@ async fn a_stale_assignment_of_a_closed_issue_runs_nothing() {
     w.wait_let_go(n).await;
     assert_eq!(w.llm.request_count(), 0);
     assert!(w.bot_comments(n).is_empty(), "{:?}", w.bot_comments(n));
+    d.stop().await.unwrap();
+    w.assert_valid();
+}
+
+/// An issue template can label or assign an issue: a stranger's issue that comes with
+/// the trigger's label is not started by it, until a collaborator mentions picogent.
+#[tokio::test]
+async fn a_strangers_labelled_issue_waits_for_a_collaborators_mention() {
+    let w = World::new(fixer()).await;
+    let n = w.gh.add_issue("Please fix", "From a template.", "mallory");
+    w.gh.add_label(n, "picogent");
+    let d = w
+        .daemon(json!({"trigger": {"label": "picogent", "mention": "@picogent-bot"}}))
+        .await;
+    assert_eq!(w.issue_event("labeled", n, "t-1").await.0, 200);
+    assert_eq!(w.llm.request_count(), 0);
+    let c = w.gh.add_comment(n, "alice", "@picogent-bot go ahead");
+    assert_eq!(w.comment_event(n, c, "t-2").await.0, 202);
+    w.gh.wait_for(60, "the pull request", |g| !g.pulls().is_empty())
+        .await;
     d.stop().await.unwrap();
     w.assert_valid();
 }

@@ -104,9 +104,11 @@ impl Intake {
     }
 
     /// Why the issue, as it is now, asks for picogent, if it does: its assignment or
-    /// label, or (`opened`, by someone trusted) a mention in its body.
+    /// label, or (`opened`) a mention in its body. Only an issue someone trusted
+    /// opened: an issue template's labels and assignees are its author's doing, so a
+    /// stranger's issue starts only by a trusted person's mention in a comment.
     fn wants(&self, issue: &Issue, action: &str) -> Option<By> {
-        if !issue.open || issue.is_pull {
+        if !issue.open || issue.is_pull || !self.trusted(&issue.author, &issue.association) {
             return None;
         }
         let t = &self.trigger;
@@ -118,7 +120,6 @@ impl Intake {
                 .as_ref()
                 .is_some_and(|l| issue.labels.iter().any(|x| x.eq_ignore_ascii_case(l)));
         let mentioned = action == "opened"
-            && self.trusted(&issue.author, &issue.association)
             && t.mention
                 .as_ref()
                 .is_some_and(|m| payload::mentions(&issue.body, m));
@@ -246,6 +247,7 @@ impl Intake {
     /// happened since (a `closed` handled before a late `assigned`, a redelivery days
     /// later), and a queued task may have waited. When GitHub cannot say, it does.
     pub(crate) async fn still_wanted(&self, n: u64) -> bool {
+        let asked_for = self.book.get(n).generation;
         let path = self.api.repo(&format!("/issues/{n}"));
         let now = match self.api.call(reqwest::Method::GET, &path, None).await {
             Ok(a) => payload::issue(&a.body),
@@ -261,7 +263,8 @@ impl Intake {
             By::Trigger => self.wants(&now, "").is_some(),
             By::Mention => now.open && !now.is_pull,
         });
-        if !wanted {
+        // A newer start meanwhile (reopened, assigned again) owns the record now.
+        if !wanted && entry.generation == asked_for {
             tracing::info!(
                 issue = n,
                 "not started: the issue no longer asks for picogent"
@@ -296,6 +299,12 @@ impl Intake {
             }, "github": {"generation": generation, "by": by}}),
         };
         let accepted = self.router.accept(env, ()).await?;
+        if accepted == Accepted::Duplicate && delivery.is_none() && comment.is_none() {
+            // This start's id was used before, and the record did not keep it (a crash
+            // before its write): the next start gets a new one.
+            self.note(n, |e| e.generation = e.generation.max(generation))
+                .await;
+        }
         if accepted == Accepted::New {
             self.note(n, |e| {
                 e.active = true;

@@ -315,16 +315,25 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         port,
         "listening: /github/webhook, /healthz, /livez, /metrics"
     );
-    let (poller, poll_every, poll_stop) = (parts.poller, gh.poll_interval, background.clone());
+    // Polling stops first at shutdown: what it would find now could not be taken.
+    let polling = CancellationToken::new();
+    let (poller, poll_every, poll_stop) = (parts.poller, gh.poll_interval, polling.clone());
     owned.spawn(async move {
-        poller
-            .sweep(trigger.assignee.as_deref(), trigger.label.as_deref())
-            .await;
-        if let Some(every) = poll_every {
-            poller.run(every, poll_stop).await;
+        let sweep_then_poll = async {
+            poller
+                .sweep(trigger.assignee.as_deref(), trigger.label.as_deref())
+                .await;
+            if let Some(every) = poll_every {
+                poller.run(every, poll_stop.clone()).await;
+            }
+        };
+        tokio::select! {
+            _ = sweep_then_poll => {}
+            _ = poll_stop.cancelled() => {}
         }
     });
     stop.cancelled().await;
+    polling.cancel();
     owned.close();
     crate::tracker::base::wind_down(
         &cfg,

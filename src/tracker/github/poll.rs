@@ -23,6 +23,9 @@ const MAX_PAGES: usize = 10;
 
 type Time = chrono::DateTime<chrono::Utc>;
 
+/// A list's changed items, the mark they were asked with, and the next mark.
+type Changed = (Vec<Value>, Option<Time>, Option<String>);
+
 /// A time as GitHub (or a compatible server, with an offset) writes it, in UTC.
 fn time(s: &str) -> Option<Time> {
     chrono::DateTime::parse_from_rfc3339(s)
@@ -76,7 +79,7 @@ impl Poller {
             match self.api.list(&self.api.repo(&q), MAX_PAGES).await {
                 Ok(items) => {
                     for issue in items.iter().filter_map(payload::issue) {
-                        self.hand(seen(issue)).await;
+                        let _ = self.hand(seen(issue)).await;
                     }
                 }
                 Err(e) => tracing::warn!("cannot list the issues that match the trigger: {e}"),
@@ -87,7 +90,7 @@ impl Poller {
             match self.api.call(Method::GET, &path, None).await {
                 Ok(a) => {
                     if let Some(issue) = payload::issue(&a.body) {
-                        self.hand(seen(issue)).await;
+                        let _ = self.hand(seen(issue)).await;
                     }
                 }
                 Err(e) => tracing::warn!(issue = n, "cannot read a task's issue: {e}"),
@@ -95,9 +98,15 @@ impl Poller {
         }
     }
 
-    async fn hand(&self, incoming: Incoming) {
-        if let Err(e) = self.intake.handle(incoming, None).await {
-            tracing::warn!("a polled GitHub event was not taken: {e}");
+    /// Hands one event to the intake; false when it was not taken (shutting down, the
+    /// journal refusing): the list's mark then stays, so the next poll asks again.
+    async fn hand(&self, incoming: Incoming) -> bool {
+        match self.intake.handle(incoming, None).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!("a polled GitHub event was not taken: {e}");
+                false
+            }
         }
     }
 
@@ -114,12 +123,9 @@ impl Poller {
         }
     }
 
-    /// What changed on `list` since its mark, and that mark; advances the mark (and
-    /// records it, so a restart goes on from there).
-    async fn changed(
-        &mut self,
-        list: &'static str,
-    ) -> Result<(Vec<Value>, Option<Time>), ApiError> {
+    /// What changed on `list` since its mark: the items, the mark, and the mark that
+    /// comes next once every item was taken (`advance`).
+    async fn changed(&mut self, list: &'static str) -> Result<Changed, ApiError> {
         let since = self.marks.get(list).cloned().unwrap_or_default();
         let path = self.api.repo(&format!(
             "{list}?since={}&sort=updated&direction=asc&per_page=100{}",
@@ -129,7 +135,7 @@ impl Poller {
         let first = self.api.get_cached(&path).await?;
         let mark = time(&since);
         if first.unchanged {
-            return Ok((Vec::new(), mark));
+            return Ok((Vec::new(), mark, None));
         }
         let mut items: Vec<Value> = first.body.as_array().cloned().unwrap_or_default();
         if let Some(next) = first.next {
@@ -139,31 +145,38 @@ impl Poller {
             .iter()
             .filter_map(|i| time(i["updated_at"].as_str()?))
             .max();
-        if let Some(newest) = newest.filter(|n| mark.is_none_or(|m| *n > m)) {
-            let text = newest.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-            if let Err(e) = self.book.set_mark(list, &text).await {
-                tracing::warn!("cannot record where polling got to: {e}");
-            }
-            self.marks.insert(list, text);
+        let next = newest
+            .filter(|n| mark.is_none_or(|m| *n > m))
+            .map(|n| n.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        Ok((items, mark, next))
+    }
+
+    /// Moves `list`'s mark on (and records it, so a restart goes on from there), once
+    /// everything before it was taken.
+    async fn advance(&mut self, list: &'static str, next: Option<String>, all_taken: bool) {
+        let Some(text) = next.filter(|_| all_taken) else {
+            return;
+        };
+        if let Err(e) = self.book.set_mark(list, &text).await {
+            tracing::warn!("cannot record where polling got to: {e}");
         }
-        Ok((items, mark))
+        self.marks.insert(list, text);
     }
 
     async fn once(&mut self) -> Result<(), ApiError> {
-        let issues: HashMap<u64, Issue> = self
-            .changed("/issues")
-            .await?
-            .0
+        let (items, _, next) = self.changed("/issues").await?;
+        let issues: HashMap<u64, Issue> = items
             .iter()
             .filter_map(payload::issue)
             .map(|i| (i.number, i))
             .collect();
-        for issue in issues.values() {
-            if !issue.is_pull {
-                self.hand(seen(issue.clone())).await;
-            }
+        let mut taken = true;
+        for issue in issues.values().filter(|i| !i.is_pull) {
+            taken &= self.hand(seen(issue.clone())).await;
         }
-        let (comments, mark) = self.changed("/issues/comments").await?;
+        self.advance("/issues", next, taken).await;
+        let (comments, mark, next) = self.changed("/issues/comments").await?;
+        let mut taken = true;
         for c in comments.iter().filter(|c| written_since(c, mark)) {
             let (Some(n), Some(comment)) = (
                 payload::issue_number_of(c),
@@ -178,14 +191,17 @@ impl Poller {
                     None => continue,
                 },
             };
-            self.hand(Incoming::Comment {
-                issue,
-                comment,
-                head: None,
-            })
-            .await;
+            taken &= self
+                .hand(Incoming::Comment {
+                    issue,
+                    comment,
+                    head: None,
+                })
+                .await;
         }
-        let (comments, mark) = self.changed("/pulls/comments").await?;
+        self.advance("/issues/comments", next, taken).await;
+        let (comments, mark, next) = self.changed("/pulls/comments").await?;
+        let mut taken = true;
         for c in comments.iter().filter(|c| written_since(c, mark)) {
             let Some(pull) = payload::pull_number_of(c) else {
                 continue;
@@ -205,13 +221,15 @@ impl Poller {
                 author: String::new(),
                 association: String::new(),
             };
-            self.hand(Incoming::Comment {
-                issue,
-                comment,
-                head: None,
-            })
-            .await;
+            taken &= self
+                .hand(Incoming::Comment {
+                    issue,
+                    comment,
+                    head: None,
+                })
+                .await;
         }
+        self.advance("/pulls/comments", next, taken).await;
         Ok(())
     }
 

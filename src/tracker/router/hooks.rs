@@ -54,6 +54,29 @@ impl Router {
         });
     }
 
+    /// Lets an unwanted task go without a word: its queued jobs are dropped (their
+    /// events done), a chat message its run never read is not answered, and its
+    /// worktree is removed (its branch stays).
+    pub(crate) fn let_go(&self, task_id: &str) {
+        let dropped: Vec<String> = {
+            let mut st = lock(&self.shared.state);
+            st.cancelled.insert(task_id.to_string());
+            let mut dropped = Vec::new();
+            st.queue.retain(|j| {
+                let keep = j.task_id != task_id;
+                if !keep {
+                    dropped.push(j.event_id.clone());
+                }
+                keep
+            });
+            dropped
+        };
+        for id in &dropped {
+            self.shared.journal.done(id);
+        }
+        self.forget_task(task_id);
+    }
+
     /// Spawns a task the router's shutdown waits for.
     pub(crate) fn spawn_owned(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
         self.shared.tasks.spawn(f);

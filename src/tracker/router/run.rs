@@ -17,8 +17,16 @@ impl Router {
             return self.never_started(job).await;
         }
         if let (Some(h), JobKind::Task { .. }) = (&self.shared.hooks, &job.kind) {
-            if !h.admit(&job.task_id).await {
+            let admitted = tokio::select! {
+                ok = h.admit(&job.task_id) => ok,
+                _ = cancel.cancelled() => false,
+            };
+            if cancel.is_cancelled() {
+                return self.never_started(job).await;
+            }
+            if !admitted {
                 tracing::info!(task = %job.task_id, "the tracker no longer wants this task: not run");
+                self.let_go(&job.task_id);
                 return self.finish(&job, true);
             }
         }
