@@ -130,6 +130,11 @@ impl Progress {
         .await
     }
 
+    /// Whether the issue's pull request is known here.
+    pub(crate) fn has_pull(&self, issue: u64) -> bool {
+        lock(&self.view(issue).data).pull.is_some()
+    }
+
     pub(crate) async fn pull(&self, issue: u64, pull: (u64, String)) {
         let view = self.view(issue);
         lock(&view.data).pull = Some(pull);

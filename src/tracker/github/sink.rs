@@ -82,7 +82,15 @@ impl ReportSink for Sink {
             Report::Comment {
                 content,
                 reply_to: None,
-            } => self.progress.outcome(issue, content).await,
+            } => {
+                // After a restart the link is not in memory: the branch finds it.
+                if !self.progress.has_pull(issue) {
+                    if let Ok(Some(p)) = self.find_pull(&format!("picogent/issue-{issue}")).await {
+                        self.progress.pull(issue, p).await;
+                    }
+                }
+                self.progress.outcome(issue, content).await
+            }
             Report::Comment {
                 content,
                 reply_to: Some(to),
