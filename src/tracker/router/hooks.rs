@@ -58,19 +58,7 @@ impl Router {
     /// events done), a chat message its run never read is not answered, and its
     /// worktree is removed (its branch stays).
     pub(crate) fn let_go(&self, task_id: &str) {
-        let dropped: Vec<String> = {
-            let mut st = lock(&self.shared.state);
-            st.cancelled.insert(task_id.to_string());
-            let mut dropped = Vec::new();
-            st.queue.retain(|j| {
-                let keep = j.task_id != task_id;
-                if !keep {
-                    dropped.push(j.event_id.clone());
-                }
-                keep
-            });
-            dropped
-        };
+        let dropped = lock(&self.shared.state).drop_task(task_id);
         for id in &dropped {
             self.shared.journal.done(id);
         }

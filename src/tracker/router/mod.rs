@@ -101,6 +101,22 @@ struct State {
     cancelled: std::collections::HashSet<String>,
 }
 
+impl State {
+    /// Marks a task cancelled and drops its queued jobs; their events' ids.
+    fn drop_task(&mut self, task_id: &str) -> Vec<String> {
+        self.cancelled.insert(task_id.to_string());
+        let mut dropped = Vec::new();
+        self.queue.retain(|j| {
+            let keep = j.task_id != task_id;
+            if !keep {
+                dropped.push(j.event_id.clone());
+            }
+            keep
+        });
+        dropped
+    }
+}
+
 struct Shared {
     agent: Agent,
     journal: JournalWriter,
@@ -426,15 +442,7 @@ impl Router {
     fn cancel(&self, event_id: &str, task_id: &str, reason: Option<String>) {
         let (dropped, running) = {
             let mut st = lock(&self.shared.state);
-            st.cancelled.insert(task_id.to_string());
-            let mut dropped = Vec::new();
-            st.queue.retain(|j| {
-                let keep = j.task_id != task_id;
-                if !keep {
-                    dropped.push(j.event_id.clone());
-                }
-                keep
-            });
+            let dropped = st.drop_task(task_id);
             let running = match st.running.get_mut(task_id) {
                 Some(r) => {
                     r.why = Some(StopReason::Cancelled(reason.clone()));
