@@ -146,6 +146,12 @@ impl World {
 
     /// Delivers an `issues` event for issue `n` as it is now in the fake.
     pub(crate) async fn issue_event(&self, action: &str, n: u64, delivery: &str) -> (u16, Value) {
+        let p = self.issue_payload(action, n);
+        deliver(&self.hook_url(), "issues", delivery, Some(SECRET), &p).await
+    }
+
+    /// A real `issues` payload of `action` for issue `n` as it is now in the fake.
+    pub(crate) fn issue_payload(&self, action: &str, n: u64) -> Value {
         let mut p = example("issues", action);
         retarget(&mut p, REPO, n);
         p["issue"] = self.gh.issue(n);
@@ -153,7 +159,7 @@ impl World {
         if action.ends_with("assigned") {
             p["assignee"] = json!({"login": BOT, "id": 7, "type": "User"});
         }
-        deliver(&self.hook_url(), "issues", delivery, Some(SECRET), &p).await
+        p
     }
 
     /// Delivers an `issue_comment` `created` event for a comment the fake holds.
@@ -347,11 +353,8 @@ async fn tampered_unsigned_and_foreign_deliveries_are_refused_and_run_nothing() 
     let n = w.gh.add_issue("Broken", "", "alice");
     let d = w.daemon(json!({})).await;
     // Assigned in the delivery only: a start-up sweep finds nothing to start.
-    let mut p = example("issues", "assigned");
-    retarget(&mut p, REPO, n);
-    p["issue"] = w.gh.issue(n);
+    let mut p = w.issue_payload("assigned", n);
     p["issue"]["assignees"] = json!([{"login": BOT}]);
-    p["assignee"] = json!({"login": BOT});
     let bytes = serde_json::to_vec(&p).unwrap();
     let good = sign(SECRET, &bytes);
     let wrong = sign("another secret", &bytes);
@@ -1050,10 +1053,7 @@ async fn a_stale_assignment_of_a_closed_issue_runs_nothing() {
     let n = w.gh.add_issue("Stale", "", "alice");
     let d = w.daemon(json!({})).await;
     w.gh.assign(n, BOT);
-    let mut p = example("issues", "assigned");
-    retarget(&mut p, REPO, n);
-    p["issue"] = w.gh.issue(n);
-    p["assignee"] = json!({"login": BOT});
+    let p = w.issue_payload("assigned", n);
     w.gh.close_issue(n);
     let (status, body) = deliver(&w.hook_url(), "issues", "o-1", Some(SECRET), &p).await;
     assert!(status < 300, "{status} {body}");

@@ -65,6 +65,11 @@ pub(crate) fn task_id(number: u64) -> String {
     format!("issue-{number}")
 }
 
+/// The issue a task id names (`issue-<n>`).
+pub(crate) fn issue_of_task(task_id: &str) -> Option<u64> {
+    task_id.strip_prefix("issue-")?.parse().ok()
+}
+
 fn same_login(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
@@ -269,7 +274,7 @@ impl Intake {
                 issue = n,
                 "not started: the issue no longer asks for picogent"
             );
-            self.note(n, |e| e.active = false).await;
+            self.note(n, |e| e.active = false);
         }
         wanted
     }
@@ -302,16 +307,14 @@ impl Intake {
         if accepted == Accepted::Duplicate && delivery.is_none() && comment.is_none() {
             // This start's id was used before, and the record did not keep it (a crash
             // before its write): the next start gets a new one.
-            self.note(n, |e| e.generation = e.generation.max(generation))
-                .await;
+            self.note(n, |e| e.generation = e.generation.max(generation));
         }
         if accepted == Accepted::New {
             self.note(n, |e| {
                 e.active = true;
                 e.generation = generation;
                 e.by = by;
-            })
-            .await;
+            });
             tracing::info!(issue = n, "GitHub issue became a task");
             self.react(n, comment.as_ref());
         }
@@ -349,7 +352,7 @@ impl Intake {
         let task = task_id(number);
         if !self.router.has_work(&task) {
             // Nothing to stop (a merged pull request closed it, say): no comment.
-            self.note(number, |e| e.active = false).await;
+            self.note(number, |e| e.active = false);
             self.router.forget_task(&task);
             tracing::info!(issue = number, "GitHub issue is no task any more ({why})");
             return Ok(Accepted::New);
@@ -367,14 +370,14 @@ impl Intake {
         };
         let accepted = self.router.accept(env, ()).await?;
         if accepted == Accepted::New {
-            self.note(number, |e| e.active = false).await;
+            self.note(number, |e| e.active = false);
         }
         Ok(accepted)
     }
 
     /// Changes the book now, and writes it after the answer; a failed write is logged
     /// (the journal has the event, and the book is mended from it at the next start).
-    async fn note(&self, number: u64, change: impl FnOnce(&mut super::book::Entry)) {
+    fn note(&self, number: u64, change: impl FnOnce(&mut super::book::Entry)) {
         self.book.apply(number, change);
         let book = self.book.clone();
         self.router.spawn_owned(async move {
@@ -431,7 +434,7 @@ impl Intake {
                 .or(env.data["task_id"].as_str())
                 .unwrap_or_default()
                 .to_string();
-            let Some(n) = task.strip_prefix("issue-").and_then(|n| n.parse().ok()) else {
+            let Some(n) = issue_of_task(&task) else {
                 continue;
             };
             // Only what is newer than the book: an assignment a later cancellation
@@ -441,16 +444,13 @@ impl Intake {
                 serde_json::from_value(env.data["github"]["by"].clone()).unwrap_or_default();
             let entry = self.book.get(n);
             match env.kind.as_str() {
-                "task.assigned" if generation > entry.generation => {
-                    self.note(n, |e| {
-                        e.active = true;
-                        e.generation = generation;
-                        e.by = by;
-                    })
-                    .await
-                }
+                "task.assigned" if generation > entry.generation => self.note(n, |e| {
+                    e.active = true;
+                    e.generation = generation;
+                    e.by = by;
+                }),
                 "task.cancelled" if entry.active && generation >= entry.generation => {
-                    self.note(n, |e| e.active = false).await
+                    self.note(n, |e| e.active = false)
                 }
                 _ => {}
             }

@@ -41,7 +41,7 @@ struct Hooks {
 
 impl TaskHooks for Hooks {
     fn step(&self, task: &str, summary: &str) {
-        if let Some(n) = task.strip_prefix("issue-").and_then(|n| n.parse().ok()) {
+        if let Some(n) = intake::issue_of_task(task) {
             self.progress.step(n, summary);
         }
     }
@@ -55,9 +55,7 @@ impl TaskHooks for Hooks {
         task: &str,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'static>> {
         let intake = self.intake.get().cloned();
-        let issue = task
-            .strip_prefix("issue-")
-            .and_then(|n| n.parse::<u64>().ok());
+        let issue = intake::issue_of_task(task);
         Box::pin(async move {
             match (intake, issue) {
                 (Some(intake), Some(n)) => intake.still_wanted(n).await,

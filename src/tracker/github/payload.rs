@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 /// An issue as picogent needs it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Issue {
     pub(crate) number: u64,
     pub(crate) title: String,
@@ -16,7 +16,6 @@ pub(crate) struct Issue {
     pub(crate) labels: Vec<String>,
     /// A pull request seen through the issues API.
     pub(crate) is_pull: bool,
-    pub(crate) updated_at: String,
     /// Who opened it, and their standing in the repository (`author_association`).
     pub(crate) author: String,
     pub(crate) association: String,
@@ -102,7 +101,6 @@ pub(crate) fn issue(v: &Value) -> Option<Issue> {
         // In the issues API a pull request has `pull_request`; a pull request object
         // itself has `head`.
         is_pull: v.get("pull_request").is_some_and(|p| !p.is_null()) || v.get("head").is_some(),
-        updated_at: s(&v["updated_at"]),
         author: s(&v["user"]["login"]),
         association: s(&v["author_association"]),
     })

@@ -209,17 +209,12 @@ impl Poller {
             let Some(comment) = payload::comment(c, CommentKind::Review { pull }) else {
                 continue;
             };
+            // What the decision needs of the pull request: its number, and that it is one.
             let issue = Issue {
                 number: pull,
-                title: String::new(),
-                body: String::new(),
                 open: true,
-                assignees: Vec::new(),
-                labels: Vec::new(),
                 is_pull: true,
-                updated_at: String::new(),
-                author: String::new(),
-                association: String::new(),
+                ..Issue::default()
             };
             taken &= self
                 .hand(Incoming::Comment {

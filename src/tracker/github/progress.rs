@@ -135,7 +135,7 @@ impl Progress {
         lock(&self.view(issue).data).pull.is_some()
     }
 
-    pub(crate) async fn pull(&self, issue: u64, pull: (u64, String)) {
+    pub(crate) fn pull(&self, issue: u64, pull: (u64, String)) {
         let view = self.view(issue);
         lock(&view.data).pull = Some(pull);
     }

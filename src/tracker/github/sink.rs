@@ -39,16 +39,13 @@ pub(crate) struct Sink {
     pub(crate) login: String,
 }
 
-/// The issue a task id names (`issue-<n>`).
+/// The issue a task id names; another id is no GitHub task's.
 fn issue_of(task_id: &str) -> Result<u64, TrackerError> {
-    task_id
-        .strip_prefix("issue-")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| TrackerError::Rejected {
-            status: 400,
-            url: task_id.to_string(),
-            message: "not a GitHub issue's task".into(),
-        })
+    super::intake::issue_of_task(task_id).ok_or_else(|| TrackerError::Rejected {
+        status: 400,
+        url: task_id.to_string(),
+        message: "not a GitHub issue's task".into(),
+    })
 }
 
 /// When a report's key says it was queued (`picogent-<millis>-...`), a minute early:
@@ -86,7 +83,7 @@ impl ReportSink for Sink {
                 // After a restart the link is not in memory: the branch finds it.
                 if !self.progress.has_pull(issue) {
                     if let Ok(Some(p)) = self.find_pull(&format!("picogent/issue-{issue}")).await {
-                        self.progress.pull(issue, p).await;
+                        self.progress.pull(issue, p);
                     }
                 }
                 self.progress.outcome(issue, content).await
@@ -111,7 +108,7 @@ impl Sink {
         let Some((number, url)) = found else {
             return Ok(());
         };
-        self.progress.pull(issue, (number, url)).await;
+        self.progress.pull(issue, (number, url));
         if self.book.get(issue).pull != Some(number) {
             if let Err(e) = self.book.update(issue, |e| e.pull = Some(number)).await {
                 tracing::error!(issue, "cannot record the pull request: {e}");
