@@ -25,6 +25,28 @@ pub enum LockError {
     },
 }
 
+/// How long a lock held by someone else is waited for before it counts as held.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the lock, waiting up to `LOCK_WAIT` for it: a child forked by the process
+/// that held it (a daemon just stopped, or another run in the same process) holds a
+/// copy of the descriptor until its `exec` closes it, and with it the lock. A second
+/// daemon holds it for good, and is still refused.
+fn lock_soon(file: &File) -> std::io::Result<()> {
+    let until = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: flock on a descriptor this function borrows; no memory is involved.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) || std::time::Instant::now() >= until {
+            return Err(err);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 impl StateLock {
     /// Takes the lock on `state_dir`, or says which process holds it.
     pub(crate) fn take(state_dir: &Path) -> Result<StateLock, LockError> {
@@ -44,9 +66,7 @@ impl StateLock {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(io)?;
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let err = std::io::Error::last_os_error();
+        if let Err(err) = lock_soon(&file) {
             if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
                 return Err(io(err));
             }
