@@ -13,7 +13,17 @@ if [ ! -d tests/github/node_modules/@octokit/openapi ] || [ ! -d tests/github/no
   (cd tests/github && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+echo "scripts/test.sh: the Rust tests, with $(command -v git) ($(git --version))" >&2
 cargo test
+
+# The tests of what picogent does with git, once more with the system's git (Debian's,
+# /usr/bin/git) when the one on PATH is another (the newest): teams run both.
+system_git=/usr/bin/git
+if [ -x "$system_git" ] && [ "$(readlink -f "$system_git")" != "$(readlink -f "$(command -v git)")" ]; then
+  echo "scripts/test.sh: the git tests again, with $system_git ($("$system_git" --version))" >&2
+  PICOGENT_GIT=$system_git PATH="$(dirname "$system_git"):$PATH" \
+    cargo test --test all -- worktrees github checkpoints seams git_support
+fi
 
 # The browser test drives the debug binaries.
 cargo build --bin picogent --example scripted_llm

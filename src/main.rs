@@ -331,22 +331,35 @@ async fn local_model_server() -> Option<String> {
     None
 }
 
+/// Chat mode snapshots the folder for rollback when it can: git is there and the
+/// folder is writable. Asked for explicitly, missing git is an error instead; a git
+/// picogent does not support is an error either way (checkpoints off by choice aside).
+fn chat_checkpoints(config: &mut picogent::config::Config) -> anyhow::Result<()> {
+    use picogent::sandbox::git_program::{self, GitError};
+    if config.checkpoints == Some(false) {
+        return Ok(());
+    }
+    git_program::announce();
+    match git_program::found() {
+        Ok(_) => {
+            let writable =
+                std::fs::metadata(&config.work_dir).is_ok_and(|m| !m.permissions().readonly());
+            config.checkpoints.get_or_insert(writable);
+        }
+        Err(GitError::Missing(_)) if config.checkpoints.is_none() => {
+            tracing::warn!("git not found: checkpoints and rollback are off");
+            config.checkpoints = Some(false);
+        }
+        Err(e) => anyhow::bail!("checkpoints (rollback) need git: {e}"),
+    }
+    Ok(())
+}
+
 async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
     let mut config = load_config(arg)?;
     let agent_mode = config.is_agent_mode();
-    if !agent_mode && config.checkpoints.is_none() {
-        // Chat mode snapshots the folder for rollback when it can: git is there and the
-        // folder is writable. Asked for explicitly, missing git is an error instead.
-        let git = std::process::Command::new("git")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        let writable =
-            std::fs::metadata(&config.work_dir).is_ok_and(|m| !m.permissions().readonly());
-        config.checkpoints = Some(git && writable);
-        if !git {
-            tracing::warn!("git not found: checkpoints and rollback are off");
-        }
+    if !agent_mode {
+        chat_checkpoints(&mut config)?;
     }
     let agent = new_agent(config).await?;
     agent.announce_sandbox();

@@ -127,10 +127,10 @@ fn helper_git(
             if kernel_abi() >= 4 {
                 cmd.arg("--deny-net");
             }
-            cmd.args(["--", "git"]);
+            cmd.arg("--").arg(super::git_program::program());
             cmd
         }
-        None => Command::new("git"),
+        None => Command::new(super::git_program::program()),
     };
     harden(&mut cmd, &writable);
     cmd
@@ -200,6 +200,9 @@ pub(crate) fn output_within(
     limit: std::time::Duration,
 ) -> std::io::Result<std::process::Output> {
     use std::process::Stdio;
+    if let Some(why) = refusal(&cmd) {
+        return Err(std::io::Error::other(why));
+    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -238,18 +241,76 @@ pub(crate) fn output_within(
 /// Adds settings through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`,
 /// which outrank every configuration file like `-c` does, but take a key whole: `-c`
 /// splits at the first `=`, so a driver the agent named `a=b` could not be emptied
-/// that way.
+/// that way. Neither way puts a value (a token) in git's arguments.
+///
+/// A git older than 2.31 reads no `GIT_CONFIG_COUNT`: the settings then go in
+/// `GIT_CONFIG_PARAMETERS` (what git itself passes `-c` on in), which splits at the
+/// first `=` too, so a key holding one cannot be given there. Such a command is
+/// refused (see [`refusal`]) rather than run without the setting.
 pub(crate) fn set_config(cmd: &mut Command, settings: &[(String, String)]) {
-    let count = cmd
-        .get_envs()
-        .find(|(k, _)| *k == "GIT_CONFIG_COUNT")
-        .and_then(|(_, v)| v?.to_str()?.parse::<usize>().ok())
+    if settings.is_empty() {
+        return;
+    }
+    if !super::git_program::config_env() {
+        set_config_parameters(cmd, settings);
+        return;
+    }
+    let count = env_of(cmd, "GIT_CONFIG_COUNT")
+        .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(0);
     for (i, (k, v)) in settings.iter().enumerate() {
         cmd.env(format!("GIT_CONFIG_KEY_{}", count + i), k)
             .env(format!("GIT_CONFIG_VALUE_{}", count + i), v);
     }
     cmd.env("GIT_CONFIG_COUNT", (count + settings.len()).to_string());
+}
+
+/// The value a variable is set to on `cmd`, if it is set there.
+fn env_of(cmd: &Command, name: &str) -> Option<String> {
+    cmd.get_envs()
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| Some(v?.to_str()?.to_string()))
+}
+
+/// The variable that marks a command picogent must not run (its value says why).
+const REFUSED: &str = "PICOGENT_GIT_REFUSED";
+
+/// git before 2.31: `'key=value'` items, each quoted as git's `sq_quote` does.
+fn set_config_parameters(cmd: &mut Command, settings: &[(String, String)]) {
+    let mut list = env_of(cmd, "GIT_CONFIG_PARAMETERS").unwrap_or_default();
+    for (k, v) in settings {
+        if k.contains('=') {
+            let git = super::git_program::found()
+                .map(|g| g.version.to_string())
+                .unwrap_or_default();
+            cmd.env(
+                REFUSED,
+                format!(
+                    "the configuration defines {k:?}, whose name holds `=`; git {git} cannot                      be told to leave it unused (git 2.31 or newer can), so picogent does not run it"
+                ),
+            );
+            continue;
+        }
+        let item = format!("{k}={v}");
+        if !list.is_empty() {
+            list.push(' ');
+        }
+        list.push('\'');
+        for c in item.chars() {
+            match c {
+                '\'' => list.push_str("'\\''"),
+                '!' => list.push_str("'\\!'"),
+                c => list.push(c),
+            }
+        }
+        list.push('\'');
+    }
+    cmd.env("GIT_CONFIG_PARAMETERS", list);
+}
+
+/// Why `cmd` must not run, when a setting it needs could not be given to this git.
+pub(crate) fn refusal(cmd: &Command) -> Option<String> {
+    env_of(cmd, REFUSED)
 }
 
 /// Puts picogent's own repository back as picogent made it: its `config`,
@@ -344,4 +405,43 @@ pub(crate) fn nested_repositories(top: &std::path::Path) -> Vec<String> {
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a git reads from `GIT_CONFIG_PARAMETERS` as set for a git before 2.31
+    /// (every git since reads the same format too).
+    #[test]
+    fn settings_for_an_old_git_are_read_back_whole_and_an_unsayable_key_refuses() {
+        let settings = [
+            (
+                "http.https://h:9/.extraheader".to_string(),
+                "Authorization: Basic a=b".to_string(),
+            ),
+            ("credential.helper".to_string(), String::new()),
+            ("x.quote".to_string(), "it's here!".to_string()),
+        ];
+        let mut cmd = Command::new(super::super::git_program::program());
+        cmd.args(["config", "--list"]).env("HOME", "/dev/null");
+        cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null");
+        set_config_parameters(&mut cmd, &settings);
+        assert!(refusal(&cmd).is_none());
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in [
+            "http.https://h:9/.extraheader=Authorization: Basic a=b",
+            "credential.helper=",
+            "x.quote=it's here!",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in {text}");
+        }
+        let mut cmd = Command::new("git");
+        set_config_parameters(&mut cmd, &[("filter.a=b.clean".into(), String::new())]);
+        let why = refusal(&cmd).expect("refused");
+        assert!(why.contains("filter.a=b.clean"), "{why}");
+        assert!(output_within(cmd, std::time::Duration::from_secs(5)).is_err());
+    }
 }

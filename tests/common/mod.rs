@@ -397,6 +397,15 @@ pub fn spawn_daemon(sb: &Sandbox) -> tokio::process::Child {
 
 /// `spawn_daemon`, finding programs (git) on `path`.
 pub fn spawn_daemon_with_path(sb: &Sandbox, path: &str) -> tokio::process::Child {
+    spawn_daemon_env(sb, path, &[])
+}
+
+/// `spawn_daemon` with more variables in its environment.
+pub fn spawn_daemon_with(sb: &Sandbox, extra: &[(&str, &str)]) -> tokio::process::Child {
+    spawn_daemon_env(sb, &std::env::var("PATH").unwrap_or_default(), extra)
+}
+
+fn spawn_daemon_env(sb: &Sandbox, path: &str, extra: &[(&str, &str)]) -> tokio::process::Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -411,6 +420,13 @@ pub fn spawn_daemon_with_path(sb: &Sandbox, path: &str) -> tokio::process::Child
         .env("AGENT_TOKEN", tracker::TOKEN)
         .env("PICOGENT_API_KEY", llm::API_KEY)
         .env("RUST_LOG", "info")
+        // The git this test run was given (CI runs the git tests with each git).
+        .envs(
+            std::env::var("PICOGENT_GIT")
+                .ok()
+                .map(|g| ("PICOGENT_GIT", g)),
+        )
+        .envs(extra.iter().copied())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -419,10 +435,25 @@ pub fn spawn_daemon_with_path(sb: &Sandbox, path: &str) -> tokio::process::Child
         .unwrap()
 }
 
+/// The git this test run uses: `PICOGENT_GIT` (as picogent itself takes it), else the
+/// first `git` on `PATH`.
+pub fn git_program() -> String {
+    std::env::var("PICOGENT_GIT")
+        .ok()
+        .filter(|g| !g.is_empty())
+        .unwrap_or_else(|| {
+            let found = std::process::Command::new("sh")
+                .args(["-c", "command -v git"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&found.stdout).trim().to_string()
+        })
+}
+
 /// Runs git in `dir` as a person would (a user identity, no global configuration);
 /// its trimmed output, or the test fails naming the command.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
+    let out = std::process::Command::new(git_program())
         .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
         .args(args)
         .current_dir(dir)

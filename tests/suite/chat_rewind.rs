@@ -96,7 +96,7 @@ async fn a_finished_run_rolls_back_and_the_next_message_continues_from_the_check
     assert!(!sb.work.join("new.txt").exists());
     assert_eq!(sb.read("keep.txt"), "a person's file\n");
     // The abandoned tip stays reachable.
-    let refs = std::process::Command::new("git")
+    let refs = std::process::Command::new(crate::common::git_program())
         .arg("--git-dir")
         .arg(sb.home.join("state/checkpoints/rw.git"))
         .args(["for-each-ref", "refs/picogent/abandoned/"])

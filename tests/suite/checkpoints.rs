@@ -11,7 +11,7 @@ use crate::common::Sandbox;
 /// git's answer about `rev` in a session's repository (objects read through its
 /// `alternates`).
 fn git_at(repo: &Checkpoints, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
+    let out = std::process::Command::new(crate::common::git_program())
         .arg(format!("--git-dir={}", repo.git_dir().display()))
         .args(args)
         .output()

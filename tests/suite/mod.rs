@@ -16,6 +16,7 @@ mod confinement;
 mod daemon_process;
 mod delivery;
 mod deploy;
+mod git_support;
 mod github;
 mod github_fake;
 mod hostile_input;

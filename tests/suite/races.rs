@@ -294,7 +294,7 @@ async fn checkpoints_never_hold_picogent_own_files() {
     let (_, outcome) = common::run(&agent, "make", "snap").await;
     assert_eq!(common::final_text(&outcome), "done");
     let repo = sb.home.join("state/checkpoints/snap.git");
-    let files = std::process::Command::new("git")
+    let files = std::process::Command::new(crate::common::git_program())
         .arg(format!("--git-dir={}", repo.display()))
         .args(["ls-tree", "-r", "--name-only", "HEAD"])
         .output()

@@ -457,7 +457,7 @@ async fn no_push_to_a_repository_inside_the_allowed_paths() {
     tracker.wait_status("q1", "review", 30).await;
     let c = comment_of(&tracker, "q1", 0);
     assert!(c.contains("inside the agent's allowed paths"), "{c}");
-    assert!(Command::new("git")
+    assert!(Command::new(crate::common::git_program())
         .args([
             "--git-dir",
             inside.to_str().unwrap(),

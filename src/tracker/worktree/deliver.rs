@@ -440,6 +440,9 @@ fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), Wor
         args: "commit".into(),
         message,
     };
+    if let Some(why) = crate::sandbox::git::refusal(&cmd) {
+        return Err(failed(why));
+    }
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

@@ -178,7 +178,7 @@ impl Worktrees {
         ]);
         let mut cmd = self.repo_git();
         cmd.args(["worktree", "add", "--quiet", "--no-checkout"]);
-        if let Ok(tip) = self.run(exists) {
+        if let Some(tip) = self.verify(exists)? {
             let short: String = tip.chars().take(12).collect();
             notes.push(format!(
                 "The branch `{branch}` existed from an earlier run of this task; work continued from its tip `{short}`."
@@ -193,7 +193,7 @@ impl Worktrees {
                 "--quiet",
                 &format!("{base}^{{commit}}"),
             ]);
-            if self.run(check).is_err() {
+            if self.verify(check)?.is_none() {
                 return Err(WorktreeError::Setup(format!(
                     "base_branch {base:?} is not a branch or commit of {}",
                     self.top.display()
@@ -203,6 +203,16 @@ impl Worktrees {
             notes.extend(self.checkout_notes());
         }
         self.run(cmd).map(|_| ())
+    }
+
+    /// A `rev-parse --verify --quiet`: what it names, `None` when it names nothing (git
+    /// fails without a word), or git's own error when git failed for another reason.
+    fn verify(&self, cmd: std::process::Command) -> Result<Option<String>, WorktreeError> {
+        match self.run(cmd) {
+            Ok(found) => Ok(Some(found)),
+            Err(WorktreeError::Git { message, .. }) if message.is_empty() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// What the user's checkout holds that a worktree from `HEAD` does not.

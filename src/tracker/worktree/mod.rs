@@ -6,9 +6,10 @@
 //! The worktree's files are the agent's, so nothing in them is trusted when picogent
 //! runs git: the worktree's own git folder is found from the repository (never from the
 //! `.git` file the agent can rewrite), every setting that runs a program is pinned
-//! (`git::harden`), attributes come from no tree (`--attr-source` of the empty tree, so
-//! a planted `.gitattributes` names no filter), and every filter and diff driver the
-//! configuration defines is emptied on the command line.
+//! (`git::harden`), every filter, diff and merge driver the configuration defines is
+//! emptied in git's environment (so a planted `.gitattributes` names no program), and,
+//! on git 2.40 or newer, attributes come from no tree at all (`--attr-source` of the
+//! empty tree).
 //!
 //! Each task's record (branch, folder, last event, a push still owed) is a small JSON
 //! file in picogent's state folder, which commands cannot reach.
@@ -22,7 +23,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::Outcome;
-use crate::config::{Config, Workspace};
 use crate::sandbox::confine::Confinement;
 use crate::sandbox::git::harden;
 
@@ -137,7 +137,7 @@ fn now_secs() -> u64 {
 /// `writable` are the folders the agent's commands can write (no `git` is taken from
 /// there).
 fn git(cwd: &Path, writable: &[PathBuf]) -> Command {
-    let mut cmd = Command::new("git");
+    let mut cmd = Command::new(crate::sandbox::git_program::program());
     harden(&mut cmd, writable);
     cmd.current_dir(cwd);
     cmd
@@ -180,6 +180,9 @@ fn run_bounded(mut cmd: Command, limit: usize) -> Result<String, WorktreeError> 
         args: "diff".into(),
         message,
     };
+    if let Some(why) = crate::sandbox::git::refusal(&cmd) {
+        return Err(failed(why));
+    }
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     crate::sandbox::git::die_with_picogent(&mut cmd);
@@ -228,111 +231,6 @@ pub(crate) fn task_slug(task_id: &str) -> String {
 }
 
 impl Worktrees {
-    /// Decides the workspace at start: `Ok(None)` for the shared folder. Logs the
-    /// choice and why; a forced `worktree` without a repository is an error.
-    pub(crate) fn decide(cfg: &Config) -> Result<Option<Worktrees>, String> {
-        if cfg.workspace == Some(Workspace::Shared) {
-            tracing::info!(
-                workspace = "shared",
-                "tasks share the working folder (workspace: \"shared\")"
-            );
-            return Ok(None);
-        }
-        match Worktrees::find(cfg) {
-            Ok(w) => {
-                let why = if cfg.workspace.is_some() {
-                    "workspace: \"worktree\"".to_string()
-                } else {
-                    format!("{} is in a git repository", cfg.work_dir.display())
-                };
-                tracing::info!(workspace = "worktree", repository = %w.top.display(), worktrees = %w.root.display(), "each task works in its own git worktree and branch ({why})");
-                w.sweep();
-                Ok(Some(w))
-            }
-            Err(e) if cfg.workspace == Some(Workspace::Worktree) => Err(format!(
-                "workspace: \"worktree\" needs work_dir {} inside a git repository with at least one commit: {e}",
-                cfg.work_dir.display()
-            )),
-            Err(e) => {
-                tracing::info!(workspace = "shared", "tasks share the working folder ({e})");
-                Ok(None)
-            }
-        }
-    }
-
-    /// The repository `work_dir` is in, and where worktrees go.
-    fn find(cfg: &Config) -> Result<Worktrees, String> {
-        let cwd = std::fs::canonicalize(&cfg.work_dir)
-            .map_err(|e| format!("{}: {e}", cfg.work_dir.display()))?;
-        let allowed: Vec<PathBuf> = cfg
-            .allowed_paths
-            .iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .collect();
-        let mut cmd = git(&cwd, &allowed);
-        cmd.args(["rev-parse", "--show-toplevel", "--git-common-dir"]);
-        let out =
-            run(cmd, cfg.git_timeout).map_err(|_| "it is not inside a git checkout".to_string())?;
-        let mut lines = out.lines();
-        let (Some(top), Some(common)) = (lines.next(), lines.next()) else {
-            return Err("git did not name the repository".into());
-        };
-        let top = std::fs::canonicalize(top).map_err(|e| format!("{top}: {e}"))?;
-        let common =
-            std::fs::canonicalize(cwd.join(common)).map_err(|e| format!("{common}: {e}"))?;
-        let mut cmd = git(&top, &allowed);
-        cmd.args(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]);
-        run(cmd, cfg.git_timeout).map_err(|_| "the repository has no commit yet".to_string())?;
-        let rel = cwd
-            .strip_prefix(&top)
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        // Outside the user's tree: under the agent home unless that is in the checkout.
-        let root = match (&cfg.agent_home, &cfg.home_dir) {
-            (Some(h), _) if !h.starts_with(&top) => h.join("worktrees"),
-            (_, Some(home)) => home.join(".picogent").join("worktrees").join(&cfg.slug),
-            _ => {
-                return Err(
-                    "no folder outside the checkout for worktrees (no agent home or HOME)".into(),
-                )
-            }
-        };
-        std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
-        let root = std::fs::canonicalize(&root).map_err(|e| format!("{}: {e}", root.display()))?;
-        if root.starts_with(&top) {
-            return Err(format!(
-                "the worktree folder {} would be inside the checkout",
-                root.display()
-            ));
-        }
-        let records = cfg.state_dir().join("worktrees");
-        std::fs::create_dir_all(&records).map_err(|e| format!("{}: {e}", records.display()))?;
-        Ok(Worktrees {
-            top,
-            common,
-            rel,
-            root,
-            records,
-            base: cfg.base_branch.clone(),
-            allowed,
-            home: cfg.home_dir.clone(),
-            limit: cfg.git_timeout,
-            started: SystemTime::now(),
-            author: (
-                cfg.name.clone(),
-                cfg.git_email
-                    .clone()
-                    .unwrap_or_else(|| format!("{}@picogent.local", cfg.slug)),
-            ),
-            push: cfg.push.then(|| cfg.remote.clone()),
-            push_url: None,
-            push_token: None,
-            retention: Duration::from_secs(cfg.worktree_retention_days.saturating_mul(86_400)),
-            lock: Mutex::new(()),
-            swept: AtomicU64::new(now_secs()),
-        })
-    }
-
     /// Where the tasks' worktrees are made.
     pub(crate) fn root(&self) -> &Path {
         &self.root
@@ -405,7 +303,9 @@ fn neutral(
         }
     }
     crate::sandbox::git::set_config(cmd, &settings);
-    cmd.arg(format!("--attr-source={EMPTY_TREE}"));
+    if crate::sandbox::git_program::attr_source() {
+        cmd.arg(format!("--attr-source={EMPTY_TREE}"));
+    }
 }
 
 /// Every `filter.X`, `diff.X` and `merge.X` a repository's configuration defines (the
@@ -502,6 +402,7 @@ impl Worktrees {
 
 mod deliver;
 pub(crate) use deliver::{Closed, PushToken};
+mod discover;
 mod lifecycle;
 mod shared;
 pub(crate) use shared::{SharedFolder, Status as FolderStatus};
