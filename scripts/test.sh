@@ -21,8 +21,7 @@ cargo test
 system_git=/usr/bin/git
 if [ -x "$system_git" ] && [ "$(readlink -f "$system_git")" != "$(readlink -f "$(command -v git)")" ]; then
   echo "scripts/test.sh: the git tests again, with $system_git ($("$system_git" --version))" >&2
-  PICOGENT_GIT=$system_git PATH="$(dirname "$system_git"):$PATH" \
-    cargo test --test all -- worktrees github checkpoints seams git_support
+  PICOGENT_GIT=$system_git cargo test --test all -- worktrees github checkpoints seams git_support
 fi
 
 # The browser test drives the debug binaries.

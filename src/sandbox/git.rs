@@ -286,7 +286,8 @@ fn set_config_parameters(cmd: &mut Command, settings: &[(String, String)]) {
             cmd.env(
                 REFUSED,
                 format!(
-                    "the configuration defines {k:?}, whose name holds `=`; git {git} cannot                      be told to leave it unused (git 2.31 or newer can), so picogent does not run it"
+                    "the configuration defines {k:?}, whose name holds `=`; git {git} cannot \
+                     be told to leave it unused (git 2.31 or newer can), so picogent does not run it"
                 ),
             );
             continue;

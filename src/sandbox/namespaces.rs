@@ -425,13 +425,36 @@ fn remount_read_only(p: &Path) -> Result<(), String> {
 
 /// A `/proc` of the new PID namespace, with the kernel's knobs in it read-only.
 fn fresh_proc() -> Result<(), String> {
+    // The kernel gives a user namespace a procfs of its own only where the /proc it
+    // can see has nothing mounted over parts of it: systemd's ProtectKernelTunables=
+    // and ProtectKernelLogs= do that, as do container runtimes' masked paths.
     mount(
         Some("proc"),
         Path::new("/proc"),
         Some("proc"),
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         None,
-    )?;
+    )
+    .map_err(|e| {
+        let covered = std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|m| {
+                m.lines()
+                    .filter_map(|l| l.split(' ').nth(4))
+                    .filter(|p| p.starts_with("/proc/"))
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        if covered.is_empty() || !e.contains("Operation not permitted") {
+            e
+        } else {
+            format!(
+                "{e}: parts of /proc are mounted over ({covered}), so the kernel refuses a fresh /proc \
+                 (systemd: drop ProtectKernelTunables= and ProtectKernelLogs=, see deploy/picogent@.service)"
+            )
+        }
+    })?;
     for knob in ["sys", "sysrq-trigger", "irq", "bus"] {
         let p = Path::new("/proc").join(knob);
         if p.exists() {

@@ -87,3 +87,113 @@ async fn the_manifests_probes_answer_with_its_transport_and_the_image_healthchec
         assert_eq!(code, 200, "{path}: {body}");
     }
 }
+
+/// What systemd mounts over parts of `/proc` for the unit's settings, as shell
+/// commands for a mount namespace of the test's own (where systemd is not PID 1, the
+/// unit's hardening cannot be run as such; these are the mounts that decide whether a
+/// command's PID namespace gets a `/proc` of its own).
+fn proc_mounts_of(unit: &str) -> Vec<String> {
+    let ro = |p: &str| {
+        format!("[ ! -e {p} ] || {{ mount --bind {p} {p} && mount -o remount,bind,ro {p} {p}; }}")
+    };
+    let gone = |p: &str| format!("[ ! -e {p} ] || mount --bind /dev/null {p}");
+    let mut out = Vec::new();
+    for line in unit.lines().map(str::trim) {
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let on = matches!(value, "yes" | "true" | "1" | "on");
+        match key {
+            "ProtectKernelTunables" if on => {
+                for p in [
+                    "/proc/sys",
+                    "/proc/sysrq-trigger",
+                    "/proc/irq",
+                    "/proc/bus",
+                    "/proc/fs",
+                    "/proc/acpi",
+                    "/proc/latency_stats",
+                    "/proc/timer_stats",
+                    "/proc/asound",
+                ] {
+                    out.push(ro(p));
+                }
+                out.extend(["/proc/kallsyms", "/proc/kcore"].map(gone));
+            }
+            "ProtectKernelLogs" if on => out.push(gone("/proc/kmsg")),
+            "ProtectProc" if value != "default" => {
+                out.push(format!("mount -t proc -o hidepid={value} proc /proc"))
+            }
+            "ProcSubset" if value == "pid" => {
+                out.push("mount -t proc -o subset=pid proc /proc".into())
+            }
+            "ReadOnlyPaths" | "InaccessiblePaths" => {
+                for p in value
+                    .split_whitespace()
+                    .map(|p| p.trim_start_matches(['-', '+']))
+                {
+                    if p.starts_with("/proc/") {
+                        out.push(if key == "ReadOnlyPaths" {
+                            ro(p)
+                        } else {
+                            gone(p)
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `picogent sandbox-check` in a mount namespace with `mounts` made first: its answer.
+fn sandbox_check_under(mounts: &[String]) -> String {
+    let mut script = mounts.join(" && ");
+    if script.is_empty() {
+        script.push_str("true");
+    }
+    script.push_str(" && exec \"$0\" sandbox-check");
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .arg(env!("CARGO_BIN_EXE_picogent"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The shipped unit's hardening keeps commands at the namespace level; the option it
+/// leaves out for that reason really would lower it (so the simulation bites).
+#[test]
+fn the_systemd_units_hardening_keeps_the_namespace_level() {
+    // SAFETY: a plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip("a mount namespace of the test's own needs root");
+    }
+    if !namespaces_here() {
+        return;
+    }
+    let unit = read("deploy/picogent@.service");
+    for gone in [
+        "ProtectKernelTunables=",
+        "ProtectKernelLogs=",
+        "RestrictNamespaces=",
+        "PrivateUsers=",
+    ] {
+        assert!(
+            !unit.lines().any(|l| l.starts_with(gone)),
+            "{gone} lowers the level"
+        );
+    }
+    let shipped = sandbox_check_under(&proc_mounts_of(&unit));
+    assert!(shipped.contains("Level in force: namespaces"), "{shipped}");
+    let tunables = format!("{unit}\nProtectKernelTunables=yes\n");
+    let lowered = sandbox_check_under(&proc_mounts_of(&tunables));
+    assert!(lowered.contains("Level in force: landlock"), "{lowered}");
+    assert!(
+        lowered.contains("ProtectKernelTunables="),
+        "the hint names it: {lowered}"
+    );
+    let logs = sandbox_check_under(&proc_mounts_of("ProtectKernelLogs=yes"));
+    assert!(logs.contains("Level in force: landlock"), "{logs}");
+}

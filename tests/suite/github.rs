@@ -635,10 +635,12 @@ async fn wrong_or_missing_settings_are_start_up_errors_naming_the_field() {
 impl World {
     /// Starts picogent's binary in GitHub mode (to be killed with SIGKILL).
     fn spawn(&self) -> tokio::process::Child {
-        self.spawn_with_path(&std::env::var("PATH").unwrap_or_default())
+        let git = std::env::var("PICOGENT_GIT").unwrap_or_default();
+        self.spawn_with_git(&std::env::var("PATH").unwrap_or_default(), &git)
     }
 
-    fn spawn_with_path(&self, path: &str) -> tokio::process::Child {
+    /// The daemon finding programs on `path`, and git at `git` (or on `path`: "").
+    fn spawn_with_git(&self, path: &str, git: &str) -> tokio::process::Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -649,6 +651,7 @@ impl World {
             .current_dir(self.sb.base())
             .env_clear()
             .env("PATH", path)
+            .env("PICOGENT_GIT", git)
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -946,7 +949,7 @@ async fn the_push_gets_the_token_in_its_environment_only() {
         spy.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut d = w.spawn_with_path(&path);
+    let mut d = w.spawn_with_git(&path, spy.join("git").to_str().unwrap());
     w.gh.wait_for(60, "the outcome", |g| {
         g.comments(n)
             .iter()
