@@ -36,7 +36,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::provider::{Provider, ProviderError, ToolSpec};
-use crate::sandbox::confine::Confinement;
 use crate::sandbox::Sandbox;
 use crate::session::{self, SessionStore};
 pub use event::{AgentEvent, FailureKind, Outcome};
@@ -165,11 +164,6 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
         crate::config::NetworkPolicy::Allow => "allow",
         crate::config::NetworkPolicy::Deny => "deny",
     };
-    let files = if sandbox.is_restricted() {
-        "allowed paths only"
-    } else {
-        "unrestricted"
-    };
     if let Some(reason) = sandbox.refusal() {
         tracing::error!(level = "refused", landlock_abi = abi, "{reason}");
         return;
@@ -208,30 +202,7 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
         );
         return;
     }
-    if sandbox.confinement().is_some_and(Confinement::settled) {
-        say_level(&c, abi, network, files);
-    }
-}
-
-/// Says the level commands run at (asks the probe, waiting for it).
-fn say_level(c: &Confinement, abi: i64, network: &'static str, files: &'static str) {
-    match c.why_not_namespaces() {
-        None => tracing::info!(
-            level = "namespaces",
-            landlock_abi = abi,
-            network,
-            writes = files,
-            "commands run in their own user, mount, PID{} namespaces, under Landlock and seccomp",
-            if c.deny_network { " and network" } else { "" }
-        ),
-        Some(why) => tracing::warn!(
-            level = "landlock",
-            landlock_abi = abi,
-            network,
-            writes = files,
-            "commands run under Landlock and seccomp without namespaces ({why}): they can see other processes and read what picogent's user can read; no UNIX sockets, and UDP closed only under network: deny"
-        ),
-    }
+    sandbox.say_level();
 }
 
 /// The binary that confines commands: configured (tests), else the program that is
@@ -438,24 +409,17 @@ impl Agent {
     /// For a daemon: finds out the sandbox level now, on a thread of its own, and says
     /// it in the log (a one-off run leaves that to its first command instead).
     pub fn announce_sandbox(&self) {
-        let Some(c) = self.sandbox().confinement().cloned() else {
-            return;
-        };
-        if c.settled() || crate::sandbox::confine::kernel_abi() < c.needed_abi() {
+        let sandbox = self.sandbox().clone();
+        if sandbox.level_settled() {
+            sandbox.say_level();
             return;
         }
-        let (abi, network) = (
-            crate::sandbox::confine::kernel_abi(),
-            if c.deny_network { "deny" } else { "allow" },
-        );
-        let files = if self.sandbox().is_restricted() {
-            "allowed paths only"
-        } else {
-            "unrestricted"
-        };
         if let Err(e) = std::thread::Builder::new()
             .name("sandbox-probe".into())
-            .spawn(move || say_level(&c, abi, network, files))
+            .spawn(move || {
+                sandbox.namespaces();
+                sandbox.say_level();
+            })
         {
             tracing::warn!("cannot probe the sandbox level early ({e}); the first command does");
         }

@@ -196,8 +196,14 @@ fn app(
         .route("/", get(entry))
         .route("/ws", get(entry))
         .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
         .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// The process answers: what a container's or orchestrator's liveness probe asks.
+async fn livez() -> Response {
+    Json(json!({"status": "alive"})).into_response()
 }
 
 /// Liveness, and the sandbox level commands run at (so an operator sees a container

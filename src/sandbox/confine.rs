@@ -158,6 +158,29 @@ impl Confinement {
         }
     }
 
+    /// Logs the level in force (known: see `settled`) and why.
+    pub(crate) fn say_level(&self, files: &'static str) {
+        let abi = kernel_abi();
+        let network = if self.deny_network { "deny" } else { "allow" };
+        match self.why_not_namespaces() {
+            None => tracing::info!(
+                level = "namespaces",
+                landlock_abi = abi,
+                network,
+                writes = files,
+                "sandbox level: namespaces; commands run in their own user, mount, PID{} namespaces, under Landlock and seccomp",
+                if self.deny_network { " and network" } else { "" }
+            ),
+            Some(why) => tracing::warn!(
+                level = "landlock",
+                landlock_abi = abi,
+                network,
+                writes = files,
+                "sandbox level: landlock; commands run under Landlock and seccomp without namespaces ({why}): they can see other processes and read what picogent's user can read; no UNIX sockets, and UDP closed only under network: deny"
+            ),
+        }
+    }
+
     /// Whether the level is known without waiting.
     pub(crate) fn settled(&self) -> bool {
         match &self.choice {

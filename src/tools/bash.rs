@@ -65,6 +65,7 @@ impl Tool for BashTool {
             if refused_by_helper(&cap, &end) {
                 ctx.sandbox.settle().await;
                 if !ctx.sandbox.namespaces() {
+                    ctx.sandbox.say_level();
                     let (cap, saved, end) =
                         run_command(&a.command, &cwd, timeout, ctx, false).await?;
                     return Ok(report(&cap, saved, &end, timeout));
@@ -74,6 +75,7 @@ impl Tool for BashTool {
                 // cancel proves nothing: the next command tries again).
                 ctx.sandbox.namespaces_proven();
             }
+            ctx.sandbox.say_level();
         }
         Ok(report(&cap, saved, &end, timeout))
     }

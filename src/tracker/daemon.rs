@@ -143,7 +143,8 @@ async fn run_http(
     tracing::info!(listen = %std::net::SocketAddr::new(host, port), callback = %callback, "events server listening");
 
     let desc = AgentDescription::new(cfg, Some(callback));
-    let Some(reg) = registration::register(client, &desc, timing.register_retry, stop).await?
+    let Some(reg) =
+        registration::register(client, &desc, timing.register_retry, router.link(), stop).await?
     else {
         return Ok(());
     };
@@ -159,6 +160,7 @@ async fn run_http(
         interval,
         timing.register_retry,
         move || r.load(),
+        router.link(),
         stop,
     )
     .await?;

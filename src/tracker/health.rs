@@ -38,6 +38,9 @@ pub(crate) fn assess(router: &Router) -> Health {
     if let Some(why) = router.runs_waiting_for_room() {
         degraded.push(concern("disk_full", why));
     }
+    if let Some(why) = router.link().not_registered() {
+        degraded.push(concern("not_registered", why));
+    }
     let waiting = router.backlog();
     if let Some(why) = router.tracker_failing().filter(|_| waiting > 0) {
         degraded.push(concern(
@@ -69,6 +72,10 @@ fn warnings(router: &Router) -> Vec<Concern> {
                 level.as_str()
             ),
         ));
+    }
+
+    if let Some(why) = router.link().contended() {
+        w.push(concern("slug_contended", why));
     }
 
     let state = router.state_dir();

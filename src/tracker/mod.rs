@@ -18,6 +18,7 @@ mod health;
 mod http;
 mod journal;
 mod journal_writer;
+mod link;
 mod outbox;
 mod registration;
 mod room;

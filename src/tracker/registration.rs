@@ -23,12 +23,15 @@ pub(crate) async fn register(
     client: &TrackerClient,
     desc: &AgentDescription,
     retry: Duration,
+    link: &super::link::Link,
     stop: &CancellationToken,
 ) -> Result<Option<Registered>, FatalError> {
     let mut failed: u32 = 0;
+    link.expect();
     loop {
         match client.register(desc).await {
             Ok(r) => {
+                link.registered();
                 tracing::info!(
                     agent_id = r.agent_id.as_deref().unwrap_or("-"),
                     "registered with the tracker"
@@ -40,6 +43,7 @@ pub(crate) async fn register(
                 status, message, ..
             }) if status == 400 || status == 422 => return Err(FatalError::Invalid(message)),
             Err(e) => {
+                link.failed(&e.to_string());
                 failed = failed.saturating_add(1);
                 // Said at once, then about once a minute: not every few seconds for
                 // as long as the tracker is away.
@@ -69,6 +73,7 @@ pub(crate) async fn heartbeats(
     mut interval: Duration,
     retry: Duration,
     load: impl Fn() -> Load,
+    link: &super::link::Link,
     stop: &CancellationToken,
 ) -> Result<(), FatalError> {
     loop {
@@ -80,7 +85,7 @@ pub(crate) async fn heartbeats(
             Ok(()) => {}
             Err(TrackerError::NotFound { .. }) => {
                 tracing::warn!("the tracker no longer knows this agent; registering again");
-                match register(client, desc, retry, stop).await? {
+                match register(client, desc, retry, link, stop).await? {
                     Some(r) => {
                         if let Some(d) = heartbeat_from_tracker(r.heartbeat_interval_sec) {
                             interval = d;

@@ -82,10 +82,16 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) -> Result<(), FatalError> {
     let mut backoff = Backoff::new(opts.backoff);
+    router.link().expect();
     loop {
         match connect_once(&opts, &desc, &router, &stop).await? {
             End::Stopped => return Ok(()),
             End::Lost { why, registered } => {
+                if registered {
+                    router.link().lost(&why, &desc.slug);
+                } else {
+                    router.link().failed(&why);
+                }
                 crate::metrics::ws_reconnect();
                 let delay = backoff.next(registered);
                 let wait = delay + delay.mul_f64(fastrand::f64() * 0.25);
@@ -167,7 +173,10 @@ async fn connect_once(
                 stop,
             };
             match conn.handshake(opts, desc).await {
-                Ok(heartbeat) => conn.serve(heartbeat, router).await,
+                Ok(heartbeat) => {
+                    router.link().registered();
+                    conn.serve(heartbeat, router).await
+                }
                 Err(halt) => halt,
             }
         }

@@ -453,6 +453,12 @@ async fn the_page_and_health_are_served_over_plain_http() {
         .await
         .unwrap();
     assert_eq!(health["status"], "ok");
+    // A container's or orchestrator's liveness probe, as in agent mode.
+    let live = reqwest::get(format!("http://{}/livez", c.addr))
+        .await
+        .unwrap();
+    assert_eq!(live.status(), 200);
+    assert_eq!(live.json::<Value>().await.unwrap()["status"], "alive");
 }
 
 #[tokio::test]

@@ -597,3 +597,40 @@ async fn a_refused_key_or_an_unknown_model_names_where_it_was_set() {
         "{err}"
     );
 }
+
+/// `picogent run` says the sandbox level once its first command settled it (at info),
+/// naming it; once, however many commands follow.
+#[tokio::test]
+async fn run_logs_the_sandbox_level_once_its_first_command_settles_it() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo one"})),
+        tool("bash", json!({"command": "echo two"})),
+        text("All done."),
+    ])
+    .await;
+    sb.write_config(&llm, Wire::Anthropic, json!({}));
+    let out = sb
+        .run_command(std::path::Path::new(env!("CARGO_BIN_EXE_picogent")), "hi")
+        .env("RUST_LOG", "info")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("sandbox level: "))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    let want = if namespaces_here() {
+        "level=\"namespaces\""
+    } else {
+        "level=\"landlock\""
+    };
+    assert!(
+        said[0].contains(want) || said[0].contains(&want.replace('"', "")),
+        "{}",
+        said[0]
+    );
+}

@@ -197,3 +197,102 @@ fn the_systemd_units_hardening_keeps_the_namespace_level() {
     let logs = sandbox_check_under(&proc_mounts_of("ProtectKernelLogs=yes"));
     assert!(logs.contains("Level in force: landlock"), "{logs}");
 }
+
+/// `/healthz` of an agent on `port`, once it answers (at most 10 s).
+async fn health_on(port: u16) -> (u16, Value) {
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    for _ in 0..500 {
+        if let Ok(r) = reqwest::get(&url).await {
+            return (r.status().as_u16(), r.json().await.unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("nothing answers {url}");
+}
+
+fn concern_kinds(body: &Value, field: &str) -> Vec<String> {
+    body[field]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["kind"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// An agent that never registered takes no tasks: its `/healthz` says so (503, for a
+/// readiness probe) instead of `ok`, over either transport, until it registers.
+#[tokio::test]
+async fn an_agent_that_never_registered_says_so_in_healthz() {
+    for transport in ["ws", "http"] {
+        let sb = Sandbox::new();
+        let llm = ScriptedLlm::start(vec![]).await;
+        let port = free_port();
+        // Nothing listens on port 9.
+        let dead = FakeTracker::start_on("127.0.0.1:0").await;
+        let mut extra = json!({"transport": transport, "listen_port": port, "tracker_url": "http://127.0.0.1:9"});
+        if transport == "http" {
+            extra["callback_url"] = json!(format!("http://127.0.0.1:{port}/events"));
+        }
+        let d = sb.daemon(&llm, &dead, extra);
+        let (code, body) = loop {
+            let (code, body) = health_on(port).await;
+            if body.get("reasons").is_some() {
+                break (code, body);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(code, 503, "{transport}: {body}");
+        assert_eq!(body["status"], "degraded", "{transport}: {body}");
+        assert!(
+            concern_kinds(&body, "reasons").contains(&"not_registered".to_string()),
+            "{transport}: {body}"
+        );
+        assert!(
+            body["reason"]
+                .as_str()
+                .unwrap()
+                .contains("not registered with the tracker"),
+            "{body}"
+        );
+        d.stop().await.unwrap();
+    }
+}
+
+/// Two processes with one slug against one tracker take the slug from each other (the
+/// tracker keeps one connection per agent): each notices, in its log and `/healthz`.
+#[tokio::test]
+async fn a_second_process_with_the_same_slug_is_noticed_by_both() {
+    let tracker = FakeTracker::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let (a, b) = (Sandbox::new(), Sandbox::new());
+    let (pa, pb) = (free_port(), free_port());
+    let da = a.daemon(
+        &llm,
+        &tracker,
+        json!({"transport": "ws", "listen_port": pa}),
+    );
+    let db = b.daemon(
+        &llm,
+        &tracker,
+        json!({"transport": "ws", "listen_port": pb}),
+    );
+    for port in [pa, pb] {
+        let mut seen = None;
+        for _ in 0..1500 {
+            let (_, body) = health_on(port).await;
+            if concern_kinds(&body, "warning_details").contains(&"slug_contended".to_string()) {
+                seen = Some(body);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let body = seen.unwrap_or_else(|| panic!("the agent on {port} never noticed"));
+        let words = body["warnings"].to_string();
+        assert!(
+            words.contains("`test`") && words.contains("one picogent per agent identity"),
+            "{words}"
+        );
+    }
+    da.stop().await.unwrap();
+    db.stop().await.unwrap();
+}

@@ -136,6 +136,8 @@ struct Shared {
     /// comment): `shutdown` waits for them.
     tasks: tokio_util::task::TaskTracker,
     hooks: Option<Arc<dyn TaskHooks>>,
+    /// The link to Team Board, for `/healthz`.
+    link: crate::tracker::link::Link,
 }
 
 #[derive(Clone)]
@@ -240,6 +242,7 @@ impl Router {
                 journal_refusing: Mutex::new(None),
                 tasks: tokio_util::task::TaskTracker::new(),
                 hooks,
+                link: Default::default(),
             }),
         }
     }

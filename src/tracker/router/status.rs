@@ -26,6 +26,11 @@ impl Router {
             .map(|(_, why)| why.clone())
     }
 
+    /// The link to Team Board (registration, a slug another process takes).
+    pub(crate) fn link(&self) -> &crate::tracker::link::Link {
+        &self.shared.link
+    }
+
     /// Why the tracker is not taking reports, while it is not.
     pub(crate) fn tracker_failing(&self) -> Option<String> {
         self.shared.delivery.failing()
