@@ -13,6 +13,12 @@ if [ ! -d tests/github/node_modules/@octokit/openapi ] || [ ! -d tests/github/no
   (cd tests/github && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# The Kubernetes manifest is validated strictly against Kubernetes' own schemas.
+if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+  echo "scripts/test.sh: installing kubernetes-validate for the manifest's test" >&2
+  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
+fi
+
 echo "scripts/test.sh: the Rust tests, with $(command -v git) ($(git --version))" >&2
 cargo test
 

@@ -296,3 +296,41 @@ async fn a_second_process_with_the_same_slug_is_noticed_by_both() {
     da.stop().await.unwrap();
     db.stop().await.unwrap();
 }
+
+/// `kubernetes-validate --strict` on a manifest: whether it passed, and what it said.
+fn validate_strictly(manifest: &std::path::Path) -> (bool, String) {
+    let out = std::process::Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--strict", "--quiet"])
+        .arg(manifest)
+        .output()
+        .expect("python3 with kubernetes-validate (scripts/test.sh installs it)");
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("No module named"), "{said}");
+    (out.status.success() && !said.contains("ERROR"), said)
+}
+
+/// The manifest validates strictly against Kubernetes' own schemas (an unknown field
+/// fails, which the check is shown to catch), and says in words that it runs one
+/// replica per agent identity.
+#[test]
+fn the_kubernetes_manifest_validates_strictly_and_runs_one_replica_per_identity() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes.yaml");
+    let (ok, said) = validate_strictly(&path);
+    assert!(ok, "{said}");
+    let manifest = read("deploy/kubernetes.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        manifest.replace("  replicas: 1\n", "  replicas: 1\n  replicaz: 1\n"),
+    )
+    .unwrap();
+    let (ok, said) = validate_strictly(&bad);
+    assert!(!ok && said.contains("replicaz"), "{said}");
+    assert!(manifest.contains("replicas: 1"));
+    assert!(
+        manifest.contains("one replica per agent identity"),
+        "said in words"
+    );
+}
