@@ -158,8 +158,14 @@ impl Confinement {
         }
     }
 
-    /// Logs the level in force (known: see `settled`) and why.
+    /// Logs the level in force (known: see `settled`) and why, once per process and
+    /// network setting: at a daemon's start, or after a one-off run's first command.
     pub(crate) fn say_level(&self, files: &'static str) {
+        static SAID: [std::sync::OnceLock<()>; 2] = [const { std::sync::OnceLock::new() }; 2];
+        SAID[usize::from(self.deny_network)].get_or_init(|| self.say_level_now(files));
+    }
+
+    fn say_level_now(&self, files: &'static str) {
         let abi = kernel_abi();
         let network = if self.deny_network { "deny" } else { "allow" };
         match self.why_not_namespaces() {

@@ -220,24 +220,13 @@ impl Sandbox {
         self
     }
 
-    /// Says in the log, once per process (and network setting), the level commands run
-    /// at and why, when it is known: at a daemon's start, or after a one-off run's first
-    /// command.
+    /// Says the level commands run at and why, once it is known (see
+    /// [`Confinement::say_level`]); off is said where the sandbox is made.
     pub(crate) fn say_level(&self) {
-        static SAID: [std::sync::OnceLock<()>; 2] = [const { std::sync::OnceLock::new() }; 2];
-        // Off is said where the sandbox is made.
-        let Some(c) = &self.confinement else {
-            return;
-        };
-        if !c.settled() {
-            return;
+        let files = ["unrestricted", "allowed paths only"][usize::from(self.is_restricted())];
+        if let Some(c) = self.confinement.as_ref().filter(|c| c.settled()) {
+            c.say_level(files);
         }
-        let files = if self.is_restricted() {
-            "allowed paths only"
-        } else {
-            "unrestricted"
-        };
-        SAID[usize::from(c.deny_network)].get_or_init(|| c.say_level(files));
     }
 
     /// Whether the level commands run at is known without waiting.

@@ -392,12 +392,12 @@ pub fn last_tool_result(body: &Value) -> (String, bool) {
 
 /// Agent mode as a real child process on the agent folder, logging to `daemon.log`.
 pub fn spawn_daemon(sb: &Sandbox) -> tokio::process::Child {
-    spawn_daemon_with_path(sb, &std::env::var("PATH").unwrap_or_default())
+    spawn_daemon_env(sb, &std::env::var("PATH").unwrap_or_default(), &[])
 }
 
-/// `spawn_daemon`, finding programs (git) on `path`.
+/// `spawn_daemon`, finding programs (git too, whatever `PICOGENT_GIT` says) on `path`.
 pub fn spawn_daemon_with_path(sb: &Sandbox, path: &str) -> tokio::process::Child {
-    spawn_daemon_env(sb, path, &[])
+    spawn_daemon_env(sb, path, &[("PICOGENT_GIT", "")])
 }
 
 /// `spawn_daemon` with more variables in its environment.

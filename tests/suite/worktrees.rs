@@ -624,16 +624,7 @@ impl SlowGit {
     /// Stops the next `git SUB` after `before` (shell, with `$gitdir` and `$real`) ran.
     fn stop_at(&self, sub: &str, before: &str) {
         use std::os::unix::fs::PermissionsExt;
-        let real = String::from_utf8(
-            Command::new("sh")
-                .args(["-c", "command -v git"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap()
-        .trim()
-        .to_string();
+        let real = git_program();
         let script = format!(
             "#!/bin/sh\nreal={real}\ndir={d}\nskip=0; sub=; gitdir=\nfor a in \"$@\"; do\n  if [ $skip = 1 ]; then skip=0; continue; fi\n  case \"$a\" in\n    -c) skip=1;;\n    --git-dir=*) gitdir=\"${{a#--git-dir=}}\";;\n    -*) ;;\n    *) sub=\"$a\"; break;;\n  esac\ndone\nif [ \"$sub\" = {sub} ] && [ -e \"$dir/armed\" ]; then\n  rm -f \"$dir/armed\"\n  {before}\n  touch \"$dir/reached\"\n  exec sleep 60\nfi\nexec \"$real\" \"$@\"\n",
             d = self.dir.display()
