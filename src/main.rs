@@ -340,7 +340,12 @@ fn chat_checkpoints(config: &mut picogent::config::Config) -> anyhow::Result<()>
         return Ok(());
     }
     git_program::announce();
-    match git_program::found() {
+    let allowed: Vec<_> = config
+        .allowed_paths
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    match git_program::usable(&allowed) {
         Ok(_) => {
             let writable =
                 std::fs::metadata(&config.work_dir).is_ok_and(|m| !m.permissions().readonly());

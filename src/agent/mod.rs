@@ -410,6 +410,13 @@ impl Agent {
     /// it in the log (a one-off run leaves that to its first command instead).
     pub fn announce_sandbox(&self) {
         let sandbox = self.sandbox().clone();
+        // A kernel that cannot enforce every rule refuses commands (said at start).
+        let enforced = sandbox
+            .confinement()
+            .is_none_or(|c| crate::sandbox::confine::kernel_abi() >= c.needed_abi());
+        if !enforced {
+            return;
+        }
         if sandbox.level_settled() {
             sandbox.say_level();
             return;

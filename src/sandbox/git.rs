@@ -192,6 +192,16 @@ pub(crate) fn die_with_picogent(cmd: &mut Command) {
     }
 }
 
+/// Starts one of picogent's own git commands: refused when a setting it needs could
+/// not be given to this git (see [`set_config`]), and made to die with picogent.
+pub(crate) fn spawn(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    if let Some(why) = env_of(cmd, REFUSED) {
+        return Err(std::io::Error::other(why));
+    }
+    die_with_picogent(cmd);
+    cmd.spawn()
+}
+
 /// Runs git to the end, or kills it (and everything it started) after `limit`: a
 /// repository the agent wrote can make git wait for good (an `include.path` naming a
 /// FIFO), and a thread waiting on it must not wait with it.
@@ -200,14 +210,10 @@ pub(crate) fn output_within(
     limit: std::time::Duration,
 ) -> std::io::Result<std::process::Output> {
     use std::process::Stdio;
-    if let Some(why) = refusal(&cmd) {
-        return Err(std::io::Error::other(why));
-    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    die_with_picogent(&mut cmd);
-    let child = cmd.spawn()?;
+    let child = spawn(&mut cmd)?;
     let pid = i32::try_from(child.id()).unwrap_or(0);
     let (done, waited) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
@@ -246,7 +252,7 @@ pub(crate) fn output_within(
 /// A git older than 2.31 reads no `GIT_CONFIG_COUNT`: the settings then go in
 /// `GIT_CONFIG_PARAMETERS` (what git itself passes `-c` on in), which splits at the
 /// first `=` too, so a key holding one cannot be given there. Such a command is
-/// refused (see [`refusal`]) rather than run without the setting.
+/// refused (see [`spawn`]) rather than run without the setting.
 pub(crate) fn set_config(cmd: &mut Command, settings: &[(String, String)]) {
     if settings.is_empty() {
         return;
@@ -307,11 +313,6 @@ fn set_config_parameters(cmd: &mut Command, settings: &[(String, String)]) {
         list.push('\'');
     }
     cmd.env("GIT_CONFIG_PARAMETERS", list);
-}
-
-/// Why `cmd` must not run, when a setting it needs could not be given to this git.
-pub(crate) fn refusal(cmd: &Command) -> Option<String> {
-    env_of(cmd, REFUSED)
 }
 
 /// Puts picogent's own repository back as picogent made it: its `config`,
@@ -429,7 +430,7 @@ mod tests {
         cmd.env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null");
         set_config_parameters(&mut cmd, &settings);
-        assert!(refusal(&cmd).is_none());
+        assert!(env_of(&cmd, REFUSED).is_none());
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         for line in [
@@ -441,7 +442,7 @@ mod tests {
         }
         let mut cmd = Command::new("git");
         set_config_parameters(&mut cmd, &[("filter.a=b.clean".into(), String::new())]);
-        let why = refusal(&cmd).expect("refused");
+        let why = env_of(&cmd, REFUSED).expect("refused");
         assert!(why.contains("filter.a=b.clean"), "{why}");
         assert!(output_within(cmd, std::time::Duration::from_secs(5)).is_err());
     }

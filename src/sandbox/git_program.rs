@@ -51,10 +51,10 @@ pub enum GitError {
     )]
     TooOld { path: PathBuf, version: Version },
     #[error(
-        "the git found at {path} lies inside the allowed path {inside}: a command could \
-         replace it and have picogent run it; install git elsewhere or set PICOGENT_GIT"
+        "the git found at {path} lies where a command could replace it ({why}) and have \
+         picogent run it; install git elsewhere or set PICOGENT_GIT"
     )]
-    Writable { path: PathBuf, inside: PathBuf },
+    Writable { path: PathBuf, why: &'static str },
 }
 
 /// The git picogent runs.
@@ -116,7 +116,7 @@ pub(crate) fn program() -> OsString {
 }
 
 /// Whether settings go in `GIT_CONFIG_COUNT` (see [`GitProgram::supports_config_env`]);
-/// a git not found yet is taken to be new.
+/// without a git the answer does not matter (its commands fail to start).
 pub(crate) fn config_env() -> bool {
     located().map_or(true, GitProgram::supports_config_env)
 }
@@ -126,15 +126,24 @@ pub(crate) fn attr_source() -> bool {
     located().is_ok_and(GitProgram::supports_attr_source)
 }
 
-/// Whether git can be trusted by a daemon whose commands write `writable`: found, new
-/// enough, and not where a command could replace it.
-pub(crate) fn usable(writable: &[PathBuf]) -> Result<&'static GitProgram, GitError> {
+/// Whether git can be trusted by a daemon whose commands write `writable` (the
+/// allowed paths; empty: anywhere): found, new enough, and, as the program and where
+/// a link to it leads, in a folder no command can write (`programs::trusted_folder`).
+pub fn usable(writable: &[PathBuf]) -> Result<&'static GitProgram, GitError> {
     let git = found()?;
     let real = std::fs::canonicalize(&git.path).unwrap_or_else(|_| git.path.clone());
-    if let Some(inside) = writable.iter().find(|w| real.starts_with(w)) {
+    let trusted = [&git.path, &real].iter().all(|p| {
+        p.parent()
+            .is_some_and(|d| super::programs::trusted_folder(d, writable))
+    });
+    if !trusted {
         return Err(GitError::Writable {
             path: git.path.clone(),
-            inside: inside.clone(),
+            why: if writable.is_empty() {
+                "commands may write anywhere, and it is not in a system folder"
+            } else {
+                "inside the allowed paths"
+            },
         });
     }
     Ok(git)
@@ -143,8 +152,7 @@ pub(crate) fn usable(writable: &[PathBuf]) -> Result<&'static GitProgram, GitErr
 /// Logs, once per process, which git was found (or why none can be used).
 pub fn announce() {
     static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| match located() {
-        Ok(g) if g.version < MINIMUM => tracing::warn!("{}", found().err().map(|e| e.to_string()).unwrap_or_default()),
+    ONCE.get_or_init(|| match found() {
         Ok(g) => tracing::info!(git = %g.path.display(), version = %g.version, "git {} at {}", g.version, g.path.display()),
         Err(e) => tracing::warn!("{e}"),
     });

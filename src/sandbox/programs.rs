@@ -18,16 +18,21 @@ pub(crate) fn trusted_path(writable: &[PathBuf]) -> OsString {
 fn filter_path(raw: &std::ffi::OsStr, writable: &[PathBuf]) -> OsString {
     let kept: Vec<PathBuf> = std::env::split_paths(raw)
         .filter(|p| p.is_absolute())
-        .filter(|p| {
-            let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
-            if writable.is_empty() {
-                SYSTEM.iter().any(|s| real.starts_with(s))
-            } else {
-                !writable.iter().any(|w| real.starts_with(w))
-            }
-        })
+        .filter(|p| trusted_folder(p, writable))
         .collect();
     std::env::join_paths(kept).unwrap_or_default()
+}
+
+/// Whether no command can write the folder `dir` (resolved): it lies outside every
+/// folder in `writable`, or, when commands may write anywhere (`writable` empty), it
+/// is one of the system's own.
+pub(crate) fn trusted_folder(dir: &Path, writable: &[PathBuf]) -> bool {
+    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if writable.is_empty() {
+        SYSTEM.iter().any(|s| real.starts_with(s))
+    } else {
+        !writable.iter().any(|w| real.starts_with(w))
+    }
 }
 
 /// The variables of picogent's environment every program it starts for the agent

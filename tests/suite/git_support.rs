@@ -127,6 +127,37 @@ async fn a_git_older_than_2_30_is_a_start_up_error_naming_the_version_needed() {
     assert!(log.contains("checkpoints (rollback) need git"), "{log}");
 }
 
+/// A git where the agent's commands could put their own: with the allowed paths
+/// unrestricted, only a git in a system folder is run, in either workspace.
+#[tokio::test]
+async fn a_git_a_command_could_replace_is_a_start_up_error() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let llm = ScriptedLlm::start(vec![]).await;
+    let tracker = FakeTracker::start().await;
+    let planted = git_claiming(&sb.base(), "2.39.5");
+    let log_file = sb.base().join("daemon.log");
+    for workspace in ["worktree", "shared"] {
+        let _ = std::fs::remove_file(&log_file);
+        config(&sb, &llm, &tracker, json!({"workspace": workspace}));
+        let child = spawn_daemon_with(&sb, &[("PICOGENT_GIT", planted.to_str().unwrap())]);
+        let (code, log) = exit_of(child, &sb).await;
+        assert_ne!(code, 0, "{workspace}: {log}");
+        assert!(
+            log.contains("where a command could replace it")
+                && log.contains("commands may write anywhere"),
+            "{workspace}: {log}"
+        );
+    }
+    // Inside the allowed paths, likewise.
+    let _ = std::fs::remove_file(&log_file);
+    config(&sb, &llm, &tracker, json!({"allowed_paths": [sb.base()]}));
+    let child = spawn_daemon_with(&sb, &[("PICOGENT_GIT", planted.to_str().unwrap())]);
+    let (code, log) = exit_of(child, &sb).await;
+    assert_ne!(code, 0, "{log}");
+    assert!(log.contains("inside the allowed paths"), "{log}");
+}
+
 /// A repository git cannot read used to be "not inside a git checkout" and a silent
 /// switch to the shared folder: now it is git's own message, at start.
 #[tokio::test]
@@ -154,7 +185,8 @@ async fn a_git_failure_in_a_task_is_reported_in_gits_own_words() {
     repository(&sb);
     let llm = ScriptedLlm::start(vec![text("Done.")]).await;
     let tracker = FakeTracker::start().await;
-    config(&sb, &llm, &tracker, json!({}));
+    // Commands write only the working folder, so the stand-ins beside it are trusted.
+    config(&sb, &llm, &tracker, json!({"allowed_paths": [sb.work]}));
     let failing = sb.base().join("failing-git");
     let script = format!(
         "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = 'HEAD^{{commit}}' ] && [ -n \"$FAIL_NOW\" ] && {{ echo 'fatal: simulated failure 7731' >&2; exit 128; }}; done\nexec {} \"$@\"\n",
@@ -204,18 +236,28 @@ fn chown_all(p: &Path, uid: u32) {
     assert!(ok, "chown {}", p.display());
 }
 
+/// The working folder as a repository owned by uid 4321; `None` (skipped, which fails
+/// in CI) where the test is not root.
+fn checkout_owned_by_4321(why: &str) -> Option<Sandbox> {
+    // SAFETY: a plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        skip(why);
+        return None;
+    }
+    let sb = Sandbox::new();
+    repository(&sb);
+    chown_all(&sb.work, 4321);
+    Some(sb)
+}
+
 /// A checkout another user owns (a bind mount into a container): tasks get worktrees,
 /// the ownership check waived for that folder alone; neither the operator's git
 /// configuration nor the repository's says anything of it afterwards.
 #[tokio::test]
 async fn a_checkout_another_user_owns_works_in_worktrees_trusted_for_that_folder_alone() {
-    // SAFETY: a plain system call.
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("making a checkout another user owns needs root");
-    }
-    let sb = Sandbox::new();
-    repository(&sb);
-    chown_all(&sb.work, 4321);
+    let Some(sb) = checkout_owned_by_4321("making a checkout another user owns needs root") else {
+        return;
+    };
     let llm = ScriptedLlm::start(vec![
         tool("bash", json!({"command": "echo changed > shared.txt"})),
         text("Changed it."),
@@ -246,13 +288,9 @@ async fn a_checkout_another_user_owns_works_in_worktrees_trusted_for_that_folder
 /// error naming the owner, never a silent switch to the shared folder.
 #[tokio::test]
 async fn a_checkout_picogent_cannot_write_is_refused_at_start_naming_its_owner() {
-    // SAFETY: a plain system call.
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("running picogent as another user needs root");
-    }
-    let sb = Sandbox::new();
-    repository(&sb);
-    chown_all(&sb.work, 4321);
+    let Some(sb) = checkout_owned_by_4321("running picogent as another user needs root") else {
+        return;
+    };
     let llm = ScriptedLlm::start(vec![]).await;
     let tracker = FakeTracker::start().await;
     config(&sb, &llm, &tracker, json!({}));

@@ -440,16 +440,11 @@ fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), Wor
         args: "commit".into(),
         message,
     };
-    if let Some(why) = crate::sandbox::git::refusal(&cmd) {
-        return Err(failed(why));
-    }
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    crate::sandbox::git::die_with_picogent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| failed(format!("cannot run git: {e}")))?;
+    let mut child =
+        crate::sandbox::git::spawn(&mut cmd).map_err(|e| failed(format!("cannot run git: {e}")))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(input.as_bytes());
     }

@@ -31,7 +31,21 @@ impl Worktrees {
     /// choice and why; a forced `worktree` without a repository, or a repository that
     /// cannot be used, is an error.
     pub(crate) fn decide(cfg: &Config) -> Result<Option<Worktrees>, String> {
-        crate::sandbox::git_program::announce();
+        use crate::sandbox::git_program::{self, GitError};
+        git_program::announce();
+        let allowed: Vec<PathBuf> = cfg
+            .allowed_paths
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect();
+        // Shared mode runs git too (what a run changed): no git is fine, a git picogent
+        // must not run is not.
+        let git = git_program::usable(&allowed);
+        if let Err(e) = &git {
+            if !matches!(e, GitError::Missing(_)) {
+                return Err(e.to_string());
+            }
+        }
         if cfg.workspace == Some(Workspace::Shared) {
             tracing::info!(
                 workspace = "shared",
@@ -40,7 +54,11 @@ impl Worktrees {
             return Ok(None);
         }
         let forced = cfg.workspace == Some(Workspace::Worktree);
-        match Worktrees::find(cfg) {
+        let found = match git {
+            Ok(_) => Worktrees::find(cfg, allowed),
+            Err(missing) => Err(NoWorktrees::Absent(missing.to_string())),
+        };
+        match found {
             Ok(w) => {
                 let why = if forced {
                     "workspace: \"worktree\"".to_string()
@@ -72,22 +90,11 @@ impl Worktrees {
     }
 
     /// The repository `work_dir` is in, and where worktrees go.
-    fn find(cfg: &Config) -> Result<Worktrees, NoWorktrees> {
+    /// `allowed`: the allowed paths, resolved.
+    fn find(cfg: &Config, allowed: Vec<PathBuf>) -> Result<Worktrees, NoWorktrees> {
         use NoWorktrees::{Absent, Unusable};
         let cwd = std::fs::canonicalize(&cfg.work_dir)
             .map_err(|e| Unusable(format!("{}: {e}", cfg.work_dir.display())))?;
-        let allowed: Vec<PathBuf> = cfg
-            .allowed_paths
-            .iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .collect();
-        match crate::sandbox::git_program::usable(&allowed) {
-            Ok(_) => {}
-            Err(e @ crate::sandbox::git_program::GitError::Missing(_)) => {
-                return Err(Absent(e.to_string()))
-            }
-            Err(e) => return Err(Unusable(e.to_string())),
-        }
         let trust = cfg.state_dir().join("git-trust");
         let (top, common, trusted) = locate(&cwd, &allowed, &trust, cfg.git_timeout)?;
         writable(&common)?;
@@ -165,16 +172,21 @@ fn locate(
     let mut owner = None;
     let out = match ask(None) {
         Ok(out) => out,
-        Err(WorktreeError::Git { message, .. }) if message.contains("not a git repository") => {
-            return Err(Absent("it is not inside a git checkout".into()))
-        }
-        Err(WorktreeError::Git { message, .. }) if refused_for_owner(&message).is_some() => {
-            let folder = refused_for_owner(&message).unwrap_or_default();
+        Err(e) => {
+            let message = match &e {
+                WorktreeError::Git { message, .. } => message.as_str(),
+                _ => "",
+            };
+            if message.contains("not a git repository") {
+                return Err(Absent("it is not inside a git checkout".into()));
+            }
+            let Some(folder) = refused_for_owner(message) else {
+                return Err(Unusable(e.to_string()));
+            };
             owner = Some(uid_of(Path::new(&folder)));
             trust_folder(trust, &folder).map_err(Unusable)?;
             ask(Some(trust)).map_err(|e| Unusable(e.to_string()))?
         }
-        Err(e) => return Err(Unusable(e.to_string())),
     };
     let mut lines = out.lines();
     let (Some(top), Some(common)) = (lines.next(), lines.next()) else {

@@ -180,15 +180,10 @@ fn run_bounded(mut cmd: Command, limit: usize) -> Result<String, WorktreeError> 
         args: "diff".into(),
         message,
     };
-    if let Some(why) = crate::sandbox::git::refusal(&cmd) {
-        return Err(failed(why));
-    }
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
-    crate::sandbox::git::die_with_picogent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| failed(format!("cannot run git: {e}")))?;
+    let mut child =
+        crate::sandbox::git::spawn(&mut cmd).map_err(|e| failed(format!("cannot run git: {e}")))?;
     let mut kept = Vec::new();
     if let Some(out) = child.stdout.take() {
         let mut out = out.take(limit as u64);
