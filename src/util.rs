@@ -3,6 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub(crate) mod fault;
 mod tree;
 pub use tree::{remove_tree, RemoveTreeError};
 

@@ -105,14 +105,14 @@ impl Checkpoints {
         if let Some(stdout) = child.stdout.take() {
             let read = stdout.take(cap as u64 + 1).read_to_end(&mut out);
             if let Err(e) = read {
-                let _ = child.kill();
+                git::stop(&mut child);
                 let _ = child.wait();
                 return Err(failed(e.to_string()));
             }
         }
         let cut = out.len() > cap;
         if cut {
-            let _ = child.kill();
+            git::stop(&mut child);
         }
         let status = child.wait().map_err(|e| failed(e.to_string()))?;
         if !cut && !status.success() {

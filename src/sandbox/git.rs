@@ -166,31 +166,14 @@ pub fn harden(cmd: &mut Command, writable: &[PathBuf]) {
         .env("GIT_LITERAL_PATHSPECS", "1");
 }
 
-/// Makes git picogent's child for good: its own process group (so what it starts is
-/// killed with it) and a parent-death signal, so a git running when picogent is
-/// killed dies too instead of finishing unseen (or holding `index.lock` for ever).
+/// Makes git picogent's child for good: it and everything it starts die with
+/// picogent, and a stop kills them all (see `git_group`), instead of finishing unseen
+/// (or holding `index.lock` for ever).
 pub(crate) fn die_with_picogent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    cmd.process_group(0);
-    // SAFETY: getpid is read before the fork; prctl and getppid are async-signal-safe
-    // and nothing else runs between fork and exec.
-    let parent = unsafe { libc::getpid() };
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other("picogent exited while starting git"));
-            }
-            Ok(())
-        });
-    }
+    super::git_group::supervised(cmd);
 }
+
+pub(crate) use super::git_group::stop;
 
 /// Starts one of picogent's own git commands: refused when a setting it needs could
 /// not be given to this git (see [`set_config`]), and made to die with picogent.

@@ -75,7 +75,18 @@ enum Record {
     Sent {
         seq: u64,
     },
+    /// The reports queued with it conclude this event: written in the same append as
+    /// those reports, so a task whose result is queued is never worked again, even
+    /// when the journal's `done` was lost (the journal asks here at replay).
+    Concluded {
+        event: String,
+        at: i64,
+    },
 }
+
+/// How long an event's conclusion is remembered: long past the start after a crash
+/// that needs it (see `Outbox::concluded`).
+const REMEMBER_MS: i64 = 7 * 24 * 3600 * 1000;
 
 #[derive(Debug, Clone)]
 struct Item {
@@ -89,6 +100,7 @@ enum Job {
     Push {
         task_id: String,
         reports: Vec<Report>,
+        concludes: Option<String>,
         reply: oneshot::Sender<io::Result<()>>,
     },
     Sent {
@@ -101,6 +113,9 @@ struct State {
     /// Shared with the sync that runs outside the lock.
     file: Arc<File>,
     items: VecDeque<Item>,
+    /// Events whose concluding reports were queued (id → when), kept across
+    /// compactions for `REMEMBER_MS`.
+    concluded: std::collections::HashMap<String, i64>,
     next_seq: u64,
     appended: usize,
     /// A write or a sync failed: rewrite the file from memory (dropping torn lines and
@@ -132,8 +147,14 @@ impl State {
         Ok(())
     }
 
-    /// Writes reports (not synced); the items to deliver once they are synced.
-    fn write_adds(&mut self, task_id: &str, reports: Vec<Report>) -> io::Result<Vec<Item>> {
+    /// Writes reports, and the event they conclude, in one append (not synced); the
+    /// items to deliver once they are synced.
+    fn write_adds(
+        &mut self,
+        task_id: &str,
+        reports: Vec<Report>,
+        concludes: Option<&str>,
+    ) -> io::Result<Vec<Item>> {
         let mut items = Vec::with_capacity(reports.len());
         let mut bytes = Vec::new();
         for (n, report) in reports.into_iter().enumerate() {
@@ -157,14 +178,30 @@ impl State {
                 report,
             });
         }
+        if let Some(event) = concludes {
+            let rec = Record::Concluded {
+                event: event.into(),
+                at: crate::util::now_millis(),
+            };
+            crate::util::push_json_line(&mut bytes, &rec)?;
+        }
         crate::util::append_whole(&self.file, &bytes).inspect_err(|_| self.needs_compact = true)?;
-        self.appended += items.len();
+        self.appended += items.len() + usize::from(concludes.is_some());
         self.next_seq = self.next_seq.saturating_add(items.len() as u64);
         Ok(items)
     }
 
     fn compact(&mut self) -> io::Result<()> {
         let mut buf = Vec::new();
+        let cutoff = crate::util::now_millis() - REMEMBER_MS;
+        self.concluded.retain(|_, at| *at >= cutoff);
+        for (event, at) in &self.concluded {
+            let rec = Record::Concluded {
+                event: event.clone(),
+                at: *at,
+            };
+            crate::util::push_json_line(&mut buf, &rec)?;
+        }
         for it in &self.items {
             let rec = Record::Add {
                 seq: it.seq,
@@ -186,6 +223,7 @@ impl Outbox {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("outbox.jsonl");
         let mut items: Vec<Item> = Vec::new();
+        let mut concluded = std::collections::HashMap::new();
         let mut next_seq = 1;
         if path.exists() {
             for (n, line) in std::fs::read_to_string(&path)?.lines().enumerate() {
@@ -205,6 +243,9 @@ impl Outbox {
                         });
                     }
                     Ok(Record::Sent { seq }) => items.retain(|i| i.seq != seq),
+                    Ok(Record::Concluded { event, at }) => {
+                        concluded.insert(event, at);
+                    }
                     Err(e) => tracing::warn!("{}: line {} skipped: {e}", path.display(), n + 1),
                 }
             }
@@ -215,6 +256,7 @@ impl Outbox {
             path,
             file,
             items: items.into(),
+            concluded,
             next_seq,
             appended: 0,
             needs_compact: false,
@@ -248,14 +290,33 @@ impl Outbox {
     /// Queues reports for a task durably (written and synced with any queued at the
     /// same time); they are delivered in this order, after every report queued before
     /// for the same task.
+    #[cfg(test)]
     pub(crate) async fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
+        self.push_concluding(task_id, reports, None).await
+    }
+
+    /// Queues reports as `push` does; with `concludes`, they are the conclusion of that
+    /// event, recorded in the same write (see `concluded`).
+    pub(crate) async fn push_concluding(
+        &self,
+        task_id: &str,
+        reports: Vec<Report>,
+        concludes: Option<&str>,
+    ) -> io::Result<()> {
         let (reply, answer) = oneshot::channel();
         self.writer.send(Job::Push {
             task_id: task_id.into(),
             reports,
+            concludes: concludes.map(str::to_string),
             reply,
         })?;
         answer.await.map_err(|_| stopped())?
+    }
+
+    /// Whether the event's concluding reports were queued (and synced): its work is
+    /// over even when the journal did not get to record that.
+    pub(crate) fn concluded(&self, event: &str) -> bool {
+        self.lock().concluded.contains_key(event)
     }
 
     /// Returns once every record sent to the writer is written.
@@ -460,23 +521,30 @@ fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
                 Job::Push {
                     task_id,
                     reports,
+                    concludes,
                     reply,
-                } => pushed.push((reply, s.write_adds(&task_id, reports))),
+                } => {
+                    let written = s.write_adds(&task_id, reports, concludes.as_deref());
+                    pushed.push((reply, written, concludes));
+                }
             }
         }
         s.file.clone()
     };
-    let synced = if pushed.iter().any(|(_, r)| r.is_ok()) {
+    let synced = if pushed.iter().any(|(_, r, _)| r.is_ok()) {
         file.sync_data()
     } else {
         Ok(())
     };
     let mut s = lock(state);
     let mut queued = false;
-    for (reply, written) in pushed {
+    for (reply, written, concludes) in pushed {
         let result = match (written, &synced) {
             (Ok(items), Ok(())) => {
                 s.items.extend(items);
+                if let Some(event) = concludes {
+                    s.concluded.insert(event, crate::util::now_millis());
+                }
                 queued = true;
                 Ok(())
             }
@@ -493,7 +561,8 @@ fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
     if synced.is_err() {
         s.needs_compact = true;
     }
-    if s.needs_compact || s.appended >= COMPACT_EVERY.max(2 * s.items.len()) {
+    let kept = s.items.len() + s.concluded.len();
+    if s.needs_compact || s.appended >= COMPACT_EVERY.max(2 * kept) {
         if let Err(e) = s.compact() {
             tracing::error!("cannot compact {}: {e}", s.path.display());
         }

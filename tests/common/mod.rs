@@ -6,6 +6,7 @@ pub mod chat;
 pub mod github;
 pub mod llm;
 pub mod mcp;
+pub mod repo;
 pub mod tracker;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 pub use llm::{text, tool, ModelGate, ScriptedLlm, Turn, Wire};
+pub use repo::{repository, with_origin, SlowGit};
 
 /// A temporary agent home (`agent.json`, `skills/`, `sessions/`), a separate working
 /// folder, and a fake `$HOME`, all deleted on drop.

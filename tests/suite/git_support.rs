@@ -13,13 +13,6 @@ use serde_json::json;
 use crate::common::tracker::FakeTracker;
 use crate::common::*;
 
-fn repository(sb: &Sandbox) {
-    sb.write("shared.txt", "original\n");
-    git(&sb.work, &["init", "-q", "-b", "main"]);
-    git(&sb.work, &["add", "."]);
-    git(&sb.work, &["commit", "-q", "-m", "first"]);
-}
-
 fn config(sb: &Sandbox, llm: &ScriptedLlm, tracker: &FakeTracker, extra: serde_json::Value) {
     let mut cfg = json!({"tracker_url": tracker.url(), "listen_port": 0});
     for (k, v) in extra.as_object().cloned().unwrap_or_default() {

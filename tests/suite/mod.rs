@@ -15,6 +15,7 @@ mod config;
 mod confinement;
 mod daemon_process;
 mod delivery;
+mod exactly_once;
 mod deploy;
 mod git_support;
 mod github;

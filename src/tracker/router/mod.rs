@@ -302,6 +302,12 @@ impl Router {
     pub(crate) fn resume_pending(&self) {
         let pending = self.shared.journal.pending();
         for p in pending {
+            if self.shared.delivery.concluded(&p.envelope.id) {
+                // Its result was queued just before a crash took the journal's `done`.
+                tracing::info!(id = %p.envelope.id, "an event from before the restart was concluded already: not run again");
+                self.mark_done(&p.envelope.id);
+                continue;
+            }
             match Event::parse(&p.envelope) {
                 Ok(Some(event)) => {
                     tracing::info!(id = %p.envelope.id, task = %event.task_id(), attempts = p.attempts, "resuming an event from before the restart");
@@ -415,6 +421,7 @@ impl Router {
                         "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
                         Some(message.id.clone()),
                     )],
+                    &event_id,
                     move || done.mark_done(&event),
                 )
                 .await;
@@ -484,8 +491,9 @@ impl Router {
                 // Done once the comment is queued (a full disk delays it, never drops it).
                 me.shared
                     .delivery
-                    .queue_or_retry(&task, vec![Report::comment(content, None)], move || {
-                        done.mark_done(&event)
+                    .queue_or_retry(&task, vec![Report::comment(content, None)], &event, {
+                        let event = event.clone();
+                        move || done.mark_done(&event)
                     })
                     .await;
             });

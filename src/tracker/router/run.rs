@@ -150,7 +150,7 @@ impl Router {
             // Called when the reports are queued, now or after retries: the event is
             // marked done there, and the commit recorded as named.
             delivery
-                .queue_or_retry(&task, reports, move || {
+                .queue_or_retry(&task, reports, &job.event_id, move || {
                     me.mark_done(&event);
                     record_named();
                 })
@@ -165,7 +165,9 @@ impl Router {
         let (me, event) = (self.clone(), job.event_id.clone());
         self.shared
             .delivery
-            .queue_or_retry(&job.task_id, reports, move || me.mark_done(&event))
+            .queue_or_retry(&job.task_id, reports, &job.event_id, move || {
+                me.mark_done(&event)
+            })
             .await;
         self.finish(job, false);
     }

@@ -13,7 +13,7 @@ fn initializing(admin: &Path) -> bool {
 }
 
 /// Whether any process this one can see has `path` open (a scan of `/proc`).
-fn open_by_anyone(path: &Path) -> bool {
+pub(super) fn open_by_anyone(path: &Path) -> bool {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return false;
     };

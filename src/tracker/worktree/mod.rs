@@ -399,6 +399,7 @@ mod deliver;
 pub(crate) use deliver::{Closed, PushToken};
 mod discover;
 mod lifecycle;
+mod push;
 mod shared;
 pub(crate) use shared::{SharedFolder, Status as FolderStatus};
 

@@ -1,0 +1,317 @@
+//! Pushing a task's branch: where the push may go (no path the agent could have
+//! written, no transport that runs a program, no rewrite that sends it elsewhere),
+//! with what credentials (the operator's, when trusted; GitHub's token as a header),
+//! and how often (a push is idempotent: tried again, and the remote asked before a
+//! failure is reported).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{run_raw, TaskTree, Worktrees};
+
+/// Pushes tried within one delivery before the failure is reported.
+const PUSH_ATTEMPTS: u32 = 5;
+/// The first wait between two pushes; each later one doubles it (1 + 2 + 4 + 8 s).
+const PUSH_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The folder a remote URL names, when it names one on this machine
+/// (`check_url` refused every other form of a local path before).
+fn folder_of(url: &str) -> Option<PathBuf> {
+    match url.split_once("://") {
+        Some(("file", p)) => Some(PathBuf::from(p)),
+        None if url.starts_with('/') => Some(PathBuf::from(url)),
+        _ => None,
+    }
+}
+
+impl Worktrees {
+    /// Pushes the task's branch with the operator's own git credentials (their global
+    /// configuration, when no command of the agent's could have written it; programs
+    /// named by the repository's configuration never run).
+    ///
+    /// A push is idempotent, so a failed one is tried again (`PUSH_ATTEMPTS`, waits
+    /// doubling from `PUSH_BACKOFF`): the remote may still be finishing a push a
+    /// killed picogent started (`cannot lock ref`), or be down for a moment. Before a
+    /// failure is believed, the remote is asked what it holds: a push that landed
+    /// although git said otherwise is a push.
+    pub(super) fn push_branch(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
+        let home = crate::sandbox::programs::trusted_home(self.home.as_deref(), &self.allowed);
+        if home.is_none() {
+            // The agent could have written the home's git and ssh configuration (a
+            // `pushInsteadOf`, a `ProxyCommand`): none of it is read.
+            tracing::warn!("push: HOME lies inside the agent's allowed paths (or nothing is restricted), so picogent pushes without the global git and ssh configuration found there");
+        }
+        let urls = self.check_remote(tree, remote, home.as_deref())?;
+        let tip = self.full_tip(tree, &tree.branch);
+        let mut delay = PUSH_BACKOFF;
+        for attempt in 1.. {
+            let e = match self.push_once(tree, remote, home.as_deref(), &urls) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if tip.is_some() && self.remote_tip(tree, remote, home.as_deref(), &urls) == tip {
+                tracing::info!(task = %tree.slug, remote, "git said the push failed, but the remote holds the branch's tip: pushed ({e})");
+                return Ok(());
+            }
+            if attempt >= PUSH_ATTEMPTS {
+                return Err(e);
+            }
+            tracing::warn!(task = %tree.slug, remote, attempt, "the push failed, trying again in {delay:?}: {e}");
+            if urls.iter().all(|u| folder_of(u).is_some()) {
+                self.clear_remote_lock(&urls, &tree.branch);
+            }
+            // On a blocking thread (`close`), never the runtime's.
+            std::thread::sleep(delay);
+            delay *= 2;
+        }
+        unreachable!("the attempts end in a return")
+    }
+
+    /// One `git push` of the task's branch.
+    fn push_once(
+        &self,
+        tree: &TaskTree,
+        remote: &str,
+        home: Option<&std::path::Path>,
+        urls: &[String],
+    ) -> Result<(), String> {
+        let mut cmd = self.push_git(tree, remote, home);
+        self.authorize(&mut cmd, urls);
+        let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
+        cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
+        self.run(cmd).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// The full id of the branch's tip here.
+    fn full_tip(&self, tree: &TaskTree, branch: &str) -> Option<String> {
+        let mut cmd = self.tree_git(tree);
+        cmd.args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ]);
+        self.run(cmd).ok().filter(|t| !t.is_empty())
+    }
+
+    /// What the remote's branch points at, asked the way the push goes (same
+    /// configuration, same token); `None` when it has no such branch or cannot say.
+    fn remote_tip(
+        &self,
+        tree: &TaskTree,
+        remote: &str,
+        home: Option<&std::path::Path>,
+        urls: &[String],
+    ) -> Option<String> {
+        let mut cmd = self.push_git(tree, remote, home);
+        self.authorize(&mut cmd, urls);
+        let branch = format!("refs/heads/{}", tree.branch);
+        cmd.args(["ls-remote", "--quiet", remote, &branch]);
+        let out = self.run(cmd).ok()?;
+        out.lines()
+            .filter_map(|l| l.split_once('\t'))
+            .find(|(_, name)| *name == branch)
+            .map(|(id, _)| id.to_string())
+    }
+
+    /// A push to a folder whose `git-receive-pack` died with an earlier picogent can
+    /// leave the lock of the task's branch there, refusing every later push: it is
+    /// removed when no process has it open (only the task's own branch, only in a
+    /// folder remote; a server cleans up after itself).
+    fn clear_remote_lock(&self, urls: &[String], branch: &str) {
+        for folder in urls.iter().filter_map(|u| folder_of(u)) {
+            let lock = folder.join("refs/heads").join(format!("{branch}.lock"));
+            if lock.exists() && !super::lifecycle::open_by_anyone(&lock) {
+                match std::fs::remove_file(&lock) {
+                    Ok(()) => {
+                        tracing::warn!(lock = %lock.display(), "removed the lock a killed push left in the remote")
+                    }
+                    Err(e) => {
+                        tracing::warn!(lock = %lock.display(), "cannot remove a stale lock in the remote: {e}")
+                    }
+                }
+            }
+        }
+    }
+
+    /// The git that pushes, and that says where a push goes: both see the same
+    /// configuration, so the URL checked is the URL used.
+    /// `home` is the operator's, when it is trusted (`programs::trusted_home`).
+    pub(super) fn push_git(
+        &self,
+        tree: &TaskTree,
+        remote: &str,
+        home: Option<&std::path::Path>,
+    ) -> std::process::Command {
+        let mut cmd = self.tree_git(tree);
+        let mut ssh = "ssh -o BatchMode=yes -o ConnectTimeout=30".to_string();
+        match home {
+            Some(home) => {
+                cmd.env("HOME", home).env_remove("XDG_CONFIG_HOME");
+                cmd.env_remove("GIT_CONFIG_GLOBAL");
+                if let Some(sock) = std::env::var_os("SSH_AUTH_SOCK") {
+                    cmd.env("SSH_AUTH_SOCK", sock);
+                }
+            }
+            None => ssh.push_str(" -F /dev/null"),
+        }
+        let settings: Vec<(String, String)> = [
+            ("protocol.allow", "never"),
+            ("protocol.file.allow", "always"),
+            ("protocol.https.allow", "always"),
+            ("protocol.http.allow", "always"),
+            ("protocol.ssh.allow", "always"),
+            ("protocol.git.allow", "always"),
+            ("core.sshCommand", ssh.as_str()),
+            // Never a prompt, never a hang on a dead host.
+            ("http.lowSpeedLimit", "1000"),
+            ("http.lowSpeedTime", "60"),
+            ("credential.helper", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain([(
+            format!("remote.{remote}.receivepack"),
+            "git-receive-pack".to_string(),
+        )])
+        .collect();
+        // `credential.helper=` empties the whole list (a helper is a program, and the
+        // repository's list could name one): pushes authenticate by ssh key or agent,
+        // or a token in the remote's URL.
+        crate::sandbox::git::set_config(&mut cmd, &settings);
+        cmd
+    }
+}
+
+impl Worktrees {
+    /// Where a push would really go, after every rewrite git applies: refused when it
+    /// is a path on this machine the agent could have written (inside the allowed
+    /// paths or the worktrees), a relative path (git would take it from the worktree,
+    /// which is the agent's), or a transport other than https, http, ssh, git or file.
+    fn check_remote(
+        &self,
+        tree: &TaskTree,
+        remote: &str,
+        home: Option<&std::path::Path>,
+    ) -> Result<Vec<String>, String> {
+        if self.push_url.as_deref() == Some(remote) {
+            // A URL (GitHub mode's `remote_url`): no remote's settings apply, and no
+            // rewrite may either.
+            self.check_rewrites(tree, remote, home)?;
+            self.check_url(remote, remote)?;
+            return Ok(vec![remote.to_string()]);
+        }
+        let mut cmd = self.push_git(tree, remote, home);
+        // Every URL: a push goes to each of a remote's push URLs.
+        cmd.args(["remote", "get-url", "--push", "--all", remote]);
+        let urls = self.run(cmd).map_err(|e| e.to_string())?;
+        let urls: Vec<String> = urls.lines().map(str::to_string).collect();
+        for url in &urls {
+            self.check_url(remote, url)?;
+        }
+        Ok(urls)
+    }
+
+    /// Refuses a push to `url` that a `url.<base>.insteadOf` or `pushInsteadOf` in
+    /// the push's configuration would send elsewhere.
+    fn check_rewrites(
+        &self,
+        tree: &TaskTree,
+        url: &str,
+        home: Option<&std::path::Path>,
+    ) -> Result<(), String> {
+        let mut cmd = self.push_git(tree, "origin", home);
+        // NUL-separated entries, each `key\nvalue`: a value may hold spaces.
+        cmd.args(["config", "-z", "--get-regexp", r"^(url|remote)\."]);
+        // Exit 1: no such setting.
+        let entries = run_raw(cmd, self.limit).unwrap_or_default();
+        for entry in entries.split('\0').filter(|e| !e.is_empty()) {
+            let (key, value) = entry.split_once('\n').unwrap_or((entry, ""));
+            let key_lower = key.to_ascii_lowercase();
+            let rewrites =
+                key_lower.ends_with("insteadof") && !value.is_empty() && url.starts_with(value);
+            // `[remote "<url>"]` would give the URL settings of its own.
+            let section = key_lower
+                .strip_prefix("remote.")
+                .is_some_and(|rest| rest.starts_with(&url.to_ascii_lowercase()));
+            if rewrites || section {
+                return Err(format!(
+                    "remote_url {url}: the git configuration changes where it goes ({key}); picogent does not follow that"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a push may go to `url` (see `check_remote`).
+    fn check_url(&self, remote: &str, url: &str) -> Result<(), String> {
+        let url = url.to_string();
+        let refuse = |why: String| Err(format!("remote {remote} ({url}): {why}"));
+        let local = match url.split_once("://") {
+            Some(("file", p)) => Some(p.to_string()),
+            Some(("https" | "http" | "ssh" | "git" | "git+ssh" | "ssh+git", _)) => None,
+            Some((scheme, _)) => {
+                return refuse(format!("picogent pushes only over https, http, ssh, git or to a folder, not {scheme}://"));
+            }
+            None if url.contains("::") => {
+                return refuse("picogent does not push through a remote helper".into());
+            }
+            // `host:path`, git's scp-like ssh form (no slash before the colon).
+            None if url.split('/').next().unwrap_or("").contains(':') => None,
+            None => Some(url.clone()),
+        };
+        let Some(path) = local else {
+            return Ok(());
+        };
+        if !std::path::Path::new(&path).is_absolute() {
+            return refuse("a relative path would be taken from the task's worktree, which the agent writes; configure the remote with an absolute path".into());
+        }
+        let path = crate::sandbox::resolved(std::path::Path::new(&path));
+        if self.allowed.iter().any(|a| path.starts_with(a)) || path.starts_with(&self.root) {
+            return refuse(format!(
+                "it is a repository inside the agent's allowed paths ({}); picogent does not push there, since the agent could have planted hooks in it",
+                path.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Worktrees {
+    /// GitHub mode: the token goes to the push's HTTPS URLs as a header, in git's
+    /// environment (`GIT_CONFIG_*`): never on a command line or on disk, and never
+    /// to another host.
+    fn authorize(&self, cmd: &mut std::process::Command, urls: &[String]) {
+        let Some((token, host)) = self
+            .push_token
+            .as_ref()
+            .and_then(|(t, host)| Some((t()?, host)))
+        else {
+            return;
+        };
+        use base64::Engine as _;
+        let basic =
+            base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
+        let settings: Vec<(String, String)> = urls
+            .iter()
+            .filter_map(|u| reqwest::Url::parse(u).ok())
+            .filter(|u| u.scheme() == "https" && u.host_str() == Some(host.as_str()))
+            .flat_map(|u| {
+                // The URL's own origin (with its port): git matches `http.<url>.*` so.
+                let origin = format!("{}/", u.origin().ascii_serialization());
+                [
+                    // An empty value first: it drops any header the repository's
+                    // configuration set for the host (a CI checkout leaves one).
+                    (format!("http.{origin}.extraHeader"), String::new()),
+                    (
+                        format!("http.{origin}.extraHeader"),
+                        format!("Authorization: Basic {basic}"),
+                    ),
+                    // The credential goes to that host, never where it redirects.
+                    ("http.followRedirects".to_string(), "false".to_string()),
+                ]
+            })
+            .collect();
+        crate::sandbox::git::set_config(cmd, &settings);
+    }
+}

@@ -1,0 +1,203 @@
+//! Exactly-once at the instants between two records (issue 36): a task whose result
+//! was queued is never worked again; a push is tried again, and believed only after
+//! the remote was asked; what git started dies with picogent.
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::tracker::FakeTracker;
+use crate::common::*;
+
+fn assigned(event: &str, task: &str, title: &str) -> Value {
+    json!({"id": event, "type": "task.assigned",
+           "data": {"task": {"id": task, "title": title, "description": "Do it.", "status": "todo"}}})
+}
+
+/// Agent mode on the sandbox's repository, one task at a time, each conversation
+/// writing a file and answering.
+async fn agent(sb: &Sandbox, extra: Value) -> (ScriptedLlm, FakeTracker) {
+    repository(sb);
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.per_conversation(vec![
+        tool("bash", json!({"command": "echo work >> work.txt"})),
+        text("Done."),
+    ]);
+    let tracker = FakeTracker::start().await;
+    let mut cfg = json!({"tracker_url": tracker.url(), "listen_port": 0,
+                         "allowed_paths": [sb.work], "max_concurrent_tasks": 1});
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        cfg[k] = v;
+    }
+    sb.write_config(&llm, Wire::Anthropic, cfg);
+    (llm, tracker)
+}
+
+/// Restarts the daemon and waits until it is registered again.
+async fn restart(sb: &Sandbox, tracker: &FakeTracker, path: Option<&str>) -> tokio::process::Child {
+    let regs = tracker.ok_calls("/api/v1/agents/register").len();
+    let daemon = match path {
+        Some(p) => spawn_daemon_with_path(sb, p),
+        None => spawn_daemon(sb),
+    };
+    tracker
+        .wait_for(20, "re-registration", |t| {
+            t.ok_calls("/api/v1/agents/register").len() > regs
+        })
+        .await;
+    daemon
+}
+
+fn comment_text(tracker: &FakeTracker, task: &str) -> Vec<String> {
+    tracker
+        .comments(task)
+        .iter()
+        .map(|c| c["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Killed between the two records of a task's end: its result is queued (on disk,
+/// going out), the journal has not heard of it. The restarted daemon delivers that
+/// result once and does not work the task again: one comment, one commit, one run.
+#[tokio::test]
+async fn a_task_whose_result_was_queued_is_never_worked_again() {
+    let sb = Sandbox::new();
+    let (llm, tracker) = agent(&sb, json!({})).await;
+    // Nothing reaches the tracker before the kill: every report is the outbox's.
+    tracker.faults(|f| f.reports_down = usize::MAX);
+    let mut daemon = spawn_daemon_with(&sb, &[("PICOGENT_FAULT", "result_queued")]);
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "q1", "Once")).await;
+    let died = tokio::time::timeout(Duration::from_secs(60), daemon.wait())
+        .await
+        .expect("the fault point was never reached")
+        .unwrap();
+    assert_eq!(died.signal(), Some(9));
+    tracker.faults(|f| f.reports_down = 0);
+    let mut daemon = restart(&sb, &tracker, None).await;
+    tracker.wait_status("q1", "review", 30).await;
+    // One task at a time: a later task ends only after anything resumed before it.
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e2", "q2", "Next")).await;
+    tracker.wait_status("q2", "review", 30).await;
+    assert_eq!(
+        comment_text(&tracker, "q1").len(),
+        1,
+        "{:?}",
+        comment_text(&tracker, "q1")
+    );
+    assert_eq!(llm.request_count(), 4, "the first task was worked again");
+    let commits = git(&sb.work, &["rev-list", "--count", "main..picogent/q1"]);
+    assert_eq!(commits, "1");
+    daemon.kill().await.unwrap();
+}
+
+/// A push that fails while the remote is still busy (`cannot lock ref`, as when a
+/// killed picogent's push is finishing there) is tried again in the same delivery.
+#[tokio::test]
+async fn a_push_that_fails_for_a_moment_is_tried_again() {
+    let sb = Sandbox::new();
+    let (_llm, tracker) = agent(&sb, json!({"push": true})).await;
+    let origin = with_origin(&sb);
+    let slow = SlowGit::new(&sb);
+    slow.instead_of(
+        "push",
+        "echo x >> \"$dir/count\"\n  if [ $(wc -l < \"$dir/count\") -le 2 ]; then echo \"error: cannot lock ref 'refs/heads/picogent/r1': reference already exists\" >&2; exit 1; fi",
+    );
+    let mut daemon = spawn_daemon_with_path(&sb, &slow.path());
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "r1", "Retry")).await;
+    tracker.wait_status("r1", "review", 60).await;
+    let c = comment_text(&tracker, "r1").join("\n");
+    assert!(c.contains("Pushed to `origin`."), "{c}");
+    assert_eq!(slow.count(), 3);
+    let tip = git(&sb.work, &["rev-parse", "picogent/r1"]);
+    assert_eq!(git(&origin, &["rev-parse", "picogent/r1"]), tip);
+    daemon.kill().await.unwrap();
+}
+
+/// git says the push failed, but it landed: the remote is asked before a failure is
+/// reported, and the comment says what is true.
+#[tokio::test]
+async fn a_push_that_landed_is_reported_pushed_whatever_git_said() {
+    let sb = Sandbox::new();
+    let (_llm, tracker) = agent(&sb, json!({"push": true})).await;
+    let origin = with_origin(&sb);
+    let slow = SlowGit::new(&sb);
+    slow.instead_of(
+        "push",
+        "echo x >> \"$dir/count\"\n  \"$real\" \"$@\"; echo 'fatal: the remote end hung up unexpectedly' >&2; exit 128",
+    );
+    let mut daemon = spawn_daemon_with_path(&sb, &slow.path());
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "l1", "Landed")).await;
+    tracker.wait_status("l1", "review", 60).await;
+    let c = comment_text(&tracker, "l1").join("\n");
+    assert!(c.contains("Pushed to `origin`."), "{c}");
+    assert!(!c.contains("failed"), "{c}");
+    assert_eq!(slow.count(), 1, "a push the remote holds is not repeated");
+    let tip = git(&sb.work, &["rev-parse", "picogent/l1"]);
+    assert_eq!(git(&origin, &["rev-parse", "picogent/l1"]), tip);
+    daemon.kill().await.unwrap();
+}
+
+/// The lock a `git-receive-pack` killed with an earlier picogent left in a folder
+/// remote refuses every push of that branch: it is cleared, and the push goes through.
+#[tokio::test]
+async fn a_lock_a_killed_push_left_in_a_folder_remote_is_cleared() {
+    let sb = Sandbox::new();
+    let (_llm, tracker) = agent(&sb, json!({"push": true})).await;
+    let origin = with_origin(&sb);
+    let lock = origin.join("refs/heads/picogent/k1.lock");
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    std::fs::write(&lock, "").unwrap();
+    let mut daemon = spawn_daemon(&sb);
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "k1", "Locked")).await;
+    tracker.wait_status("k1", "review", 60).await;
+    let c = comment_text(&tracker, "k1").join("\n");
+    assert!(c.contains("Pushed to `origin`."), "{c}");
+    assert!(!lock.exists());
+    daemon.kill().await.unwrap();
+}
+
+/// Whether a process is gone (or a zombie nobody reaped yet).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+    }
+}
+
+/// Killed while git pushes: git's own children (here one the stand-in started, as
+/// `git push` starts `pack-objects` and a folder remote's `receive-pack`) die too.
+#[tokio::test]
+async fn what_git_started_dies_with_picogent() {
+    let sb = Sandbox::new();
+    let (_llm, tracker) = agent(&sb, json!({"push": true})).await;
+    with_origin(&sb);
+    let slow = SlowGit::new(&sb);
+    slow.stop_at("push", "sleep 300 & echo $! > \"$dir/child.pid\"");
+    let mut daemon = spawn_daemon_with_path(&sb, &slow.path());
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "g1", "Group")).await;
+    slow.reached().await;
+    let pid: i32 = std::fs::read_to_string(sb.base().join("slow-git/child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!gone(pid));
+    daemon.kill().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gone(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "git's child {pid} outlived picogent"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
