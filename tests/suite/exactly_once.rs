@@ -201,3 +201,84 @@ async fn what_git_started_dies_with_picogent() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The record of a task's worktree in the state folder.
+fn task_record(sb: &Sandbox, slug: &str) -> std::path::PathBuf {
+    let mut stack = vec![sb.base()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let in_records = p.parent().and_then(|d| d.file_name()) == Some("worktrees".as_ref());
+            if p.file_name() == Some(format!("{slug}.json").as_ref()) && in_records {
+                return p;
+            }
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            }
+        }
+    }
+    panic!("no record of task {slug}");
+}
+
+/// A daemon down for longer than the worktree retention, with a task's work not yet
+/// committed: the sweep at start keeps that worktree, and the resumed run commits it.
+#[tokio::test]
+async fn age_alone_never_removes_work_not_yet_committed() {
+    let sb = Sandbox::new();
+    repository(&sb);
+    let gate = ModelGate::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo first > first.txt"})),
+        Turn::Held(gate, "never".into()),
+    ])
+    .await;
+    let tracker = FakeTracker::start().await;
+    let cfg = json!({"tracker_url": tracker.url(), "listen_port": 0, "allowed_paths": [sb.work]});
+    sb.write_config(&llm, Wire::Anthropic, cfg);
+    let mut daemon = spawn_daemon(&sb);
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "w1", "Long")).await;
+    llm.wait_requests(2).await;
+    daemon.kill().await.unwrap();
+    // Eight days later (the retention is seven).
+    let record = task_record(&sb, "w1");
+    let mut r: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    r["last_event"] = json!(now - 8 * 86_400);
+    std::fs::write(&record, r.to_string()).unwrap();
+    llm.push(text("Done."));
+    let mut daemon = restart(&sb, &tracker, None).await;
+    tracker.wait_status("w1", "review", 30).await;
+    assert_eq!(git(&sb.work, &["show", "picogent/w1:first.txt"]), "first");
+    daemon.kill().await.unwrap();
+}
+
+/// A git lock dated after now was made before the clock was set back (here: two
+/// hours), not by this daemon: nobody holds it, so it is cleared and the work committed.
+#[tokio::test]
+async fn a_stale_lock_is_cleared_whatever_the_clock_says() {
+    let sb = Sandbox::new();
+    let (_llm, tracker) = agent(&sb, json!({})).await;
+    let mut daemon = spawn_daemon(&sb);
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "s1", "First")).await;
+    tracker.wait_status("s1", "review", 30).await;
+    let lock = sb.work.join(".git/worktrees/s1/index.lock");
+    let file = std::fs::File::create(&lock).unwrap();
+    file.set_modified(std::time::SystemTime::now() + Duration::from_secs(7200))
+        .unwrap();
+    drop(file);
+    let msg = json!({"id": "e2", "type": "chat.message", "data": {"task_id": "s1",
+        "message": {"id": "m1", "content": "Once more."}}});
+    tracker.deliver(&cb, &msg).await;
+    tracker
+        .wait_for(30, "the reply", |t| t.comments("s1").len() == 2)
+        .await;
+    let reply = comment_text(&tracker, "s1").remove(1);
+    assert!(reply.contains("**Branch** `picogent/s1`"), "{reply}");
+    assert!(!lock.exists());
+    daemon.kill().await.unwrap();
+}

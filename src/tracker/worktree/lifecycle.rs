@@ -3,6 +3,7 @@
 //! `worktree_retention_days`; worktrees picogent has no record of are only reported.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use super::{now_secs, task_slug, Record, TaskTree, WorktreeError, Worktrees};
 use crate::tracker::router::lock;
@@ -148,9 +149,11 @@ impl Worktrees {
                 .join(format!("{branch}.lock")),
         ];
         for lock in candidates.iter().filter(|p| p.exists()) {
+            // Older than this daemon, or dated in the future: made before the clock
+            // was set back (a lock of this daemon's is never dated after now).
             let older = std::fs::symlink_metadata(lock)
                 .and_then(|m| m.modified())
-                .is_ok_and(|t| t < self.started);
+                .is_ok_and(|t| t < self.started || t > SystemTime::now());
             if !older || open_by_anyone(lock) {
                 tracing::warn!(lock = %lock.display(), "a git lock is held by a running process; leaving it");
                 continue;
@@ -272,6 +275,28 @@ impl Worktrees {
         }
     }
 
+    /// Whether a task's worktree holds work its branch or remote lacks: changes not
+    /// committed, a commit not pushed; yes when git cannot tell.
+    fn holds_work(&self, r: &Record) -> bool {
+        if r.push_pending {
+            return true;
+        }
+        let Some(admin) = self.admin_of(&r.path) else {
+            return false;
+        };
+        let tree = TaskTree {
+            path: r.path.clone(),
+            work_dir: r.path.clone(),
+            branch: r.branch.clone(),
+            slug: String::new(),
+            admin,
+            notes: Vec::new(),
+        };
+        let mut status = self.tree_git(&tree);
+        status.args(["status", "--porcelain", "--ignore-submodules=all"]);
+        self.run(status).map_or(true, |out| !out.trim().is_empty())
+    }
+
     /// At start: removes the worktrees of tasks quiet for longer than the retention,
     /// and lists (never deletes) folders picogent has no record of.
     pub(crate) fn sweep(&self) {
@@ -289,7 +314,13 @@ impl Worktrees {
             let Some(r) = self.read_record(slug) else {
                 continue;
             };
-            if now.saturating_sub(r.last_event) > self.retention.as_secs() {
+            let quiet = now.saturating_sub(r.last_event) > self.retention.as_secs();
+            if quiet && self.holds_work(&r) {
+                // Age alone never removes work: a daemon down for longer than the
+                // retention resumes this task in the same worktree.
+                tracing::info!(task = %r.task, "the task had no event for {} days, but its worktree holds work not yet committed or pushed: kept", self.retention.as_secs() / 86_400);
+                known.push(r.path);
+            } else if quiet {
                 tracing::info!(task = %r.task, "the task had no event for {} days: removing its worktree", self.retention.as_secs() / 86_400);
                 if let Err(e) = self.remove_slug(slug) {
                     tracing::warn!(task = %r.task, "cannot remove the task's worktree: {e}");
