@@ -374,8 +374,9 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
         wait_for_signal().await;
         tracing::info!("signal received; stopping (send it again to quit at once)");
         on_signal.cancel();
-        wait_for_signal().await;
-        std::process::exit(130);
+        // As `picogent run` ends: 130 for Ctrl-C, 143 for SIGTERM or SIGHUP.
+        let code = run_signal().await;
+        std::process::exit(i32::from(code));
     });
     let trim = tokio::spawn(picogent::memory::trim_when_idle(stop.clone()));
     let served = if agent_mode {

@@ -83,6 +83,13 @@ impl TrackerClient {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30))
+            // A connection the network swallows (no answer, no reset) is given up
+            // after seconds, not after the report's timeout: sent data unacknowledged
+            // for 20 s, or an idle connection that stops answering its probes.
+            .tcp_user_timeout(Duration::from_secs(20))
+            .tcp_keepalive(Duration::from_secs(15))
+            .tcp_keepalive_interval(Duration::from_secs(5))
+            .tcp_keepalive_retries(3u32)
             .user_agent(concat!("picogent/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(TrackerClient {

@@ -112,6 +112,11 @@ impl Delivery {
         self.outbox.failing()
     }
 
+    /// Why the tracker refuses reports, while it does.
+    pub(super) fn refusing(&self) -> Option<String> {
+        self.outbox.refusing()
+    }
+
     /// Reports kept in the dead-letter file, and where.
     pub(super) fn dead_letters(&self) -> (usize, std::path::PathBuf) {
         self.outbox.dead_letters()

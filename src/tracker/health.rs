@@ -48,6 +48,12 @@ pub(crate) fn assess(router: &Router) -> Health {
             format!("the tracker is not taking reports ({why}); {waiting} waiting"),
         ));
     }
+    if let Some(why) = router.tracker_refusing().filter(|_| waiting > 0) {
+        degraded.push(concern(
+            "reports_refused",
+            format!("the tracker refuses reports ({why}); {waiting} waiting, retried for a while, then kept in the dead-letter file"),
+        ));
+    }
     Health {
         degraded,
         warnings: warnings(router),

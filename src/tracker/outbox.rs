@@ -134,6 +134,8 @@ pub(crate) struct Outbox {
     dead: Arc<DeadLetters>,
     /// Why the last attempt failed, while the tracker is not taking reports.
     failing: Arc<Mutex<Option<String>>>,
+    /// Why the tracker refused the last attempt (a 404 or another 4xx), while it does.
+    refusing: Arc<Mutex<Option<String>>>,
 }
 
 impl State {
@@ -280,6 +282,7 @@ impl Outbox {
             writer: Arc::new(writer),
             dead: Arc::new(DeadLetters::open(dir)),
             failing: Arc::new(Mutex::new(None)),
+            refusing: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -352,6 +355,11 @@ impl Outbox {
     /// Why the tracker is not taking reports, while it is not.
     pub(crate) fn failing(&self) -> Option<String> {
         lock(&self.failing).clone()
+    }
+
+    /// Why the tracker refuses reports (a 404 while it lost a task, say), while it does.
+    pub(crate) fn refusing(&self) -> Option<String> {
+        lock(&self.refusing).clone()
     }
 
     /// Reports the tracker refused for good, kept in the dead-letter file.
@@ -445,14 +453,17 @@ impl Outbox {
                 Ok(()) => {
                     tracing::debug!(task = %item.task_id, seq = item.seq, "report delivered");
                     *lock(&self.failing) = None;
+                    *lock(&self.refusing) = None;
                     self.mark_sent(item.seq);
                     return true;
                 }
                 Err(e) => e,
             };
-            // Unreachable is what `/healthz` calls degraded: a refusal is not that.
+            // Both make `/healthz` degraded, each with a kind of its own.
             if e.is_transient() {
                 *lock(&self.failing) = Some(e.to_string());
+            } else {
+                *lock(&self.refusing) = Some(e.to_string());
             }
             let refused_since = e
                 .may_pass()

@@ -108,18 +108,7 @@ async fn sigterm_lets_the_running_task_finish_then_exits_0() {
     }
     // Draining: the health check says so (503, for a load balancer), and no new
     // work is taken.
-    let health = cb.replace("/events", "/healthz");
-    let mut draining = false;
-    for _ in 0..500 {
-        let r = reqwest::get(&health).await.unwrap();
-        let body: serde_json::Value = r.json().await.unwrap_or_default();
-        if body["status"] == "draining" {
-            draining = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(draining, "the daemon never said it was draining");
+    wait_draining(&cb).await;
     let (status, _) = tracker.deliver(&cb, &task("evt_late", "t_late")).await;
     assert_eq!(status, 503);
     gate.open();
@@ -207,4 +196,48 @@ async fn a_second_daemon_on_the_same_agent_directory_exits_naming_the_first() {
         "{stderr}"
     );
     assert_eq!(tracker.ok_calls("/api/v1/agents/register").len(), 1);
+}
+
+/// Waits until the daemon behind `cb` says it is draining.
+async fn wait_draining(cb: &str) {
+    let health = cb.replace("/events", "/healthz");
+    for _ in 0..500 {
+        let r = reqwest::get(&health).await.unwrap();
+        let body: serde_json::Value = r.json().await.unwrap_or_default();
+        if body["status"] == "draining" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the daemon never said it was draining");
+}
+
+/// A second SIGTERM during the drain quits at once, with the status a SIGTERM stands
+/// for (143), as `picogent run` does.
+#[tokio::test]
+async fn a_second_sigterm_quits_at_once_with_143() {
+    let sb = Sandbox::new();
+    let gate = ModelGate::new();
+    let llm = ScriptedLlm::start(vec![Turn::Held(gate, "Never finished.".into())]).await;
+    let tracker = FakeTracker::start().await;
+    config(&sb, &llm, &tracker);
+    let mut child = spawn_daemon(&sb);
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &task("evt_2", "t_2")).await;
+    llm.wait_requests(1).await;
+    let pid = child.id().unwrap() as i32;
+    // SAFETY: signalling our own child process.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    wait_draining(&cb).await;
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let exit = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exit.code(), Some(143), "{exit:?}");
 }

@@ -93,6 +93,38 @@ async fn refused_reports_are_retried_for_a_while_then_kept_never_dropped() {
     d.stop().await.unwrap();
 }
 
+/// While the tracker refuses reports (404: it lost the task during a deploy), the
+/// health check says so, and says ok again once they go through.
+#[tokio::test]
+async fn refused_reports_make_the_health_check_degraded_while_they_last() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("Done.")]).await;
+    let tracker = FakeTracker::start().await;
+    tracker.faults(|f| {
+        f.reports_down = usize::MAX;
+        f.report_status = Some(404);
+    });
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    let cb = tracker.callback_url().await;
+    let health = cb.replace("/events", "/healthz");
+    tracker.deliver(&cb, &assigned("evt_r", "t_r", "Refused")).await;
+    let mut seen = Value::Null;
+    for _ in 0..500 {
+        seen = reqwest::get(&health).await.unwrap().json().await.unwrap();
+        if seen["status"] == "degraded" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen["reasons"][0]["kind"], "reports_refused", "{seen}");
+    assert!(seen["reason"].as_str().unwrap().contains("404"), "{seen}");
+    tracker.faults(|f| f.reports_down = 0);
+    tracker.wait_status("t_r", "review", 20).await;
+    let after: Value = reqwest::get(&health).await.unwrap().json().await.unwrap();
+    assert_eq!(after["status"], "ok", "{after}");
+    d.stop().await.unwrap();
+}
+
 /// A tracker that takes seconds to answer one task's reports gets each of them once,
 /// never two at a time, while another task's reports go out meanwhile.
 #[tokio::test]

@@ -36,6 +36,11 @@ impl Router {
         self.shared.delivery.failing()
     }
 
+    /// Why the tracker refuses reports, while it does.
+    pub(crate) fn tracker_refusing(&self) -> Option<String> {
+        self.shared.delivery.refusing()
+    }
+
     /// The sandbox asked for, and the level commands run at.
     pub(crate) fn sandbox(
         &self,
