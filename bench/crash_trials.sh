@@ -4,18 +4,23 @@
 #   bash bench/crash_trials.sh [N]            # prints the table
 #   bash bench/crash_trials.sh [N] --record   # also records it in bench/RESULTS.md (the
 #                                             # table it replaces moves to bench/HISTORY.md)
+#   bash bench/crash_trials.sh --random [N] [--record]
+#                                             # N (default 200) kills at a uniformly random
+#                                             # instant of a task instead (issue 36)
 # Each trial stops a stand-in git at the exact step, kills the daemon by pid, restarts
 # it and checks the branch, the remote and the comments (tests/suite/worktrees.rs).
 # The test binary is the one cargo builds (under $CARGO_TARGET_DIR when it is set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n=30 record=""
+n="" record="" random=""
 for arg in "$@"; do
   case "$arg" in
     --record) record="--record" ;;
+    --random) random=1 ;;
     *) n="$arg" ;;
   esac
 done
+n="${n:-$([ -n "$random" ] && echo 200 || echo 30)}"
 cargo test --quiet --test all --no-run 2>/dev/null
 bin=$(cargo test --test all --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
@@ -23,6 +28,10 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("target", {}).get("name") == "all" and m.get("executable"):
         print(m["executable"])')
+
+if [ -n "$random" ]; then
+  exec bash bench/crash_random.sh "$bin" "$n" "$record"
+fi
 
 # What each test cuts short.
 phase_name() {

@@ -29,6 +29,8 @@ pub struct Call {
     pub status: u16,
     /// Answered by a scripted fault (whatever its status), not by the tracker.
     pub scripted: bool,
+    /// The report's `Idempotency-Key`.
+    pub key: Option<String>,
 }
 
 #[derive(Default)]
@@ -168,6 +170,17 @@ impl FakeTracker {
         s.most_in_flight.get(task).copied().unwrap_or(0)
     }
 
+    /// The task's comments as a tracker that honours `Idempotency-Key` keeps them: a
+    /// repeat of a key it took is dropped.
+    pub fn comments_once_per_key(&self, task: &str) -> Vec<Value> {
+        let mut keys = std::collections::HashSet::new();
+        self.ok_calls(&format!("/api/v1/tasks/{task}/comments"))
+            .into_iter()
+            .filter(|c| c.key.as_ref().is_none_or(|k| keys.insert(k.clone())))
+            .map(|c| c.body)
+            .collect()
+    }
+
     pub fn comments(&self, task: &str) -> Vec<Value> {
         self.ok_calls(&format!("/api/v1/tasks/{task}/comments"))
             .into_iter()
@@ -282,7 +295,18 @@ fn push_call(
         at: Instant::now(),
         status,
         scripted,
+        key: None,
     });
+}
+
+/// Records a report the tracker took, with its idempotency key.
+fn record_report(st: &Arc<Mutex<St>>, method: &'static str, path: String, body: &Value, h: &HeaderMap) {
+    let status = if method == "POST" { 201 } else { 200 };
+    record(st, method, path, body, status);
+    let key = h.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(last) = st.lock().unwrap().calls.last_mut() {
+        last.key = key;
+    }
 }
 
 async fn register(State(st): S, h: HeaderMap, Json(body): Json<Value>) -> Response {
@@ -411,7 +435,7 @@ async fn status(
         push_call(&st, "PATCH", path, &body, code, true);
         return resp;
     }
-    record(&st, "PATCH", path, &body, 200);
+    record_report(&st, "PATCH", path, &body, &h);
     Json(json!({"id": id, "status": body["status"]})).into_response()
 }
 
@@ -431,7 +455,7 @@ async fn comment(
         push_call(&st, "POST", path, &body, code, true);
         return resp;
     }
-    record(&st, "POST", path, &body, 201);
+    record_report(&st, "POST", path, &body, &h);
     (StatusCode::CREATED, Json(json!({"id": "c_1"}))).into_response()
 }
 

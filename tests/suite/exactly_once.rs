@@ -21,7 +21,7 @@ async fn agent(sb: &Sandbox, extra: Value) -> (ScriptedLlm, FakeTracker) {
     repository(sb);
     let llm = ScriptedLlm::start(vec![]).await;
     llm.per_conversation(vec![
-        tool("bash", json!({"command": "echo work >> work.txt"})),
+        tool("bash", json!({"command": "echo work > work.txt"})),
         text("Done."),
     ]);
     let tracker = FakeTracker::start().await;
@@ -257,7 +257,7 @@ async fn age_alone_never_removes_work_not_yet_committed() {
 }
 
 /// A git lock dated after now was made before the clock was set back (here: two
-/// hours), not by this daemon: nobody holds it, so it is cleared and the work committed.
+/// hours), not by this daemon: nobody holds it, so it is cleared and the work delivered.
 #[tokio::test]
 async fn a_stale_lock_is_cleared_whatever_the_clock_says() {
     let sb = Sandbox::new();
@@ -278,7 +278,90 @@ async fn a_stale_lock_is_cleared_whatever_the_clock_says() {
         .wait_for(30, "the reply", |t| t.comments("s1").len() == 2)
         .await;
     let reply = comment_text(&tracker, "s1").remove(1);
-    assert!(reply.contains("**Branch** `picogent/s1`"), "{reply}");
+    assert!(!reply.contains("could not be committed"), "{reply}");
+    assert!(reply.contains("branch `picogent/s1`"), "{reply}");
     assert!(!lock.exists());
     daemon.kill().await.unwrap();
+}
+
+/// Prints the daemon's log when the test fails.
+struct LogOnFailure(std::path::PathBuf);
+
+impl Drop for LogOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.0).unwrap_or_default();
+            eprintln!("daemon log:\n{log}");
+        }
+    }
+}
+
+/// The instant a random trial kills at: `PICOGENT_TRIAL_KILL_AT_MS`, else uniformly
+/// random within `PICOGENT_TRIAL_SPAN_MS` (default 400 ms, about a task's length here;
+/// `PICOGENT_TRIAL_CALIBRATE` measures it).
+fn trial_instant() -> Duration {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let span = env("PICOGENT_TRIAL_SPAN_MS").unwrap_or(400).max(1);
+    let at = env("PICOGENT_TRIAL_KILL_AT_MS").unwrap_or_else(|| fastrand::u64(0..span));
+    Duration::from_millis(at)
+}
+
+/// One random-instant crash trial (`bench/crash_trials.sh --random` runs it many
+/// times): killed at any instant of a task (real git, a push to a folder remote) and
+/// restarted, picogent loses and doubles nothing. The remote holds the branch's tip,
+/// the branch one commit, the task one result comment naming that commit (as a
+/// tracker that honours the idempotency key keeps them), ending in `review`.
+#[tokio::test]
+async fn a_kill_at_a_random_instant_loses_and_doubles_nothing() {
+    let sb = Sandbox::new();
+    let (llm, tracker) = agent(&sb, json!({"push": true})).await;
+    // The work twice (the same each time): a run resumed after a kill in the first
+    // command is answered with the second, as a model told of the restart would redo it.
+    let work = || tool("bash", json!({"command": "echo work > work.txt"}));
+    llm.per_conversation(vec![work(), work(), text("Done.")]);
+    let origin = with_origin(&sb);
+    let mut daemon = spawn_daemon(&sb);
+    let cb = tracker.callback_url().await;
+    let at = trial_instant();
+    let sent = Instant::now();
+    tracker.deliver(&cb, &assigned("e1", "x1", "Trial")).await;
+    if std::env::var_os("PICOGENT_TRIAL_CALIBRATE").is_some() {
+        // How long the whole task takes here: the span trials kill within.
+        tracker.wait_status("x1", "review", 60).await;
+        eprintln!("trial: the task takes {} ms", sent.elapsed().as_millis());
+    }
+    // On purpose a sleep: the trial is the instant it ends at.
+    tokio::time::sleep(at).await;
+    daemon.kill().await.unwrap();
+    let reached = tracker.timeline("x1");
+    eprintln!("trial: killed {} ms after the event; the tracker had {reached:?}", at.as_millis());
+    // A failed trial shows what the daemon did.
+    let _log = LogOnFailure(sb.base().join("daemon.log"));
+    let mut daemon = restart(&sb, &tracker, None).await;
+    tracker.wait_status("x1", "review", 60).await;
+    // One task at a time: once a later one is done, so is anything resumed before it;
+    // a graceful stop then sends what is queued.
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e2", "x2", "Barrier")).await;
+    tracker.wait_status("x2", "review", 60).await;
+    // SAFETY: signalling our own child process.
+    unsafe {
+        libc::kill(daemon.id().unwrap() as i32, libc::SIGTERM);
+    }
+    let exit = tokio::time::timeout(Duration::from_secs(30), daemon.wait()).await;
+    assert!(matches!(exit, Ok(Ok(e)) if e.success()), "{exit:?}");
+    let tip = git(&sb.work, &["rev-parse", "picogent/x1"]);
+    assert_eq!(git(&origin, &["rev-parse", "picogent/x1"]), tip, "the push was lost");
+    let commits = git(&sb.work, &["rev-list", "--count", "main..picogent/x1"]);
+    assert_eq!(commits, "1", "the work was committed twice");
+    let comments: Vec<String> = tracker
+        .comments_once_per_key("x1")
+        .iter()
+        .map(|c| c["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert!(comments[0].contains(&tip[..12]), "{comments:#?}");
+    assert!(comments[0].contains("Pushed to `origin`."), "{comments:#?}");
+    let timeline = tracker.timeline("x1");
+    assert_eq!(timeline.last().map(String::as_str), Some("status:review"), "{timeline:?}");
 }

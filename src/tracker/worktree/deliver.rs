@@ -285,7 +285,8 @@ impl Delivered {
             None => String::new(),
             Some((remote, Ok(()))) => format!("\nPushed to `{remote}`."),
             Some((remote, Err(e))) => format!(
-                "\nThe push to `{remote}` failed ({e}); the commit is kept and the next run of this task pushes again."
+                "\nThe push to `{remote}` failed {} times ({e}), and the remote does not hold the commit: the commit is kept, and the next run of this task pushes again.",
+                super::push::PUSH_ATTEMPTS
             ),
         }
         };

@@ -64,7 +64,12 @@ impl Worktrees {
                     )));
                 }
                 record.creating = true;
+                // Dated now: the retention sweep must not take a record being made
+                // for one from long ago.
+                record.last_event = now_secs();
                 self.write_record(&slug, &record)?;
+                // The branch's lock a `worktree add` killed with picogent left.
+                self.clear_stale_locks(&self.common.join("worktrees").join(&slug), &branch);
                 self.add(&path, &branch, &mut notes)?;
                 let admin = self.admin_of(&path).ok_or_else(|| {
                     WorktreeError::Setup(format!(

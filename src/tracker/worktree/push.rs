@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{run_raw, TaskTree, Worktrees};
 
 /// Pushes tried within one delivery before the failure is reported.
-const PUSH_ATTEMPTS: u32 = 5;
+pub(super) const PUSH_ATTEMPTS: u32 = 5;
 /// The first wait between two pushes; each later one doubles it (1 + 2 + 4 + 8 s).
 const PUSH_BACKOFF: Duration = Duration::from_secs(1);
 
