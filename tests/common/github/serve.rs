@@ -12,9 +12,16 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use super::endpoints::route;
-use super::{error, hash, not_found, now, openapi, Answer, Fault, Request, St, LIMIT, Q};
+use super::{error, hash, not_found, openapi, Answer, Fault, Request, St, LIMIT, Q};
 
-fn fault(f: Fault) -> Answer {
+/// A `Date` header as GitHub (and RFC 7231) writes it.
+fn http_date(t: i64) -> String {
+    chrono::DateTime::from_timestamp(t, 0)
+        .map(|d| d.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+        .unwrap_or_default()
+}
+
+fn fault(f: Fault, now: i64) -> Answer {
     let limits = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api";
     match f {
         Fault::Status(status, body) => Answer::json(status, body),
@@ -24,7 +31,7 @@ fn fault(f: Fault) -> Answer {
                 json!({"message": "API rate limit exceeded for user ID 1.",
                        "documentation_url": format!("{limits}#about-the-primary-rate-limit")}),
             );
-            a.exhausted_until = Some(now() + reset_in_secs as i64);
+            a.exhausted_until = Some(now + reset_in_secs as i64);
             a
         }
         Fault::Secondary { retry_after_secs } => Answer::json(
@@ -39,6 +46,16 @@ fn fault(f: Fault) -> Answer {
                    "documentation_url": format!("{limits}#about-secondary-rate-limits")}),
         )
         .with("retry-after", retry_after_secs.to_string()),
+        Fault::Raw {
+            status,
+            content_type,
+            body,
+        } => {
+            let mut a = Answer::json(status, Value::Null);
+            a.raw = Some((content_type, body));
+            a
+        }
+        Fault::AfterDoing(status) => error(status, "Server Error"),
     }
 }
 
@@ -107,8 +124,9 @@ fn answer(s: &mut St, m: &str, path: &str, q: &Q, h: &HeaderMap, body: &[u8]) ->
         .faults
         .iter()
         .position(|(fm, fp, _)| fm.eq_ignore_ascii_case(m) && path.contains(fp.as_str()));
-    if let Some((_, _, f)) = matching.and_then(|i| s.faults.remove(i)) {
-        return fault(f);
+    let fault_now = matching.and_then(|i| s.faults.remove(i));
+    if let Some((_, _, f)) = fault_now.clone().filter(|(_, _, f)| !matches!(f, Fault::AfterDoing(_))) {
+        return fault(f, s.now());
     }
     if template.starts_with("/repos/{owner}/{repo}") {
         let named = format!("{}/{}", c.params["owner"], c.params["repo"]);
@@ -117,17 +135,25 @@ fn answer(s: &mut St, m: &str, path: &str, q: &Q, h: &HeaderMap, body: &[u8]) ->
         }
     }
     let json = serde_json::from_slice(body).unwrap_or(Value::Null);
-    route(s, m, template, &c.params, q, &json, path)
+    let done = route(s, m, template, &c.params, q, &json, path);
+    match fault_now {
+        Some((_, _, f)) => fault(f, s.now()),
+        None => done,
+    }
 }
 
 /// Puts GitHub's headers on an answer: rate limit (a 304 costs nothing, as on GitHub),
 /// ETag on a GET's 200 (turned into 304 when If-None-Match has it).
 fn finish(s: &mut St, m: &str, h: &HeaderMap, a: Answer) -> (u16, Response) {
-    let text = a.body.as_ref().map(Value::to_string);
+    let text = match &a.raw {
+        Some((_, raw)) => Some(raw.clone()),
+        None => a.body.as_ref().map(Value::to_string),
+    };
+    let kind = a.raw.as_ref().map_or("application/json; charset=utf-8", |r| r.0);
     let mut status = a.status;
     let etag = text
         .as_ref()
-        .filter(|_| m == "GET" && status == 200)
+        .filter(|_| m == "GET" && status == 200 && a.raw.is_none())
         .map(|t| format!("\"{:016x}\"", hash(t)));
     if let Some(tag) = &etag {
         let given = h
@@ -153,7 +179,7 @@ fn finish(s: &mut St, m: &str, h: &HeaderMap, a: Answer) -> (u16, Response) {
     let mut resp = match text {
         Some(t) if status != 304 => (
             code,
-            [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+            [(header::CONTENT_TYPE, kind)],
             t,
         )
             .into_response(),
@@ -167,6 +193,7 @@ fn finish(s: &mut St, m: &str, h: &HeaderMap, a: Answer) -> (u16, Response) {
         ("x-ratelimit-resource", "core".into()),
         ("x-github-api-version-selected", "2022-11-28".into()),
         ("x-github-media-type", "github.v3; format=json".into()),
+        ("date", http_date(s.now())),
         (
             "x-github-request-id",
             format!("FAKE:{:X}", s.requests.len()),
