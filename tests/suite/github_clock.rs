@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::github::{fixer, World, BOT};
+use super::github::{fixer, World, BOT, REPO, TOKEN};
 use crate::common::github::{FakeGithub, Fault};
 use crate::common::*;
 
@@ -70,7 +70,8 @@ async fn a_reply_whose_answer_was_lost_is_not_posted_twice_when_the_local_clock_
     w.gh.set_clock_ahead(-180);
     let n = w.gh.add_issue("Widget", "It is broken.", "alice");
     let d = w.daemon(json!({})).await;
-    let c = w.gh.add_comment(n, "alice", "@picogent-bot can you fix this?");
+    let c =
+        w.gh.add_comment(n, "alice", "@picogent-bot can you fix this?");
     assert_eq!(w.comment_event(n, c, "r-1").await.0, 202);
     w.gh.wait_for(60, "the finished progress comment", |g| {
         g.comments(n).iter().any(|c| {
@@ -81,8 +82,13 @@ async fn a_reply_whose_answer_was_lost_is_not_posted_twice_when_the_local_clock_
     })
     .await;
     // The reply is made, and its answer is a 502.
-    w.gh.fail_next("POST", &format!("/issues/{n}/comments"), Fault::AfterDoing(502));
-    let follow = w.gh.add_comment(n, "alice", "Thanks! Now polish it please.");
+    w.gh.fail_next(
+        "POST",
+        &format!("/issues/{n}/comments"),
+        Fault::AfterDoing(502),
+    );
+    let follow =
+        w.gh.add_comment(n, "alice", "Thanks! Now polish it please.");
     assert_eq!(w.comment_event(n, follow, "r-2").await.0, 202);
     let replies = |g: &FakeGithub, what: &str| {
         g.comments(n)
@@ -101,6 +107,51 @@ async fn a_reply_whose_answer_was_lost_is_not_posted_twice_when_the_local_clock_
         .await;
     assert!(w.gh.requests().iter().any(|r| r.status == 502));
     assert_eq!(replies(&w.gh, "Polished it"), 1, "{:#?}", w.bot_comments(n));
+    d.stop().await.unwrap();
+    w.assert_valid();
+}
+
+/// A GitHub App with the local clock ten minutes ahead: GitHub refuses a JWT issued in
+/// its future, so once its answer tells its clock, the JWT is dated by GitHub's.
+#[tokio::test]
+async fn a_github_apps_jwt_is_dated_by_githubs_clock() {
+    let key_file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/github-app-test-key.pem"
+    );
+    let mut w = World::new(fixer()).await;
+    w.gh = FakeGithub::start(REPO, "picogent-app[bot]", TOKEN).await;
+    w.gh.set_clock_ahead(-600);
+    w.gh.set_association("alice", "COLLABORATOR");
+    let n = w.gh.add_issue("App work", "", "alice");
+    w.gh.add_label(n, "picogent");
+    let app = json!({"app": {"app_id": 42, "private_key_file": key_file, "installation_id": 7},
+                     "trigger": {"label": "picogent"}});
+    w.sb.write_config(&w.llm, Wire::Anthropic, w.config(app));
+    let env: Vec<(String, String)> = w
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k != "GITHUB_TOKEN")
+        .collect();
+    let config = picogent::config::Config::load(
+        Some(&w.sb.home),
+        &picogent::config::Env::from_pairs(env),
+        &w.sb.base(),
+    )
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(picogent::tracker::daemon::run(
+        agent_from(config),
+        fast_timing(),
+        stop.clone(),
+    ));
+    let d = Daemon { stop, task };
+    w.gh.wait_for(60, "the App's pull request", |g| {
+        !g.pulls().is_empty()
+            || g.requests().len() > 2 && g.requests().iter().all(|r| r.status == 401)
+    })
+    .await;
+    assert_eq!(w.gh.pulls().len(), 1, "{:#?}", w.gh.requests());
     d.stop().await.unwrap();
     w.assert_valid();
 }

@@ -18,6 +18,7 @@ mod delivery;
 mod deploy;
 mod git_support;
 mod github;
+mod github_answers;
 mod github_clock;
 mod github_fake;
 mod hostile_input;

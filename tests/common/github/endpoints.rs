@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::{
-    error, has, not_found, ok, parse_ts, set_state, ts, Answer, Comment, Issue, Pull,
-    Reaction, ReviewComment, St, Q,
+    error, has, not_found, ok, parse_ts, set_state, ts, Answer, Comment, Issue, Pull, Reaction,
+    ReviewComment, St, Q,
 };
 
 /// GitHub's 422 for a request that is well-formed but refused.

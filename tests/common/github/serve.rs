@@ -59,8 +59,30 @@ fn fault(f: Fault, now: i64) -> Answer {
     }
 }
 
+/// Why GitHub would refuse a JWT's times on the fake's clock (`now`): issued in the
+/// future, expired, or living over ten minutes. Claims it lacks are not checked.
+fn jwt_times(cred: &str, now: i64) -> Option<&'static str> {
+    use base64::Engine as _;
+    let claims = cred.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims)
+        .ok()?;
+    let claims: Value = serde_json::from_slice(&bytes).ok()?;
+    let (iat, exp) = (claims["iat"].as_i64(), claims["exp"].as_i64());
+    if iat.is_some_and(|t| t > now) {
+        return Some(
+            "'Issued at' claim ('iat') must be an Integer representing a time in the past.",
+        );
+    }
+    if exp.is_some_and(|t| t <= now) || iat.zip(exp).is_some_and(|(i, e)| e - i > 600) {
+        return Some("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires.");
+    }
+    None
+}
+
 /// Checks the credentials: the configured token on the API, an App's JWT (any
-/// three-part token, recorded) on the App's own endpoints. `Some` is the refusal.
+/// three-part token whose times GitHub would take, recorded) on the App's own
+/// endpoints. `Some` is the refusal.
 fn authenticate(s: &mut St, template: &str, h: &HeaderMap) -> Option<Answer> {
     let auth = h
         .get("authorization")
@@ -74,7 +96,7 @@ fn authenticate(s: &mut St, template: &str, h: &HeaderMap) -> Option<Answer> {
             && cred.split('.').all(|p| !p.is_empty());
         if jwt {
             s.jwts.push(cred.to_string());
-            return None;
+            return jwt_times(cred, s.now()).map(|why| error(401, why));
         }
         return Some(error(401, "A JSON web token could not be decoded"));
     }
@@ -125,7 +147,10 @@ fn answer(s: &mut St, m: &str, path: &str, q: &Q, h: &HeaderMap, body: &[u8]) ->
         .iter()
         .position(|(fm, fp, _)| fm.eq_ignore_ascii_case(m) && path.contains(fp.as_str()));
     let fault_now = matching.and_then(|i| s.faults.remove(i));
-    if let Some((_, _, f)) = fault_now.clone().filter(|(_, _, f)| !matches!(f, Fault::AfterDoing(_))) {
+    if let Some((_, _, f)) = fault_now
+        .clone()
+        .filter(|(_, _, f)| !matches!(f, Fault::AfterDoing(_)))
+    {
         return fault(f, s.now());
     }
     if template.starts_with("/repos/{owner}/{repo}") {
@@ -149,7 +174,10 @@ fn finish(s: &mut St, m: &str, h: &HeaderMap, a: Answer) -> (u16, Response) {
         Some((_, raw)) => Some(raw.clone()),
         None => a.body.as_ref().map(Value::to_string),
     };
-    let kind = a.raw.as_ref().map_or("application/json; charset=utf-8", |r| r.0);
+    let kind = a
+        .raw
+        .as_ref()
+        .map_or("application/json; charset=utf-8", |r| r.0);
     let mut status = a.status;
     let etag = text
         .as_ref()
@@ -177,12 +205,7 @@ fn finish(s: &mut St, m: &str, h: &HeaderMap, a: Answer) -> (u16, Response) {
     };
     let code = StatusCode::from_u16(status).expect("a valid status");
     let mut resp = match text {
-        Some(t) if status != 304 => (
-            code,
-            [(header::CONTENT_TYPE, kind)],
-            t,
-        )
-            .into_response(),
+        Some(t) if status != 304 => (code, [(header::CONTENT_TYPE, kind)], t).into_response(),
         _ => code.into_response(),
     };
     let mut headers: Vec<(&'static str, String)> = vec![
