@@ -40,6 +40,15 @@ pub enum Fault {
     Secondary { retry_after_secs: u64 },
     /// 429 with `retry-after`.
     TooMany { retry_after_secs: u64 },
+    /// This status with this body and `Content-Type` (a proxy's HTML page, say).
+    Raw {
+        status: u16,
+        content_type: &'static str,
+        body: String,
+    },
+    /// The request is carried out (GitHub has it), then answered with this status and
+    /// GitHub's error body: a client never learns it went through.
+    AfterDoing(u16),
 }
 
 /// One request the fake received, and the status it answered.
@@ -136,6 +145,9 @@ struct St {
     used: u64,
     reset: i64,
     not_modified: usize,
+    /// How far the fake's clock is ahead of the real one, in seconds: its times, its
+    /// `Date` header and its rate-limit resets all read it.
+    ahead: i64,
 }
 
 #[derive(Clone)]
@@ -166,6 +178,8 @@ struct Answer {
     headers: Vec<(&'static str, String)>,
     /// The rate limit shows as spent until this time (a `RateLimited` fault).
     exhausted_until: Option<i64>,
+    /// A body that is not JSON, with its content type (a `Raw` fault).
+    raw: Option<(&'static str, String)>,
 }
 
 impl Answer {
@@ -175,6 +189,7 @@ impl Answer {
             body: Some(body),
             headers: Vec::new(),
             exhausted_until: None,
+            raw: None,
         }
     }
 
@@ -199,8 +214,11 @@ fn not_found() -> Answer {
     error(404, "Not Found")
 }
 
-fn now() -> i64 {
-    chrono::Utc::now().timestamp()
+impl St {
+    /// The fake GitHub's time now (seconds), `ahead` of the real clock.
+    fn now(&self) -> i64 {
+        chrono::Utc::now().timestamp() + self.ahead
+    }
 }
 
 /// RFC 3339 in whole seconds with `Z`, as GitHub writes times.
@@ -251,7 +269,7 @@ impl FakeGithub {
         openapi::spec();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let t = now();
+        let t = chrono::Utc::now().timestamp();
         let st = Arc::new(Mutex::new(St {
             repo: repo.into(),
             login: login.into(),
@@ -265,6 +283,17 @@ impl FakeGithub {
         let app = Router::new().fallback(serve::handle).with_state(st.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         FakeGithub { addr, st }
+    }
+
+    /// Sets the fake's clock `secs` ahead of the real one (behind when negative): the
+    /// times in its answers, its `Date` header and its rate-limit resets follow it.
+    pub fn set_clock_ahead(&self, secs: i64) {
+        self.with(|s| {
+            let shift = secs - s.ahead;
+            s.ahead = secs;
+            s.started += shift;
+            s.reset += shift;
+        });
     }
 
     /// The API URL (`api_url`), without a trailing slash.
@@ -335,16 +364,17 @@ impl FakeGithub {
     }
 
     /// Changes issue `n` and its `updated_at`.
-    fn change(&self, n: u64, f: impl FnOnce(&mut Issue)) {
+    fn change(&self, n: u64, f: impl FnOnce(&mut Issue, i64)) {
         self.with(|s| {
             let ix = s.issue_ix(n).unwrap_or_else(|| panic!("no issue #{n}"));
-            f(&mut s.issues[ix]);
-            s.issues[ix].updated = now();
+            let t = s.now();
+            f(&mut s.issues[ix], t);
+            s.issues[ix].updated = t;
         });
     }
 
     pub fn assign(&self, n: u64, login: &str) {
-        self.change(n, |i| {
+        self.change(n, |i, _| {
             if !has(&i.assignees, login) {
                 i.assignees.push(login.into());
             }
@@ -352,13 +382,13 @@ impl FakeGithub {
     }
 
     pub fn unassign(&self, n: u64, login: &str) {
-        self.change(n, |i| {
+        self.change(n, |i, _| {
             i.assignees.retain(|a| !a.eq_ignore_ascii_case(login))
         });
     }
 
     pub fn add_label(&self, n: u64, label: &str) {
-        self.change(n, |i| {
+        self.change(n, |i, _| {
             if !has(&i.labels, label) {
                 i.labels.push(label.into());
             }
@@ -366,11 +396,13 @@ impl FakeGithub {
     }
 
     pub fn remove_label(&self, n: u64, label: &str) {
-        self.change(n, |i| i.labels.retain(|l| !l.eq_ignore_ascii_case(label)));
+        self.change(n, |i, _| {
+            i.labels.retain(|l| !l.eq_ignore_ascii_case(label))
+        });
     }
 
     pub fn close_issue(&self, n: u64) {
-        self.change(n, |i| set_state(i, false, now()));
+        self.change(n, |i, t| set_state(i, false, t));
     }
 
     /// A comment by `author` on issue or pull request `n`; returns its id.

@@ -10,10 +10,10 @@ use serde_json::{json, Value};
 use crate::common::github::{deliver, deliver_raw, example, retarget, sign, FakeGithub, Fault};
 use crate::common::*;
 
-const REPO: &str = "acme/widgets";
-const BOT: &str = "picogent-bot";
-const TOKEN: &str = "ghp_testtoken0123456789";
-const SECRET: &str = "It's a Secret to Everybody";
+pub(crate) const REPO: &str = "acme/widgets";
+pub(crate) const BOT: &str = "picogent-bot";
+pub(crate) const TOKEN: &str = "ghp_testtoken0123456789";
+pub(crate) const SECRET: &str = "It's a Secret to Everybody";
 
 /// A clone with one commit on `main`, and the bare repository branches are pushed to.
 pub(crate) struct World {
@@ -249,7 +249,7 @@ impl World {
     }
 }
 
-fn fixer() -> Vec<Turn> {
+pub(crate) fn fixer() -> Vec<Turn> {
     vec![
         tool("bash", json!({"command": "echo fixed > widget.txt"})),
         text("Fixed the widget: it now says fixed."),

@@ -19,6 +19,8 @@ mod exactly_once;
 mod deploy;
 mod git_support;
 mod github;
+mod github_answers;
+mod github_clock;
 mod github_fake;
 mod hostile_input;
 mod live;

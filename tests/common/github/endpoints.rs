@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::{
-    error, has, not_found, now, ok, parse_ts, set_state, ts, Answer, Comment, Issue, Pull,
-    Reaction, ReviewComment, St, Q,
+    error, has, not_found, ok, parse_ts, set_state, ts, Answer, Comment, Issue, Pull, Reaction,
+    ReviewComment, St, Q,
 };
 
 /// GitHub's 422 for a request that is well-formed but refused.
@@ -47,7 +47,7 @@ impl St {
         pull: Option<Pull>,
     ) -> u64 {
         self.next_number += 1;
-        let (number, id, t) = (self.next_number, self.id(), now());
+        let (number, id, t) = (self.next_number, self.id(), self.now());
         self.issues.push(Issue {
             number,
             id,
@@ -69,7 +69,7 @@ impl St {
     /// A comment on issue or pull request `n`; it counts as a change of the issue.
     pub(super) fn new_comment(&mut self, n: u64, user: &str, body: &str) -> Option<u64> {
         let ix = self.issue_ix(n)?;
-        let (id, t) = (self.id(), now());
+        let (id, t) = (self.id(), self.now());
         self.comments.push(Comment {
             id,
             issue: n,
@@ -94,7 +94,7 @@ impl St {
         let ix = self
             .issue_ix(pr)
             .filter(|&i| self.issues[i].pull.is_some())?;
-        let (id, t) = (self.id(), now());
+        let (id, t) = (self.id(), self.now());
         self.review_comments.push(ReviewComment {
             id,
             pr,
@@ -132,7 +132,7 @@ impl St {
             target,
             content,
             user,
-            created: now(),
+            created: self.now(),
         };
         let v = self.reaction_json(&r);
         self.reactions.push(r);
@@ -262,7 +262,7 @@ impl St {
         else {
             return not_found();
         };
-        let t = now();
+        let t = self.now();
         let i = &mut self.issues[ix];
         if let Some(x) = b["title"].as_str() {
             i.title = x.into();
@@ -357,7 +357,7 @@ pub(super) fn route(
         }
         ("POST", "/app/installations/{installation_id}/access_tokens") => Answer::json(
             201,
-            json!({"token": s.token, "expires_at": ts(now() + 3600), "repository_selection": "selected",
+            json!({"token": s.token, "expires_at": ts(s.now() + 3600), "repository_selection": "selected",
                    "permissions": {"issues": "write", "pull_requests": "write", "contents": "write", "metadata": "read"}}),
         ),
         ("GET", "/repos/{owner}/{repo}") => ok(s.repo_json()),
@@ -377,7 +377,7 @@ pub(super) fn route(
             if m == "POST" {
                 list.extend(who);
             }
-            s.issues[i].updated = now();
+            s.issues[i].updated = s.now();
             Answer::json(
                 if m == "POST" { 201 } else { 200 },
                 s.issue_json(&s.issues[i]),
@@ -393,7 +393,7 @@ pub(super) fn route(
                     s.issues[i].labels.push(l);
                 }
             }
-            s.issues[i].updated = now();
+            s.issues[i].updated = s.now();
             ok(s.issues[i].labels.iter().map(|l| s.label(l)).collect())
         }
         ("DELETE", "/repos/{owner}/{repo}/issues/{issue_number}/labels/{name}") => {
@@ -411,7 +411,7 @@ pub(super) fn route(
             s.issues[i]
                 .labels
                 .retain(|l| !l.eq_ignore_ascii_case(&name));
-            s.issues[i].updated = now();
+            s.issues[i].updated = s.now();
             ok(s.issues[i].labels.iter().map(|l| s.label(l)).collect())
         }
         ("GET", "/repos/{owner}/{repo}/issues/{issue_number}/comments") => {
@@ -447,7 +447,7 @@ pub(super) fn route(
             };
             if m == "PATCH" {
                 s.comments[c].body = text.into();
-                s.comments[c].updated = now();
+                s.comments[c].updated = s.now();
             }
             ok(s.comment_json(&s.comments[c]))
         }

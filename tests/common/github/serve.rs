@@ -12,9 +12,16 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use super::endpoints::route;
-use super::{error, hash, not_found, now, openapi, Answer, Fault, Request, St, LIMIT, Q};
+use super::{error, hash, not_found, openapi, Answer, Fault, Request, St, LIMIT, Q};
 
-fn fault(f: Fault) -> Answer {
+/// A `Date` header as GitHub (and RFC 7231) writes it.
+fn http_date(t: i64) -> String {
+    chrono::DateTime::from_timestamp(t, 0)
+        .map(|d| d.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+        .unwrap_or_default()
+}
+
+fn fault(f: Fault, now: i64) -> Answer {
     let limits = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api";
     match f {
         Fault::Status(status, body) => Answer::json(status, body),
@@ -24,7 +31,7 @@ fn fault(f: Fault) -> Answer {
                 json!({"message": "API rate limit exceeded for user ID 1.",
                        "documentation_url": format!("{limits}#about-the-primary-rate-limit")}),
             );
-            a.exhausted_until = Some(now() + reset_in_secs as i64);
+            a.exhausted_until = Some(now + reset_in_secs as i64);
             a
         }
         Fault::Secondary { retry_after_secs } => Answer::json(
@@ -39,11 +46,43 @@ fn fault(f: Fault) -> Answer {
                    "documentation_url": format!("{limits}#about-secondary-rate-limits")}),
         )
         .with("retry-after", retry_after_secs.to_string()),
+        Fault::Raw {
+            status,
+            content_type,
+            body,
+        } => {
+            let mut a = Answer::json(status, Value::Null);
+            a.raw = Some((content_type, body));
+            a
+        }
+        Fault::AfterDoing(status) => error(status, "Server Error"),
     }
 }
 
+/// Why GitHub would refuse a JWT's times on the fake's clock (`now`): issued in the
+/// future, expired, or living over ten minutes. Claims it lacks are not checked.
+fn jwt_times(cred: &str, now: i64) -> Option<&'static str> {
+    use base64::Engine as _;
+    let claims = cred.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims)
+        .ok()?;
+    let claims: Value = serde_json::from_slice(&bytes).ok()?;
+    let (iat, exp) = (claims["iat"].as_i64(), claims["exp"].as_i64());
+    if iat.is_some_and(|t| t > now) {
+        return Some(
+            "'Issued at' claim ('iat') must be an Integer representing a time in the past.",
+        );
+    }
+    if exp.is_some_and(|t| t <= now) || iat.zip(exp).is_some_and(|(i, e)| e - i > 600) {
+        return Some("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires.");
+    }
+    None
+}
+
 /// Checks the credentials: the configured token on the API, an App's JWT (any
-/// three-part token, recorded) on the App's own endpoints. `Some` is the refusal.
+/// three-part token whose times GitHub would take, recorded) on the App's own
+/// endpoints. `Some` is the refusal.
 fn authenticate(s: &mut St, template: &str, h: &HeaderMap) -> Option<Answer> {
     let auth = h
         .get("authorization")
@@ -57,7 +96,7 @@ fn authenticate(s: &mut St, template: &str, h: &HeaderMap) -> Option<Answer> {
             && cred.split('.').all(|p| !p.is_empty());
         if jwt {
             s.jwts.push(cred.to_string());
-            return None;
+            return jwt_times(cred, s.now()).map(|why| error(401, why));
         }
         return Some(error(401, "A JSON web token could not be decoded"));
     }
@@ -107,8 +146,12 @@ fn answer(s: &mut St, m: &str, path: &str, q: &Q, h: &HeaderMap, body: &[u8]) ->
         .faults
         .iter()
         .position(|(fm, fp, _)| fm.eq_ignore_ascii_case(m) && path.contains(fp.as_str()));
-    if let Some((_, _, f)) = matching.and_then(|i| s.faults.remove(i)) {
-        return fault(f);
+    let fault_now = matching.and_then(|i| s.faults.remove(i));
+    if let Some((_, _, f)) = fault_now
+        .clone()
+        .filter(|(_, _, f)| !matches!(f, Fault::AfterDoing(_)))
+    {
+        return fault(f, s.now());
     }
     if template.starts_with("/repos/{owner}/{repo}") {
         let named = format!("{}/{}", c.params["owner"], c.params["repo"]);
@@ -117,17 +160,28 @@ fn answer(s: &mut St, m: &str, path: &str, q: &Q, h: &HeaderMap, body: &[u8]) ->
         }
     }
     let json = serde_json::from_slice(body).unwrap_or(Value::Null);
-    route(s, m, template, &c.params, q, &json, path)
+    let done = route(s, m, template, &c.params, q, &json, path);
+    match fault_now {
+        Some((_, _, f)) => fault(f, s.now()),
+        None => done,
+    }
 }
 
 /// Puts GitHub's headers on an answer: rate limit (a 304 costs nothing, as on GitHub),
 /// ETag on a GET's 200 (turned into 304 when If-None-Match has it).
 fn finish(s: &mut St, m: &str, h: &HeaderMap, a: Answer) -> (u16, Response) {
-    let text = a.body.as_ref().map(Value::to_string);
+    let text = match &a.raw {
+        Some((_, raw)) => Some(raw.clone()),
+        None => a.body.as_ref().map(Value::to_string),
+    };
+    let kind = a
+        .raw
+        .as_ref()
+        .map_or("application/json; charset=utf-8", |r| r.0);
     let mut status = a.status;
     let etag = text
         .as_ref()
-        .filter(|_| m == "GET" && status == 200)
+        .filter(|_| m == "GET" && status == 200 && a.raw.is_none())
         .map(|t| format!("\"{:016x}\"", hash(t)));
     if let Some(tag) = &etag {
         let given = h
@@ -151,12 +205,7 @@ fn finish(s: &mut St, m: &str, h: &HeaderMap, a: Answer) -> (u16, Response) {
     };
     let code = StatusCode::from_u16(status).expect("a valid status");
     let mut resp = match text {
-        Some(t) if status != 304 => (
-            code,
-            [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
-            t,
-        )
-            .into_response(),
+        Some(t) if status != 304 => (code, [(header::CONTENT_TYPE, kind)], t).into_response(),
         _ => code.into_response(),
     };
     let mut headers: Vec<(&'static str, String)> = vec![
@@ -167,6 +216,7 @@ fn finish(s: &mut St, m: &str, h: &HeaderMap, a: Answer) -> (u16, Response) {
         ("x-ratelimit-resource", "core".into()),
         ("x-github-api-version-selected", "2022-11-28".into()),
         ("x-github-media-type", "github.v3; format=json".into()),
+        ("date", http_date(s.now())),
         (
             "x-github-request-id",
             format!("FAKE:{:X}", s.requests.len()),
