@@ -1,19 +1,22 @@
 //! GitHub's REST API as picogent calls it: every request with the token, a
 //! `User-Agent`, `Accept: application/vnd.github+json` and the API version; answers
-//! classified into errors with a kind; rate limits obeyed (a primary limit waits for
-//! `x-ratelimit-reset`, a secondary one for `retry-after`, and no request is sent
-//! before then); and conditional GETs (`If-None-Match` with the last `ETag`), whose
+//! classified into errors with a kind (a 2xx that is not the JSON GitHub's API promises,
+//! such as a proxy's HTML page, is one too, never a success); rate limits obeyed (a
+//! primary limit waits for `x-ratelimit-reset` by GitHub's clock, a secondary one for
+//! `retry-after`, and no request is sent before then); GitHub's clock learnt from every
+//! answer's `Date`; and conditional GETs (`If-None-Match` with the last `ETag`), whose
 //! 304 answers GitHub does not count against the limit.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::auth::Auth;
+use super::clock::Clock;
 use crate::util::lock;
 
 /// The longest picogent waits for a rate limit before it tries again anyway.
@@ -51,6 +54,15 @@ pub(crate) enum ApiError {
     /// Connection errors, timeouts, 5xx.
     #[error("{message} ({what})")]
     Transient { what: String, message: String },
+    /// A 2xx answer that is not what GitHub's API promises: not JSON (a proxy's or a
+    /// captive portal's HTML page), or without the fields picogent reads. Retried for
+    /// a bounded time, like a refusal that may pass, then given up with this message.
+    #[error("HTTP {status} {what}: the answer is not the JSON GitHub's API promises ({message})")]
+    Malformed {
+        status: u16,
+        what: String,
+        message: String,
+    },
 }
 
 impl ApiError {
@@ -88,6 +100,22 @@ impl ApiError {
                 url: what,
                 message,
             },
+            // As a refusal that may pass: tried again for a bounded time, then kept in
+            // the dead-letter file with what GitHub sent.
+            e @ ApiError::Malformed { status, .. } => T::Rejected {
+                status,
+                url,
+                message: e.to_string(),
+            },
+        }
+    }
+
+    /// An answer that lacks a field picogent needs.
+    pub(crate) fn lacking(what: String, field: &str) -> ApiError {
+        ApiError::Malformed {
+            status: 200,
+            what,
+            message: format!("it has no `{field}`"),
         }
     }
 }
@@ -114,6 +142,8 @@ pub(crate) struct Api {
     not_before: Mutex<Option<Instant>>,
     /// The daemon's stop: a wait for a rate limit ends with it.
     stop: tokio_util::sync::CancellationToken,
+    /// GitHub's clock, from its answers' `Date`.
+    clock: Clock,
 }
 
 fn message_of(body: &Value, text: &str) -> String {
@@ -137,8 +167,14 @@ fn header_u64(h: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
 }
 
 /// How long a rate-limited answer says to wait, if it is one: `retry-after` (a
-/// secondary limit, or 429), else a spent primary limit until `x-ratelimit-reset`.
-fn rate_wait(status: u16, h: &reqwest::header::HeaderMap, message: &str) -> Option<Duration> {
+/// secondary limit, or 429), else a spent primary limit until `x-ratelimit-reset`, an
+/// epoch time on GitHub's clock (`now`, GitHub's time in seconds).
+fn rate_wait(
+    status: u16,
+    h: &reqwest::header::HeaderMap,
+    message: &str,
+    now: u64,
+) -> Option<Duration> {
     if !matches!(status, 403 | 429) {
         return None;
     }
@@ -146,9 +182,6 @@ fn rate_wait(status: u16, h: &reqwest::header::HeaderMap, message: &str) -> Opti
         return Some(Duration::from_secs(secs.min(MAX_WAIT.as_secs())));
     }
     if header_u64(h, "x-ratelimit-remaining") == Some(0) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         let reset = header_u64(h, "x-ratelimit-reset").unwrap_or(now + 60);
         return Some(Duration::from_secs(
             reset.saturating_sub(now).clamp(1, MAX_WAIT.as_secs()),
@@ -177,6 +210,25 @@ async fn read_capped(mut resp: reqwest::Response) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// Why a 2xx answer with this body is not GitHub's JSON, if it is not: a body that is
+/// no JSON, or a content type other than JSON's. An empty body (204) is fine.
+fn not_json(h: &reqwest::header::HeaderMap, text: &str) -> Option<String> {
+    if text.trim().is_empty() {
+        return None;
+    }
+    let kind = h
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none");
+    let seen = || crate::util::one_line(text, 120);
+    if !kind.to_ascii_lowercase().contains("json") {
+        return Some(format!("Content-Type {kind}: {}", seen()));
+    }
+    serde_json::from_str::<Value>(text)
+        .err()
+        .map(|e| format!("not JSON ({e}): {}", seen()))
+}
+
 /// The `rel="next"` URL of a `Link` header.
 fn next_link(h: &reqwest::header::HeaderMap) -> Option<String> {
     let link = h.get("link")?.to_str().ok()?;
@@ -201,6 +253,12 @@ impl Api {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
+            // As the tracker client: a connection the network swallows is given up in
+            // seconds, not at the request's timeout.
+            .tcp_user_timeout(Duration::from_secs(20))
+            .tcp_keepalive(Duration::from_secs(15))
+            .tcp_keepalive_interval(Duration::from_secs(5))
+            .tcp_keepalive_retries(3u32)
             .user_agent(concat!("picogent/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(Api {
@@ -211,7 +269,13 @@ impl Api {
             etags: Mutex::new(HashMap::new()),
             not_before: Mutex::new(None),
             stop,
+            clock: Clock::default(),
         })
+    }
+
+    /// GitHub's clock, as its answers' `Date` says.
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// `/repos/{owner}/{name}` followed by `rest`.
@@ -236,11 +300,13 @@ impl Api {
                 message: "no token".into(),
             });
         };
-        let jwt = app.jwt().map_err(|e| ApiError::Unauthorized {
-            status: 0,
-            what: "GitHub App JWT".into(),
-            message: e.to_string(),
-        })?;
+        let jwt = app
+            .jwt(self.clock.epoch())
+            .map_err(|e| ApiError::Unauthorized {
+                status: 0,
+                what: "GitHub App JWT".into(),
+                message: e.to_string(),
+            })?;
         let path = format!("/app/installations/{}/access_tokens", app.installation_id);
         let answer = self
             .request_as(Method::POST, &path, Some(&json!({})), &jwt, None)
@@ -258,6 +324,7 @@ impl Api {
         app.keep(
             token.clone(),
             answer.body["expires_at"].as_str().unwrap_or_default(),
+            &self.clock,
         );
         tracing::info!(
             installation = app.installation_id,
@@ -370,6 +437,8 @@ impl Api {
         })?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
+        self.clock
+            .learn(headers.get("date").and_then(|v| v.to_str().ok()));
         if let Some(r) = header_u64(&headers, "x-ratelimit-remaining").filter(|r| *r < 50) {
             tracing::warn!(
                 remaining = r,
@@ -386,14 +455,14 @@ impl Api {
         let text = read_capped(resp).await;
         let parsed: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if (200..300).contains(&status) {
-            let tag = headers.get("etag").and_then(|v| v.to_str().ok());
-            if let Some(tag) = tag.filter(|_| etag.is_some()) {
-                let mut etags = lock(&self.etags);
-                if etags.len() >= MAX_CACHED && !etags.contains_key(path) {
-                    etags.clear();
-                }
-                etags.insert(path.to_string(), (tag.to_string(), parsed.clone()));
+            if let Some(why) = not_json(&headers, &text) {
+                return Err(ApiError::Malformed {
+                    status,
+                    what,
+                    message: why,
+                });
             }
+            self.remember(path, &headers, etag.is_some(), &parsed);
             return Ok(Answer {
                 body: parsed,
                 next: next_link(&headers),
@@ -401,6 +470,24 @@ impl Api {
             });
         }
         Err(self.refusal(status, &headers, what, message_of(&parsed, &text)))
+    }
+
+    /// Keeps a conditional GET's answer with its ETag, for the next request to `path`.
+    fn remember(
+        &self,
+        path: &str,
+        headers: &reqwest::header::HeaderMap,
+        asked: bool,
+        body: &Value,
+    ) {
+        let tag = headers.get("etag").and_then(|v| v.to_str().ok());
+        if let Some(tag) = tag.filter(|_| asked) {
+            let mut etags = lock(&self.etags);
+            if etags.len() >= MAX_CACHED && !etags.contains_key(path) {
+                etags.clear();
+            }
+            etags.insert(path.to_string(), (tag.to_string(), body.clone()));
+        }
     }
 
     /// What an answer other than 2xx and 304 means; a rate limit also stops every
@@ -412,7 +499,7 @@ impl Api {
         what: String,
         message: String,
     ) -> ApiError {
-        if let Some(wait) = rate_wait(status, headers, &message) {
+        if let Some(wait) = rate_wait(status, headers, &message, self.clock.epoch()) {
             *lock(&self.not_before) = Some(Instant::now() + wait);
             tracing::warn!("GitHub rate limit ({what}): {message}; no request for {wait:?}");
             return ApiError::RateLimited {
@@ -450,8 +537,9 @@ impl Api {
         let mut pages = 0;
         while let Some(p) = next.take() {
             let answer = self.call(Method::GET, &p, None).await?;
-            if let Value::Array(items) = answer.body {
-                out.extend(items);
+            match answer.body {
+                Value::Array(items) => out.extend(items),
+                _ => return Err(ApiError::lacking(format!("GET {p}"), "list")),
             }
             pages += 1;
             if pages < max_pages {
@@ -471,16 +559,16 @@ mod tests {
     fn rate_limits_are_read_from_the_headers() {
         let mut h = HeaderMap::new();
         h.insert("retry-after", HeaderValue::from_static("7"));
-        assert_eq!(rate_wait(403, &h, ""), Some(Duration::from_secs(7)));
-        assert_eq!(rate_wait(500, &h, ""), None);
+        assert_eq!(rate_wait(403, &h, "", 1000), Some(Duration::from_secs(7)));
+        assert_eq!(rate_wait(500, &h, "", 1000), None);
         let mut h = HeaderMap::new();
         h.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
         h.insert("x-ratelimit-reset", HeaderValue::from_static("99999999999"));
-        assert_eq!(rate_wait(403, &h, ""), Some(MAX_WAIT));
+        assert_eq!(rate_wait(403, &h, "", 1000), Some(MAX_WAIT));
         let h = HeaderMap::new();
-        assert_eq!(rate_wait(403, &h, "Bad credentials"), None);
+        assert_eq!(rate_wait(403, &h, "Bad credentials", 1000), None);
         assert_eq!(
-            rate_wait(403, &h, "You have exceeded a secondary rate limit"),
+            rate_wait(403, &h, "You have exceeded a secondary rate limit", 1000),
             Some(Duration::from_secs(60))
         );
         let mut h = HeaderMap::new();

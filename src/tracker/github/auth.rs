@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
@@ -29,8 +29,9 @@ pub(crate) struct App {
     pub(crate) app_id: u64,
     pub(crate) installation_id: u64,
     key: RsaKeyPair,
-    /// The installation token and when it expires.
-    minted: Mutex<Option<(String, SystemTime)>>,
+    /// The installation token and when it expires, on the monotonic clock (GitHub's
+    /// `expires_at` read with GitHub's clock, so a wrong local clock does not matter).
+    minted: Mutex<Option<(String, Instant)>>,
 }
 
 pub(crate) enum Auth {
@@ -92,8 +93,8 @@ impl Auth {
             Auth::App(app) => lock(&app.minted)
                 .as_ref()
                 .filter(|(_, exp)| {
-                    exp.duration_since(SystemTime::now())
-                        .is_ok_and(|left| left > REFRESH_BEFORE)
+                    exp.checked_duration_since(Instant::now())
+                        .is_some_and(|left| left > REFRESH_BEFORE)
                 })
                 .map(|(t, _)| t.clone()),
         }
@@ -102,11 +103,9 @@ impl Auth {
 
 impl App {
     /// A JWT for the App itself (`iss` its id), valid for nine minutes from a minute
-    /// ago (GitHub allows ten, and clocks drift).
-    pub(crate) fn jwt(&self) -> Result<String, AuthError> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+    /// ago (GitHub allows ten, and clocks drift); `now` is GitHub's time (seconds since
+    /// the epoch), which GitHub checks the JWT against.
+    pub(crate) fn jwt(&self, now: u64) -> Result<String, AuthError> {
         let header = b64url(json!({"alg": "RS256", "typ": "JWT"}).to_string().as_bytes());
         let claims = json!({"iat": now.saturating_sub(60), "exp": now + 540, "iss": self.app_id.to_string()});
         let payload = b64url(claims.to_string().as_bytes());
@@ -123,15 +122,15 @@ impl App {
         Ok(format!("{message}.{}", b64url(&sig)))
     }
 
-    /// Keeps a minted installation token; `expires_at` as GitHub writes it (RFC 3339).
-    pub(crate) fn keep(&self, token: String, expires_at: &str) {
-        let exp = chrono::DateTime::parse_from_rfc3339(expires_at)
+    /// Keeps a minted installation token; `expires_at` as GitHub writes it (RFC 3339),
+    /// read with GitHub's clock.
+    pub(crate) fn keep(&self, token: String, expires_at: &str, clock: &super::clock::Clock) {
+        let left = chrono::DateTime::parse_from_rfc3339(expires_at)
             .ok()
-            .and_then(|t| u64::try_from(t.timestamp()).ok())
-            .map(|s| UNIX_EPOCH + Duration::from_secs(s))
+            .map(|t| clock.until(t.with_timezone(&chrono::Utc)))
             // An answer without a usable time: an hour, as GitHub's tokens last.
-            .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(3600));
-        *lock(&self.minted) = Some((token, exp));
+            .unwrap_or(Duration::from_secs(3600));
+        *lock(&self.minted) = Some((token, Instant::now() + left));
     }
 }
 

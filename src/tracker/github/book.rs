@@ -1,7 +1,8 @@
 //! The GitHub tracker's own record (`state/github.json`): which issues are picogent's
 //! tasks now (assigned, labelled or mentioned, and not closed or unassigned since),
 //! how often each became one (each time is a new task start), the pull request each
-//! one's branch became, and where polling got to. Changed in memory at once, then
+//! one's branch became (or why GitHub would not open it), whether its progress comment
+//! still says work goes on, and where polling (or the last webhook delivery) got to. Changed in memory at once, then
 //! rewritten whole (a synced temporary file renamed over it) on a blocking thread,
 //! after a webhook's answer rather than before it; it is small, and it changes only
 //! when an issue does.
@@ -33,6 +34,14 @@ pub(crate) struct Entry {
     /// What made it a task this time: it ends when that no longer holds.
     #[serde(default)]
     pub(crate) by: By,
+    /// Its progress comment says picogent is working: a task let go without a run to
+    /// report (its issue closed while picogent was down) must still say it stopped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) working: bool,
+    /// Why GitHub would not open the pull request of its branch (the progress comment
+    /// says so, not "finished"), until one is opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) unproposed: Option<String>,
 }
 
 /// What made an issue a task.
@@ -63,7 +72,11 @@ pub(crate) struct Book {
     written: AtomicU64,
     /// One rewrite at a time; each writes everything changed so far.
     writing: tokio::sync::Mutex<()>,
+    /// When each mark `note_mark` records was last handed out to be written.
+    flushed_marks: Mutex<BTreeMap<String, Time>>,
 }
+
+type Time = chrono::DateTime<chrono::Utc>;
 
 impl Book {
     pub(crate) fn open(dir: &Path) -> io::Result<Book> {
@@ -85,6 +98,7 @@ impl Book {
             changes: AtomicU64::new(0),
             written: AtomicU64::new(0),
             writing: tokio::sync::Mutex::new(()),
+            flushed_marks: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -113,6 +127,32 @@ impl Book {
             .iter()
             .find(|(_, e)| e.pull == Some(pull))
             .map(|(n, _)| *n)
+    }
+
+    /// Issues whose progress comment still says work goes on, though they are no tasks.
+    pub(crate) fn still_working(&self) -> Vec<u64> {
+        lock(&self.file)
+            .issues
+            .iter()
+            .filter(|(_, e)| e.working && !e.active)
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// Changes an issue's entry and writes the record (synced) before returning; when
+    /// the change changed nothing, nothing is written.
+    pub(crate) async fn change(
+        &self,
+        issue: u64,
+        change: impl FnOnce(&mut Entry),
+    ) -> io::Result<()> {
+        let before = self.get(issue);
+        let mut after = before.clone();
+        change(&mut after);
+        if after == before {
+            return Ok(());
+        }
+        self.update(issue, |e| *e = after).await
     }
 
     /// Changes an issue's entry and writes the record (synced) before returning.
@@ -156,6 +196,21 @@ impl Book {
     /// A polled list's `since`, if one was recorded.
     pub(crate) fn mark(&self, list: &str) -> Option<String> {
         lock(&self.file).marks.get(list).cloned()
+    }
+
+    /// Records a mark in memory; true when the last one handed out to be written is
+    /// `stale_after` older (or there is none), so the caller writes it: a mark that
+    /// changes with every webhook delivery is written at most that often.
+    pub(crate) fn note_mark(&self, list: &str, at: Time, stale_after: chrono::Duration) -> bool {
+        let text = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        lock(&self.file).marks.insert(list.to_string(), text);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        let mut flushed = lock(&self.flushed_marks);
+        if flushed.get(list).is_some_and(|t| at - *t < stale_after) {
+            return false;
+        }
+        flushed.insert(list.to_string(), at);
+        true
     }
 
     pub(crate) async fn set_mark(&self, list: &str, since: &str) -> io::Result<()> {

@@ -2,8 +2,9 @@
 //! trigger (assigned to picogent's login, labelled, or mentioning it) starts a task
 //! (`task.assigned`); a new comment on a task's issue or a review comment on its pull
 //! request is a chat message to it; a task's issue closed, unassigned or unlabelled
-//! cancels it (`task.cancelled`), quietly when nothing of it is running. Comments
-//! picogent wrote itself never count.
+//! cancels it (`task.cancelled`), quietly when nothing of it is running (a progress
+//! comment that still says work goes on is edited to say it stopped). Comments picogent
+//! wrote itself never count.
 //!
 //! Decisions are taken one at a time (webhook deliveries and polls may arrive
 //! together), each against the book of active issues, and the event is journaled
@@ -19,6 +20,7 @@ use serde_json::json;
 use super::api::{Api, ApiError};
 use super::book::{Book, By};
 use super::payload::{self, Comment, CommentKind, Incoming, Issue};
+use super::progress::Progress;
 use crate::config::Trigger;
 use crate::tracker::router::{AcceptError, Accepted, Router};
 use crate::tracker::types::Envelope;
@@ -48,6 +50,7 @@ pub(crate) enum Decision {
 pub(crate) struct Intake {
     router: Router,
     api: Arc<Api>,
+    progress: Arc<Progress>,
     book: Arc<Book>,
     /// picogent's own login (its comments never count).
     login: String,
@@ -77,7 +80,7 @@ fn same_login(a: &str, b: &str) -> bool {
 impl Intake {
     pub(crate) fn new(
         router: Router,
-        api: Arc<Api>,
+        (api, progress): (Arc<Api>, Arc<Progress>),
         book: Arc<Book>,
         login: String,
         trigger: Trigger,
@@ -87,6 +90,7 @@ impl Intake {
         Intake {
             router,
             api,
+            progress,
             book,
             login,
             trigger,
@@ -255,7 +259,16 @@ impl Intake {
         let asked_for = self.book.get(n).generation;
         let path = self.api.repo(&format!("/issues/{n}"));
         let now = match self.api.call(reqwest::Method::GET, &path, None).await {
-            Ok(a) => payload::issue(&a.body),
+            Ok(a) => match payload::issue(&a.body) {
+                Some(issue) => Some(issue),
+                None => {
+                    tracing::warn!(
+                        issue = n,
+                        "GitHub's answer about the issue before its run is no issue: it runs"
+                    );
+                    return true;
+                }
+            },
             Err(ApiError::NotFound { .. }) => None,
             Err(e) => {
                 tracing::warn!(issue = n, "cannot read the issue before its run: {e}");
@@ -264,8 +277,8 @@ impl Intake {
         };
         let _one = self.gate.lock().await;
         let entry = self.book.get(n);
-        let wanted = now.is_some_and(|now| match entry.by {
-            By::Trigger => self.wants(&now, "").is_some(),
+        let wanted = now.as_ref().is_some_and(|now| match entry.by {
+            By::Trigger => self.wants(now, "").is_some(),
             By::Mention => now.open && !now.is_pull,
         });
         // A newer start meanwhile (reopened, assigned again) owns the record now.
@@ -275,6 +288,12 @@ impl Intake {
                 "not started: the issue no longer asks for picogent"
             );
             self.note(n, |e| e.active = false);
+            let why = match &now {
+                Some(i) if !i.open => "the issue was closed",
+                None => "the issue is gone",
+                Some(_) => "the issue no longer asks for picogent",
+            };
+            self.say_stopped(n, why);
         }
         wanted
     }
@@ -354,6 +373,7 @@ impl Intake {
             // Nothing to stop (a merged pull request closed it, say): no comment.
             self.note(number, |e| e.active = false);
             self.router.forget_task(&task);
+            self.say_stopped(number, why);
             tracing::info!(issue = number, "GitHub issue is no task any more ({why})");
             return Ok(Accepted::New);
         }
@@ -373,6 +393,39 @@ impl Intake {
             self.note(number, |e| e.active = false);
         }
         Ok(accepted)
+    }
+
+    /// Has the progress comment say that work stopped, if it still says work goes on
+    /// (after the answer: it asks GitHub).
+    fn say_stopped(&self, number: u64, why: &'static str) {
+        let progress = self.progress.clone();
+        self.router
+            .spawn_owned(async move { progress.stopped(number, why).await });
+    }
+
+    /// At start: the issues let go while picogent was down whose progress comment still
+    /// says work goes on.
+    pub(crate) fn settle_stopped(&self) {
+        for n in self.book.still_working() {
+            self.say_stopped(n, "the issue no longer asks for picogent");
+        }
+    }
+
+    /// Notes that a webhook delivery was handled now (GitHub's time): after a restart,
+    /// the comments written since are read (`poll::Poller::sweep`).
+    pub(crate) fn heard(&self) {
+        let stale_after = chrono::Duration::seconds(10);
+        if self
+            .book
+            .note_mark(super::poll::HEARD, self.api.clock().now(), stale_after)
+        {
+            let book = self.book.clone();
+            self.router.spawn_owned(async move {
+                if let Err(e) = book.persist().await {
+                    tracing::warn!("cannot record when the last webhook delivery came: {e}");
+                }
+            });
+        }
     }
 
     /// Changes the book now, and writes it after the answer; a failed write is logged

@@ -8,6 +8,7 @@
 mod api;
 mod auth;
 mod book;
+mod clock;
 mod intake;
 mod payload;
 mod poll;
@@ -73,12 +74,25 @@ async fn whoami(api: &Api) -> Result<String, ApiError> {
             Ok(a.body["login"].as_str().unwrap_or_default().to_string())
         }
         Auth::App(app) => {
-            let jwt = app.jwt().map_err(|e| ApiError::Unauthorized {
-                status: 0,
-                what: "GitHub App JWT".into(),
-                message: e.to_string(),
-            })?;
-            let a = api.call_as(Method::GET, "/app", &jwt).await?;
+            let jwt = |api: &Api| {
+                app.jwt(api.clock().epoch())
+                    .map_err(|e| ApiError::Unauthorized {
+                        status: 0,
+                        what: "GitHub App JWT".into(),
+                        message: e.to_string(),
+                    })
+            };
+            let before = api.clock().now();
+            let a = match api.call_as(Method::GET, "/app", &jwt(api)?).await {
+                // The first JWT is dated by the local clock; once GitHub's answer said
+                // its clock is far from it, a JWT dated by GitHub's is tried.
+                Err(ApiError::Unauthorized { .. })
+                    if (api.clock().now() - before).num_seconds().abs() > 30 =>
+                {
+                    api.call_as(Method::GET, "/app", &jwt(api)?).await?
+                }
+                other => other?,
+            };
             let slug = a.body["slug"].as_str().unwrap_or_default();
             Ok(if slug.is_empty() {
                 String::new()
@@ -100,7 +114,11 @@ async fn ask<T, F: std::future::Future<Output = Result<T, ApiError>>>(
     loop {
         match f().await {
             Ok(v) => return Ok(Some(v)),
-            Err(e @ (ApiError::Transient { .. } | ApiError::RateLimited { .. })) => {
+            Err(
+                e @ (ApiError::Transient { .. }
+                | ApiError::RateLimited { .. }
+                | ApiError::Malformed { .. }),
+            ) => {
                 tracing::warn!("{what}: {e}; trying again in {retry:?}");
             }
             Err(e) => return Err(DaemonError::Config(format!("{what}: {e}"))),
@@ -206,7 +224,7 @@ fn assemble(
                 source,
             })?,
         );
-    let progress = progress::Progress::new(api.clone(), login.clone());
+    let progress = progress::Progress::new(api.clone(), book.clone(), login.clone());
     let hooks = Arc::new(Hooks {
         progress: progress.clone(),
         intake: std::sync::OnceLock::new(),
@@ -233,7 +251,7 @@ fn assemble(
     };
     let intake = Arc::new(intake::Intake::new(
         router.clone(),
-        api.clone(),
+        (api.clone(), progress.clone()),
         book.clone(),
         login.clone(),
         gh.trigger.for_login(&login),
@@ -251,7 +269,7 @@ fn assemble(
                 let mark = book.mark(l);
                 (
                     l,
-                    mark.unwrap_or_else(|| started_minus(Duration::from_secs(60))),
+                    mark.unwrap_or_else(|| started_minus(api, Duration::from_secs(60))),
                 )
             })
             .collect(),
@@ -318,8 +336,12 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let (poller, poll_every, poll_stop) = (parts.poller, gh.poll_interval, polling.clone());
     owned.spawn(async move {
         let sweep_then_poll = async {
+            // Without polling, only the sweep reads what was said while picogent was down.
             poller
-                .sweep(trigger.assignee.as_deref(), trigger.label.as_deref())
+                .sweep(
+                    (trigger.assignee.as_deref(), trigger.label.as_deref()),
+                    poll_every.is_none(),
+                )
                 .await;
             if let Some(every) = poll_every {
                 poller.run(every, poll_stop.clone()).await;
@@ -359,9 +381,9 @@ fn web_host(api_url: &str) -> String {
     }
 }
 
-/// RFC 3339, `back` before now: where polling starts looking.
-fn started_minus(back: Duration) -> String {
-    let t = chrono::Utc::now() - chrono::Duration::from_std(back).unwrap_or_default();
+/// RFC 3339, `back` before GitHub's now: where polling starts looking.
+fn started_minus(api: &Api, back: Duration) -> String {
+    let t = api.clock().now() - chrono::Duration::from_std(back).unwrap_or_default();
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 

@@ -1,5 +1,7 @@
 //! Finding events without a webhook: at start, the open issues that already match the
-//! trigger (and the tasks whose issues were closed meanwhile); then, with
+//! trigger (and the tasks whose issues were closed meanwhile), and without polling the
+//! comments written since the last webhook delivery picogent handled (a comment
+//! written while it was down gets no delivery it could take); then, with
 //! `poll_interval_sec`, every interval the issues, comments and review comments
 //! updated since the last change seen. Each list is asked for with the same `since`
 //! until something newer appears, so GitHub can answer 304 to the ETag picogent sends
@@ -20,6 +22,11 @@ use super::payload::{self, CommentKind, Incoming, Issue};
 
 /// Pages of one list read per poll, at most.
 const MAX_PAGES: usize = 10;
+/// The book's mark of the last webhook delivery handled (GitHub's time).
+pub(crate) const HEARD: &str = "webhook";
+/// Comments are read from this long before that mark: it is written at most every ten
+/// seconds. What was taken already is a duplicate the journal knows.
+const HEARD_SLACK: i64 = 15;
 
 type Time = chrono::DateTime<chrono::Utc>;
 
@@ -59,9 +66,15 @@ fn seen(issue: Issue) -> Incoming {
 }
 
 impl Poller {
-    /// The open issues that match the trigger now, and the tasks whose issues were
-    /// closed while picogent was not listening.
-    pub(crate) async fn sweep(&self, assignee: Option<&str>, label: Option<&str>) {
+    /// The open issues that match the trigger now, the tasks whose issues were closed
+    /// while picogent was not listening, and (`catch_up`, without polling) the comments
+    /// written since the last webhook delivery.
+    pub(crate) async fn sweep(
+        &self,
+        (assignee, label): (Option<&str>, Option<&str>),
+        catch_up: bool,
+    ) {
+        let swept_at = self.api.clock().now();
         let mut queries = Vec::new();
         if let Some(a) = assignee {
             queries.push(format!(
@@ -94,6 +107,46 @@ impl Poller {
                     }
                 }
                 Err(e) => tracing::warn!(issue = n, "cannot read a task's issue: {e}"),
+            }
+        }
+        self.intake.settle_stopped();
+        if catch_up {
+            self.catch_up(swept_at).await;
+        }
+    }
+
+    /// The comments and review comments written since the last webhook delivery that
+    /// was handled; the mark then moves to `swept_at`, once all were taken.
+    async fn catch_up(&self, swept_at: Time) {
+        let mark = self.book.mark(HEARD).as_deref().and_then(time);
+        let mut taken = true;
+        if let Some(mark) = mark.map(|m| m - chrono::Duration::seconds(HEARD_SLACK)) {
+            let since = mark.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            for list in ["/issues/comments", "/pulls/comments"] {
+                let path = self.api.repo(&format!(
+                    "{list}?since={}&sort=updated&direction=asc&per_page=100",
+                    super::urlencode(&since)
+                ));
+                match self.api.list(&path, MAX_PAGES).await {
+                    Ok(items) if list == "/issues/comments" => {
+                        taken &= self
+                            .take_comments(&items, Some(mark), &HashMap::new())
+                            .await;
+                    }
+                    Ok(items) => taken &= self.take_review_comments(&items, Some(mark)).await,
+                    Err(e) => {
+                        tracing::warn!(
+                            "cannot read the comments written while picogent was down: {e}"
+                        );
+                        taken = false;
+                    }
+                }
+            }
+        }
+        if taken {
+            let text = swept_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            if let Err(e) = self.book.set_mark(HEARD, &text).await {
+                tracing::warn!("cannot record where the start-up sweep got to: {e}");
             }
         }
     }
@@ -137,7 +190,9 @@ impl Poller {
         if first.unchanged {
             return Ok((Vec::new(), mark, None));
         }
-        let mut items: Vec<Value> = first.body.as_array().cloned().unwrap_or_default();
+        let Value::Array(mut items) = first.body else {
+            return Err(ApiError::lacking(format!("GET {path}"), "list"));
+        };
         if let Some(next) = first.next {
             items.extend(self.api.list(&next, MAX_PAGES).await?);
         }
@@ -176,6 +231,22 @@ impl Poller {
         }
         self.advance("/issues", next, taken).await;
         let (comments, mark, next) = self.changed("/issues/comments").await?;
+        let taken = self.take_comments(&comments, mark, &issues).await;
+        self.advance("/issues/comments", next, taken).await;
+        let (comments, mark, next) = self.changed("/pulls/comments").await?;
+        let taken = self.take_review_comments(&comments, mark).await;
+        self.advance("/pulls/comments", next, taken).await;
+        Ok(())
+    }
+
+    /// Hands the issue comments written since `mark` (the issues a poll read are in
+    /// `issues`; others are read); false when one was not taken.
+    async fn take_comments(
+        &self,
+        comments: &[Value],
+        mark: Option<Time>,
+        issues: &HashMap<u64, Issue>,
+    ) -> bool {
         let mut taken = true;
         for c in comments.iter().filter(|c| written_since(c, mark)) {
             let (Some(n), Some(comment)) = (
@@ -199,8 +270,11 @@ impl Poller {
                 })
                 .await;
         }
-        self.advance("/issues/comments", next, taken).await;
-        let (comments, mark, next) = self.changed("/pulls/comments").await?;
+        taken
+    }
+
+    /// Hands the review comments written since `mark`; false when one was not taken.
+    async fn take_review_comments(&self, comments: &[Value], mark: Option<Time>) -> bool {
         let mut taken = true;
         for c in comments.iter().filter(|c| written_since(c, mark)) {
             let Some(pull) = payload::pull_number_of(c) else {
@@ -224,8 +298,7 @@ impl Poller {
                 })
                 .await;
         }
-        self.advance("/pulls/comments", next, taken).await;
-        Ok(())
+        taken
     }
 
     async fn issue(&self, n: u64) -> Option<Issue> {

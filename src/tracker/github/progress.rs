@@ -1,7 +1,10 @@
 //! The one progress comment picogent keeps on a task's issue: made when work starts,
 //! edited as the run goes (its steps so far, at most one edit every `EVERY`), and at
-//! the end holding the outcome and the pull request's link. It is found again by its
-//! hidden marker after a restart, never written twice.
+//! the end holding the outcome and the pull request's link, or why GitHub would not
+//! open the pull request and the branch that has the work. A task let go without a run
+//! to report (its issue closed while picogent was down) has it say that work stopped.
+//! It is found again by its hidden marker after a restart, never written twice; the
+//! book remembers whether it still says work goes on.
 //!
 //! Edits of one issue's comment go out one at a time, each rendering the latest state
 //! when it is sent, so a late step edit can never overwrite the outcome.
@@ -16,6 +19,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::api::{Api, ApiError};
+use super::book::{Book, Entry};
 use crate::util::lock;
 
 /// The hidden first line that names the comment as picogent's progress comment.
@@ -37,6 +41,8 @@ pub(crate) enum Phase {
     Ended,
     Done,
     Failed,
+    /// The task was let go before its run could end (its issue closed meanwhile).
+    Stopped,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +55,8 @@ struct Data {
     /// What the comment said below its header before a restart.
     restored: Option<String>,
     pull: Option<(u64, String)>,
+    /// Why the branch's pull request could not be opened, and where the work is.
+    unproposed: Option<String>,
     dirty: bool,
 }
 
@@ -61,15 +69,17 @@ struct View {
 
 pub(crate) struct Progress {
     api: Arc<Api>,
+    book: Arc<Book>,
     login: String,
     views: Mutex<HashMap<u64, Arc<View>>>,
     dirty: Notify,
 }
 
 impl Progress {
-    pub(crate) fn new(api: Arc<Api>, login: String) -> Arc<Progress> {
+    pub(crate) fn new(api: Arc<Api>, book: Arc<Book>, login: String) -> Arc<Progress> {
         Arc::new(Progress {
             api,
+            book,
             login,
             views: Mutex::new(HashMap::new()),
             dirty: Notify::new(),
@@ -111,8 +121,15 @@ impl Progress {
             d.phase = Some(Phase::Working);
             d.outcome = None;
             d.restored = None;
+            d.unproposed = None;
         })
-        .await
+        .await?;
+        self.remember(issue, |e| {
+            e.working = true;
+            e.unproposed = None;
+        })
+        .await;
+        Ok(())
     }
 
     pub(crate) async fn outcome(&self, issue: u64, text: &str) -> Result<(), ApiError> {
@@ -120,14 +137,64 @@ impl Progress {
             d.phase = Some(Phase::Ended);
             d.outcome = Some(text.to_string());
         })
-        .await
+        .await?;
+        self.remember(issue, |e| e.working = false).await;
+        Ok(())
     }
 
     pub(crate) async fn finished(&self, issue: u64, ok: bool) -> Result<(), ApiError> {
         self.change(issue, |d| {
             d.phase = Some(if ok { Phase::Done } else { Phase::Failed })
         })
-        .await
+        .await?;
+        self.remember(issue, |e| e.working = false).await;
+        Ok(())
+    }
+
+    /// The task was let go without a run to report: a progress comment that still says
+    /// work goes on is edited to say it stopped, and `why`. Best effort: when GitHub
+    /// does not take it, the book still says so, and the next start tries again.
+    pub(crate) async fn stopped(&self, issue: u64, why: &str) {
+        let view = self.view(issue);
+        let _turn = view.sending.lock().await;
+        // Asked in the turn: another call may have said it meanwhile.
+        if !self.book.get(issue).working {
+            return;
+        }
+        let edited = async {
+            self.find(issue, &view).await?;
+            {
+                let mut d = lock(&view.data);
+                if d.comment.is_none() {
+                    return Ok(());
+                }
+                let note = format!("Work on this issue stopped before it finished: {why}.");
+                d.phase = Some(Phase::Stopped);
+                d.outcome = Some(match d.restored.take() {
+                    Some(r) => format!("{note}\n\n{r}"),
+                    None => note,
+                });
+            }
+            self.send(issue, &view).await
+        };
+        match edited.await {
+            Ok(()) => self.remember(issue, |e| e.working = false).await,
+            Err(e) => tracing::warn!(issue, "cannot say on the issue that work stopped: {e}"),
+        }
+    }
+
+    /// GitHub would not open the branch's pull request: the comment's end says so.
+    pub(crate) async fn unproposed(&self, issue: u64, text: String) {
+        lock(&self.view(issue).data).unproposed = Some(text.clone());
+        self.remember(issue, |e| e.unproposed = Some(text)).await;
+    }
+
+    /// Changes the issue's entry in the book (a failed write is logged: it only
+    /// decides what a later comment says).
+    async fn remember(&self, issue: u64, f: impl FnOnce(&mut Entry)) {
+        if let Err(e) = self.book.change(issue, f).await {
+            tracing::error!(issue, "cannot write the GitHub record: {e}");
+        }
     }
 
     /// Whether the issue's pull request is known here.
@@ -137,7 +204,9 @@ impl Progress {
 
     pub(crate) fn pull(&self, issue: u64, pull: (u64, String)) {
         let view = self.view(issue);
-        lock(&view.data).pull = Some(pull);
+        let mut d = lock(&view.data);
+        d.pull = Some(pull);
+        d.unproposed = None;
     }
 
     /// Applies a change and writes the comment, in the issue's turn.
@@ -145,7 +214,14 @@ impl Progress {
         let view = self.view(issue);
         let _turn = view.sending.lock().await;
         self.find(issue, &view).await?;
-        f(&mut lock(&view.data));
+        {
+            let mut d = lock(&view.data);
+            // After a restart, what the book kept of a refused pull request.
+            if d.pull.is_none() && d.unproposed.is_none() {
+                d.unproposed = self.book.get(issue).unproposed;
+            }
+            f(&mut d);
+        }
         self.send(issue, &view).await
     }
 
@@ -208,7 +284,11 @@ impl Progress {
     ) -> Result<(), ApiError> {
         let path = self.api.repo(&format!("/issues/{issue}/comments"));
         let answer = self.api.call(Method::POST, &path, Some(body)).await?;
-        lock(&view.data).comment = answer.body["id"].as_u64();
+        // Without its id the comment cannot be edited: a new one would follow each time.
+        let id = answer.body["id"]
+            .as_u64()
+            .ok_or_else(|| ApiError::lacking(format!("POST {path}"), "id"))?;
+        lock(&view.data).comment = Some(id);
         Ok(())
     }
 
@@ -264,15 +344,27 @@ fn render_with(d: &Data, room: usize) -> String {
     let header = match d.phase {
         Some(Phase::Working) | None => "🚧 **picogent is working on this issue.**".to_string(),
         Some(Phase::Ended) => "**picogent's run ended.**".to_string(),
-        Some(Phase::Done) => match &d.pull {
-            Some((n, _)) => format!("✅ **picogent finished: pull request #{n}.**"),
-            None => "✅ **picogent finished.**".to_string(),
+        Some(Phase::Done) => match (&d.pull, &d.unproposed) {
+            (Some((n, _)), _) => format!("✅ **picogent finished: pull request #{n}.**"),
+            (None, Some(_)) => {
+                "⚠️ **picogent finished, but the pull request could not be opened.**".to_string()
+            }
+            (None, None) => "✅ **picogent finished.**".to_string(),
         },
         Some(Phase::Failed) => "❌ **picogent could not finish this issue.**".to_string(),
+        Some(Phase::Stopped) => "⏹️ **picogent stopped working on this issue.**".to_string(),
     };
     let mut body = String::new();
-    if let Some((n, url)) = &d.pull {
-        body.push_str(&format!("Pull request: [#{n}]({url})\n\n"));
+    match (&d.pull, &d.unproposed) {
+        (Some((n, url)), _) => body.push_str(&format!("Pull request: [#{n}]({url})\n\n")),
+        // (A comment restored after a restart may say it already.)
+        (None, Some(u))
+            if matches!(d.phase, Some(Phase::Ended | Phase::Done))
+                && (d.outcome.is_some() || !d.restored.as_ref().is_some_and(|r| r.contains(u))) =>
+        {
+            body.push_str(&format!("{u}\n\n"));
+        }
+        _ => {}
     }
     match (&d.outcome, &d.restored) {
         (Some(o), _) => body.push_str(crate::util::truncate_bytes(o, room)),

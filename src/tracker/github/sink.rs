@@ -3,7 +3,7 @@
 //! | report | on GitHub |
 //! |---|---|
 //! | status `in_progress` | the progress comment says work started (made if missing) |
-//! | pull request | the branch's pull request, found or opened (`Closes #n`) |
+//! | pull request | the branch's pull request, found or opened (`Closes #n`); when GitHub will not open it, the progress comment says why and names the branch |
 //! | the task's result | the progress comment holds the outcome and the link |
 //! | status `review` / `blocked` | the progress comment's header says how it ended |
 //! | a reply to a comment | a new comment (a reply in a review thread) |
@@ -48,17 +48,27 @@ fn issue_of(task_id: &str) -> Result<u64, TrackerError> {
     })
 }
 
-/// When a report's key says it was queued (`picogent-<millis>-...`), a minute early:
-/// where to look for a copy of it.
-fn since_of(key: &str) -> Option<String> {
+/// How much earlier than its queueing a report's copy is looked for: the local clock
+/// may have been stepped since (and GitHub's offset learnt again).
+const LOOK_BACK_MS: i64 = 10 * 60_000;
+
+/// When a report's key says it was queued (`picogent-<millis>-...`, the local clock),
+/// on GitHub's clock and `LOOK_BACK_MS` early: where to look for a copy of it. GitHub
+/// compares `since` with its own times; by the local clock, one ahead of GitHub's
+/// would look past a copy made before a crash or a lost answer, and post it again.
+fn since_of(key: &str, clock: &super::clock::Clock) -> Option<String> {
     let millis: i64 = key
         .strip_prefix("picogent-")?
         .split('-')
         .next()?
         .parse()
         .ok()?;
-    chrono::DateTime::from_timestamp_millis(millis - 60_000)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+    let local = chrono::DateTime::from_timestamp_millis(millis - LOOK_BACK_MS)?;
+    Some(
+        clock
+            .at_local(local)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    )
 }
 
 impl ReportSink for Sink {
@@ -98,9 +108,32 @@ impl ReportSink for Sink {
 }
 
 impl Sink {
+    /// Finds the branch's pull request, or opens it. When GitHub refuses it (or answers
+    /// what its API does not promise), the progress comment is told why before the
+    /// outbox tries again or gives up: the outcome written after it then says so, not
+    /// that picogent finished.
+    async fn pull_request(&self, issue: u64, branch: &str, summary: &str) -> Result<(), ApiError> {
+        match self.propose(issue, branch, summary).await {
+            // Tried again for as long as it takes: nothing to say yet.
+            Err(
+                e @ (ApiError::Transient { .. }
+                | ApiError::RateLimited { .. }
+                | ApiError::Unauthorized { .. }),
+            ) => Err(e),
+            Err(e) => {
+                let text = format!(
+                    "GitHub did not open the pull request from the branch `{branch}`: {e}. The work is on that branch; a pull request can be opened from it by hand."
+                );
+                self.progress.unproposed(issue, text).await;
+                Err(e)
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+
     /// Finds the branch's pull request, or opens it; remembers it for the progress
     /// comment and for review comments on it.
-    async fn pull_request(&self, issue: u64, branch: &str, summary: &str) -> Result<(), ApiError> {
+    async fn propose(&self, issue: u64, branch: &str, summary: &str) -> Result<(), ApiError> {
         let found = match self.find_pull(branch).await? {
             Some(p) => Some(p),
             None => self.open_pull(issue, branch, summary).await?,
@@ -109,10 +142,15 @@ impl Sink {
             return Ok(());
         };
         self.progress.pull(issue, (number, url));
-        if self.book.get(issue).pull != Some(number) {
-            if let Err(e) = self.book.update(issue, |e| e.pull = Some(number)).await {
-                tracing::error!(issue, "cannot record the pull request: {e}");
-            }
+        let recorded = self
+            .book
+            .change(issue, |e| {
+                e.pull = Some(number);
+                e.unproposed = None;
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::error!(issue, "cannot record the pull request: {e}");
         }
         Ok(())
     }
@@ -124,11 +162,11 @@ impl Sink {
             crate::tracker::github::urlencode(branch)
         ));
         let answer = self.api.call(Method::GET, &path, None).await?;
-        Ok(answer
-            .body
-            .as_array()
-            .into_iter()
-            .flatten()
+        let Some(pulls) = answer.body.as_array() else {
+            return Err(ApiError::lacking(format!("GET {path}"), "list"));
+        };
+        Ok(pulls
+            .iter()
             // Only an open one: after a merged or closed one, new work is a new proposal.
             .find(|p| p["head"]["ref"].as_str() == Some(branch) && p["state"] == "open")
             .and_then(pull_of))
@@ -175,9 +213,12 @@ impl Sink {
             .await
         {
             Ok(a) => {
-                let pull = pull_of(&a.body);
-                tracing::info!(issue, pull = ?pull.as_ref().map(|p| p.0), "opened a pull request");
-                Ok(pull)
+                let Some(pull) = pull_of(&a.body) else {
+                    let what = format!("POST {}", self.api.repo("/pulls"));
+                    return Err(ApiError::lacking(what, "number"));
+                };
+                tracing::info!(issue, pull = pull.0, "opened a pull request");
+                Ok(Some(pull))
             }
             Err(ApiError::Invalid { message, .. }) if message.contains("already exists") => {
                 self.find_pull(branch).await
@@ -197,7 +238,7 @@ impl Sink {
     /// unless a copy (a repeat after a crash) is there already.
     async fn reply(&self, issue: u64, to: &str, content: &str, key: &str) -> Result<(), ApiError> {
         let mark = format!("<!-- picogent:reply {key} -->");
-        let since = since_of(key)
+        let since = since_of(key, self.api.clock())
             .map(|s| format!("&since={s}"))
             .unwrap_or_default();
         let review = to
@@ -261,9 +302,10 @@ fn pull_of(v: &Value) -> Option<(u64, String)> {
 mod tests {
     #[test]
     fn keys_say_when_to_look_from() {
-        let s = super::since_of("picogent-1767225600000-3-abcdef").unwrap();
-        assert_eq!(s, "2025-12-31T23:59:00Z");
-        assert_eq!(super::since_of("other"), None);
+        let clock = crate::tracker::github::clock::Clock::default();
+        let s = super::since_of("picogent-1767225600000-3-abcdef", &clock).unwrap();
+        assert_eq!(s, "2025-12-31T23:50:00Z");
+        assert_eq!(super::since_of("other", &clock), None);
         assert!(super::issue_of("issue-12").is_ok_and(|n| n == 12));
         assert!(super::issue_of("t1").is_err());
         let d = super::defuse("Fixes #3, closes: #4 and resolves o/r#5; see @alice");

@@ -161,7 +161,13 @@ async fn webhook(
     let (intake, id) = (ctx.intake.clone(), d.id);
     // In a task of its own: GitHub stops waiting after ten seconds, but an event that
     // reached the journal must still be scheduled and booked.
-    let handled = tokio::spawn(async move { intake.handle(incoming, Some(&id)).await });
+    let handled = tokio::spawn(async move {
+        let r = intake.handle(incoming, Some(&id)).await;
+        if r.is_ok() {
+            intake.heard();
+        }
+        r
+    });
     match tokio::time::timeout_at(started + ANSWER_WITHIN, handled).await {
         Ok(Ok(r)) => accepted(r),
         Ok(Err(e)) => accepted(Err(AcceptError::Journal(e.to_string()))),
