@@ -16,6 +16,7 @@ mod confinement;
 mod daemon_process;
 mod delivery;
 mod deploy;
+mod disk;
 mod git_support;
 mod github;
 mod github_fake;

@@ -5,6 +5,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
+use crate::common::slow_git::SlowGit;
 use crate::common::tracker::FakeTracker;
 use crate::common::*;
 
@@ -605,54 +606,6 @@ async fn a_git_configuration_that_never_ends_does_not_hang_the_task() {
     tracker.wait_status("n1", "review", 60).await;
     assert!(comment_of(&tracker, "n1", 0).contains("Done."));
     d.stop().await.unwrap();
-}
-
-/// A `git` that stands in front of the real one and, for the subcommand a test names,
-/// stops at a chosen moment (announcing it with a file) until it is killed: so a test
-/// kills picogent at that exact step, not by timing luck. `extra` runs first.
-struct SlowGit {
-    dir: std::path::PathBuf,
-}
-
-impl SlowGit {
-    fn new(sb: &Sandbox) -> SlowGit {
-        let dir = sb.base().join("slow-git");
-        std::fs::create_dir_all(&dir).unwrap();
-        SlowGit { dir }
-    }
-
-    /// Stops the next `git SUB` after `before` (shell, with `$gitdir` and `$real`) ran.
-    fn stop_at(&self, sub: &str, before: &str) {
-        use std::os::unix::fs::PermissionsExt;
-        let real = git_program();
-        let script = format!(
-            "#!/bin/sh\nreal={real}\ndir={d}\nskip=0; sub=; gitdir=\nfor a in \"$@\"; do\n  if [ $skip = 1 ]; then skip=0; continue; fi\n  case \"$a\" in\n    -c) skip=1;;\n    --git-dir=*) gitdir=\"${{a#--git-dir=}}\";;\n    -*) ;;\n    *) sub=\"$a\"; break;;\n  esac\ndone\nif [ \"$sub\" = {sub} ] && [ -e \"$dir/armed\" ]; then\n  rm -f \"$dir/armed\"\n  {before}\n  touch \"$dir/reached\"\n  exec sleep 60\nfi\nexec \"$real\" \"$@\"\n",
-            d = self.dir.display()
-        );
-        let git = self.dir.join("git");
-        std::fs::write(&git, script).unwrap();
-        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(self.dir.join("armed"), "").unwrap();
-    }
-
-    fn path(&self) -> String {
-        format!(
-            "{}:{}",
-            self.dir.display(),
-            std::env::var("PATH").unwrap_or_default()
-        )
-    }
-
-    async fn reached(&self) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !self.dir.join("reached").exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "git never reached the step"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }
 }
 
 /// Kills the daemon (SIGKILL, by pid: what it started is orphaned, not killed) at a
