@@ -40,6 +40,25 @@ pub(crate) fn no_room(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) || says_no_room(&e.to_string())
 }
 
+/// Whether any process this one can see has `path` open (a scan of `/proc`): a git
+/// lock nobody has open was left by a git that was killed.
+pub(crate) fn open_by_anyone(path: &std::path::Path) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs
+        .flatten()
+        .filter(|p| {
+            p.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|p| std::fs::read_dir(p.path().join("fd")).ok())
+        .flat_map(|fds| fds.flatten())
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+}
+
 /// `n` random lowercase hex characters.
 pub fn random_hex(n: usize) -> String {
     (0..n)

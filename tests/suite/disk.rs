@@ -86,3 +86,58 @@ async fn a_sessions_disk_that_fills_while_the_task_starts_makes_it_wait() {
 async fn a_state_disk_that_fills_while_the_task_starts_makes_it_wait() {
     filled_while_the_task_starts("state").await;
 }
+
+/// A chat prompt on a new session while the sessions disk is full gets an error that
+/// says so and leaves no session file that cannot be loaded: once there is room, a
+/// prompt in that session runs and the session loads.
+#[tokio::test]
+async fn a_chat_prompt_on_a_full_disk_leaves_no_session_that_cannot_be_continued() {
+    use crate::common::chat::*;
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("Here now.")]).await;
+    let config = sb.config(&llm, Wire::Anthropic, json!({}));
+    let dir = config.sessions_dir();
+    let Some(_tmpfs) = Tmpfs::mount(&dir, "256k") else {
+        skip("cannot mount a small tmpfs here (needs root)");
+        return;
+    };
+    let c = start(config).await;
+    let mut ws = connect(&c).await;
+    let filler = fill_disk(&dir);
+    send(
+        &mut ws,
+        json!({"id": "m1", "content": "Hello", "sessionId": "s-full"}),
+    )
+    .await;
+    let frames = until_done(&mut ws, "m1").await;
+    let error = frames
+        .iter()
+        .find(|f| f["type"] == "error")
+        .unwrap_or_else(|| panic!("no error: {frames:?}"));
+    let said = error["content"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with("the disk is full") && said.contains("No space left on device"),
+        "{error}"
+    );
+    let file = dir.join("s-full.jsonl");
+    assert!(
+        !file.exists() || !std::fs::read(&file).unwrap().is_empty(),
+        "an empty session file was left"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    send(
+        &mut ws,
+        json!({"id": "m2", "content": "Again", "sessionId": "s-full"}),
+    )
+    .await;
+    let frames = until_done(&mut ws, "m2").await;
+    assert!(frames.iter().all(|f| f["type"] != "error"), "{frames:?}");
+    let text: String = frames
+        .iter()
+        .filter(|f| f["type"] == "text")
+        .filter_map(|f| f["content"].as_str())
+        .collect();
+    assert_eq!(text, "Here now.");
+    let lines = session_lines(&file);
+    assert_eq!(lines[0]["type"], "session", "{lines:?}");
+}
