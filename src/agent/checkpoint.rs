@@ -15,6 +15,9 @@
 //! Sessions in one folder share its object store and its scans
 //! (`checkpoint_store`): the session's repository holds its branch, its config and
 //! the index a rollback works in, and reads the objects through `alternates`.
+//! What a checkpoint writes is synced before the session records it (git's
+//! `core.fsync`, picogent's own commits and refs likewise), and a lock a git killed
+//! mid-checkpoint left behind is removed rather than failing every later run there.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
