@@ -29,6 +29,37 @@ pub(crate) fn now_iso() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// Whether an error's words say a disk had no room for a write (`ENOSPC`, or a quota
+/// reached: `EDQUOT`), as the system words it (picogent's own errors) or git does
+/// (it runs with `LC_ALL=C`).
+pub(crate) fn says_no_room(message: &str) -> bool {
+    message.contains("No space left on device") || message.contains("Disk quota exceeded")
+}
+
+/// Whether a write failed for lack of room on its disk.
+pub(crate) fn no_room(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) || says_no_room(&e.to_string())
+}
+
+/// Whether any process this one can see has `path` open (a scan of `/proc`): a git
+/// lock nobody has open was left by a git that was killed.
+pub(crate) fn open_by_anyone(path: &std::path::Path) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs
+        .flatten()
+        .filter(|p| {
+            p.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|p| std::fs::read_dir(p.path().join("fd")).ok())
+        .flat_map(|fds| fds.flatten())
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+}
+
 /// `n` random lowercase hex characters.
 pub fn random_hex(n: usize) -> String {
     (0..n)

@@ -15,6 +15,9 @@
 //! Sessions in one folder share its object store and its scans
 //! (`checkpoint_store`): the session's repository holds its branch, its config and
 //! the index a rollback works in, and reads the objects through `alternates`.
+//! What a checkpoint writes is synced before the session records it (git's
+//! `core.fsync`, picogent's own commits and refs likewise), and a lock a git killed
+//! mid-checkpoint left behind is removed rather than failing every later run there.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -126,13 +129,57 @@ impl Checkpoints {
     /// confined, with no input.
     fn command(&self, git_dir: &Path, args: &[&str]) -> std::process::Command {
         let mut c = git::command(git_dir, &self.work_tree, self.confine.as_ref());
+        // What a checkpoint wrote survives a power loss: the session records it as taken.
+        for setting in crate::sandbox::git_program::fsync_settings() {
+            c.args(["-c", setting]);
+        }
         c.args(args).stdin(std::process::Stdio::null());
         git::die_with_picogent(&mut c);
         c
     }
 
-    /// git on `git_dir` (the session's repository or the folder's store).
+    /// git on `git_dir` (the session's repository or the folder's store), waiting a
+    /// little while another git (another picogent on the same state folder) holds one
+    /// of its locks. A lock that was there before a git started, is the same file once
+    /// it failed, and is open in no process, was left by a git that was killed (with
+    /// picogent, mid-checkpoint): it is removed, as `git` itself advises, and git runs
+    /// again. Wall clocks play no part: they can jump.
     fn git_in(&self, git_dir: &Path, args: &[&str]) -> Result<String, CheckpointError> {
+        let deadline = std::time::Instant::now() + store::INDEX_WAIT;
+        let mut named: Option<PathBuf> = None;
+        loop {
+            let before = named.as_deref().and_then(store::lock_id);
+            let r = self.git_once(git_dir, args);
+            let Err(CheckpointError::Git { message, .. }) = &r else {
+                return r;
+            };
+            let Some(lock) = store::lock_named(message, &[git_dir, &self.store.git_dir]) else {
+                return r;
+            };
+            let stale = before.is_some_and(|b| store::lock_id(&lock) == Some(b))
+                && !crate::util::open_by_anyone(&lock);
+            if stale {
+                match std::fs::remove_file(&lock) {
+                    Ok(()) => {
+                        tracing::warn!(lock = %lock.display(), "removed a lock a killed git left in picogent's checkpoints")
+                    }
+                    Err(e) => {
+                        tracing::warn!(lock = %lock.display(), "cannot remove a stale checkpoint lock: {e}")
+                    }
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return r;
+            }
+            if !stale {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            named = Some(lock);
+        }
+    }
+
+    /// git on `git_dir`, once.
+    fn git_once(&self, git_dir: &Path, args: &[&str]) -> Result<String, CheckpointError> {
         let out = self
             .command(git_dir, args)
             .output()
@@ -185,20 +232,9 @@ impl Checkpoints {
         Some((out, tree))
     }
 
-    /// git on the folder's store, waiting a little while another process (another
-    /// picogent on the same state folder) holds the store's index.
+    /// git on the folder's store.
     fn git_store(&self, args: &[&str]) -> Result<String, CheckpointError> {
-        let deadline = std::time::Instant::now() + store::INDEX_WAIT;
-        loop {
-            match self.git_in(&self.store.git_dir, args) {
-                Err(CheckpointError::Git { message, .. })
-                    if message.contains("index.lock") && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                r => return r,
-            }
-        }
+        self.git_in(&self.store.git_dir, args)
     }
 
     /// One scan of the folder into its store's index: the tree it holds now.

@@ -209,6 +209,7 @@ pub(crate) fn set_head(git_dir: &Path, commit: &str) -> std::io::Result<bool> {
     };
     let written = f
         .write_all(format!("{commit}\n").as_bytes())
+        .and_then(|()| f.sync_data())
         .and_then(|()| std::fs::rename(&lock_path, &target));
     if written.is_err() {
         let _ = std::fs::remove_file(&lock_path);
@@ -250,7 +251,11 @@ fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
         .write(true)
         .create_new(true)
         .open(&tmp)?;
-    let r = f.write_all(data).and_then(|()| std::fs::rename(&tmp, path));
+    // Synced before its name appears, as git's `core.fsync` does its own objects.
+    let r = f
+        .write_all(data)
+        .and_then(|()| f.sync_data())
+        .and_then(|()| std::fs::rename(&tmp, path));
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -290,9 +295,65 @@ fn hex(bytes: &[u8]) -> String {
 /// folder) to release the store's index before giving up.
 pub(crate) const INDEX_WAIT: Duration = Duration::from_secs(5);
 
+/// The lock file git's error names (`Unable to create '<path>.lock': File exists`),
+/// when it lies in one of `repositories` (picogent's own).
+pub(crate) fn lock_named(message: &str, repositories: &[&Path]) -> Option<PathBuf> {
+    let (_, rest) = message.split_once("Unable to create '")?;
+    let (path, _) = rest.split_once("': File exists")?;
+    let path = PathBuf::from(path);
+    let ours = path.is_absolute()
+        && path.extension().is_some_and(|e| e == "lock")
+        && !path
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        && repositories.iter().any(|r| path.starts_with(r));
+    ours.then_some(path)
+}
+
+/// What tells one lock file from another made later at the same path.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct LockId {
+    dev: u64,
+    ino: u64,
+    ctime: (i64, i64),
+}
+
+/// The lock file at `path`, when there is one (a plain file, not a link).
+pub(crate) fn lock_id(path: &Path) -> Option<LockId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())?;
+    Some(LockId {
+        dev: m.dev(),
+        ino: m.ino(),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_lock_in_picogents_own_repositories_is_named() {
+        let store = Path::new("/s/folders/x.git");
+        let said =
+            |p: &str| format!("fatal: Unable to create '{p}': File exists.\n\nAnother git process");
+        assert_eq!(
+            lock_named(&said("/s/folders/x.git/index.lock"), &[store]),
+            Some(PathBuf::from("/s/folders/x.git/index.lock"))
+        );
+        for p in [
+            "/elsewhere/index.lock",
+            "/s/folders/x.git/../../y/index.lock",
+            "/s/folders/x.git/index",
+            "relative/index.lock",
+        ] {
+            assert_eq!(lock_named(&said(p), &[store]), None, "{p}");
+        }
+        assert_eq!(lock_named("fatal: bad object", &[store]), None);
+    }
 
     #[test]
     fn a_written_commit_is_what_git_reads() {

@@ -251,6 +251,10 @@ impl RunLog {
     /// says it is done.
     fn finish(&self, outcome: Option<Outcome>) {
         let error = match outcome {
+            // What the page shows: the cause first, and what to do about it.
+            Some(Outcome::Failed { error, .. }) if crate::util::says_no_room(&error) => Some(
+                format!("the disk is full, so the run could not go on; send it again once there is room ({error})"),
+            ),
             Some(Outcome::Failed { error, .. }) => Some(error),
             Some(Outcome::Cancelled { .. }) => Some("cancelled".into()),
             Some(Outcome::Completed { .. }) => None,

@@ -72,6 +72,12 @@ impl GitProgram {
         self.version >= Version(2, 40, 0)
     }
 
+    /// `core.fsync` (git 2.36): which files git syncs. Older gits sync objects with
+    /// `core.fsyncObjectFiles` (which newer ones call deprecated).
+    pub(crate) fn supports_core_fsync(&self) -> bool {
+        self.version >= Version(2, 36, 0)
+    }
+
     /// `GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n` (git 2.31): settings in the environment
     /// whose keys may hold `=`. Older gits take `GIT_CONFIG_PARAMETERS` instead, which
     /// splits at the first `=`.
@@ -119,6 +125,15 @@ pub(crate) fn program() -> OsString {
 /// without a git the answer does not matter (its commands fail to start).
 pub(crate) fn config_env() -> bool {
     located().map_or(true, GitProgram::supports_config_env)
+}
+
+/// The settings that make git sync what it writes before it says it is done: objects,
+/// the index and refs on git 2.36 and newer (refs from 2.38), objects before.
+pub(crate) fn fsync_settings() -> &'static [&'static str] {
+    match located() {
+        Ok(g) if !g.supports_core_fsync() => &["core.fsyncObjectFiles=true"],
+        _ => &["core.fsync=added", "core.fsyncMethod=fsync"],
+    }
 }
 
 /// Whether `--attr-source` can be given (see [`GitProgram::supports_attr_source`]).

@@ -1,7 +1,7 @@
-//! A session file read back: opened (to append, for a writer), migrated to version 3,
-//! its torn last line repaired, and its lines parsed into entries, pi's own entry
-//! kinds included (a `bashExecution` or `custom_message` becomes the user text the
-//! model saw).
+//! A session file made whole (its header written before its name appears) and read
+//! back: opened (to append, for a writer), migrated to version 3, its torn last line
+//! repaired, and its lines parsed into entries, pi's own entry kinds included (a
+//! `bashExecution` or `custom_message` becomes the user text the model saw).
 
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
@@ -68,6 +68,64 @@ pub(super) fn read_repaired(
         }
     }
     Ok((file, bytes, size))
+}
+
+/// Makes the file at `path` holding `header`, synced, or nothing at all: the header is
+/// written to a temporary file beside it that is then linked to its name, so a disk
+/// without room (or a crash) never leaves an empty session that cannot be loaded.
+/// The file opened to read and append; `None` when `path` exists already.
+pub(super) fn create_whole(path: &Path, header: &[u8]) -> std::io::Result<Option<File>> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    // Not a `.jsonl` name: never listed as a session.
+    let tmp = dir.join(format!(".{name}.{}.new", crate::util::random_hex(8)));
+    let written = (|| {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(header)?;
+        f.sync_data()
+    })();
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+        // A file system without links: made in place, and removed again when the
+        // header does not fit.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP)) => {
+            return create_in_place(path, header).map(Some)
+        }
+        Err(e) => return Err(e),
+    }
+    // Readable too: evicted entries are read back from it.
+    OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(path)
+        .map(Some)
+}
+
+fn create_in_place(path: &Path, header: &[u8]) -> std::io::Result<File> {
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    if let Err(e) = file.write_all(header) {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(file)
+}
+
+/// Whether a session file holds not even its header (its making was cut short), so
+/// no entries either.
+pub(super) fn blank(path: &Path) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() && m.len() == 0 => true,
+        Ok(m) if m.is_file() && m.len() < 64 * 1024 => std::fs::read(path)
+            .is_ok_and(|b| !b.contains(&b'\n') && serde_json::from_slice::<Header>(&b).is_err()),
+        _ => false,
+    }
 }
 
 /// Where a line is in the file: its offset and length.

@@ -28,8 +28,7 @@ mod repair;
 mod writer;
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -237,7 +236,13 @@ impl SessionStore {
             source,
         })?;
         if path.exists() {
-            return Session::load(id, path, true);
+            if !file::blank(&path) {
+                return Session::load(id, path, true);
+            }
+            // A creation a full disk or a crash cut short (before creations were whole):
+            // nothing was in it, so it is made again rather than never loading.
+            tracing::warn!("session file {}: empty; made again", path.display());
+            std::fs::remove_file(&path).map_err(io)?;
         }
         let header = Header {
             kind: "session".into(),
@@ -248,14 +253,11 @@ impl SessionStore {
         };
         let mut line = serde_json::to_vec(&header).map_err(|e| io(std::io::Error::other(e)))?;
         line.push(b'\n');
-        // Readable too: evicted entries are read back from it.
-        let mut file = OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .append(true)
-            .open(&path)
-            .map_err(io)?;
-        file.write_all(&line).map_err(io)?;
+        // Whole or not at all: a disk without room for the header leaves no file.
+        let Some(file) = file::create_whole(&path, &line).map_err(io)? else {
+            // Another process made it first.
+            return Session::load(id, path, true);
+        };
         // The new file's name survives a power loss too (its lines, at the first sync).
         File::open(&self.dir)
             .and_then(|d| d.sync_all())

@@ -2,7 +2,8 @@
 //! for it (the state folder, the sessions, the worktrees) have room for its journal
 //! records, session and reports. Started on a full disk, a run would fail at its first
 //! write and be reported blocked for good; instead it waits, the daemon says it is
-//! degraded meanwhile, and it starts as soon as there is room again.
+//! degraded meanwhile, and it starts as soon as there is room again. A start that fails
+//! for lack of room all the same (the disk filled after the look) waits the same way.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,6 +79,22 @@ impl Room {
             task,
             "not starting while the disk is full ({why}); it starts when there is room"
         );
+        self.wait_from(task, stop, why).await
+    }
+
+    /// After a start that failed for lack of room (`error`: the disk filled after the
+    /// look, or ran out of what a look does not see, such as a quota): waits one look
+    /// at least, then as `wait` does. Its result is `wait`'s.
+    pub(super) async fn retry(&self, task: &str, stop: &CancellationToken, error: &str) -> bool {
+        let why = self.look().await.unwrap_or_else(|| error.to_string());
+        tracing::warn!(
+            task,
+            "the start failed for lack of room ({error}); it starts again when there is room"
+        );
+        self.wait_from(task, stop, why).await
+    }
+
+    async fn wait_from(&self, task: &str, stop: &CancellationToken, why: String) -> bool {
         *lock(&self.short) = why;
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let started = loop {

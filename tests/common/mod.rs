@@ -7,6 +7,7 @@ pub mod github;
 pub mod llm;
 pub mod mcp;
 pub mod repo;
+pub mod slow_git;
 pub mod tracker;
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,8 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 
 pub use llm::{text, tool, ModelGate, ScriptedLlm, Turn, Wire};
-pub use repo::{repository, with_origin, SlowGit};
+pub use repo::{repository, with_origin};
+pub use slow_git::SlowGit;
 
 /// A temporary agent home (`agent.json`, `skills/`, `sessions/`), a separate working
 /// folder, and a fake `$HOME`, all deleted on drop.
@@ -508,6 +510,35 @@ impl Drop for Tmpfs {
             .arg(&self.0)
             .status();
     }
+}
+
+/// Fills the disk `dir` is on to the last byte; the file that does it.
+pub fn fill_disk(dir: &std::path::Path) -> std::path::PathBuf {
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0u8; 4096];
+    while std::io::Write::write_all(&mut f, &block).is_ok() {}
+    while std::io::Write::write_all(&mut f, &[0u8]).is_ok() {}
+    filler
+}
+
+/// Waits until `/healthz` says degraded for a reason of `kind`; its answer.
+pub async fn degraded_with(health: &str, kind: &str) -> serde_json::Value {
+    let client = reqwest::Client::new();
+    let mut last = serde_json::Value::Null;
+    for _ in 0..400 {
+        let r = client.get(health).send().await.unwrap();
+        let code = r.status().as_u16();
+        last = r.json().await.unwrap();
+        let reasons = last["reasons"].as_array().cloned().unwrap_or_default();
+        if reasons.iter().any(|r| r["kind"] == kind) {
+            assert_eq!(code, 503, "{last}");
+            assert_eq!(last["status"], "degraded", "{last}");
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("/healthz never said degraded for {kind}: {last}");
 }
 
 impl Sandbox {

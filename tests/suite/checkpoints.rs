@@ -204,3 +204,114 @@ fn a_session_that_moved_to_another_folder_and_back_still_rolls_back() {
     assert!(!a.join("new.txt").exists());
     assert_eq!(std::fs::read_to_string(b.join("g.txt")).unwrap(), "b1\n");
 }
+
+/// `picogent <home>` in chat mode on `port`, finding git (whatever `PICOGENT_GIT`
+/// says) on `path`.
+fn chat_server(sb: &Sandbox, port: u16, path: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .arg(&sb.home)
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &sb.user_home)
+        .env("PICOGENT_API_KEY", crate::common::llm::API_KEY)
+        .env("PICOGENT_PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+async fn chat_at(port: u16) -> crate::common::chat::Ws {
+    for _ in 0..400 {
+        if let Ok((ws, _)) =
+            tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws")).await
+        {
+            return ws;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the chat server never listened on {port}");
+}
+
+/// The chat server killed with -9 while its git holds `index.lock` in the folder's
+/// checkpoint store: the next server's runs and rollbacks in that folder work (the lock
+/// a killed git left is removed), and checkpoints are written with git's syncs on.
+#[tokio::test]
+async fn a_kill_during_a_checkpoint_leaves_no_lock_that_stops_later_runs() {
+    use crate::common::chat::{next, send, until_done};
+    use crate::common::slow_git::SlowGit;
+    use crate::common::{free_port, text, tool, ScriptedLlm, Wire};
+    use serde_json::json;
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        tool("bash", json!({"command": "echo A > f.txt"})),
+        text("Wrote A."),
+        text("Still here."),
+    ])
+    .await;
+    // Unconfined, so the stand-in git can mark where it stopped.
+    let cfg = json!({"checkpoints": true, "sandbox": "off", "allowed_paths": [sb.work]});
+    sb.write_config(&llm, Wire::Anthropic, cfg);
+    let plain = std::env::var("PATH").unwrap_or_default();
+    let port = free_port();
+    let mut first = chat_server(&sb, port, &plain);
+    let mut ws = chat_at(port).await;
+    send(
+        &mut ws,
+        json!({"id": "m1", "content": "Write A", "sessionId": "ck"}),
+    )
+    .await;
+    until_done(&mut ws, "m1").await;
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+
+    // The next checkpoint's `git add` holds the store's index when the server dies.
+    let slow = SlowGit::new(&sb);
+    slow.stop_at(
+        "add",
+        "echo \"$*\" > \"$dir/add-args\"; exec 9>\"$gitdir/index.lock\"",
+    );
+    let port = free_port();
+    let mut second = chat_server(&sb, port, &slow.path());
+    let mut ws = chat_at(port).await;
+    send(
+        &mut ws,
+        json!({"id": "m2", "content": "Go on", "sessionId": "ck"}),
+    )
+    .await;
+    slow.reached().await;
+    second.start_kill().unwrap();
+    second.wait().await.unwrap();
+    let args = std::fs::read_to_string(sb.base().join("slow-git/add-args")).unwrap();
+    assert!(args.contains("core.fsync"), "{args}");
+    let store = sb.home.join("state/checkpoints/folders");
+    let locks: Vec<_> = std::fs::read_dir(&store)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("index.lock").exists())
+        .collect();
+    assert_eq!(locks.len(), 1, "the killed git left no lock to recover");
+
+    let port = free_port();
+    let _third = chat_server(&sb, port, &plain);
+    let mut ws = chat_at(port).await;
+    send(
+        &mut ws,
+        json!({"id": "m3", "content": "Again", "sessionId": "ck"}),
+    )
+    .await;
+    let frames = until_done(&mut ws, "m3").await;
+    assert!(frames.iter().all(|f| f["type"] != "error"), "{frames:?}");
+    assert_eq!(sb.read("f.txt"), "A\n");
+    // Back to the first run's start, before f.txt was written.
+    send(
+        &mut ws,
+        json!({"type": "rollback", "id": "rb", "sessionId": "ck", "step": 0}),
+    )
+    .await;
+    let f = next(&mut ws).await;
+    assert_eq!(f["type"], "rollback", "{f}");
+    assert!(!sb.work.join("f.txt").exists());
+}

@@ -186,7 +186,7 @@ async fn a_full_disk_delays_reports_but_loses_none() {
     );
     tracker.wait_status("t_full", "in_progress", 20).await;
     // Fill the state folder to the last byte while the model is still answering.
-    let filler = fill(&state);
+    let filler = fill_disk(&state);
     let health = cb.replace("/events", "/healthz");
     let client = reqwest::Client::new();
     let degraded = degraded_with(&health, "reports_not_queued").await;
@@ -221,35 +221,6 @@ async fn a_full_disk_delays_reports_but_loses_none() {
     }
 }
 
-/// Fills the disk `dir` is on to the last byte; the file that does it.
-fn fill(dir: &std::path::Path) -> std::path::PathBuf {
-    let filler = dir.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let block = vec![0u8; 4096];
-    while std::io::Write::write_all(&mut f, &block).is_ok() {}
-    while std::io::Write::write_all(&mut f, &[0u8]).is_ok() {}
-    filler
-}
-
-/// Waits until `/healthz` says degraded for a reason of `kind`; its answer.
-async fn degraded_with(health: &str, kind: &str) -> Value {
-    let client = reqwest::Client::new();
-    let mut last = Value::Null;
-    for _ in 0..400 {
-        let r = client.get(health).send().await.unwrap();
-        let code = r.status().as_u16();
-        last = r.json().await.unwrap();
-        let reasons = last["reasons"].as_array().cloned().unwrap_or_default();
-        if reasons.iter().any(|r| r["kind"] == kind) {
-            assert_eq!(code, 503, "{last}");
-            assert_eq!(last["status"], "degraded", "{last}");
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("/healthz never said degraded for {kind}: {last}");
-}
-
 /// A task that comes up while the state disk is full waits for room instead of failing
 /// at its first write and being blocked for good; `/healthz` says why meanwhile, and it
 /// runs, once, when there is room again.
@@ -277,7 +248,7 @@ async fn a_task_that_comes_up_on_a_full_disk_waits_for_room_then_runs() {
     }
     tracker.wait_status("t_1", "in_progress", 20).await;
     // Full while the first task's model is still answering: the second comes up next.
-    let filler = fill(&state);
+    let filler = fill_disk(&state);
     let health = cb.replace("/events", "/healthz");
     let degraded = degraded_with(&health, "disk_full").await;
     assert!(

@@ -17,6 +17,7 @@ mod daemon_process;
 mod delivery;
 mod exactly_once;
 mod deploy;
+mod disk;
 mod git_support;
 mod github;
 mod github_answers;

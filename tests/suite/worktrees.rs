@@ -5,6 +5,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
+use crate::common::slow_git::SlowGit;
 use crate::common::tracker::FakeTracker;
 use crate::common::*;
 

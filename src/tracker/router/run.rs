@@ -1,11 +1,12 @@
 //! One job's life: it waits for room on its disks, is counted as an attempt, opens its
 //! worktree, drives the agent, commits what it did, and queues its reports; a job the
-//! daemon gave up on before it began says so or stays pending.
+//! daemon gave up on before it began says so or stays pending. A start that fails for
+//! lack of room (the worktree, the session, the state) waits for room again and retries.
 
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, session_for, Job, JobKind, Router, StopReason, MAX_ATTEMPTS};
-use crate::agent::{AgentEvent, Outcome, RunRequest, WorktreeRun};
+use crate::agent::{AgentEvent, FailureKind, Outcome, RunRequest, WorktreeRun};
 use crate::tracker::delivery;
 use crate::tracker::types::{Report, TaskStatus};
 use crate::tracker::worktree::{FolderStatus, TaskTree};
@@ -36,9 +37,10 @@ impl Router {
             return;
         };
         let mut request = RunRequest::new(prompt, session_id.clone());
-        let tree = match self.open_tree(&job, &session_id).await {
+        let tree = match self.open_tree(&job, &session_id, &cancel).await {
             Ok(tree) => tree,
-            Err(reports) => return self.report_and_end(&job, reports).await,
+            Err(Some(reports)) => return self.report_and_end(&job, reports).await,
+            Err(None) => return self.never_started(job).await,
         };
         if let (Some(t), Some(w)) = (&tree, &self.shared.worktrees) {
             request.work_dir = Some(t.work_dir.clone());
@@ -53,7 +55,16 @@ impl Router {
             None => None,
         };
         tracing::info!(task = %job.task_id, event = %job.event_id, attempt, "run started");
-        let outcome = self.drive(&job, request, cancel).await;
+        let outcome = loop {
+            let outcome = self.drive(&job, request.clone(), cancel.clone()).await;
+            // Its session or first checkpoint had no room: nothing was done yet.
+            let Some(error) = no_room_at_start(&outcome) else {
+                break outcome;
+            };
+            if !self.shared.room.retry(&job.task_id, &cancel, error).await {
+                return self.never_started(job).await;
+            }
+        };
         self.conclude(&job, &session_id, outcome, (tree, before))
             .await;
     }
@@ -183,6 +194,10 @@ impl Router {
             // Shutdown: pending for the next start.
             Some(StopReason::Shutdown) | None => self.finish(&job, false),
             Some(StopReason::Cancelled(reason)) => {
+                // A worktree made before the wait goes, as a cancelled run's does.
+                if let Some(w) = &self.shared.worktrees {
+                    w.discard(&job.task_id).await;
+                }
                 let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
                 let content = format!("Work on this was cancelled{reason} while it waited for disk space to start; nothing was run or changed.");
                 let reports = vec![Report::comment(content, job.reply_to())];
@@ -198,20 +213,37 @@ impl Router {
     }
 
     /// The task's worktree, when tasks have their own; the reports for a task that
-    /// cannot get one.
+    /// cannot get one. One that fails for lack of room is made again once there is
+    /// room (`Err(None)`: the wait was stopped first).
     async fn open_tree(
         &self,
         job: &Job,
         session_id: &str,
-    ) -> Result<Option<TaskTree>, Vec<Report>> {
+        cancel: &CancellationToken,
+    ) -> Result<Option<TaskTree>, Option<Vec<Report>>> {
         let Some(w) = &self.shared.worktrees else {
             return Ok(None);
         };
-        w.open(&job.task_id).await.map(Some).map_err(|e| {
+        loop {
+            let e = match w.open(&job.task_id).await {
+                Ok(tree) => return Ok(Some(tree)),
+                Err(e) => e,
+            };
+            if e.no_room() {
+                if !self
+                    .shared
+                    .room
+                    .retry(&job.task_id, cancel, &e.to_string())
+                    .await
+                {
+                    return Err(None);
+                }
+                continue;
+            }
             tracing::error!(task = %job.task_id, "cannot prepare the task's worktree: {e}");
             let why = format!("Its git worktree could not be prepared: {e}");
-            delivery::failure(job.reply_to(), session_id, &why)
-        })
+            return Err(Some(delivery::failure(job.reply_to(), session_id, &why)));
+        }
     }
 
     /// Commits the run's work on the task's branch (not when shutdown interrupted it:
@@ -277,6 +309,21 @@ impl Router {
         tracing::info!(task = %job.task_id, "run ended");
         self.shared.changed.notify_waiters();
         self.schedule();
+    }
+}
+
+/// The error of a run that failed for lack of room before its first model turn (its
+/// session or first checkpoint could not be written): nothing was done, so it starts
+/// again once there is room instead of failing.
+fn no_room_at_start(outcome: &Outcome) -> Option<&str> {
+    match outcome {
+        Outcome::Failed {
+            kind: FailureKind::Infrastructure,
+            error,
+            steps: 0,
+            ..
+        } if crate::util::says_no_room(error) => Some(error),
+        _ => None,
     }
 }
 

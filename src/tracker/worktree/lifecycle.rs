@@ -13,24 +13,6 @@ fn initializing(admin: &Path) -> bool {
     std::fs::read_to_string(admin.join("locked")).is_ok_and(|l| l.contains("initializing"))
 }
 
-/// Whether any process this one can see has `path` open (a scan of `/proc`).
-pub(super) fn open_by_anyone(path: &Path) -> bool {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    procs
-        .flatten()
-        .filter(|p| {
-            p.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter_map(|p| std::fs::read_dir(p.path().join("fd")).ok())
-        .flat_map(|fds| fds.flatten())
-        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
-}
-
 impl Worktrees {
     /// The task's worktree, made on its branch at the first event and found again at
     /// later ones (a chat message, a run resumed after a crash).
@@ -159,7 +141,7 @@ impl Worktrees {
             let older = std::fs::symlink_metadata(lock)
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t < self.started || t > SystemTime::now());
-            if !older || open_by_anyone(lock) {
+            if !older || crate::util::open_by_anyone(lock) {
                 tracing::warn!(lock = %lock.display(), "a git lock is held by a running process; leaving it");
                 continue;
             }

@@ -41,6 +41,18 @@ pub(crate) enum WorktreeError {
     Setup(String),
 }
 
+impl WorktreeError {
+    /// Whether it failed for lack of room on a disk (its own write, or git's): the
+    /// task then waits for room instead of failing.
+    pub(crate) fn no_room(&self) -> bool {
+        match self {
+            WorktreeError::Io(_, e) => crate::util::no_room(e),
+            WorktreeError::Git { message, .. } => crate::util::says_no_room(message),
+            WorktreeError::Setup(_) => false,
+        }
+    }
+}
+
 /// How the run whose work is committed ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RunEnd {

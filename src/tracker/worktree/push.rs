@@ -121,7 +121,7 @@ impl Worktrees {
     fn clear_remote_lock(&self, urls: &[String], branch: &str) {
         for folder in urls.iter().filter_map(|u| folder_of(u)) {
             let lock = folder.join("refs/heads").join(format!("{branch}.lock"));
-            if lock.exists() && !super::lifecycle::open_by_anyone(&lock) {
+            if lock.exists() && !crate::util::open_by_anyone(&lock) {
                 match std::fs::remove_file(&lock) {
                     Ok(()) => {
                         tracing::warn!(lock = %lock.display(), "removed the lock a killed push left in the remote")
