@@ -300,10 +300,19 @@ fn push_call(
 }
 
 /// Records a report the tracker took, with its idempotency key.
-fn record_report(st: &Arc<Mutex<St>>, method: &'static str, path: String, body: &Value, h: &HeaderMap) {
+fn record_report(
+    st: &Arc<Mutex<St>>,
+    method: &'static str,
+    path: String,
+    body: &Value,
+    h: &HeaderMap,
+) {
     let status = if method == "POST" { 201 } else { 200 };
     record(st, method, path, body, status);
-    let key = h.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let key = h
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     if let Some(last) = st.lock().unwrap().calls.last_mut() {
         last.key = key;
     }

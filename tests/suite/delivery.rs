@@ -107,7 +107,9 @@ async fn refused_reports_make_the_health_check_degraded_while_they_last() {
     let d = sb.daemon(&llm, &tracker, json!({}));
     let cb = tracker.callback_url().await;
     let health = cb.replace("/events", "/healthz");
-    tracker.deliver(&cb, &assigned("evt_r", "t_r", "Refused")).await;
+    tracker
+        .deliver(&cb, &assigned("evt_r", "t_r", "Refused"))
+        .await;
     let mut seen = Value::Null;
     for _ in 0..500 {
         seen = reqwest::get(&health).await.unwrap().json().await.unwrap();

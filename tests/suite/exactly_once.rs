@@ -334,7 +334,10 @@ async fn a_kill_at_a_random_instant_loses_and_doubles_nothing() {
     tokio::time::sleep(at).await;
     daemon.kill().await.unwrap();
     let reached = tracker.timeline("x1");
-    eprintln!("trial: killed {} ms after the event; the tracker had {reached:?}", at.as_millis());
+    eprintln!(
+        "trial: killed {} ms after the event; the tracker had {reached:?}",
+        at.as_millis()
+    );
     // A failed trial shows what the daemon did.
     let _log = LogOnFailure(sb.base().join("daemon.log"));
     let mut daemon = restart(&sb, &tracker, None).await;
@@ -351,7 +354,11 @@ async fn a_kill_at_a_random_instant_loses_and_doubles_nothing() {
     let exit = tokio::time::timeout(Duration::from_secs(30), daemon.wait()).await;
     assert!(matches!(exit, Ok(Ok(e)) if e.success()), "{exit:?}");
     let tip = git(&sb.work, &["rev-parse", "picogent/x1"]);
-    assert_eq!(git(&origin, &["rev-parse", "picogent/x1"]), tip, "the push was lost");
+    assert_eq!(
+        git(&origin, &["rev-parse", "picogent/x1"]),
+        tip,
+        "the push was lost"
+    );
     let commits = git(&sb.work, &["rev-list", "--count", "main..picogent/x1"]);
     assert_eq!(commits, "1", "the work was committed twice");
     let comments: Vec<String> = tracker
@@ -363,5 +370,9 @@ async fn a_kill_at_a_random_instant_loses_and_doubles_nothing() {
     assert!(comments[0].contains(&tip[..12]), "{comments:#?}");
     assert!(comments[0].contains("Pushed to `origin`."), "{comments:#?}");
     let timeline = tracker.timeline("x1");
-    assert_eq!(timeline.last().map(String::as_str), Some("status:review"), "{timeline:?}");
+    assert_eq!(
+        timeline.last().map(String::as_str),
+        Some("status:review"),
+        "{timeline:?}"
+    );
 }
