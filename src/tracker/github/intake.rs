@@ -256,7 +256,12 @@ impl Intake {
     /// happened since (a `closed` handled before a late `assigned`, a redelivery days
     /// later), and a queued task may have waited. When GitHub cannot say, it does.
     pub(crate) async fn still_wanted(&self, n: u64) -> bool {
-        let asked_for = self.book.get(n).generation;
+        // Read under the gate: the start that queued this run notes its generation
+        // after the router took the event, and may not have yet.
+        let asked_for = {
+            let _one = self.gate.lock().await;
+            self.book.get(n).generation
+        };
         let path = self.api.repo(&format!("/issues/{n}"));
         let now = match self.api.call(reqwest::Method::GET, &path, None).await {
             Ok(a) => match payload::issue(&a.body) {
@@ -403,10 +408,15 @@ impl Intake {
             .spawn_owned(async move { progress.stopped(number, why).await });
     }
 
-    /// At start: the issues let go while picogent was down whose progress comment still
-    /// says work goes on.
-    pub(crate) fn settle_stopped(&self) {
-        for n in self.book.still_working() {
+    /// The issues let go whose progress comment still says work goes on.
+    pub(crate) fn still_working(&self) -> Vec<u64> {
+        self.book.still_working()
+    }
+
+    /// At start: `stale` (issues let go before picogent stopped, whose progress comment
+    /// still says work goes on) have it say that work stopped.
+    pub(crate) fn settle_stopped(&self, stale: Vec<u64>) {
+        for n in stale {
             self.say_stopped(n, "the issue no longer asks for picogent");
         }
     }

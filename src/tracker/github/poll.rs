@@ -75,6 +75,9 @@ impl Poller {
         catch_up: bool,
     ) {
         let swept_at = self.api.clock().now();
+        // Let go before this start: what the sweep below lets go says why itself
+        // (`the issue was closed`), and must not be raced by the generic word.
+        let stale = self.intake.still_working();
         let mut queries = Vec::new();
         if let Some(a) = assignee {
             queries.push(format!(
@@ -109,7 +112,7 @@ impl Poller {
                 Err(e) => tracing::warn!(issue = n, "cannot read a task's issue: {e}"),
             }
         }
-        self.intake.settle_stopped();
+        self.intake.settle_stopped(stale);
         if catch_up {
             self.catch_up(swept_at).await;
         }

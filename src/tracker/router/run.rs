@@ -199,7 +199,7 @@ impl Router {
                     w.discard(&job.task_id).await;
                 }
                 let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-                let content = format!("Work on this was cancelled{reason} while it waited for disk space to start; nothing was run or changed.");
+                let content = format!("Work on this was cancelled{reason} before it started; nothing was run or changed.");
                 let reports = vec![Report::comment(content, job.reply_to())];
                 self.report_and_end(&job, reports).await;
             }
