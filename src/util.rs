@@ -42,8 +42,13 @@ pub(crate) fn no_room(e: &std::io::Error) -> bool {
 }
 
 /// Whether any process this one can see has `path` open (a scan of `/proc`): a git
-/// lock nobody has open was left by a git that was killed.
+/// lock nobody has open was left by a git that was killed. Files are compared by
+/// device and inode, so a path spelled another way (a symlink, `//`) still matches.
 pub(crate) fn open_by_anyone(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(want) = std::fs::metadata(path).map(|m| (m.dev(), m.ino())) else {
+        return false;
+    };
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return false;
     };
@@ -57,7 +62,16 @@ pub(crate) fn open_by_anyone(path: &std::path::Path) -> bool {
         })
         .filter_map(|p| std::fs::read_dir(p.path().join("fd")).ok())
         .flat_map(|fds| fds.flatten())
-        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path))
+        .any(|fd| std::fs::metadata(fd.path()).is_ok_and(|m| (m.dev(), m.ino()) == want))
+}
+
+/// A file's identity (device, inode, change time): the same lock seen twice is one
+/// nobody replaced meanwhile.
+pub(crate) fn file_id(path: &std::path::Path) -> Option<(u64, u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// `n` random lowercase hex characters.

@@ -173,7 +173,7 @@ pub(crate) fn die_with_picogent(cmd: &mut Command) {
     super::git_group::supervised(cmd);
 }
 
-pub(crate) use super::git_group::stop;
+pub(crate) use super::git_group::{stop, stop_pid};
 
 /// Starts one of picogent's own git commands: refused when a setting it needs could
 /// not be given to this git (see [`set_config`]), and made to die with picogent.
@@ -205,12 +205,9 @@ pub(crate) fn output_within(
         out
     });
     let timed_out = waited.recv_timeout(limit).is_err();
-    if timed_out && pid > 0 {
-        // SAFETY: a plain system call; the child is not reaped yet (its waiter has not
-        // answered), so its process group is still its own.
-        unsafe {
-            libc::killpg(pid, libc::SIGKILL);
-        }
+    if timed_out {
+        // The supervisor kills git's group and reaps git (see `git_group`).
+        stop_pid(pid);
     }
     let out = waiter
         .join()

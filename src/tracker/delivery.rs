@@ -36,12 +36,12 @@ impl Delivery {
     }
 
     /// Queues reports (the outbox's writer thread syncs them), as the conclusion of
-    /// `concludes` when given.
+    /// the events `concludes`.
     async fn push(
         &self,
         task_id: &str,
         reports: Vec<Report>,
-        concludes: Option<&str>,
+        concludes: Vec<String>,
     ) -> std::io::Result<()> {
         self.outbox
             .push_concluding(task_id, reports, concludes)
@@ -55,13 +55,13 @@ impl Delivery {
 
     /// Queues reports; one that cannot be queued is logged and dropped.
     pub(super) async fn report(&self, task_id: &str, reports: Vec<Report>) {
-        if let Err(e) = self.push(task_id, reports, None).await {
+        if let Err(e) = self.push(task_id, reports, Vec::new()).await {
             tracing::error!(task = task_id, "cannot queue a report: {e}");
         }
     }
 
-    /// Queues the reports that conclude the event `concludes` (in one record with
-    /// them, so the event is never worked again once they are queued); true when they
+    /// Queues the reports that conclude the events `concludes` (in one record with
+    /// them, so none is worked again once they are queued); true when they
     /// are queued. When the outbox cannot take them, the daemon is degraded and they
     /// are queued again every few seconds until it can. `on_queued` is called once
     /// they are queued, at once or after retries (it marks the event done).
@@ -69,10 +69,10 @@ impl Delivery {
         self: &Arc<Self>,
         task_id: &str,
         reports: Vec<Report>,
-        concludes: &str,
+        concludes: Vec<String>,
         on_queued: impl FnOnce() + Send + 'static,
     ) -> bool {
-        let Err(e) = self.push(task_id, reports.clone(), Some(concludes)).await else {
+        let Err(e) = self.push(task_id, reports.clone(), concludes.clone()).await else {
             // The instant between the two records (issue 36): the reports are on disk and
             // going out, the journal has not heard of it.
             crate::util::fault::point("result_queued");
@@ -85,11 +85,11 @@ impl Delivery {
             d.0 += 1;
             d.1 = format!("cannot queue reports: {e}");
         }
-        let (me, task, event) = (self.clone(), task_id.to_string(), concludes.to_string());
+        let (me, task) = (self.clone(), task_id.to_string());
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(REPORT_RETRY).await;
-                match me.push(&task, reports.clone(), Some(&event)).await {
+                match me.push(&task, reports.clone(), concludes.clone()).await {
                     Ok(()) => {
                         lock(&me.degraded).0 -= 1;
                         tracing::info!(task = %task, "the result is queued after all");

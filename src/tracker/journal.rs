@@ -160,6 +160,11 @@ impl Journal {
         self.pending.iter().cloned().collect()
     }
 
+    /// Whether the event's work is still to finish.
+    pub(crate) fn is_pending(&self, id: &str) -> bool {
+        self.pending.contains(id)
+    }
+
     pub(crate) fn is_seen(&self, id: &str) -> bool {
         self.seen.contains_key(id)
     }

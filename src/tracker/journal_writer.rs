@@ -115,6 +115,13 @@ impl JournalWriter {
         answer.await.unwrap_or(false)
     }
 
+    /// Asks whether an event's work is still to finish (the outbox keeps the event's
+    /// conclusion while it is, see `Outbox::keep_concluded_while`).
+    pub(crate) fn pending_check(&self) -> super::outbox::PendingCheck {
+        let journal = self.journal.clone();
+        Arc::new(move |id: &str| lock(&journal).is_pending(id))
+    }
+
     pub(crate) fn pending(&self) -> Vec<Pending> {
         lock(&self.journal).pending()
     }

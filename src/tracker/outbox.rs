@@ -84,9 +84,12 @@ enum Record {
     },
 }
 
-/// How long an event's conclusion is remembered: long past the start after a crash
-/// that needs it (see `Outbox::concluded`).
+/// How long an event's conclusion is remembered once the journal no longer has the
+/// event pending (see `Outbox::concluded`).
 const REMEMBER_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// Whether the journal still has an event pending.
+pub(crate) type PendingCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 #[derive(Debug, Clone)]
 struct Item {
@@ -100,7 +103,7 @@ enum Job {
     Push {
         task_id: String,
         reports: Vec<Report>,
-        concludes: Option<String>,
+        concludes: Vec<String>,
         reply: oneshot::Sender<io::Result<()>>,
     },
     Sent {
@@ -116,6 +119,9 @@ struct State {
     /// Events whose concluding reports were queued (id → when), kept across
     /// compactions for `REMEMBER_MS`.
     concluded: std::collections::HashMap<String, i64>,
+    /// Until it is set (at open, before the journal was asked), no conclusion is
+    /// forgotten; then only those of events the journal no longer has pending.
+    pending: Option<PendingCheck>,
     next_seq: u64,
     appended: usize,
     /// A write or a sync failed: rewrite the file from memory (dropping torn lines and
@@ -155,7 +161,7 @@ impl State {
         &mut self,
         task_id: &str,
         reports: Vec<Report>,
-        concludes: Option<&str>,
+        concludes: &[String],
     ) -> io::Result<Vec<Item>> {
         let mut items = Vec::with_capacity(reports.len());
         let mut bytes = Vec::new();
@@ -180,23 +186,27 @@ impl State {
                 report,
             });
         }
-        if let Some(event) = concludes {
+        for event in concludes {
             let rec = Record::Concluded {
-                event: event.into(),
+                event: event.clone(),
                 at: crate::util::now_millis(),
             };
             crate::util::push_json_line(&mut bytes, &rec)?;
         }
         crate::util::append_whole(&self.file, &bytes).inspect_err(|_| self.needs_compact = true)?;
-        self.appended += items.len() + usize::from(concludes.is_some());
+        self.appended += items.len() + concludes.len();
         self.next_seq = self.next_seq.saturating_add(items.len() as u64);
         Ok(items)
     }
 
     fn compact(&mut self) -> io::Result<()> {
         let mut buf = Vec::new();
+        // Age alone never drops one: a daemon down for weeks, or a clock set back to
+        // 1970 meanwhile, still finds it at the next start.
         let cutoff = crate::util::now_millis() - REMEMBER_MS;
-        self.concluded.retain(|_, at| *at >= cutoff);
+        let pending = self.pending.clone();
+        self.concluded
+            .retain(|event, at| *at >= cutoff || pending.as_ref().is_none_or(|p| p(event)));
         for (event, at) in &self.concluded {
             let rec = Record::Concluded {
                 event: event.clone(),
@@ -259,6 +269,7 @@ impl Outbox {
             file,
             items: items.into(),
             concluded,
+            pending: None,
             next_seq,
             appended: 0,
             needs_compact: false,
@@ -295,25 +306,31 @@ impl Outbox {
     /// for the same task.
     #[cfg(test)]
     pub(crate) async fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
-        self.push_concluding(task_id, reports, None).await
+        self.push_concluding(task_id, reports, Vec::new()).await
     }
 
-    /// Queues reports as `push` does; with `concludes`, they are the conclusion of that
-    /// event, recorded in the same write (see `concluded`).
+    /// Queues reports as `push` does, as the conclusion of the events `concludes`,
+    /// recorded in the same write (see `concluded`).
     pub(crate) async fn push_concluding(
         &self,
         task_id: &str,
         reports: Vec<Report>,
-        concludes: Option<&str>,
+        concludes: Vec<String>,
     ) -> io::Result<()> {
         let (reply, answer) = oneshot::channel();
         self.writer.send(Job::Push {
             task_id: task_id.into(),
             reports,
-            concludes: concludes.map(str::to_string),
+            concludes,
             reply,
         })?;
         answer.await.map_err(|_| stopped())?
+    }
+
+    /// From now on, a conclusion may be forgotten once it is old and `pending` says the
+    /// journal has its event done.
+    pub(crate) fn keep_concluded_while(&self, pending: PendingCheck) {
+        self.lock().pending = Some(pending);
     }
 
     /// Whether the event's concluding reports were queued (and synced): its work is
@@ -535,7 +552,7 @@ fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
                     concludes,
                     reply,
                 } => {
-                    let written = s.write_adds(&task_id, reports, concludes.as_deref());
+                    let written = s.write_adds(&task_id, reports, &concludes);
                     pushed.push((reply, written, concludes));
                 }
             }
@@ -553,7 +570,7 @@ fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
         let result = match (written, &synced) {
             (Ok(items), Ok(())) => {
                 s.items.extend(items);
-                if let Some(event) = concludes {
+                for event in concludes {
                     s.concluded.insert(event, crate::util::now_millis());
                 }
                 queued = true;

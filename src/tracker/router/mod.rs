@@ -215,6 +215,8 @@ impl Router {
         hooks: Option<Arc<dyn TaskHooks>>,
     ) -> Router {
         let max = agent.config().max_concurrent_tasks;
+        // A conclusion is kept while the journal has its event pending.
+        outbox.keep_concluded_while(journal.pending_check());
         let mut dirs = vec![agent.config().state_dir(), agent.config().sessions_dir()];
         if let Some(w) = &worktrees {
             dirs.push(w.root().to_path_buf());
@@ -421,7 +423,7 @@ impl Router {
                         "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
                         Some(message.id.clone()),
                     )],
-                    &event_id,
+                    vec![event_id.clone()],
                     move || done.mark_done(&event),
                 )
                 .await;
@@ -463,8 +465,11 @@ impl Router {
             };
             (dropped, running)
         };
-        for id in &dropped {
-            self.mark_done(id);
+        if running {
+            // The running job concludes its own event; these never started.
+            for id in &dropped {
+                self.mark_done(id);
+            }
         }
         tracing::info!(
             task = task_id,
@@ -489,11 +494,17 @@ impl Router {
                 }
                 let done = me.clone();
                 // Done once the comment is queued (a full disk delays it, never drops it).
+                // The dropped events are concluded with the cancellation: none of
+                // them can come back after a crash to run a cancelled task.
+                let mut concludes = vec![event.clone()];
+                concludes.extend(dropped.iter().cloned());
+                let report = vec![Report::comment(content, None)];
                 me.shared
                     .delivery
-                    .queue_or_retry(&task, vec![Report::comment(content, None)], &event, {
-                        let event = event.clone();
-                        move || done.mark_done(&event)
+                    .queue_or_retry(&task, report, concludes.clone(), move || {
+                        for id in &concludes {
+                            done.mark_done(id);
+                        }
                     })
                     .await;
             });

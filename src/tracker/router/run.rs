@@ -161,7 +161,7 @@ impl Router {
             // Called when the reports are queued, now or after retries: the event is
             // marked done there, and the commit recorded as named.
             delivery
-                .queue_or_retry(&task, reports, &job.event_id, move || {
+                .queue_or_retry(&task, reports, vec![job.event_id.clone()], move || {
                     me.mark_done(&event);
                     record_named();
                 })
@@ -176,9 +176,12 @@ impl Router {
         let (me, event) = (self.clone(), job.event_id.clone());
         self.shared
             .delivery
-            .queue_or_retry(&job.task_id, reports, &job.event_id, move || {
-                me.mark_done(&event)
-            })
+            .queue_or_retry(
+                &job.task_id,
+                reports,
+                vec![job.event_id.clone()],
+                move || me.mark_done(&event),
+            )
             .await;
         self.finish(job, false);
     }

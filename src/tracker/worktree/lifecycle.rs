@@ -281,7 +281,15 @@ impl Worktrees {
         };
         let mut status = self.tree_git(&tree);
         status.args(["status", "--porcelain", "--ignore-submodules=all"]);
-        self.run(status).map_or(true, |out| !out.trim().is_empty())
+        // A repository the agent made in the tree is never committed (see `deliver`):
+        // it does not count as work left.
+        let nested = crate::sandbox::git::nested_repositories(&r.path);
+        self.run(status).map_or(true, |out| {
+            out.lines().any(|l| match l.strip_prefix("?? ") {
+                Some(p) => !nested.iter().any(|n| n == p.trim_end_matches('/')),
+                None => !l.trim().is_empty(),
+            })
+        })
     }
 
     /// At start: removes the worktrees of tasks quiet for longer than the retention,

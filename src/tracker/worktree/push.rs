@@ -24,6 +24,36 @@ fn folder_of(url: &str) -> Option<PathBuf> {
     }
 }
 
+/// A push to a folder whose `git-receive-pack` died with an earlier picogent can leave
+/// the lock of the task's branch there, refusing every later push: it is removed when
+/// it is the very lock an earlier attempt failed on (`seen`: same file, unchanged) and
+/// no process has it open. Only the task's own branch, only in a folder remote (a
+/// server cleans up after itself; a non-bare folder is refused by git for pushes to
+/// its checked-out branch anyway).
+fn clear_remote_lock(urls: &[String], branch: &str, seen: &mut Vec<(u64, u64, i64, i64)>) {
+    for folder in urls.iter().filter_map(|u| folder_of(u)) {
+        let lock = folder.join("refs/heads").join(format!("{branch}.lock"));
+        let Some(id) = crate::util::file_id(&lock) else {
+            continue;
+        };
+        if !seen.contains(&id) {
+            seen.push(id);
+            continue;
+        }
+        if crate::util::open_by_anyone(&lock) {
+            continue;
+        }
+        match std::fs::remove_file(&lock) {
+            Ok(()) => {
+                tracing::warn!(lock = %lock.display(), "removed the lock a killed push left in the remote")
+            }
+            Err(e) => {
+                tracing::warn!(lock = %lock.display(), "cannot remove a stale lock in the remote: {e}")
+            }
+        }
+    }
+}
+
 impl Worktrees {
     /// Pushes the task's branch with the operator's own git credentials (their global
     /// configuration, when no command of the agent's could have written it; programs
@@ -44,12 +74,16 @@ impl Worktrees {
         let urls = self.check_remote(tree, remote, home.as_deref())?;
         let tip = self.full_tip(tree, &tree.branch);
         let mut delay = PUSH_BACKOFF;
+        let mut locks_seen = Vec::new();
         for attempt in 1.. {
             let e = match self.push_once(tree, remote, home.as_deref(), &urls) {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
-            if tip.is_some() && self.remote_tip(tree, remote, home.as_deref(), &urls) == tip {
+            let landed = tip
+                .as_deref()
+                .is_some_and(|tip| self.remote_holds(tree, (remote, home.as_deref()), &urls, tip));
+            if landed {
                 tracing::info!(task = %tree.slug, remote, "git said the push failed, but the remote holds the branch's tip: pushed ({e})");
                 return Ok(());
             }
@@ -58,7 +92,7 @@ impl Worktrees {
             }
             tracing::warn!(task = %tree.slug, remote, attempt, "the push failed, trying again in {delay:?}: {e}");
             if urls.iter().all(|u| folder_of(u).is_some()) {
-                self.clear_remote_lock(&urls, &tree.branch);
+                clear_remote_lock(&urls, &tree.branch, &mut locks_seen);
             }
             // On a blocking thread (`close`), never the runtime's.
             std::thread::sleep(delay);
@@ -94,44 +128,29 @@ impl Worktrees {
         self.run(cmd).ok().filter(|t| !t.is_empty())
     }
 
-    /// What the remote's branch points at, asked the way the push goes (same
-    /// configuration, same token); `None` when it has no such branch or cannot say.
-    fn remote_tip(
+    /// Whether every URL the push goes to (those `check_remote` checked) has the
+    /// branch at `tip`, asked the way the push goes (same configuration, same token,
+    /// git's own upload-pack); no when any cannot say.
+    fn remote_holds(
         &self,
         tree: &TaskTree,
-        remote: &str,
-        home: Option<&std::path::Path>,
+        (remote, home): (&str, Option<&std::path::Path>),
         urls: &[String],
-    ) -> Option<String> {
-        let mut cmd = self.push_git(tree, remote, home);
-        self.authorize(&mut cmd, urls);
+        tip: &str,
+    ) -> bool {
         let branch = format!("refs/heads/{}", tree.branch);
-        cmd.args(["ls-remote", "--quiet", remote, &branch]);
-        let out = self.run(cmd).ok()?;
-        out.lines()
-            .filter_map(|l| l.split_once('\t'))
-            .find(|(_, name)| *name == branch)
-            .map(|(id, _)| id.to_string())
-    }
-
-    /// A push to a folder whose `git-receive-pack` died with an earlier picogent can
-    /// leave the lock of the task's branch there, refusing every later push: it is
-    /// removed when no process has it open (only the task's own branch, only in a
-    /// folder remote; a server cleans up after itself).
-    fn clear_remote_lock(&self, urls: &[String], branch: &str) {
-        for folder in urls.iter().filter_map(|u| folder_of(u)) {
-            let lock = folder.join("refs/heads").join(format!("{branch}.lock"));
-            if lock.exists() && !crate::util::open_by_anyone(&lock) {
-                match std::fs::remove_file(&lock) {
-                    Ok(()) => {
-                        tracing::warn!(lock = %lock.display(), "removed the lock a killed push left in the remote")
-                    }
-                    Err(e) => {
-                        tracing::warn!(lock = %lock.display(), "cannot remove a stale lock in the remote: {e}")
-                    }
-                }
-            }
-        }
+        !urls.is_empty()
+            && urls.iter().all(|url| {
+                let mut cmd = self.push_git(tree, remote, home);
+                self.authorize(&mut cmd, urls);
+                cmd.args(["ls-remote", "--quiet", "--upload-pack=git-upload-pack", url])
+                    .arg(&branch);
+                self.run(cmd).is_ok_and(|out| {
+                    out.lines()
+                        .filter_map(|l| l.split_once('\t'))
+                        .any(|(id, name)| name == branch && id == tip)
+                })
+            })
     }
 
     /// The git that pushes, and that says where a push goes: both see the same
@@ -170,10 +189,16 @@ impl Worktrees {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .chain([(
-            format!("remote.{remote}.receivepack"),
-            "git-receive-pack".to_string(),
-        )])
+        .chain([
+            (
+                format!("remote.{remote}.receivepack"),
+                "git-receive-pack".to_string(),
+            ),
+            (
+                format!("remote.{remote}.uploadpack"),
+                "git-upload-pack".to_string(),
+            ),
+        ])
         .collect();
         // `credential.helper=` empties the whole list (a helper is a program, and the
         // repository's list could name one): pushes authenticate by ssh key or agent,
