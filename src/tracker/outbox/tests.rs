@@ -1,0 +1,83 @@
+use super::*;
+use crate::tracker::types::TaskStatus;
+
+fn contents(o: &Outbox) -> Vec<(String, Report)> {
+    let s = o.lock();
+    s.items
+        .iter()
+        .map(|i| (i.task_id.clone(), i.report.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pushes_keep_each_tasks_order_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = Outbox::open(dir.path()).unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let o = outbox.clone();
+            tokio::spawn(async move {
+                for i in 0..20 {
+                    let r = vec![
+                        Report::comment(format!("{i}"), None),
+                        Report::status(TaskStatus::Review),
+                    ];
+                    o.push(&format!("t{t}"), r).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let before = contents(&outbox);
+    assert_eq!(before.len(), 8 * 20 * 2);
+    for t in 0..8 {
+        let mine: Vec<_> = before
+            .iter()
+            .filter(|(id, _)| *id == format!("t{t}"))
+            .collect();
+        for (i, pair) in mine.chunks(2).enumerate() {
+            assert_eq!(pair[0].1, Report::comment(format!("{i}"), None));
+            assert_eq!(pair[1].1, Report::status(TaskStatus::Review));
+        }
+    }
+    // Delivered reports leave the queue at once and stay gone after a reopen.
+    let first = outbox.lock().items.front().map(|i| i.seq).unwrap();
+    outbox.mark_sent(first);
+    assert_eq!(outbox.len(), before.len() - 1);
+    drop(outbox);
+    let again = Outbox::open(dir.path()).unwrap();
+    assert_eq!(contents(&again), before[1..].to_vec());
+}
+
+/// A conclusion outlives its seven days while the journal has its event pending, and
+/// every one survives an open (which has not asked the journal yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conclusion_is_forgotten_only_once_its_event_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = crate::util::now_millis() - REMEMBER_MS - 1000;
+    let line =
+        |event: &str| format!("{{\"r\":\"concluded\",\"event\":\"{event}\",\"at\":{old}}}\n");
+    std::fs::write(
+        dir.path().join("outbox.jsonl"),
+        line("still-pending") + &line("done-long-ago"),
+    )
+    .unwrap();
+    let outbox = Outbox::open(dir.path()).unwrap();
+    assert!(outbox.concluded("still-pending") && outbox.concluded("done-long-ago"));
+    outbox.keep_concluded_while(Arc::new(|id: &str| id == "still-pending"));
+    outbox.lock().compact().unwrap();
+    assert!(outbox.concluded("still-pending"));
+    assert!(!outbox.concluded("done-long-ago"));
+    // Written with reports, in the same append; read back after a reopen.
+    let r = vec![Report::comment("result".to_string(), None)];
+    outbox
+        .push_concluding("t", r, vec!["e1".into(), "e2".into()])
+        .await
+        .unwrap();
+    drop(outbox);
+    let again = Outbox::open(dir.path()).unwrap();
+    assert!(again.concluded("e1") && again.concluded("e2") && again.concluded("still-pending"));
+    assert_eq!(again.len(), 1);
+}
