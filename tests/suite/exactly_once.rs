@@ -162,6 +162,32 @@ async fn a_lock_a_killed_push_left_in_a_folder_remote_is_cleared() {
     daemon.kill().await.unwrap();
 }
 
+/// Killed after the push landed and was recorded, before the result was queued: the
+/// resumed run owes no push, and its comment names the commit and says the remote has
+/// it.
+#[tokio::test]
+async fn a_kill_right_after_the_push_still_says_it_was_pushed() {
+    let sb = Sandbox::new();
+    let (_llm, tracker) = agent(&sb, json!({"push": true})).await;
+    let origin = with_origin(&sb);
+    let mut daemon = spawn_daemon_with(&sb, &[("PICOGENT_FAULT", "push_recorded")]);
+    let cb = tracker.callback_url().await;
+    tracker.deliver(&cb, &assigned("e1", "a1", "After")).await;
+    let died = tokio::time::timeout(Duration::from_secs(60), daemon.wait())
+        .await
+        .expect("the fault point was never reached")
+        .unwrap();
+    assert_eq!(died.signal(), Some(9));
+    let mut daemon = restart(&sb, &tracker, None).await;
+    tracker.wait_status("a1", "review", 60).await;
+    let tip = git(&sb.work, &["rev-parse", "picogent/a1"]);
+    assert_eq!(git(&origin, &["rev-parse", "picogent/a1"]), tip);
+    let c = comment_text(&tracker, "a1").join("\n");
+    assert!(c.contains(&tip[..12]), "{c}");
+    assert!(c.contains("Pushed to `origin`."), "{c}");
+    daemon.kill().await.unwrap();
+}
+
 /// Whether a process is gone (or a zombie nobody reaped yet).
 fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -129,6 +129,7 @@ impl Worktrees {
         };
         if matches!(push, Some((_, Ok(())))) {
             self.update_record(slug, |r| r.push_pending = false);
+            crate::util::fault::point("push_recorded");
         }
         let branch = tree.branch.clone();
         Ok(match committed {
@@ -141,7 +142,9 @@ impl Worktrees {
                 Some(commit) => Delivered::Earlier {
                     branch,
                     commit,
-                    push,
+                    // Owing no push, the earlier work reached the remote before the
+                    // interruption (the push is recorded done only once it landed).
+                    push: push.or_else(|| self.push.clone().map(|remote| (remote, Ok(())))),
                 },
                 None => Delivered::Unchanged { branch, push },
             },
