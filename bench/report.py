@@ -40,6 +40,8 @@ BENCHMARKS = [
     ("Sandbox cost", r"Sandbox cost\b", "python3 bench/sandbox.py [--bin A --bin B] --record", "bench/sandbox.py"),
     ("Build profiles", r"Build profiles\b", "bash bench/profile.sh RELEASE_BIN DIST_BIN [RUNS] --record", "bench/profile.py"),
     ("Crash trials", r"Crash trials\b", "bash bench/crash_trials.sh [N] --record", "bench/crash_trials.sh"),
+    ("Random-instant crash trials", r"Random-instant crash trials\b",
+     "bash bench/crash_trials.sh --random [N] --record", "bench/crash_random.sh"),
     ("Browser: streaming a long answer", r"Browser: streaming\b", "node bench/stream.mjs [RUNS] --record", "bench/stream.mjs"),
     ("Browser: a long run", r"Browser: a \d+-step run\b", "node bench/page.mjs [STEPS] [RUNS] --record", "bench/page.mjs"),
     ("A long session's load and other connections", r"A long session's load\b",
