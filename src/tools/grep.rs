@@ -1,7 +1,10 @@
 //! `grep`: regular-expression search in-process (no ripgrep needed), `.gitignore`
-//! respected, binary files skipped, `path:line: text` output.
+//! respected, binary files skipped, `path:line: text` output. Files are read line by
+//! line and the search stops at `limit` or at the output's cut: only the context
+//! window is ever held, whatever the file.
 
-use std::collections::BTreeSet;
+use std::collections::VecDeque;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -12,6 +15,7 @@ use serde_json::Value;
 use super::registry::Tool;
 use super::truncate::{cut_line, head_bytes};
 use super::walk;
+use super::MAX_BYTES;
 use super::{arg, Sandbox, ToolContext, ToolError, ToolOutput};
 
 /// Search file contents with a regular expression. Respects .gitignore. Prints path:line: text.
@@ -74,8 +78,8 @@ impl Tool for GrepTool {
                     return Err(ToolError::Cancelled);
                 }
                 search.file(&file);
-                if search.matches >= search.limit {
-                    hit_limit = true;
+                if search.done() {
+                    hit_limit = search.matches >= search.limit;
                     break;
                 }
             }
@@ -129,8 +133,24 @@ struct Search {
     matches: usize,
 }
 
+/// One file's pass: the lines kept for context before a hit (already cut for
+/// display), how many lines after the last hit are still to show, and the last
+/// line shown (for the `--` between groups).
+struct Pass {
+    before: VecDeque<(usize, String)>,
+    after: usize,
+    last: Option<usize>,
+}
+
 impl Search {
-    /// Searches one file found by the walk, if the glob takes it and it is text.
+    /// Whether the search is over: `limit` matches, or more output than is shown.
+    fn done(&self) -> bool {
+        self.matches >= self.limit || self.out.len() > MAX_BYTES
+    }
+
+    /// Searches one file found by the walk, if the glob takes it and it is text. The
+    /// file is read line by line: only the context window is held, never the file
+    /// (a 32 MiB file of empty lines once cost 800 MB a call).
     fn file(&mut self, file: &Path) {
         let shown = walk::display(file, &self.base);
         if let Some(g) = &self.glob {
@@ -139,65 +159,70 @@ impl Search {
                 return;
             }
         }
-        let Some(bytes) = self.read_text(file) else {
+        let Some(mut reader) = self.open_text(file) else {
             return;
         };
-        let text = String::from_utf8_lossy(&bytes);
-        let lines: Vec<&str> = text.lines().collect();
-        let hits: Vec<usize> = lines
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| self.re.is_match(l))
-            .map(|(i, _)| i)
-            .collect();
-        if hits.is_empty() {
-            return;
+        let mut pass = Pass {
+            before: VecDeque::new(),
+            after: 0,
+            last: None,
+        };
+        let mut line = Vec::new();
+        for n in 0.. {
+            // Past what is shown, or past `limit` once the last hit's context is out.
+            if self.out.len() > MAX_BYTES || (self.done() && pass.after == 0) {
+                break;
+            }
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            let text = text.strip_suffix('\r').unwrap_or(text);
+            let hit = self.matches < self.limit && self.re.is_match(text);
+            if hit {
+                self.matches += 1;
+                for (i, t) in std::mem::take(&mut pass.before) {
+                    self.write_line(&shown, &mut pass, i, '-', &t);
+                }
+                self.write_line(&shown, &mut pass, n, ':', &cut_line(text));
+                pass.after = self.context;
+            } else if pass.after > 0 {
+                pass.after -= 1;
+                self.write_line(&shown, &mut pass, n, '-', &cut_line(text));
+            } else if self.context > 0 {
+                if pass.before.len() == self.context {
+                    pass.before.pop_front();
+                }
+                pass.before.push_back((n, cut_line(text)));
+            }
         }
-        let room = self.limit - self.matches;
-        let taken = &hits[..hits.len().min(room)];
-        self.matches += taken.len();
-        self.write_hits(&shown, &lines, taken);
     }
 
-    /// A file's bytes, within a bound; `None` when it cannot be read or is binary.
-    fn read_text(&self, file: &Path) -> Option<Vec<u8>> {
+    /// The file, buffered and bounded; `None` when it cannot be read or is binary.
+    fn open_text(&self, file: &Path) -> Option<impl BufRead> {
         // Opened without following a final link and checked by where it really
         // is, so a folder swapped for a link during the walk reads nothing outside.
-        let mut f = self.sandbox.open_found(file)?;
-        // Searched within a bound: a huge file never makes picogent allocate its size.
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::Read::take(&mut f, MAX_FILE_BYTES), &mut bytes)
-            .ok()?;
-        if bytes.iter().take(8192).any(|b| *b == 0) {
+        let f = self.sandbox.open_found(file)?;
+        // Searched within a bound: a huge file is never read past it.
+        let mut reader = std::io::BufReader::with_capacity(64 << 10, f.take(MAX_FILE_BYTES));
+        if reader.fill_buf().ok()?.iter().take(8192).any(|b| *b == 0) {
             return None;
         }
-        Some(bytes)
+        Some(reader)
     }
 
-    /// The hit lines (`path:line: text`) with their context lines (`path-line- text`),
-    /// `--` between groups that are not adjacent.
-    fn write_hits(&mut self, shown: &str, lines: &[&str], taken: &[usize]) {
-        let context = self.context;
-        let mut show: BTreeSet<usize> = BTreeSet::new();
-        for &h in taken {
-            let lo = h.saturating_sub(context);
-            let hi = (h + context).min(lines.len() - 1);
-            show.extend(lo..=hi);
+    /// One line: a hit (`path:line: text`) or context (`path-line- text`), `--` before
+    /// it when it does not follow the last line shown.
+    fn write_line(&mut self, shown: &str, pass: &mut Pass, i: usize, sep: char, text: &str) {
+        if self.context > 0 && pass.last.is_some_and(|p| i > p + 1) {
+            self.out.push_str("--\n");
         }
-        let hit_set: BTreeSet<usize> = taken.iter().copied().collect();
-        let mut prev: Option<usize> = None;
-        for i in show {
-            if context > 0 && prev.is_some_and(|p| i > p + 1) {
-                self.out.push_str("--\n");
-            }
-            let sep = if hit_set.contains(&i) { ':' } else { '-' };
-            self.out.push_str(&format!(
-                "{shown}{sep}{}{sep} {}\n",
-                i + 1,
-                cut_line(lines[i])
-            ));
-            prev = Some(i);
-        }
+        self.out
+            .push_str(&format!("{shown}{sep}{}{sep} {text}\n", i + 1));
+        pass.last = Some(i);
     }
 
     fn summary(self, pattern: &str, hit_limit: bool) -> ToolOutput {

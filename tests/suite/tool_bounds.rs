@@ -1,7 +1,8 @@
 //! `write` and `edit` within their bounds (issue 24, item 8): inputs over
 //! `MAX_FILE_BYTES` are refused with an error that says what to do instead, and the diff
 //! they answer with — display only — finishes within the step's deadline, off the
-//! runtime's threads, with the file written right whatever happens to it.
+//! runtime's threads, with the file written right whatever happens to it. And `grep`
+//! within its memory (issue 37): read line by line, a few calls of a turn at a time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -219,4 +220,67 @@ async fn a_long_diff_is_cut_in_the_details_with_a_note() {
     assert!(diff.len() <= 256 * 1024, "{} bytes", diff.len());
     assert!(diff.starts_with("--- new.txt\n+++ new.txt\n@@ -0,0 +1,40000 @@\n+"));
     assert_eq!(details["diffNote"], "diff cut at 256 KiB");
+}
+
+/// Six `grep "^"` calls in one turn over a 32 MiB file of empty lines (issue 37): each
+/// is read line by line, at most four run at once, so `picogent run` finishes within a
+/// 3 GiB address space (it aborted there, each call holding ~800 MB), and each answer
+/// is cut where a tool's output is cut.
+#[tokio::test]
+async fn a_turn_of_greps_over_a_huge_file_stays_within_its_memory() {
+    use crate::common::{llm, text, ScriptedLlm, Turn, Wire};
+    let sb = Sandbox::new();
+    let big = std::fs::File::create(sb.work.join("big.txt")).unwrap();
+    big.set_len(0).unwrap();
+    std::io::Write::write_all(&mut &big, &vec![b'\n'; 32 << 20]).unwrap();
+    // Six different calls (the same one repeated would stop the run).
+    let greps = (0..6)
+        .map(|n| {
+            let args =
+                json!({"pattern": "^", "path": "big.txt", "limit": 10_000_000, "context": n});
+            ("grep".to_string(), args)
+        })
+        .collect();
+    let llm = ScriptedLlm::start(vec![Turn::Tools(String::new(), greps), text("Searched.")]).await;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"));
+    cmd.args(["run", "--dir", &sb.work.display().to_string(), "Search"])
+        .current_dir(sb.base())
+        .env("HOME", &sb.user_home)
+        .env("PICOGENT_PROVIDER", Wire::Anthropic.provider())
+        .env("PICOGENT_BASE_URL", llm.base_url(Wire::Anthropic))
+        .env("PICOGENT_API_KEY", llm::API_KEY)
+        .env("PICOGENT_MODEL", "scripted");
+    // SAFETY: setrlimit is async-signal-safe, and nothing else runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 3 << 30,
+                rlim_max: 3 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("picogent did not finish in 120 s")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{stderr}", out.status);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Searched.\n");
+    // Every answer is cut where a tool's output is cut, whatever `limit` said.
+    let body = &llm.requests()[1].body;
+    let results: Vec<String> = body["messages"][2]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["content"].to_string())
+        .collect();
+    assert_eq!(results.len(), 6);
+    for r in &results {
+        let tail = &r[r.len().saturating_sub(200)..];
+        assert!(r.len() < 80_000 && tail.contains("Output cut"), "{tail}");
+    }
 }

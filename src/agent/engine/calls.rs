@@ -12,6 +12,10 @@ use crate::provider::ToolSpec;
 use crate::session::Session;
 use crate::tools::registry::{Builtins, Source};
 use crate::tools::{self, ToolContext, ToolOutput};
+use futures_util::StreamExt;
+
+/// Read-only calls of one turn that run at the same time, at most.
+const AT_ONCE: usize = 4;
 
 /// What ended a turn's tool calls.
 pub(super) enum CallsEnd {
@@ -74,8 +78,12 @@ pub(super) async fn run_calls(
         let counts = announce(batch, repeats, &steer, &mut stop);
         let out = steer.out;
         let sources = &sources;
-        let results = futures_util::future::join_all(batch.iter().zip(&counts).map(
-            |((id, name, args), (skip, _))| async move {
+        // At most `AT_ONCE` at a time, answered in order: a turn of many read-only calls
+        // cannot hold all their buffers at once.
+        let calls: Vec<_> = batch
+            .iter()
+            .zip(&counts)
+            .map(|((id, name, args), (skip, _))| async move {
                 if halted {
                     ToolOutput::error("not run: the run was stopped")
                 } else if *skip {
@@ -87,9 +95,12 @@ pub(super) async fn run_calls(
                 } else {
                     source_of(sources, name).call(name, args, ctx).await
                 }
-            },
-        ))
-        .await;
+            })
+            .collect();
+        let results: Vec<ToolOutput> = futures_util::stream::iter(calls)
+            .buffered(AT_ONCE)
+            .collect()
+            .await;
         for ((call, (_, count)), result) in batch.iter().zip(&counts).zip(results) {
             let done = Done {
                 call,
