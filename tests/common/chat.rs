@@ -92,6 +92,37 @@ pub async fn connect(c: &Chat) -> Ws {
     connect_with(c.addr, "/ws", &[]).await.unwrap()
 }
 
+/// `picogent <home>` in chat mode as a child process on `port`, finding programs (git)
+/// on `path`; killed when dropped.
+pub fn server_process(sb: &super::Sandbox, port: u16, path: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .arg(&sb.home)
+        .current_dir(sb.base())
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &sb.user_home)
+        .env("PICOGENT_API_KEY", super::llm::API_KEY)
+        .env("PICOGENT_PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// A connection to the chat server on `port`, once it listens.
+pub async fn connect_port(port: u16) -> Ws {
+    for _ in 0..400 {
+        if let Ok((ws, _)) =
+            tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws")).await
+        {
+            return ws;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the chat server never listened on {port}");
+}
+
 pub async fn send(ws: &mut Ws, v: Value) {
     ws.send(Message::Text(v.to_string().into())).await.unwrap();
 }

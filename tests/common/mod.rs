@@ -439,6 +439,22 @@ fn spawn_daemon_env(sb: &Sandbox, path: &str, extra: &[(&str, &str)]) -> tokio::
         .unwrap()
 }
 
+/// Starts a daemon again with `spawn` (after a kill) and returns it once it registered
+/// with `tracker` anew.
+pub async fn restarted(
+    tracker: &tracker::FakeTracker,
+    spawn: impl FnOnce() -> tokio::process::Child,
+) -> tokio::process::Child {
+    let regs = tracker.ok_calls("/api/v1/agents/register").len();
+    let daemon = spawn();
+    tracker
+        .wait_for(20, "re-registration", |t| {
+            t.ok_calls("/api/v1/agents/register").len() > regs
+        })
+        .await;
+    daemon
+}
+
 /// The git this test run uses: `PICOGENT_GIT` (as picogent itself takes it), else the
 /// first `git` on `PATH`.
 pub fn git_program() -> String {

@@ -6,37 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::chat::{next_of, send, Ws};
+use crate::common::chat::{connect_port, next_of, send, server_process};
 use crate::common::*;
-
-/// `picogent <home>` in chat mode on `port`.
-fn chat_server(sb: &Sandbox, port: u16) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .arg(&sb.home)
-        .current_dir(sb.base())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &sb.user_home)
-        .env("PICOGENT_API_KEY", llm::API_KEY)
-        .env("PICOGENT_PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
-}
-
-async fn connect(port: u16) -> Ws {
-    for _ in 0..400 {
-        if let Ok((ws, _)) =
-            tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws")).await
-        {
-            return ws;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the chat server never listened on {port}");
-}
 
 #[tokio::test]
 async fn a_run_killed_with_the_server_is_marked_interrupted_and_can_be_continued() {
@@ -49,8 +20,8 @@ async fn a_run_killed_with_the_server_is_marked_interrupted_and_can_be_continued
     // The model never gives up on its stalled answer before the kill.
     sb.write_config(&llm, Wire::Anthropic, json!({"step_timeout_sec": 600}));
     let port = free_port();
-    let mut first = chat_server(&sb, port);
-    let mut ws = connect(port).await;
+    let mut first = server_process(&sb, port, &std::env::var("PATH").unwrap_or_default());
+    let mut ws = connect_port(port).await;
     send(
         &mut ws,
         json!({"id": "m1", "content": "Write it all", "sessionId": "s-crash", "keepAlive": true}),
@@ -66,8 +37,8 @@ async fn a_run_killed_with_the_server_is_marked_interrupted_and_can_be_continued
     first.start_kill().unwrap();
     first.wait().await.unwrap();
     let port = free_port();
-    let _second = chat_server(&sb, port);
-    let mut ws = connect(port).await;
+    let _second = server_process(&sb, port, &std::env::var("PATH").unwrap_or_default());
+    let mut ws = connect_port(port).await;
     // The page, reconnecting, asks for the run it was following.
     send(
         &mut ws,
@@ -210,7 +181,7 @@ async fn a_stop_lets_running_requests_finish_and_refuses_new_ones() {
         listener,
         stop.clone(),
     ));
-    let mut ws = connect(port).await;
+    let mut ws = connect_port(port).await;
     send(
         &mut ws,
         json!({"id": "d1", "content": "Take your time", "sessionId": "drain", "keepAlive": true}),

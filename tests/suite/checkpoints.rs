@@ -205,36 +205,6 @@ fn a_session_that_moved_to_another_folder_and_back_still_rolls_back() {
     assert_eq!(std::fs::read_to_string(b.join("g.txt")).unwrap(), "b1\n");
 }
 
-/// `picogent <home>` in chat mode on `port`, finding git (whatever `PICOGENT_GIT`
-/// says) on `path`.
-fn chat_server(sb: &Sandbox, port: u16, path: &str) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .arg(&sb.home)
-        .current_dir(sb.base())
-        .env_clear()
-        .env("PATH", path)
-        .env("HOME", &sb.user_home)
-        .env("PICOGENT_API_KEY", crate::common::llm::API_KEY)
-        .env("PICOGENT_PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
-}
-
-async fn chat_at(port: u16) -> crate::common::chat::Ws {
-    for _ in 0..400 {
-        if let Ok((ws, _)) =
-            tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/ws")).await
-        {
-            return ws;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("the chat server never listened on {port}");
-}
-
 /// The chat server killed with -9 while its git holds `index.lock` in the folder's
 /// checkpoint store: the next server's runs and rollbacks in that folder work (the lock
 /// a killed git left is removed), and checkpoints are written with git's syncs on.
@@ -256,8 +226,8 @@ async fn a_kill_during_a_checkpoint_leaves_no_lock_that_stops_later_runs() {
     sb.write_config(&llm, Wire::Anthropic, cfg);
     let plain = std::env::var("PATH").unwrap_or_default();
     let port = free_port();
-    let mut first = chat_server(&sb, port, &plain);
-    let mut ws = chat_at(port).await;
+    let mut first = crate::common::chat::server_process(&sb, port, &plain);
+    let mut ws = crate::common::chat::connect_port(port).await;
     send(
         &mut ws,
         json!({"id": "m1", "content": "Write A", "sessionId": "ck"}),
@@ -274,8 +244,8 @@ async fn a_kill_during_a_checkpoint_leaves_no_lock_that_stops_later_runs() {
         "echo \"$*\" > \"$dir/add-args\"; exec 9>\"$gitdir/index.lock\"",
     );
     let port = free_port();
-    let mut second = chat_server(&sb, port, &slow.path());
-    let mut ws = chat_at(port).await;
+    let mut second = crate::common::chat::server_process(&sb, port, &slow.path());
+    let mut ws = crate::common::chat::connect_port(port).await;
     send(
         &mut ws,
         json!({"id": "m2", "content": "Go on", "sessionId": "ck"}),
@@ -295,8 +265,8 @@ async fn a_kill_during_a_checkpoint_leaves_no_lock_that_stops_later_runs() {
     assert_eq!(locks.len(), 1, "the killed git left no lock to recover");
 
     let port = free_port();
-    let _third = chat_server(&sb, port, &plain);
-    let mut ws = chat_at(port).await;
+    let _third = crate::common::chat::server_process(&sb, port, &plain);
+    let mut ws = crate::common::chat::connect_port(port).await;
     send(
         &mut ws,
         json!({"id": "m3", "content": "Again", "sessionId": "ck"}),

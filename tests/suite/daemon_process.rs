@@ -54,13 +54,7 @@ async fn a_killed_daemon_resumes_its_task_after_restart() {
     child.kill().await.unwrap(); // SIGKILL: no chance to clean up
 
     llm.push(text("Resumed and finished."));
-    let regs_before = tracker.ok_calls("/api/v1/agents/register").len();
-    let mut child = spawn_daemon(&sb);
-    tracker
-        .wait_for(20, "re-registration", |t| {
-            t.ok_calls("/api/v1/agents/register").len() > regs_before
-        })
-        .await;
+    let mut child = restarted(&tracker, || spawn_daemon(&sb)).await;
     tracker.wait_status("t_k", "review", 30).await;
     assert_eq!(
         tracker.timeline("t_k"),

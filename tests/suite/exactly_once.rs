@@ -34,19 +34,13 @@ async fn agent(sb: &Sandbox, extra: Value) -> (ScriptedLlm, FakeTracker) {
     (llm, tracker)
 }
 
-/// Restarts the daemon and waits until it is registered again.
+/// Restarts the daemon (finding git on `path`, when given) once it registered again.
 async fn restart(sb: &Sandbox, tracker: &FakeTracker, path: Option<&str>) -> tokio::process::Child {
-    let regs = tracker.ok_calls("/api/v1/agents/register").len();
-    let daemon = match path {
+    restarted(tracker, || match path {
         Some(p) => spawn_daemon_with_path(sb, p),
         None => spawn_daemon(sb),
-    };
-    tracker
-        .wait_for(20, "re-registration", |t| {
-            t.ok_calls("/api/v1/agents/register").len() > regs
-        })
-        .await;
-    daemon
+    })
+    .await
 }
 
 fn comment_text(tracker: &FakeTracker, task: &str) -> Vec<String> {
@@ -55,6 +49,31 @@ fn comment_text(tracker: &FakeTracker, task: &str) -> Vec<String> {
         .iter()
         .map(|c| c["content"].as_str().unwrap_or_default().to_string())
         .collect()
+}
+
+/// Waits until the daemon killed itself at its `PICOGENT_FAULT` point.
+async fn died_at_fault_point(daemon: &mut tokio::process::Child) {
+    let died = tokio::time::timeout(Duration::from_secs(60), daemon.wait())
+        .await
+        .expect("the fault point was never reached")
+        .unwrap();
+    assert_eq!(died.signal(), Some(9));
+}
+
+/// The task's comments, once its branch is on `origin` at the same tip and a comment
+/// says it was pushed.
+fn assert_pushed(
+    sb: &Sandbox,
+    tracker: &FakeTracker,
+    origin: &std::path::Path,
+    task: &str,
+) -> String {
+    let branch = format!("picogent/{task}");
+    let tip = git(&sb.work, &["rev-parse", &branch]);
+    assert_eq!(git(origin, &["rev-parse", &branch]), tip);
+    let c = comment_text(tracker, task).join("\n");
+    assert!(c.contains("Pushed to `origin`."), "{c}");
+    c
 }
 
 /// Killed between the two records of a task's end: its result is queued (on disk,
@@ -69,11 +88,7 @@ async fn a_task_whose_result_was_queued_is_never_worked_again() {
     let mut daemon = spawn_daemon_with(&sb, &[("PICOGENT_FAULT", "result_queued")]);
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &assigned("e1", "q1", "Once")).await;
-    let died = tokio::time::timeout(Duration::from_secs(60), daemon.wait())
-        .await
-        .expect("the fault point was never reached")
-        .unwrap();
-    assert_eq!(died.signal(), Some(9));
+    died_at_fault_point(&mut daemon).await;
     tracker.faults(|f| f.reports_down = 0);
     let mut daemon = restart(&sb, &tracker, None).await;
     tracker.wait_status("q1", "review", 30).await;
@@ -109,11 +124,8 @@ async fn a_push_that_fails_for_a_moment_is_tried_again() {
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &assigned("e1", "r1", "Retry")).await;
     tracker.wait_status("r1", "review", 60).await;
-    let c = comment_text(&tracker, "r1").join("\n");
-    assert!(c.contains("Pushed to `origin`."), "{c}");
+    assert_pushed(&sb, &tracker, &origin, "r1");
     assert_eq!(slow.count(), 3);
-    let tip = git(&sb.work, &["rev-parse", "picogent/r1"]);
-    assert_eq!(git(&origin, &["rev-parse", "picogent/r1"]), tip);
     daemon.kill().await.unwrap();
 }
 
@@ -133,12 +145,9 @@ async fn a_push_that_landed_is_reported_pushed_whatever_git_said() {
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &assigned("e1", "l1", "Landed")).await;
     tracker.wait_status("l1", "review", 60).await;
-    let c = comment_text(&tracker, "l1").join("\n");
-    assert!(c.contains("Pushed to `origin`."), "{c}");
+    let c = assert_pushed(&sb, &tracker, &origin, "l1");
     assert!(!c.contains("failed"), "{c}");
     assert_eq!(slow.count(), 1, "a push the remote holds is not repeated");
-    let tip = git(&sb.work, &["rev-parse", "picogent/l1"]);
-    assert_eq!(git(&origin, &["rev-parse", "picogent/l1"]), tip);
     daemon.kill().await.unwrap();
 }
 
@@ -156,8 +165,7 @@ async fn a_lock_a_killed_push_left_in_a_folder_remote_is_cleared() {
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &assigned("e1", "k1", "Locked")).await;
     tracker.wait_status("k1", "review", 60).await;
-    let c = comment_text(&tracker, "k1").join("\n");
-    assert!(c.contains("Pushed to `origin`."), "{c}");
+    assert_pushed(&sb, &tracker, &origin, "k1");
     assert!(!lock.exists());
     daemon.kill().await.unwrap();
 }
@@ -173,18 +181,12 @@ async fn a_kill_right_after_the_push_still_says_it_was_pushed() {
     let mut daemon = spawn_daemon_with(&sb, &[("PICOGENT_FAULT", "push_recorded")]);
     let cb = tracker.callback_url().await;
     tracker.deliver(&cb, &assigned("e1", "a1", "After")).await;
-    let died = tokio::time::timeout(Duration::from_secs(60), daemon.wait())
-        .await
-        .expect("the fault point was never reached")
-        .unwrap();
-    assert_eq!(died.signal(), Some(9));
+    died_at_fault_point(&mut daemon).await;
     let mut daemon = restart(&sb, &tracker, None).await;
     tracker.wait_status("a1", "review", 60).await;
-    let tip = git(&sb.work, &["rev-parse", "picogent/a1"]);
-    assert_eq!(git(&origin, &["rev-parse", "picogent/a1"]), tip);
-    let c = comment_text(&tracker, "a1").join("\n");
-    assert!(c.contains(&tip[..12]), "{c}");
-    assert!(c.contains("Pushed to `origin`."), "{c}");
+    let c = assert_pushed(&sb, &tracker, &origin, "a1");
+    let tip = git(&sb.work, &["rev-parse", "--short=12", "picogent/a1"]);
+    assert!(c.contains(&tip), "{c}");
     daemon.kill().await.unwrap();
 }
 

@@ -10,6 +10,11 @@ use serde_json::{json, Value};
 use crate::common::github::{deliver, deliver_raw, example, retarget, sign, FakeGithub, Fault};
 use crate::common::*;
 
+/// The test App's private key.
+pub(crate) const APP_KEY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/github-app-test-key.pem"
+);
 pub(crate) const REPO: &str = "acme/widgets";
 pub(crate) const BOT: &str = "picogent-bot";
 pub(crate) const TOKEN: &str = "ghp_testtoken0123456789";
@@ -91,6 +96,33 @@ impl World {
     /// Starts GitHub mode in this process and waits until it listens and has swept
     /// the issues (a test changes issues only once it has looked); on a port another
     /// test took meanwhile, again on another.
+    /// GitHub mode as the test App (id 42, installation 7, `APP_KEY`), started by the
+    /// `picogent` label, with no token in the environment.
+    pub(crate) fn app_daemon(&self) -> Daemon {
+        let app = json!({"app": {"app_id": 42, "private_key_file": APP_KEY, "installation_id": 7},
+                         "trigger": {"label": "picogent"}});
+        self.sb
+            .write_config(&self.llm, Wire::Anthropic, self.config(app));
+        let env: Vec<(String, String)> = self
+            .env()
+            .into_iter()
+            .filter(|(k, _)| k != "GITHUB_TOKEN")
+            .collect();
+        let config = picogent::config::Config::load(
+            Some(&self.sb.home),
+            &picogent::config::Env::from_pairs(env),
+            &self.sb.base(),
+        )
+        .unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(picogent::tracker::daemon::run(
+            agent_from(config),
+            fast_timing(),
+            stop.clone(),
+        ));
+        Daemon { stop, task }
+    }
+
     pub(crate) async fn daemon(&self, github: Value) -> Daemon {
         for _ in 0..3 {
             self.sb
@@ -760,47 +792,18 @@ async fn closing_the_issue_cancels_its_run() {
 #[tokio::test]
 async fn a_github_app_mints_installation_tokens_with_a_signed_jwt() {
     use base64::Engine as _;
-    let key_file = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/github-app-test-key.pem"
-    );
     let mut w = World::new(fixer()).await;
     w.gh = FakeGithub::start(REPO, "picogent-app[bot]", TOKEN).await;
     w.gh.set_association("alice", "COLLABORATOR");
     let n = w.gh.add_issue("App work", "", "alice");
     // An App's bot cannot be assigned on GitHub: a label triggers it.
     w.gh.add_label(n, "picogent");
-    w.sb.write_config(
-        &w.llm,
-        Wire::Anthropic,
-        w.config(
-            json!({"app": {"app_id": 42, "private_key_file": key_file, "installation_id": 7},
-                   "trigger": {"label": "picogent"}}),
-        ),
-    );
-    let env: Vec<(String, String)> = w
-        .env()
-        .into_iter()
-        .filter(|(k, _)| k != "GITHUB_TOKEN")
-        .collect();
-    let config = picogent::config::Config::load(
-        Some(&w.sb.home),
-        &picogent::config::Env::from_pairs(env),
-        &w.sb.base(),
-    )
-    .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(picogent::tracker::daemon::run(
-        agent_from(config),
-        fast_timing(),
-        stop.clone(),
-    ));
-    let d = Daemon { stop, task };
+    let d = w.app_daemon();
     w.gh.wait_for(60, "the App's pull request", |g| !g.pulls().is_empty())
         .await;
     let jwts = w.gh.jwts();
     assert!(!jwts.is_empty());
-    let pem = std::fs::read_to_string(key_file).unwrap();
+    let pem = std::fs::read_to_string(APP_KEY).unwrap();
     let der = base64::engine::general_purpose::STANDARD
         .decode(
             pem.lines()

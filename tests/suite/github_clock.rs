@@ -115,37 +115,13 @@ async fn a_reply_whose_answer_was_lost_is_not_posted_twice_when_the_local_clock_
 /// its future, so once its answer tells its clock, the JWT is dated by GitHub's.
 #[tokio::test]
 async fn a_github_apps_jwt_is_dated_by_githubs_clock() {
-    let key_file = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/github-app-test-key.pem"
-    );
     let mut w = World::new(fixer()).await;
     w.gh = FakeGithub::start(REPO, "picogent-app[bot]", TOKEN).await;
     w.gh.set_clock_ahead(-600);
     w.gh.set_association("alice", "COLLABORATOR");
     let n = w.gh.add_issue("App work", "", "alice");
     w.gh.add_label(n, "picogent");
-    let app = json!({"app": {"app_id": 42, "private_key_file": key_file, "installation_id": 7},
-                     "trigger": {"label": "picogent"}});
-    w.sb.write_config(&w.llm, Wire::Anthropic, w.config(app));
-    let env: Vec<(String, String)> = w
-        .env()
-        .into_iter()
-        .filter(|(k, _)| k != "GITHUB_TOKEN")
-        .collect();
-    let config = picogent::config::Config::load(
-        Some(&w.sb.home),
-        &picogent::config::Env::from_pairs(env),
-        &w.sb.base(),
-    )
-    .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(picogent::tracker::daemon::run(
-        agent_from(config),
-        fast_timing(),
-        stop.clone(),
-    ));
-    let d = Daemon { stop, task };
+    let d = w.app_daemon();
     w.gh.wait_for(60, "the App's pull request", |g| {
         !g.pulls().is_empty()
             || g.requests().len() > 2 && g.requests().iter().all(|r| r.status == 401)

@@ -613,13 +613,7 @@ async fn killed_at(
     tracker.deliver(&cb, &assigned("e1", "c1", "Crash")).await;
     slow.reached().await;
     daemon.kill().await.unwrap();
-    let regs = tracker.ok_calls("/api/v1/agents/register").len();
-    let mut daemon = spawn_daemon_with_path(sb, &slow.path());
-    tracker
-        .wait_for(20, "re-registration", |t| {
-            t.ok_calls("/api/v1/agents/register").len() > regs
-        })
-        .await;
+    let mut daemon = restarted(&tracker, || spawn_daemon_with_path(sb, &slow.path())).await;
     tracker.wait_status("c1", "review", 60).await;
     daemon.kill().await.unwrap();
     let comments = (0..tracker.comments("c1").len())

@@ -271,15 +271,7 @@ impl Worktrees {
         let Some(admin) = self.admin_of(&r.path) else {
             return false;
         };
-        let tree = TaskTree {
-            path: r.path.clone(),
-            work_dir: r.path.clone(),
-            branch: r.branch.clone(),
-            slug: String::new(),
-            admin,
-            notes: Vec::new(),
-        };
-        let mut status = self.tree_git(&tree);
+        let mut status = self.tree_git_at(&r.path, &admin);
         status.args(["status", "--porcelain", "--ignore-submodules=all"]);
         // A repository the agent made in the tree is never committed (see `deliver`):
         // it does not count as work left.

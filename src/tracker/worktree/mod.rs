@@ -265,10 +265,15 @@ impl Worktrees {
     /// A git command in a task's worktree, with no filter, diff driver or attribute the
     /// agent could have planted.
     fn tree_git(&self, tree: &TaskTree) -> Command {
-        let mut cmd = git(&tree.path, &self.allowed);
+        self.tree_git_at(&tree.path, &tree.admin)
+    }
+
+    /// `tree_git` for the worktree at `path`, whose git folder is `admin`.
+    fn tree_git_at(&self, path: &Path, admin: &Path) -> Command {
+        let mut cmd = git(path, &self.allowed);
         self.neutral(&mut cmd);
-        cmd.arg(format!("--git-dir={}", tree.admin.display()))
-            .arg(format!("--work-tree={}", tree.path.display()));
+        cmd.arg(format!("--git-dir={}", admin.display()))
+            .arg(format!("--work-tree={}", path.display()));
         cmd
     }
 

@@ -72,7 +72,8 @@ impl Worktrees {
             tracing::warn!("push: HOME lies inside the agent's allowed paths (or nothing is restricted), so picogent pushes without the global git and ssh configuration found there");
         }
         let urls = self.check_remote(tree, remote, home.as_deref())?;
-        let tip = self.full_tip(tree, &tree.branch);
+        // Read at the first failure: a push that works needs no check.
+        let mut tip: Option<Option<String>> = None;
         let mut delay = PUSH_BACKOFF;
         let mut locks_seen = Vec::new();
         for attempt in 1.. {
@@ -80,6 +81,7 @@ impl Worktrees {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
+            let tip = tip.get_or_insert_with(|| self.full_tip(tree, &tree.branch));
             let landed = tip
                 .as_deref()
                 .is_some_and(|tip| self.remote_holds(tree, (remote, home.as_deref()), &urls, tip));
@@ -101,6 +103,18 @@ impl Worktrees {
         unreachable!("the attempts end in a return")
     }
 
+    /// The git that pushes, with the token for `urls` (the push and its check).
+    fn authorized_git(
+        &self,
+        tree: &TaskTree,
+        (remote, home): (&str, Option<&std::path::Path>),
+        urls: &[String],
+    ) -> std::process::Command {
+        let mut cmd = self.push_git(tree, remote, home);
+        self.authorize(&mut cmd, urls);
+        cmd
+    }
+
     /// One `git push` of the task's branch.
     fn push_once(
         &self,
@@ -109,8 +123,7 @@ impl Worktrees {
         home: Option<&std::path::Path>,
         urls: &[String],
     ) -> Result<(), String> {
-        let mut cmd = self.push_git(tree, remote, home);
-        self.authorize(&mut cmd, urls);
+        let mut cmd = self.authorized_git(tree, (remote, home), urls);
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
         self.run(cmd).map(|_| ()).map_err(|e| e.to_string())
@@ -141,8 +154,7 @@ impl Worktrees {
         let branch = format!("refs/heads/{}", tree.branch);
         !urls.is_empty()
             && urls.iter().all(|url| {
-                let mut cmd = self.push_git(tree, remote, home);
-                self.authorize(&mut cmd, urls);
+                let mut cmd = self.authorized_git(tree, (remote, home), urls);
                 cmd.args(["ls-remote", "--quiet", "--upload-pack=git-upload-pack", url])
                     .arg(&branch);
                 self.run(cmd).is_ok_and(|out| {
