@@ -12,6 +12,7 @@ mod batch;
 mod client;
 pub mod daemon;
 mod dead_letter;
+mod defuse;
 mod delivery;
 mod github;
 mod health;

@@ -22,6 +22,7 @@ mod git_support;
 mod github;
 mod github_answers;
 mod github_clock;
+mod github_defuse;
 mod github_fake;
 mod hostile_input;
 mod live;

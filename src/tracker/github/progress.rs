@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::api::{Api, ApiError};
 use super::book::{Book, Entry};
+use crate::tracker::defuse::defuse;
 use crate::util::lock;
 
 /// The hidden first line that names the comment as picogent's progress comment.
@@ -340,6 +341,8 @@ fn render(d: &Data) -> String {
     text
 }
 
+/// What the run, GitHub or an earlier comment said is defused as it is rendered (before
+/// it is cut to size: the zero-width spaces count).
 fn render_with(d: &Data, room: usize) -> String {
     let header = match d.phase {
         Some(Phase::Working) | None => "🚧 **picogent is working on this issue.**".to_string(),
@@ -360,15 +363,16 @@ fn render_with(d: &Data, room: usize) -> String {
         // (A comment restored after a restart may say it already.)
         (None, Some(u))
             if matches!(d.phase, Some(Phase::Ended | Phase::Done))
-                && (d.outcome.is_some() || !d.restored.as_ref().is_some_and(|r| r.contains(u))) =>
+                && (d.outcome.is_some()
+                    || !d.restored.as_ref().is_some_and(|r| r.contains(&defuse(u)))) =>
         {
-            body.push_str(&format!("{u}\n\n"));
+            body.push_str(&format!("{}\n\n", defuse(u)));
         }
         _ => {}
     }
     match (&d.outcome, &d.restored) {
-        (Some(o), _) => body.push_str(crate::util::truncate_bytes(o, room)),
-        (None, Some(r)) => body.push_str(crate::util::truncate_bytes(r, room)),
+        (Some(o), _) => body.push_str(crate::util::truncate_bytes(&defuse(o), room)),
+        (None, Some(r)) => body.push_str(crate::util::truncate_bytes(&defuse(r), room)),
         (None, None) if d.steps.is_empty() => body.push_str("Starting…"),
         (None, None) => {}
     }
@@ -382,7 +386,7 @@ fn render_with(d: &Data, room: usize) -> String {
             body.push_str(&format!("_({earlier} earlier steps not shown)_\n"));
         }
         for s in &d.steps {
-            body.push_str(&format!("- `{s}`\n"));
+            body.push_str(&format!("- `{}`\n", defuse(s)));
         }
         body.push_str("\n</details>");
     }

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use super::api::{Api, ApiError};
 use super::book::Book;
 use super::progress::Progress;
+use crate::tracker::defuse::defuse;
 use crate::tracker::outbox::ReportSink;
 use crate::tracker::types::{Report, TaskStatus};
 use crate::tracker::TrackerError;
@@ -191,11 +192,15 @@ impl Sink {
             Err(ApiError::NotFound { .. }) => String::new(),
             Err(e) => return Err(e),
         };
+        // The title is the squash merge's subject: read as a commit message is.
         let title = if title.trim().is_empty() {
             format!("Work on issue #{issue}")
         } else {
-            title
+            defuse(&title)
         };
+        // The answer's closing keywords and mentions are broken; picogent's own
+        // `Closes #n` stays live, and so does its own login (no one is notified of
+        // their own mention).
         let summary = if summary.trim().is_empty() {
             "(The agent finished without a written summary.)".to_string()
         } else {
@@ -245,16 +250,14 @@ impl Sink {
             .strip_prefix('r')
             .and_then(|r| r.split_once('-'))
             .and_then(|(p, c)| Some((p.parse::<u64>().ok()?, c.parse::<u64>().ok()?)));
-        let (list, post, body) = match review {
+        let (list, post) = match review {
             Some((pull, comment)) => (
                 format!("/pulls/{pull}/comments?per_page=100{since}"),
                 format!("/pulls/{pull}/comments/{comment}/replies"),
-                format!("{mark}\n{content}"),
             ),
             None => (
                 format!("/issues/{issue}/comments?per_page=100{since}"),
                 format!("/issues/{issue}/comments"),
-                format!("{mark}\n{content}"),
             ),
         };
         let existing = self.api.list(&self.api.repo(&list), 10).await?;
@@ -264,31 +267,13 @@ impl Sink {
         {
             return Ok(());
         }
+        let body = format!("{mark}\n{}", defuse(content));
         let body = json!({"body": crate::util::truncate_bytes(&body, 65_000)});
         self.api
             .call(Method::POST, &self.api.repo(&post), Some(&body))
             .await
             .map(drop)
     }
-}
-
-/// The run's answer as a pull request's body may hold it: closing keywords before an
-/// issue reference (`Fixes #3`) would close other issues at the merge, and mentions
-/// would call people in; both are broken with a zero-width space. The body's own
-/// `Closes #n` is added after.
-fn defuse(summary: &str) -> String {
-    static KEYWORDS: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
-    let keywords = KEYWORDS.get_or_init(|| {
-        regex::Regex::new(
-            r"(?i)\b(close[sd]?|fix(e[sd])?|resolve[sd]?)(\s*:?\s+)([\w.-]+/[\w.-]+)?#",
-        )
-        .ok()
-    });
-    let text = match keywords {
-        Some(re) => re.replace_all(summary, "$1$3$4#\u{200b}").into_owned(),
-        None => summary.to_string(),
-    };
-    text.replace('@', "@\u{200b}")
 }
 
 fn pull_of(v: &Value) -> Option<(u64, String)> {
@@ -308,11 +293,5 @@ mod tests {
         assert_eq!(super::since_of("other", &clock), None);
         assert!(super::issue_of("issue-12").is_ok_and(|n| n == 12));
         assert!(super::issue_of("t1").is_err());
-        let d = super::defuse("Fixes #3, closes: #4 and resolves o/r#5; see @alice");
-        assert!(
-            !d.contains("Fixes #3") && !d.contains("#4 ") && !d.contains("@alice"),
-            "{d}"
-        );
-        assert!(d.contains("Fixes #\u{200b}3"), "{d}");
     }
 }

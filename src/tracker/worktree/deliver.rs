@@ -199,7 +199,9 @@ impl Worktrees {
         };
         let subject = crate::util::one_line(title, 72);
         let body = crate::util::one_line(summary, 1200);
-        let message = format!("{mark}{subject}\n\n{body}\n");
+        // The issue's title and the model's answer may close issues (`Fixes #3`) or
+        // name people: broken in every mode, a Team Board's remote may be on GitHub.
+        let message = crate::tracker::defuse::defuse(&format!("{mark}{subject}\n\n{body}\n"));
         let (name, email) = &self.author;
         let mut commit = self.tree_git(tree);
         commit
