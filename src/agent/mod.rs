@@ -353,7 +353,9 @@ impl Agent {
         };
         if let Some(level) = level {
             let deny = config.network == crate::config::NetworkPolicy::Deny;
-            sandbox = sandbox.with_confinement_level(sandbox_helper(&config), deny, level);
+            sandbox = sandbox
+                .with_confinement_level(sandbox_helper(&config), deny, level)
+                .allowing_nested_user_namespaces(config.nested_user_namespaces);
         }
         log_sandbox(&config, &sandbox);
         let caps = config.engine.capabilities();

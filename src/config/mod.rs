@@ -122,6 +122,8 @@ pub struct Config {
     pub(crate) shutdown_grace: Duration,
     pub(crate) network: NetworkPolicy,
     pub(crate) sandbox: SandboxMode,
+    /// Commands may make user namespaces of their own (off: they cannot).
+    pub(crate) nested_user_namespaces: bool,
     /// Snapshot the working folder after every changing tool call (for rollback).
     /// `None`: the front door's default (on in chat mode, off elsewhere).
     pub checkpoints: Option<bool>,

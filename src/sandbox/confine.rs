@@ -91,6 +91,9 @@ pub struct Confinement {
     /// Never readable or writable by commands (picogent's configuration file, `.env`,
     /// state).
     pub(crate) hidden: Vec<PathBuf>,
+    /// Whether commands may make user namespaces of their own
+    /// (`nested_user_namespaces`).
+    pub(crate) nested_user_namespaces: bool,
 }
 
 /// How the namespace level is chosen. The probe (one real helper run, once per process)
@@ -139,10 +142,15 @@ impl Confinement {
         self.why_not_namespaces().is_none()
     }
 
-    /// Why commands run without namespaces, when they do (waits like `namespaces`).
+    /// Why commands run without namespaces, when they do (waits like `namespaces`). A
+    /// passing refusal (the count of namespaces full for now) is not a reason: the level
+    /// stays, and the commands of that moment are refused.
     pub fn why_not_namespaces(&self) -> Option<String> {
         match &self.choice {
-            Namespaces::Probed(h) => super::probe_namespaces(h, self.deny_network).err(),
+            Namespaces::Probed(h) => match super::probe_namespaces(h, self.deny_network) {
+                Err(super::probe::NoNamespaces::Lasting(why)) => Some(why),
+                Ok(()) | Err(super::probe::NoNamespaces::Passing(_)) => None,
+            },
             Namespaces::Off(why) => Some(why.clone()),
         }
     }
@@ -288,6 +296,9 @@ impl Confinement {
         if self.deny_network {
             cmd.arg("--deny-net");
         }
+        if self.nested_user_namespaces {
+            cmd.arg("--nested-userns");
+        }
         cmd.arg("--tmp-size").arg(TMP_SIZE_MB.to_string());
         cmd.arg("--max-procs").arg(MAX_PROCESSES.to_string());
         // A program installed under /tmp (a checkout there, a package cache) stays
@@ -345,7 +356,7 @@ pub(crate) fn tmp_top_folder(path: &Path) -> Option<PathBuf> {
         .then_some(top)
 }
 
-const USAGE: &str = "usage: picogent sandbox-exec [--ns | --pid-only] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] [--no-writes] [--tmp-size MIB] [--max-procs N] -- PROGRAM [ARGS]...";
+const USAGE: &str = "usage: picogent sandbox-exec [--ns | --pid-only] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] [--nested-userns] [--no-writes] [--tmp-size MIB] [--max-procs N] -- PROGRAM [ARGS]...";
 
 fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
     let mut h = HelperArgs {
@@ -359,6 +370,7 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
         deny_network: false,
         tmp_size_mb: TMP_SIZE_MB,
         max_processes: MAX_PROCESSES,
+        nested_user_namespaces: false,
         program: Vec::new(),
     };
     let mut args = args.peekable();
@@ -380,6 +392,7 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
             Some("--hide") => h.hidden.push(value("--hide")?),
             Some("--show") => h.shown.push(value("--show")?),
             Some("--deny-net") => h.deny_network = true,
+            Some("--nested-userns") => h.nested_user_namespaces = true,
             // Nothing writable but the private /tmp (a read-only git).
             Some("--no-writes") => {
                 h.writable.get_or_insert_with(Vec::new);
@@ -512,7 +525,12 @@ pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
         eprintln!("picogent sandbox: {e}");
         return 126;
     }
-    if let Err(e) = super::seccomp::install(h.deny_network, in_namespace) {
+    let policy = super::seccomp::Policy {
+        deny_network: h.deny_network,
+        in_namespace,
+        nested_user_namespaces: h.nested_user_namespaces,
+    };
+    if let Err(e) = super::seccomp::install(policy) {
         eprintln!(
             "picogent sandbox: cannot install the seccomp filter, so the command was not run: {e}"
         );
@@ -564,6 +582,11 @@ pub fn helper_main(args: impl Iterator<Item = OsString>) -> ExitCode {
     if h.namespaces {
         // Returns only when the namespaces could not be made.
         let Err(e) = super::namespaces::run(&h, &|h: &HelperArgs| become_command(h, true));
+        if e.passing {
+            // The level stays: this command waits for nothing and is not run lower.
+            eprintln!("picogent sandbox: {e}; this passes, and no command is ever run at a lower level for it: try again shortly; the command was not run");
+            return ExitCode::from(super::unshare::PASSING_STATUS);
+        }
         eprintln!("picogent sandbox: {e}; the command was not run");
         return ExitCode::from(126);
     }

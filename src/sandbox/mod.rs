@@ -22,6 +22,7 @@ mod probe;
 pub(crate) mod programs;
 mod seccomp;
 mod supervise;
+mod unshare;
 
 use std::fs::File;
 use std::io;
@@ -32,6 +33,7 @@ use confine::{Confinement, Helper, Namespaces};
 pub use probe::namespaces_work;
 pub(crate) use probe::{probe_answer, probe_namespaces};
 pub(crate) use supervise::{kill_group, kill_tree, supervise};
+pub(crate) use unshare::PASSING_STATUS;
 
 /// Why the sandbox refused a path or a command, or could not open what it allowed.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +205,7 @@ impl Sandbox {
         // Only this case needs the probe's answer now (to refuse at start); otherwise
         // the first command waits for it, and a run without commands never does.
         if level == Level::Full && writable.is_some() && !exposed.is_empty() {
-            if let Err(why) = probe_namespaces(&helper, deny_network) {
+            if let Err(probe::NoNamespaces::Lasting(why)) = probe_namespaces(&helper, deny_network) {
                 self.refusal = Some(format!(
                     "this kernel does not allow user namespaces ({why}), and under Landlock alone picogent's own files inside the allowed paths ({}) would be out of reach of commands only by leaving the folders that hold them unable to get new files. Move the agent's state, sessions and configuration outside allowed_paths, or set sandbox: \"landlock\" to accept this",
                     exposed.join(", ")
@@ -217,7 +219,17 @@ impl Sandbox {
             choice,
             read_only,
             hidden,
+            nested_user_namespaces: false,
         });
+        self
+    }
+
+    /// Lets commands make user namespaces of their own (`nested_user_namespaces`:
+    /// rootless containers, a browser's own sandbox), which they otherwise cannot.
+    pub fn allowing_nested_user_namespaces(mut self, allow: bool) -> Self {
+        if let Some(c) = &mut self.confinement {
+            c.nested_user_namespaces = allow;
+        }
         self
     }
 

@@ -20,6 +20,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use super::unshare::NotMade;
 use super::mounts::{
     blank_file, copy_of, errno, mount, move_mount, open_tree, open_tree_no_links, set_attr,
     MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
@@ -47,6 +48,8 @@ pub(crate) struct HelperArgs {
     pub(crate) tmp_size_mb: u64,
     /// At most this many processes of the command's user in its namespace.
     pub(crate) max_processes: u64,
+    /// Whether the command may make user namespaces of its own.
+    pub(crate) nested_user_namespaces: bool,
     pub(crate) program: Vec<std::ffi::OsString>,
 }
 
@@ -68,9 +71,9 @@ pub(crate) type Become<'a> = &'a dyn Fn(&HelperArgs) -> i32;
 pub(crate) fn run(
     h: &HelperArgs,
     become_command: Become,
-) -> Result<std::convert::Infallible, String> {
-    let cwd =
-        std::env::current_dir().map_err(|e| format!("cannot read the working folder: {e}"))?;
+) -> Result<std::convert::Infallible, NotMade> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| NotMade::lasting(format!("cannot read the working folder: {e}")))?;
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let mut flags =
@@ -85,23 +88,22 @@ pub(crate) fn run(
             flags |= libc::CLONE_NEWUSER;
         }
     }
-    // SAFETY: the helper is single-threaded here (it runs before any runtime).
-    if unsafe { libc::unshare(flags) } != 0 {
-        return Err(errno("cannot create the sandbox namespaces"));
-    }
+    super::unshare::unshare(flags)?;
     if flags & libc::CLONE_NEWUSER != 0 {
-        std::fs::write("/proc/self/setgroups", "deny").map_err(|e| format!("setgroups: {e}"))?;
-        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
-            .map_err(|e| format!("uid_map: {e}"))?;
-        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
-            .map_err(|e| format!("gid_map: {e}"))?;
+        let map = |file: &str, text: String| {
+            std::fs::write(format!("/proc/self/{file}"), text)
+                .map_err(|e| NotMade::lasting(format!("{file}: {e}")))
+        };
+        map("setgroups", "deny".into())?;
+        map("uid_map", format!("{uid} {uid} 1"))?;
+        map("gid_map", format!("{gid} {gid} 1"))?;
     }
     // A pipe whose write end only the helper holds: PID 1 sees it close if the helper
     // died before PID 1 could ask for its parent-death signal.
     let mut fds = [0; 2];
     // SAFETY: fds is a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(errno("pipe"));
+        return Err(NotMade::lasting(errno("pipe")));
     }
     // SAFETY: both fds were just created and are owned here.
     let (alive_r, alive_w) =
@@ -109,7 +111,11 @@ pub(crate) fn run(
     // SAFETY: single-threaded; the child continues with ordinary code.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(errno("fork"));
+        let err = io::Error::last_os_error();
+        return Err(NotMade {
+            passing: matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)),
+            why: format!("fork: {err}"),
+        });
     }
     if pid == 0 {
         drop(alive_w);
@@ -330,7 +336,7 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
     if !h.deny_network {
         hide_daemon_sockets(&blank);
     }
-    fresh_proc()?;
+    fresh_proc(h)?;
     if h.deny_network {
         loopback_up();
     }
@@ -424,7 +430,7 @@ fn remount_read_only(p: &Path) -> Result<(), String> {
 }
 
 /// A `/proc` of the new PID namespace, with the kernel's knobs in it read-only.
-fn fresh_proc() -> Result<(), String> {
+fn fresh_proc(h: &HelperArgs) -> Result<(), String> {
     // The kernel gives a user namespace a procfs of its own only where the /proc it
     // can see has nothing mounted over parts of it: systemd's ProtectKernelTunables=
     // and ProtectKernelLogs= do that, as do container runtimes' masked paths.
@@ -455,6 +461,10 @@ fn fresh_proc() -> Result<(), String> {
             )
         }
     })?;
+    // While /proc/sys is still writable to the namespace's root.
+    if !h.nested_user_namespaces {
+        super::unshare::forbid_nested_user_namespaces()?;
+    }
     for knob in ["sys", "sysrq-trigger", "irq", "bus"] {
         let p = Path::new("/proc").join(knob);
         if p.exists() {

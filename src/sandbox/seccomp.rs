@@ -13,6 +13,10 @@
 //!   nothing); a datagram pair is refused, since it can `sendto` a pathname socket.
 //! - Without namespaces (the Landlock level) and with the network allowed, no UNIX
 //!   socket: nothing else keeps a command from the daemons' sockets under `/run`.
+//! - Unless the configuration allows it (`nested_user_namespaces`), no user namespace:
+//!   `unshare` and `clone` with `CLONE_NEWUSER` are refused, and `clone3` (whose flags
+//!   lie in memory a filter cannot read) says it does not exist, so that C libraries
+//!   fall back to `clone`.
 //! - System calls of another architecture's ABI (32-bit compatibility, x32) are
 //!   refused, since the numbers above would not apply to them.
 
@@ -83,8 +87,22 @@ fn errno(e: i32) -> u32 {
     libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA)
 }
 
+/// What the filter is for: the command's network policy, level, and whether it may
+/// make user namespaces of its own.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy {
+    pub(crate) deny_network: bool,
+    pub(crate) in_namespace: bool,
+    pub(crate) nested_user_namespaces: bool,
+}
+
 /// The filter program for these settings.
-fn program(deny_network: bool, in_namespace: bool) -> Vec<libc::sock_filter> {
+fn program(policy: Policy) -> Vec<libc::sock_filter> {
+    let Policy {
+        deny_network,
+        in_namespace,
+        nested_user_namespaces,
+    } = policy;
     let allow = stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW);
     let mut p = vec![
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
@@ -105,6 +123,18 @@ fn program(deny_network: bool, in_namespace: bool) -> Vec<libc::sock_filter> {
     // openat2 hides its mode in a struct; programs fall back to openat.
     p.push(jump(BPF_JEQ_K, libc::SYS_openat2 as u32, 0, 1));
     p.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
+    if !nested_user_namespaces {
+        p.push(jump(BPF_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+        p.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
+        // `flags` is the first argument of both.
+        for nr in [libc::SYS_unshare, libc::SYS_clone] {
+            p.push(jump(BPF_JEQ_K, nr as u32, 0, 4));
+            p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0));
+            p.push(jump(BPF_JSET_K, libc::CLONE_NEWUSER as u32, 0, 1));
+            p.push(stmt(BPF_RET_K, errno(libc::EPERM)));
+            p.push(allow);
+        }
+    }
     // No set-user-ID or set-group-ID file left behind for someone else to run.
     for (nr, arg) in mode_setters() {
         p.push(jump(BPF_JEQ_K, nr as u32, 0, 4));
@@ -154,8 +184,8 @@ fn program(deny_network: bool, in_namespace: bool) -> Vec<libc::sock_filter> {
 
 /// Installs the filter on this process (it is inherited across fork and exec).
 /// `no_new_privs` must already be set.
-pub(crate) fn install(deny_network: bool, in_namespace: bool) -> io::Result<()> {
-    let prog = program(deny_network, in_namespace);
+pub(crate) fn install(policy: Policy) -> io::Result<()> {
+    let prog = program(policy);
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,

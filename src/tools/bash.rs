@@ -61,6 +61,12 @@ impl Tool for BashTool {
         // probe decides, and the command runs again only if the level is Landlock's.
         let optimistic = !ctx.sandbox.level_settled();
         let (cap, saved, end) = run_command(&a.command, &cwd, timeout, ctx, optimistic).await?;
+        if refused_for_now(&cap, &end) {
+            tracing::warn!(
+                level = "namespaces",
+                "sandbox: a command was refused, its namespaces cannot be made right now (the count of this user's namespaces is full); the level is not lowered"
+            );
+        }
         if optimistic {
             if refused_by_helper(&cap, &end) {
                 ctx.sandbox.settle().await;
@@ -185,9 +191,16 @@ async fn run_command(
 /// and nothing else, with its status): then nothing of the command ran.
 fn refused_by_helper(cap: &Capture, end: &End) -> bool {
     let text = String::from_utf8_lossy(&cap.tail);
-    matches!(end, End::Exited(st) if st.code() == Some(126))
+    let passing = i32::from(crate::sandbox::PASSING_STATUS);
+    matches!(end, End::Exited(st) if st.code() == Some(126) || st.code() == Some(passing))
         && text.starts_with(HELPER_REFUSAL)
         && text.trim_end().ends_with("the command was not run")
+}
+
+/// Whether the helper refused because namespaces cannot be made right now.
+fn refused_for_now(cap: &Capture, end: &End) -> bool {
+    let passing = i32::from(crate::sandbox::PASSING_STATUS);
+    refused_by_helper(cap, end) && matches!(end, End::Exited(st) if st.code() == Some(passing))
 }
 
 /// The model's own timeout, within the configured maximum.

@@ -1,0 +1,139 @@
+//! Making a command's namespaces, and telling a passing refusal from a lasting one.
+//!
+//! The kernel counts a user's namespaces (`/proc/sys/user/max_*_namespaces`), and any
+//! program of picogent's user can hold many of them for a while, so `ENOSPC` (the count
+//! is full), `EAGAIN` and `ENOMEM` say nothing about what the kernel allows: they pass.
+//! Such a refusal is tried again briefly, then reported as passing (the helper's
+//! [`PASSING_STATUS`]): the command is not run, and the level is never lowered for it.
+//! A limit of 0, `EPERM` (no unprivileged user namespaces) and the rest last.
+//!
+//! Commands never make user namespaces of their own unless the configuration allows it
+//! (`nested_user_namespaces`): in one, a command is root again, and a hostile one could
+//! fill the count to push every later command down a level.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The helper's exit status when the namespaces could not be made for now.
+pub(crate) const PASSING_STATUS: u8 = 75;
+
+/// Why the namespaces were not made.
+#[derive(Debug)]
+pub(crate) struct NotMade {
+    pub(crate) why: String,
+    /// The refusal passes (the count was full for now), rather than lasts.
+    pub(crate) passing: bool,
+}
+
+impl fmt::Display for NotMade {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+impl NotMade {
+    pub(crate) fn lasting(why: String) -> NotMade {
+        NotMade {
+            why,
+            passing: false,
+        }
+    }
+}
+
+/// How long a passing refusal is tried again (the kernel frees a namespace a little
+/// after its last process is gone: back to back commands can meet a full count).
+const RETRIES: [Duration; 4] = [
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+];
+
+/// `unshare(flags)`, tried again while its refusal passes.
+pub(crate) fn unshare(flags: libc::c_int) -> Result<(), NotMade> {
+    let mut waits = RETRIES.iter();
+    loop {
+        // SAFETY: the helper is single-threaded here (it runs before any runtime).
+        if unsafe { libc::unshare(flags) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        let passing = passes(err.raw_os_error().unwrap_or(0), flags);
+        match waits.next() {
+            Some(wait) if passing => std::thread::sleep(*wait),
+            _ => {
+                let mut why = format!("cannot create the sandbox namespaces: {err}");
+                if passing {
+                    why.push_str(
+                        " (the kernel's count of this user's namespaces is full for now: other programs of picogent's user hold them)",
+                    );
+                }
+                return Err(NotMade { why, passing });
+            }
+        }
+    }
+}
+
+/// Whether `unshare`'s `errno` passes: the count full, or the kernel short of memory.
+/// A count whose limit is 0 is the operator's choice, and lasts.
+fn passes(errno: i32, flags: libc::c_int) -> bool {
+    match errno {
+        libc::EAGAIN | libc::ENOMEM => true,
+        libc::ENOSPC => !limits_of(flags).iter().any(|name| limit(name) == Some(0)),
+        _ => false,
+    }
+}
+
+/// The `/proc/sys/user` limits that apply to the namespaces in `flags`.
+fn limits_of(flags: libc::c_int) -> Vec<&'static str> {
+    [
+        (libc::CLONE_NEWUSER, "max_user_namespaces"),
+        (libc::CLONE_NEWNS, "max_mnt_namespaces"),
+        (libc::CLONE_NEWPID, "max_pid_namespaces"),
+        (libc::CLONE_NEWIPC, "max_ipc_namespaces"),
+        (libc::CLONE_NEWNET, "max_net_namespaces"),
+    ]
+    .into_iter()
+    .filter(|(flag, _)| flags & flag != 0)
+    .map(|(_, name)| name)
+    .collect()
+}
+
+fn limit(name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/sys/user/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Inside the command's own user namespace, as its root (before the capabilities are
+/// dropped): no user namespace can be made beneath it. The kernel checks every level's
+/// count on the way up, and the command, without capabilities here, cannot raise this
+/// one (what bubblewrap's `--disable-userns` does).
+pub(crate) fn forbid_nested_user_namespaces() -> Result<(), String> {
+    std::fs::write("/proc/sys/user/max_user_namespaces", "0").map_err(|e| {
+        format!("cannot keep the command from making user namespaces (user.max_user_namespaces = 0: {e})")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_count_passes_and_a_refusal_lasts() {
+        assert!(passes(libc::EAGAIN, libc::CLONE_NEWUSER));
+        assert!(passes(libc::ENOMEM, libc::CLONE_NEWNS));
+        assert!(!passes(libc::EPERM, libc::CLONE_NEWUSER));
+        assert!(!passes(libc::EINVAL, libc::CLONE_NEWUSER));
+        assert_eq!(
+            limits_of(libc::CLONE_NEWUSER | libc::CLONE_NEWNET),
+            vec!["max_user_namespaces", "max_net_namespaces"]
+        );
+        // This machine allows user namespaces (the sandbox tests need them): a full
+        // count of them passes.
+        assert_ne!(limit("max_user_namespaces"), Some(0));
+        assert!(passes(libc::ENOSPC, libc::CLONE_NEWUSER));
+    }
+}
