@@ -145,6 +145,9 @@ fn main() -> ExitCode {
     picogent::memory::limit_arenas();
     // Keys and tokens out of /proc/<pid>/environ, while still single-threaded.
     config::secrets::hide_from_proc();
+    // A low descriptor number for the socket that hands git GitHub's token, while few
+    // are taken.
+    picogent::sandbox::git_credential::reserve();
     // Only ./.env, never a parent's; variables already set win.
     let env_error = config::secrets::load_env_file(std::path::Path::new(".env"))
         .err()

@@ -185,28 +185,41 @@ pub(crate) fn spawn(cmd: &mut Command) -> std::io::Result<std::process::Child> {
     cmd.spawn()
 }
 
+/// How much of git's standard error is kept (its message is cut shorter anyway).
+const STDERR_KEPT: usize = 64 * 1024;
+
 /// Runs git to the end, or kills it (and everything it started) after `limit`: a
 /// repository the agent wrote can make git wait for good (an `include.path` naming a
-/// FIFO), and a thread waiting on it must not wait with it.
-pub(crate) fn output_within(
+/// FIFO), and a thread waiting on it must not wait with it. `input` goes to git's
+/// standard input (else none), and at most `keep` bytes of its output are kept: the
+/// rest is read and dropped, so git is not stopped by a full pipe (a diff of whatever
+/// the agent wrote).
+pub(crate) fn run_within(
     mut cmd: Command,
     limit: std::time::Duration,
+    input: Option<Vec<u8>>,
+    keep: usize,
 ) -> std::io::Result<std::process::Output> {
     use std::process::Stdio;
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let child = spawn(&mut cmd)?;
     let pid = i32::try_from(child.id()).unwrap_or(0);
     let (done, waited) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
-        let out = child.wait_with_output();
+        let out = collect(child, input, keep);
         let _ = done.send(());
         out
     });
     let timed_out = waited.recv_timeout(limit).is_err();
     if timed_out {
-        // The supervisor kills git's group and reaps git (see `git_group`).
+        // The supervisor kills git's group and reaps git (see `git_group`); the pipes
+        // close with it, which ends the waiter's reads and writes.
         stop_pid(pid);
     }
     let out = waiter
@@ -222,6 +235,43 @@ pub(crate) fn output_within(
         ));
     }
     Ok(out)
+}
+
+/// Gives git its input, reads its output to the end (standard error on a thread of
+/// its own, so neither pipe fills while the other is read) and waits for it.
+fn collect(
+    mut child: std::process::Child,
+    input: Option<Vec<u8>>,
+    keep: usize,
+) -> std::io::Result<std::process::Output> {
+    use std::io::Write;
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        // Small (a commit message): it fits the pipe before git reads it. A git that
+        // never reads it fails this write once it is stopped.
+        let _ = stdin.write_all(&input);
+    }
+    let stderr = child.stderr.take();
+    let errors = std::thread::spawn(move || kept(stderr, STDERR_KEPT));
+    let stdout = kept(child.stdout.take(), keep);
+    let status = child.wait()?;
+    let stderr = errors.join().unwrap_or_default();
+    Ok(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// The first `keep` bytes a pipe gives, the rest read to its end and dropped.
+fn kept(pipe: Option<impl std::io::Read>, keep: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut kept = Vec::new();
+    if let Some(pipe) = pipe {
+        let mut head = pipe.take(u64::try_from(keep).unwrap_or(u64::MAX));
+        let _ = head.read_to_end(&mut kept);
+        let _ = std::io::copy(&mut head.into_inner(), &mut std::io::sink());
+    }
+    kept
 }
 
 /// Adds settings through `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`,
@@ -424,6 +474,6 @@ mod tests {
         set_config_parameters(&mut cmd, &[("filter.a=b.clean".into(), String::new())]);
         let why = env_of(&cmd, REFUSED).expect("refused");
         assert!(why.contains("filter.a=b.clean"), "{why}");
-        assert!(output_within(cmd, std::time::Duration::from_secs(5)).is_err());
+        assert!(run_within(cmd, std::time::Duration::from_secs(5), None, usize::MAX).is_err());
     }
 }

@@ -12,6 +12,7 @@
 mod carve;
 pub mod confine;
 pub(crate) mod git;
+pub mod git_credential;
 mod git_group;
 pub mod git_program;
 mod landlock_rules;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod chat;
+pub mod git_https;
 pub mod github;
 pub mod llm;
 pub mod mcp;

@@ -2,7 +2,7 @@
 //! the task's branch (author: the agent), pushed when `push` is on, and described for
 //! the result comment: branch, commit, diffstat and the diff up to a bounded size.
 
-use super::{Record, RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
+use super::{run_with, Record, RunEnd, TaskTree, WorktreeError, Worktrees, DIFF_LIMIT};
 use crate::tracker::router::lock;
 use std::sync::Arc;
 
@@ -210,7 +210,7 @@ impl Worktrees {
             .env("GIT_AUTHOR_EMAIL", email)
             .env("GIT_COMMITTER_NAME", name)
             .env("GIT_COMMITTER_EMAIL", email);
-        run_with_stdin(commit, &message)?;
+        run_with(commit, self.limit, Some(&message), usize::MAX)?;
         let commit = self
             .tip(tree)
             .ok_or_else(|| WorktreeError::Setup("the new commit cannot be read".into()))?;
@@ -234,34 +234,8 @@ impl Worktrees {
             "HEAD",
         ]);
         // Only what a comment can show is kept, whatever the agent wrote.
-        let diff = super::run_bounded(diff, DIFF_LIMIT + 1)?;
+        let diff = run_with(diff, self.limit, None, DIFF_LIMIT + 1)?;
         Ok((commit, stat, diff))
-    }
-}
-
-/// Runs a git command with `input` on its standard input.
-fn run_with_stdin(mut cmd: std::process::Command, input: &str) -> Result<(), WorktreeError> {
-    use std::io::Write;
-    let failed = |message: String| WorktreeError::Git {
-        args: "commit".into(),
-        message,
-    };
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child =
-        crate::sandbox::git::spawn(&mut cmd).map_err(|e| failed(format!("cannot run git: {e}")))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(input.as_bytes());
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| failed(e.to_string()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        let err = String::from_utf8_lossy(&out.stderr);
-        Err(failed(crate::util::one_line(err.trim(), 400)))
     }
 }
 

@@ -162,6 +162,18 @@ fn run(cmd: Command, limit: Duration) -> Result<String, WorktreeError> {
 
 /// Runs a git command; its whole standard output, or an error with its message.
 fn run_raw(cmd: Command, limit: Duration) -> Result<String, WorktreeError> {
+    run_with(cmd, limit, None, usize::MAX)
+}
+
+/// Runs a git command within `limit` (else it is stopped, and everything it started),
+/// with `input` on its standard input; at most `keep` bytes of its standard output
+/// (the rest is read and dropped), or an error with its message.
+fn run_with(
+    cmd: Command,
+    limit: Duration,
+    input: Option<&str>,
+    keep: usize,
+) -> Result<String, WorktreeError> {
     let args: Vec<String> = cmd
         .get_args()
         .filter_map(|a| a.to_str())
@@ -170,9 +182,12 @@ fn run_raw(cmd: Command, limit: Duration) -> Result<String, WorktreeError> {
         .map(str::to_string)
         .collect();
     let args = args.join(" ");
-    let out = crate::sandbox::git::output_within(cmd, limit).map_err(|e| WorktreeError::Git {
-        args: args.clone(),
-        message: format!("cannot run git: {e}"),
+    let input = input.map(|i| i.as_bytes().to_vec());
+    let out = crate::sandbox::git::run_within(cmd, limit, input, keep).map_err(|e| {
+        WorktreeError::Git {
+            args: args.clone(),
+            message: format!("cannot run git: {e}"),
+        }
     })?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
@@ -182,31 +197,6 @@ fn run_raw(cmd: Command, limit: Duration) -> Result<String, WorktreeError> {
         args,
         message: crate::util::one_line(err.trim(), 400),
     })
-}
-
-/// Runs a git command and keeps at most `limit` bytes of its output (the rest is read
-/// and dropped, so the command is not stopped by a full pipe).
-fn run_bounded(mut cmd: Command, limit: usize) -> Result<String, WorktreeError> {
-    use std::io::Read;
-    let failed = |message: String| WorktreeError::Git {
-        args: "diff".into(),
-        message,
-    };
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    let mut child =
-        crate::sandbox::git::spawn(&mut cmd).map_err(|e| failed(format!("cannot run git: {e}")))?;
-    let mut kept = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        let mut out = out.take(limit as u64);
-        let _ = out.read_to_end(&mut kept);
-        let _ = std::io::copy(&mut out.into_inner(), &mut std::io::sink());
-    }
-    let status = child.wait().map_err(|e| failed(e.to_string()))?;
-    if !status.success() {
-        return Err(failed(format!("exited with {status}")));
-    }
-    Ok(String::from_utf8_lossy(&kept).into_owned())
 }
 
 /// The task's name in branch and folder names: `[A-Za-z0-9._-]`, with a hash when

@@ -1,8 +1,8 @@
 //! Pushing a task's branch: where the push may go (no path the agent could have
 //! written, no transport that runs a program, no rewrite that sends it elsewhere),
-//! with what credentials (the operator's, when trusted; GitHub's token as a header),
-//! and how often (a push is idempotent: tried again, and the remote asked before a
-//! failure is reported).
+//! with what credentials (the operator's, when trusted; GitHub's token through a
+//! descriptor), and how often (a push is idempotent: tried again, and the remote asked
+//! before a failure is reported).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -109,10 +109,10 @@ impl Worktrees {
         tree: &TaskTree,
         (remote, home): (&str, Option<&std::path::Path>),
         urls: &[String],
-    ) -> std::process::Command {
+    ) -> Result<std::process::Command, String> {
         let mut cmd = self.push_git(tree, remote, home);
-        self.authorize(&mut cmd, urls);
-        cmd
+        self.authorize(&mut cmd, urls)?;
+        Ok(cmd)
     }
 
     /// One `git push` of the task's branch.
@@ -123,7 +123,7 @@ impl Worktrees {
         home: Option<&std::path::Path>,
         urls: &[String],
     ) -> Result<(), String> {
-        let mut cmd = self.authorized_git(tree, (remote, home), urls);
+        let mut cmd = self.authorized_git(tree, (remote, home), urls)?;
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
         self.run(cmd).map(|_| ()).map_err(|e| e.to_string())
@@ -154,7 +154,9 @@ impl Worktrees {
         let branch = format!("refs/heads/{}", tree.branch);
         !urls.is_empty()
             && urls.iter().all(|url| {
-                let mut cmd = self.authorized_git(tree, (remote, home), urls);
+                let Ok(mut cmd) = self.authorized_git(tree, (remote, home), urls) else {
+                    return false;
+                };
                 cmd.args(["ls-remote", "--quiet", "--upload-pack=git-upload-pack", url])
                     .arg(&branch);
                 self.run(cmd).is_ok_and(|out| {
@@ -214,7 +216,8 @@ impl Worktrees {
         .collect();
         // `credential.helper=` empties the whole list (a helper is a program, and the
         // repository's list could name one): pushes authenticate by ssh key or agent,
-        // or a token in the remote's URL.
+        // a token in the remote's URL, or GitHub's token (picogent's own helper, set
+        // after this, see `authorize`).
         crate::sandbox::git::set_config(&mut cmd, &settings);
         cmd
     }
@@ -315,40 +318,51 @@ impl Worktrees {
 }
 
 impl Worktrees {
-    /// GitHub mode: the token goes to the push's HTTPS URLs as a header, in git's
-    /// environment (`GIT_CONFIG_*`): never on a command line or on disk, and never
-    /// to another host.
-    fn authorize(&self, cmd: &mut std::process::Command, urls: &[String]) {
+    /// GitHub mode: the token goes to the push's HTTPS URLs of GitHub's host only, as
+    /// a credential git reads from a descriptor (`git_credential`): never in git's
+    /// environment or on a command line, never on disk, never to another host.
+    fn authorize(&self, cmd: &mut std::process::Command, urls: &[String]) -> Result<(), String> {
         let Some((token, host)) = self
             .push_token
             .as_ref()
             .and_then(|(t, host)| Some((t()?, host)))
         else {
-            return;
+            return Ok(());
         };
-        use base64::Engine as _;
-        let basic =
-            base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
-        let settings: Vec<(String, String)> = urls
+        let mut origins: Vec<String> = urls
             .iter()
             .filter_map(|u| reqwest::Url::parse(u).ok())
             .filter(|u| u.scheme() == "https" && u.host_str() == Some(host.as_str()))
-            .flat_map(|u| {
-                // The URL's own origin (with its port): git matches `http.<url>.*` so.
-                let origin = format!("{}/", u.origin().ascii_serialization());
+            // The URL's own origin (with its port): git matches `http.<url>.*` and
+            // `credential.<url>.*` so.
+            .map(|u| format!("{}/", u.origin().ascii_serialization()))
+            .collect();
+        if origins.is_empty() {
+            return Ok(());
+        }
+        // One answer for each URL that may ask (each is a connection of its own).
+        let answers = origins.len();
+        origins.sort();
+        origins.dedup();
+        let helper =
+            crate::sandbox::git_credential::hand_to(cmd, "x-access-token", &token, answers)
+                .map_err(|e| format!("cannot hand GitHub's token to git: {e}"))?;
+        let settings: Vec<(String, String)> = origins
+            .iter()
+            .flat_map(|origin| {
                 [
-                    // An empty value first: it drops any header the repository's
-                    // configuration set for the host (a CI checkout leaves one).
+                    // Drops any header the repository's configuration sets for the
+                    // host (a CI checkout leaves one), which would be sent instead.
                     (format!("http.{origin}.extraHeader"), String::new()),
-                    (
-                        format!("http.{origin}.extraHeader"),
-                        format!("Authorization: Basic {basic}"),
-                    ),
-                    // The credential goes to that host, never where it redirects.
-                    ("http.followRedirects".to_string(), "false".to_string()),
+                    // After `credential.helper=` (see `push_git`): the only helper,
+                    // and only for this host.
+                    (format!("credential.{origin}.helper"), helper.clone()),
                 ]
             })
+            // The credential goes to that host, never where it redirects.
+            .chain([("http.followRedirects".to_string(), "false".to_string())])
             .collect();
         crate::sandbox::git::set_config(cmd, &settings);
+        Ok(())
     }
 }
