@@ -345,7 +345,8 @@ impl Agent {
         let output_dir = state.join("outputs");
         sweep_outputs(&output_dir);
         let mut sandbox = Sandbox::new(&config.allowed_paths, &config.protected_paths(), &readable)
-            .with_read_only(&[config.sessions_dir()]);
+            .with_read_only(&[config.sessions_dir()])
+            .with_read_only(&config.worktree_folders());
         let level = match config.sandbox {
             crate::config::SandboxMode::On => Some(crate::sandbox::Level::Full),
             crate::config::SandboxMode::Landlock => Some(crate::sandbox::Level::Landlock),

@@ -268,6 +268,22 @@ impl Config {
         }
     }
 
+    /// The folders task worktrees go in (`agentHome/worktrees` in agent mode, and
+    /// `~/.picogent/worktrees`, shared by every agent of the user): read-only to every
+    /// run but for its own worktree.
+    pub(crate) fn worktree_folders(&self) -> Vec<PathBuf> {
+        let agent = self
+            .agent_home
+            .as_ref()
+            .filter(|_| self.is_agent_mode())
+            .map(|h| h.join("worktrees"));
+        let home = self
+            .home_dir
+            .as_ref()
+            .map(|h| h.join(".picogent").join("worktrees"));
+        agent.into_iter().chain(home).collect()
+    }
+
     /// Skill folders, most specific first (the first one wins a name clash): the
     /// agent's `skills/` (or the working folder's), `.agents/skills/` in the working
     /// folder and each folder above it up to the repository's top, the project's

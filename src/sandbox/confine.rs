@@ -91,6 +91,8 @@ pub struct Confinement {
     /// Never readable or writable by commands (picogent's configuration file, `.env`,
     /// state).
     pub(crate) hidden: Vec<PathBuf>,
+    /// Folders inside `read_only` ones that stay writable (a run's own worktree).
+    pub(crate) writable_within: Vec<PathBuf>,
     /// Whether commands may make user namespaces of their own
     /// (`nested_user_namespaces`).
     pub(crate) nested_user_namespaces: bool,
@@ -290,6 +292,9 @@ impl Confinement {
         for d in &self.read_only {
             cmd.arg("--ro").arg(d);
         }
+        for d in &self.writable_within {
+            cmd.arg("--rw-in").arg(d);
+        }
         for d in &self.hidden {
             cmd.arg("--hide").arg(d);
         }
@@ -356,7 +361,7 @@ pub(crate) fn tmp_top_folder(path: &Path) -> Option<PathBuf> {
         .then_some(top)
 }
 
-const USAGE: &str = "usage: picogent sandbox-exec [--ns | --pid-only] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--hide PATH]... [--show DIR]... [--deny-net] [--nested-userns] [--no-writes] [--tmp-size MIB] [--max-procs N] -- PROGRAM [ARGS]...";
+const USAGE: &str = "usage: picogent sandbox-exec [--ns | --pid-only] [--rw DIR]... [--tmp DIR] [--ro PATH]... [--rw-in DIR]... [--hide PATH]... [--show DIR]... [--deny-net] [--nested-userns] [--no-writes] [--tmp-size MIB] [--max-procs N] -- PROGRAM [ARGS]...";
 
 fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
     let mut h = HelperArgs {
@@ -365,6 +370,7 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
         writable: None,
         tmp: None,
         read_only: Vec::new(),
+        writable_within: Vec::new(),
         hidden: Vec::new(),
         shown: Vec::new(),
         deny_network: false,
@@ -389,6 +395,7 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<HelperArgs, String> {
             }
             Some("--tmp") => h.tmp = Some(value("--tmp")?),
             Some("--ro") => h.read_only.push(value("--ro")?),
+            Some("--rw-in") => h.writable_within.push(value("--rw-in")?),
             Some("--hide") => h.hidden.push(value("--hide")?),
             Some("--show") => h.shown.push(value("--show")?),
             Some("--deny-net") => h.deny_network = true,

@@ -115,6 +115,7 @@ fn file_rules(
         _ => &whole,
     };
     let mut dirs: Vec<PathBuf> = writable.to_vec();
+    dirs.extend(h.writable_within.iter().cloned());
     match (&h.tmp, in_namespace) {
         (_, true) => dirs.push(PathBuf::from("/tmp")),
         (Some(t), false) => dirs.push(t.clone()),

@@ -66,8 +66,11 @@ pub struct Sandbox {
     protected: Vec<PathBuf>,
     /// Canonical folders readable even outside `allowed` (skills).
     readable: Vec<PathBuf>,
-    /// Canonical folders the tools may read but never write (sessions).
+    /// Canonical folders the tools may read but never write (sessions, the worktrees).
     read_only: Vec<PathBuf>,
+    /// Canonical folders inside `read_only` ones that stay writable (a run's own
+    /// worktree among the other tasks').
+    writable_within: Vec<PathBuf>,
     /// Kernel confinement for commands, when configured.
     confinement: Option<Confinement>,
     /// Why commands cannot run safely here (they are then refused).
@@ -148,6 +151,7 @@ impl Sandbox {
             protected: canonical_list(protected, "protected path"),
             readable: canonical_list(readable, "skill folder"),
             read_only: Vec::new(),
+            writable_within: Vec::new(),
             confinement: None,
             refusal: None,
         }
@@ -159,7 +163,8 @@ impl Sandbox {
             // Made now, so a command cannot make one of its own first.
             let _ = std::fs::create_dir_all(p);
         }
-        self.read_only = canonical_list(paths, "read-only path");
+        self.read_only
+            .extend(canonical_list(paths, "read-only path"));
         self
     }
 
@@ -206,7 +211,8 @@ impl Sandbox {
         // Only this case needs the probe's answer now (to refuse at start); otherwise
         // the first command waits for it, and a run without commands never does.
         if level == Level::Full && writable.is_some() && !exposed.is_empty() {
-            if let Err(probe::NoNamespaces::Lasting(why)) = probe_namespaces(&helper, deny_network) {
+            if let Err(probe::NoNamespaces::Lasting(why)) = probe_namespaces(&helper, deny_network)
+            {
                 self.refusal = Some(format!(
                     "this kernel does not allow user namespaces ({why}), and under Landlock alone picogent's own files inside the allowed paths ({}) would be out of reach of commands only by leaving the folders that hold them unable to get new files. Move the agent's state, sessions and configuration outside allowed_paths, or set sandbox: \"landlock\" to accept this",
                     exposed.join(", ")
@@ -220,6 +226,7 @@ impl Sandbox {
             choice,
             read_only,
             hidden,
+            writable_within: Vec::new(),
             nested_user_namespaces: false,
         });
         self
@@ -289,6 +296,11 @@ impl Sandbox {
                 s.read_only.push(p.to_path_buf());
             }
         }
+        // Among the other tasks' worktrees (read-only), its own is the run's to write.
+        s.writable_within = vec![tree.to_path_buf()];
+        if let Some(c) = &mut s.confinement {
+            c.writable_within = s.writable_within.clone();
+        }
         if self.allowed.is_empty() {
             if let Some(c) = &mut s.confinement {
                 c.read_only = s.read_only.clone();
@@ -356,6 +368,21 @@ impl Sandbox {
             && (self.inside_allowed(real) || self.readable.iter().any(|r| real.starts_with(r)))
     }
 
+    /// Whether a resolved path lies in a read-only folder, and not deeper in a folder
+    /// that stays writable there.
+    fn is_read_only(&self, real: &Path) -> bool {
+        let depth = |list: &[PathBuf]| {
+            list.iter()
+                .filter(|p| real.starts_with(p))
+                .map(|p| p.components().count())
+                .max()
+        };
+        match (depth(&self.read_only), depth(&self.writable_within)) {
+            (Some(ro), Some(rw)) => ro > rw,
+            (ro, _) => ro.is_some(),
+        }
+    }
+
     /// Whether a resolved path is one of the protected files or inside a protected folder.
     pub(crate) fn is_protected(&self, real: &Path) -> bool {
         self.protected.iter().any(|p| real.starts_with(p))
@@ -420,7 +447,7 @@ impl Sandbox {
     /// For write and edit: inside the allowed paths and not protected.
     fn check_write(&self, work_dir: &Path, raw: &str) -> Result<PathBuf, SandboxError> {
         let real = self.resolve(work_dir, raw)?;
-        if self.is_protected(&real) || self.read_only.iter().any(|p| real.starts_with(p)) {
+        if self.is_protected(&real) || self.is_read_only(&real) {
             return Err(Self::protected_error(raw));
         }
         if self.inside_allowed(&real) {

@@ -20,11 +20,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use super::unshare::NotMade;
 use super::mounts::{
     blank_file, copy_of, errno, mount, move_mount, open_tree, open_tree_no_links, set_attr,
     MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
 };
+use super::unshare::NotMade;
 
 /// Devices the minimal `/dev` offers (bound from the host's).
 const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -39,6 +39,9 @@ pub(crate) struct HelperArgs {
     pub(crate) writable: Option<Vec<PathBuf>>,
     pub(crate) tmp: Option<PathBuf>,
     pub(crate) read_only: Vec<PathBuf>,
+    /// Folders inside `read_only` ones that stay writable (a run's own worktree among
+    /// the other tasks').
+    pub(crate) writable_within: Vec<PathBuf>,
     pub(crate) hidden: Vec<PathBuf>,
     /// Folders under `/tmp` that stay visible, read-only, in the private `/tmp` (the
     /// one holding the program being run).
@@ -229,6 +232,8 @@ struct Sources {
     shown: Vec<(PathBuf, bool, OwnedFd)>,
     /// Device nodes for the minimal `/dev`.
     dev: Vec<(&'static str, OwnedFd)>,
+    /// Writable copies of the folders that stay writable inside read-only ones.
+    within: Vec<(PathBuf, OwnedFd)>,
     /// An empty read-only file to cover hidden files and sockets with (writes fail,
     /// reads are empty), on a tmpfs mounted nowhere, so nothing can fill it.
     blank: OwnedFd,
@@ -270,11 +275,18 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
             dev.push((*n, fd));
         }
     }
+    let mut within = Vec::new();
+    for d in &h.writable_within {
+        if let Some((fd, true)) = open_tree_no_links(d, true)? {
+            within.push((d.clone(), fd));
+        }
+    }
     let blank = blank_file()?;
     Ok(Sources {
         writable,
         shown,
         dev,
+        within,
         blank,
     })
 }
@@ -292,6 +304,7 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         mut writable,
         shown,
         dev,
+        within,
         blank,
     } = sources(h, restricted)?;
     let attr = if restricted {
@@ -332,7 +345,7 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
         }
         move_mount(fd, &p)?;
     }
-    protect(h, restricted, &blank)?;
+    protect(h, restricted, within, &blank)?;
     if !h.deny_network {
         hide_daemon_sockets(&blank);
     }
@@ -349,7 +362,12 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
 /// picogent's own files: read-only or hidden, and every folder between them and a
 /// writable root pinned in place (a mount point cannot be renamed), so that a command
 /// cannot move a parent folder away and put its own files where picogent looks.
-fn protect(h: &HelperArgs, restricted: bool, blank: &OwnedFd) -> Result<(), String> {
+fn protect(
+    h: &HelperArgs,
+    restricted: bool,
+    within: Vec<(PathBuf, OwnedFd)>,
+    blank: &OwnedFd,
+) -> Result<(), String> {
     let in_writable = |p: &Path| {
         !restricted
             || h.writable
@@ -373,6 +391,10 @@ fn protect(h: &HelperArgs, restricted: bool, blank: &OwnedFd) -> Result<(), Stri
         if std::fs::symlink_metadata(p).is_ok() {
             remount_read_only(p)?;
         }
+    }
+    // On top of the read-only copies, as they were before.
+    for (p, fd) in within {
+        move_mount(fd, &p)?;
     }
     for p in &h.hidden {
         hide(p, blank)?;

@@ -71,6 +71,9 @@ pub enum Turn {
     /// The stream starts, then waits until the test opens the gate, then finishes the
     /// answer: a model call under way for exactly as long as a test needs.
     Held(ModelGate, String),
+    /// Tool calls whose stream waits after its first chunk until the test opens the
+    /// gate: the next step starts exactly when a test has made it ready.
+    HeldTools(ModelGate, Vec<(String, Value)>),
 }
 
 /// A gate a `Turn::Held` answer waits at.
@@ -526,6 +529,10 @@ fn respond(
         }
         Turn::Held(gate, t) => {
             let full = encode(wire, &t, &[], seq, tokens);
+            (full, Tail::HeldAfterFirst(gate))
+        }
+        Turn::HeldTools(gate, calls) => {
+            let full = encode(wire, "", &calls, seq, tokens);
             (full, Tail::HeldAfterFirst(gate))
         }
         Turn::ErrorEvent => {
