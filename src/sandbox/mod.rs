@@ -11,6 +11,7 @@
 
 mod carve;
 pub mod confine;
+mod exec;
 pub(crate) mod git;
 pub mod git_credential;
 mod git_group;

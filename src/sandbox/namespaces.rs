@@ -487,6 +487,7 @@ fn fresh_proc(h: &HelperArgs) -> Result<(), String> {
     if !h.nested_user_namespaces {
         super::unshare::forbid_nested_user_namespaces()?;
     }
+    super::unshare::cap_processes(h.max_processes);
     for knob in ["sys", "sysrq-trigger", "irq", "bus"] {
         let p = Path::new("/proc").join(knob);
         if p.exists() {

@@ -117,6 +117,16 @@ pub(crate) fn forbid_nested_user_namespaces() -> Result<(), String> {
     })
 }
 
+/// Inside the command's own PID namespace, as its root: at most `n` processes in it,
+/// whoever runs them (`RLIMIT_NPROC` does not hold root back). Linux 6.14+ keeps a
+/// `pid_max` per PID namespace; an older kernel refuses the write (the knob is the
+/// host's there, out of a user namespace's reach), and only `RLIMIT_NPROC` is left.
+pub(crate) fn cap_processes(n: u64) {
+    // The kernel's floor for pid_max.
+    let max = (n + 1).max(301);
+    let _ = std::fs::write("/proc/sys/kernel/pid_max", max.to_string());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ mod chat_stream;
 mod checkpoints;
 mod claude_code;
 mod cli;
+mod command_budget;
 mod config;
 mod confinement;
 mod daemon_process;
