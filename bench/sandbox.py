@@ -11,12 +11,17 @@
 Each figure is taken for every build given (`--bin A --bin B`, default: this
 checkout's release build), the builds taking turns run by run so a drifting machine
 drifts for all of them. The allowed folder is the task's own, as an agent would have it.
+
+Every figure is taken twice: on an idle machine, and with CPU-bound neighbours (busy
+loops, one per core by default, `BENCH_BUSY`), as on an agent host where other tasks'
+models and commands keep the cores busy.
 """
 import json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 from report import emit, table, BIN, TARGET
 
 RUNS = int(os.environ.get("BENCH_RUNS", "20"))
+BUSY = int(os.environ.get("BENCH_BUSY", str(os.cpu_count() or 2)))
 SERVER = os.path.join(TARGET, "release/examples/scripted_llm")
 LEVELS = [("off", "off"), ("landlock", "landlock"), ("namespaces", "on")]
 
@@ -86,6 +91,16 @@ FOUR = [
 ONE = [{"text": "done"}]
 
 
+def measure(bins, servers, load, results):
+    for _ in range(RUNS):
+        for b in bins:
+            for name, level in LEVELS:
+                for key, prompt in (("four", "Change the greeting"), ("one", "hi")):
+                    w = run(b, servers[key][1], level, prompt)
+                    results.setdefault((b, name, key, load), []).append(w)
+                results.setdefault((b, name, "helper", load), []).append(helper(b, level))
+
+
 def main():
     bins = [a for i, a in enumerate(sys.argv) if i > 0 and sys.argv[i - 1] == "--bin"] or [BIN]
     names = [os.path.basename(os.path.dirname(os.path.dirname(b))) or b for b in bins]
@@ -95,13 +110,15 @@ def main():
         p, addr = start_server(script, SERVER)
         servers[key] = (p, addr)
     try:
-        for _ in range(RUNS):
-            for b in bins:
-                for name, level in LEVELS:
-                    for key, prompt in (("four", "Change the greeting"), ("one", "hi")):
-                        w = run(b, servers[key][1], level, prompt)
-                        results.setdefault((b, name, key), []).append(w)
-                    results.setdefault((b, name, "helper"), []).append(helper(b, level))
+        for load in ("idle", "busy"):
+            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                       for _ in range(BUSY if load == "busy" else 0)]
+            try:
+                measure(bins, servers, load, results)
+            finally:
+                for p in burners:
+                    p.kill()
+                    p.wait()
     finally:
         for p, _ in servers.values():
             p.terminate()
@@ -109,9 +126,11 @@ def main():
     rows = []
     for key, what in (("four", "4-step task (one bash command)"), ("one", "1-step run, no command"),
                       ("helper", "helper alone, /bin/true")):
-        for b, n in zip(bins, names):
-            cells = [f"{med((b, name, key)):.1f} ms" for name, _ in LEVELS]
-            rows.append((f"{what} — {n}", *cells))
+        for load in ("idle", "busy"):
+            for b, n in zip(bins, names):
+                cells = [f"{med((b, name, key, load)):.1f} ms" for name, _ in LEVELS]
+                shown = "idle" if load == "idle" else f"{BUSY} busy neighbours"
+                rows.append((f"{what}, {shown} — {n}", *cells))
     emit(table("Sandbox cost", "bench/sandbox.py", rows,
                columns=("measure (median of %d)" % RUNS, "off", "landlock", "namespaces"),
                command="python3 bench/sandbox.py --bin A --bin B --record"))
