@@ -209,8 +209,13 @@ async fn livez() -> Response {
 /// Liveness, and the sandbox level commands run at (so an operator sees a container
 /// that gave picogent less than namespaces).
 async fn healthz(State(st): State<Arc<ChatState>>) -> Response {
-    st.agent.sandbox().settle().await;
-    Json(json!({"status": "ok", "sandbox": st.agent.sandbox().level()})).into_response()
+    let sandbox = st.agent.sandbox();
+    sandbox.settle().await;
+    let mut body = json!({"status": "ok", "sandbox": sandbox.level_now()});
+    if let Some(why) = sandbox.refusing_lately() {
+        body["sandbox_refusing"] = json!(why);
+    }
+    Json(body).into_response()
 }
 
 /// Prometheus metrics, behind the chat token when one is set.

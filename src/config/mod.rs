@@ -268,15 +268,17 @@ impl Config {
         }
     }
 
-    /// The folders task worktrees go in (`agentHome/worktrees` in agent mode, and
-    /// `~/.picogent/worktrees`, shared by every agent of the user): read-only to every
-    /// run but for its own worktree.
+    /// The folders task worktrees go in (`agentHome/worktrees` in agent mode or once it
+    /// exists, and `~/.picogent/worktrees`, shared by every agent of the user):
+    /// read-only to every run but for its own worktree.
     pub(crate) fn worktree_folders(&self) -> Vec<PathBuf> {
         let agent = self
             .agent_home
             .as_ref()
-            .filter(|_| self.is_agent_mode())
-            .map(|h| h.join("worktrees"));
+            .map(|h| h.join("worktrees"))
+            // Another mode's daemon on the same agent folder may have trees there; a
+            // chat project gets no new folder of picogent's for it.
+            .filter(|w| self.is_agent_mode() || w.exists());
         let home = self
             .home_dir
             .as_ref()

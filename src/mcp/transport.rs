@@ -191,7 +191,8 @@ fn confined_command(
     // and gone with it (under Landlock alone, picogent's folder for it). The
     // operator's home stays its home, read-only like the rest of the system
     // (version managers' shims find their installs there).
-    let inner = if c.namespaces() {
+    // Settled before (see `server::connect`): no probe runs on the runtime here.
+    let inner = if c.namespaces_now() {
         PathBuf::from("/tmp")
     } else {
         tmp.to_path_buf()

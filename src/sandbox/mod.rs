@@ -346,6 +346,30 @@ impl Sandbox {
             .map_or(confine::LevelInForce::Off, Confinement::level)
     }
 
+    /// The level commands run at, without waiting: after `settle`, the answer; while a
+    /// passing refusal keeps it unsettled, namespaces (the level is never lowered for it).
+    pub fn level_now(&self) -> confine::LevelInForce {
+        match &self.confinement {
+            None => confine::LevelInForce::Off,
+            Some(c) if c.namespaces_now() => confine::LevelInForce::Namespaces,
+            Some(_) => confine::LevelInForce::Landlock,
+        }
+    }
+
+    /// Whether commands run in their own namespaces, without waiting (see `level_now`).
+    pub(crate) fn namespaces_now(&self) -> bool {
+        self.level_now() == confine::LevelInForce::Namespaces
+    }
+
+    /// Why commands are refused for now, when the probe lately found the namespaces
+    /// impossible for the moment (for health to say).
+    pub fn refusing_lately(&self) -> Option<String> {
+        let c = self.confinement.as_ref()?;
+        matches!(c.choice, Namespaces::Probed(_))
+            .then(|| probe::refusing_lately(c.deny_network))
+            .flatten()
+    }
+
     pub fn confinement(&self) -> Option<&Confinement> {
         self.confinement.as_ref()
     }

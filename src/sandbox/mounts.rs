@@ -1,6 +1,7 @@
 //! The mount system calls the namespace layer uses, as small safe functions: the new
 //! mount API (`open_tree`, `move_mount`, `mount_setattr`, `fsopen`/`fsmount`) and
-//! `mount(2)`. Errors are messages naming the path.
+//! `mount(2)`, and the covering built on them (`hide`, the daemons' sockets). Errors
+//! are messages naming the path.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -230,4 +231,62 @@ pub(crate) fn set_attr(
         return Err(errno(format!("cannot make {} read-only", path.display())));
     }
     Ok(())
+}
+
+/// Where system and session daemons listen; a command reaching them (as root, or as
+/// a member of their group) could have them act outside the sandbox.
+const DAEMON_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
+
+/// Covers every UNIX socket under the daemons' folders with the blank file, so a
+/// command cannot `connect` to it (the network namespace does this under `deny`).
+/// Best effort and bounded: a socket that cannot be covered stays reachable.
+pub(crate) fn hide_daemon_sockets(blank: &OwnedFd) {
+    use std::os::unix::fs::FileTypeExt;
+    let mut seen = 0;
+    for root in DAEMON_SOCKET_DIRS {
+        let walk = ignore::WalkBuilder::new(root)
+            .standard_filters(false)
+            .follow_links(false)
+            .max_depth(Some(5))
+            .build();
+        for entry in walk.filter_map(Result::ok) {
+            seen += 1;
+            if seen > 20_000 {
+                return;
+            }
+            if entry.file_type().is_some_and(|t| t.is_socket()) {
+                let _ = hide(entry.path(), blank);
+            }
+        }
+    }
+}
+
+/// Creates an empty folder or file to mount over.
+pub(crate) fn mount_point(p: &Path, is_dir: bool) -> std::io::Result<()> {
+    if is_dir {
+        return std::fs::create_dir_all(p);
+    }
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::File::create(p).map(|_| ())
+}
+
+/// Makes `p` unreadable and unwritable: the empty read-only file `blank` over a file,
+/// an empty read-only folder over a folder.
+pub(crate) fn hide(p: &Path, blank: &OwnedFd) -> Result<(), String> {
+    let Ok(meta) = std::fs::symlink_metadata(p) else {
+        return Ok(());
+    };
+    if meta.is_dir() {
+        return mount(
+            Some("tmpfs"),
+            p,
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=4k,mode=0500"),
+        );
+    }
+    // A copy of the blank mount for each file it covers.
+    move_mount(copy_of(blank)?, p)
 }

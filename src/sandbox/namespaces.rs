@@ -21,8 +21,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use super::mounts::{
-    blank_file, copy_of, errno, mount, move_mount, open_tree, open_tree_no_links, set_attr,
-    MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+    blank_file, errno, hide, hide_daemon_sockets, mount, mount_point, move_mount, open_tree,
+    open_tree_no_links, set_attr, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
 };
 use super::unshare::NotMade;
 
@@ -183,8 +183,7 @@ fn init(h: &HelperArgs, cwd: &Path, alive: OwnedFd, become_command: Become) -> !
     // SAFETY: PID 1 is single-threaded.
     let child = unsafe { libc::fork() };
     if child < 0 {
-        eprintln!("picogent sandbox: {}", errno("fork"));
-        std::process::exit(126);
+        fork_failed()
     }
     if child == 0 {
         parent_of_command(h, become_command)
@@ -208,14 +207,25 @@ fn init(h: &HelperArgs, cwd: &Path, alive: OwnedFd, become_command: Become) -> !
     }
 }
 
+/// A fork inside the namespaces failed: out of processes or memory for now passes
+/// (the level stays), anything else lasts; either way the command was not run.
+fn fork_failed() -> ! {
+    let err = io::Error::last_os_error();
+    if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) {
+        eprintln!("picogent sandbox: fork: {err}; this passes: try again shortly; the command was not run");
+        std::process::exit(i32::from(super::unshare::PASSING_STATUS));
+    }
+    eprintln!("picogent sandbox: fork: {err}; the command was not run");
+    std::process::exit(126)
+}
+
 /// PID 2: the command's parent. Programs that take a parent PID of 1 to mean that
 /// their parent died (Node CLIs do) would otherwise exit at once.
 fn parent_of_command(h: &HelperArgs, become_command: Become) -> ! {
     // SAFETY: single-threaded.
     let child = unsafe { libc::fork() };
     if child < 0 {
-        eprintln!("picogent sandbox: {}", errno("fork"));
-        std::process::exit(126);
+        fork_failed()
     }
     if child == 0 {
         std::process::exit(become_command(h));
@@ -392,42 +402,22 @@ fn protect(
             remount_read_only(p)?;
         }
     }
-    // On top of the read-only copies, as they were before.
+    // On top of the read-only copies, as they were before; what is read-only inside
+    // them is made so again (the copies were taken before the remounts above).
+    let tops: Vec<PathBuf> = within.iter().map(|(p, _)| p.clone()).collect();
     for (p, fd) in within {
         move_mount(fd, &p)?;
+    }
+    for p in &h.read_only {
+        let inside = tops.iter().any(|t| p.starts_with(t) && p != t);
+        if inside && std::fs::symlink_metadata(p).is_ok() {
+            remount_read_only(p)?;
+        }
     }
     for p in &h.hidden {
         hide(p, blank)?;
     }
     Ok(())
-}
-
-/// Where system and session daemons listen; a command reaching them (as root, or as
-/// a member of their group) could have them act outside the sandbox.
-const DAEMON_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
-
-/// Covers every UNIX socket under the daemons' folders with the blank file, so a
-/// command cannot `connect` to it (the network namespace does this under `deny`).
-/// Best effort and bounded: a socket that cannot be covered stays reachable.
-fn hide_daemon_sockets(blank: &OwnedFd) {
-    use std::os::unix::fs::FileTypeExt;
-    let mut seen = 0;
-    for root in DAEMON_SOCKET_DIRS {
-        let walk = ignore::WalkBuilder::new(root)
-            .standard_filters(false)
-            .follow_links(false)
-            .max_depth(Some(5))
-            .build();
-        for entry in walk.filter_map(Result::ok) {
-            seen += 1;
-            if seen > 20_000 {
-                return;
-            }
-            if entry.file_type().is_some_and(|t| t.is_socket()) {
-                let _ = hide(entry.path(), blank);
-            }
-        }
-    }
 }
 
 /// A detached, read-only copy of the mount tree at `p`.
@@ -495,36 +485,6 @@ fn fresh_proc(h: &HelperArgs) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Creates an empty folder or file to mount over.
-fn mount_point(p: &Path, is_dir: bool) -> io::Result<()> {
-    if is_dir {
-        return std::fs::create_dir_all(p);
-    }
-    if let Some(parent) = p.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::File::create(p).map(|_| ())
-}
-
-/// Makes `p` unreadable and unwritable: the empty read-only file `blank` over a file,
-/// an empty read-only folder over a folder.
-fn hide(p: &Path, blank: &OwnedFd) -> Result<(), String> {
-    let Ok(meta) = std::fs::symlink_metadata(p) else {
-        return Ok(());
-    };
-    if meta.is_dir() {
-        return mount(
-            Some("tmpfs"),
-            p,
-            Some("tmpfs"),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some("size=4k,mode=0500"),
-        );
-    }
-    // A copy of the blank mount for each file it covers.
-    move_mount(copy_of(blank)?, p)
 }
 
 /// A tmpfs `/dev` with the usual devices bound from the host, a private `devpts` and

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::confine::Helper;
 
@@ -32,6 +33,14 @@ pub fn namespaces_work(helper: &Path) -> Result<(), String> {
 static PROBE: [OnceLock<Result<(), String>>; 2] = [OnceLock::new(), OnceLock::new()];
 /// One probe at a time per network setting.
 static PROBING: [Mutex<()>; 2] = [Mutex::new(()), Mutex::new(())];
+/// The last passing refusal and when it came: for a moment it is the answer (a count
+/// that stays full must not cost every caller a probe of its own), and for a while it
+/// is what health reports.
+static LAST_PASSING: [Mutex<Option<(Instant, String)>>; 2] = [Mutex::new(None), Mutex::new(None)];
+/// How long a passing refusal answers without a new probe.
+const PASSING_ANSWERS: Duration = Duration::from_secs(1);
+/// How long health reports a passing refusal after it came.
+const PASSING_REPORTED: Duration = Duration::from_secs(60);
 
 /// Why commands cannot have their namespaces.
 #[derive(Debug, Clone)]
@@ -59,21 +68,49 @@ pub(crate) fn probe_namespaces(helper: &Helper, deny_network: bool) -> Result<()
     if let Some(answer) = PROBE[i].get() {
         return settled(answer);
     }
+    if let Some(why) = passing_within(deny_network, PASSING_ANSWERS) {
+        return Err(NoNamespaces::Passing(why));
+    }
     let _one = PROBING[i].lock().unwrap_or_else(|e| e.into_inner());
     if let Some(answer) = PROBE[i].get() {
         return settled(answer);
+    }
+    if let Some(why) = passing_within(deny_network, PASSING_ANSWERS) {
+        return Err(NoNamespaces::Passing(why));
     }
     match run_probe(helper, deny_network) {
         Err(NoNamespaces::Passing(why)) => {
             tracing::warn!(
                 level = "namespaces",
-                "sandbox: namespaces cannot be made right now ({why}); commands are refused until they can, and the level is not lowered"
+                "sandbox: namespaces cannot be made right now ({why}); commands are refused until they can, and the level is not lowered (if this lasts, see the user.max_*_namespaces limits here and in any container picogent runs in)"
             );
+            *lock(&LAST_PASSING[i]) = Some((Instant::now(), why.clone()));
             Err(NoNamespaces::Passing(why))
         }
         Err(NoNamespaces::Lasting(why)) => settled(PROBE[i].get_or_init(|| Err(why))),
         Ok(()) => settled(PROBE[i].get_or_init(|| Ok(()))),
     }
+}
+
+/// The last passing refusal, when it came less than `within` ago.
+fn passing_within(deny_network: bool, within: Duration) -> Option<String> {
+    lock(&LAST_PASSING[usize::from(deny_network)])
+        .as_ref()
+        .filter(|(at, _)| at.elapsed() < within)
+        .map(|(_, why)| why.clone())
+}
+
+/// Why the probe last found namespaces impossible for now, when that was lately (and
+/// the level is still not settled): for health to report while commands are refused.
+pub(crate) fn refusing_lately(deny_network: bool) -> Option<String> {
+    if PROBE[usize::from(deny_network)].get().is_some() {
+        return None;
+    }
+    passing_within(deny_network, PASSING_REPORTED)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn run_probe(helper: &Helper, deny_network: bool) -> Result<(), NoNamespaces> {
@@ -90,7 +127,12 @@ fn run_probe(helper: &Helper, deny_network: bool) -> Result<(), NoNamespaces> {
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| {
-            NoNamespaces::Lasting(format!("cannot run {}: {e}", helper.shown().display()))
+            let why = format!("cannot run {}: {e}", helper.shown().display());
+            // Out of processes or memory for a moment is no answer about the kernel.
+            match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::ENOMEM) => NoNamespaces::Passing(why),
+                _ => NoNamespaces::Lasting(why),
+            }
         })?;
     if out.status.success() {
         return Ok(());
@@ -98,9 +140,37 @@ fn run_probe(helper: &Helper, deny_network: bool) -> Result<(), NoNamespaces> {
     let why = String::from_utf8_lossy(&out.stderr)
         .trim()
         .replace("picogent sandbox: ", "");
-    if out.status.code() == Some(i32::from(super::unshare::PASSING_STATUS)) {
-        Err(NoNamespaces::Passing(why))
-    } else {
-        Err(NoNamespaces::Lasting(why))
+    answer_of(out.status.code(), why)
+}
+
+/// Only the helper's own refusal (126) lasts; its passing one (75), a death by a
+/// signal (someone killed it, the OOM killer chose it) and any other end pass: the
+/// level is never lowered on an answer that does not come from the kernel's refusal.
+fn answer_of(code: Option<i32>, why: String) -> Result<(), NoNamespaces> {
+    match code {
+        Some(126) => Err(NoNamespaces::Lasting(why)),
+        Some(code) => Err(NoNamespaces::Passing(format!("{why} (status {code})"))),
+        None => Err(NoNamespaces::Passing(format!(
+            "the probe was killed by a signal{}",
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {why}")
+            }
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_helper_s_own_refusal_lasts() {
+        let lasting = |code| matches!(answer_of(code, "x".into()), Err(NoNamespaces::Lasting(_)));
+        assert!(lasting(Some(126)));
+        for code in [Some(75), Some(125), Some(1), Some(137), None] {
+            assert!(!lasting(code), "{code:?}");
+        }
     }
 }

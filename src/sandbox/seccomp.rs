@@ -16,7 +16,8 @@
 //! - Unless the configuration allows it (`nested_user_namespaces`), no user namespace:
 //!   `unshare` and `clone` with `CLONE_NEWUSER` are refused, and `clone3` (whose flags
 //!   lie in memory a filter cannot read) says it does not exist, so that C libraries
-//!   fall back to `clone`.
+//!   fall back to `clone`; nor does `setns` join any namespace (another process's user
+//!   namespace of picogent's user would make the command root again there).
 //! - System calls of another architecture's ABI (32-bit compatibility, x32) are
 //!   refused, since the numbers above would not apply to them.
 
@@ -126,6 +127,8 @@ fn program(policy: Policy) -> Vec<libc::sock_filter> {
     if !nested_user_namespaces {
         p.push(jump(BPF_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
         p.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
+        p.push(jump(BPF_JEQ_K, libc::SYS_setns as u32, 0, 1));
+        p.push(stmt(BPF_RET_K, errno(libc::EPERM)));
         // `flags` is the first argument of both.
         for nr in [libc::SYS_unshare, libc::SYS_clone] {
             p.push(jump(BPF_JEQ_K, nr as u32, 0, 4));

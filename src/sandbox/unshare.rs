@@ -122,9 +122,27 @@ pub(crate) fn forbid_nested_user_namespaces() -> Result<(), String> {
 /// `pid_max` per PID namespace; an older kernel refuses the write (the knob is the
 /// host's there, out of a user namespace's reach), and only `RLIMIT_NPROC` is left.
 pub(crate) fn cap_processes(n: u64) {
+    // Before 6.14 the knob is the host's: root's user namespace (0 mapped to 0) could
+    // pass its file permissions and lower every process's limit on the machine.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if !keeps_pid_max_per_namespace(&release) {
+        return;
+    }
     // The kernel's floor for pid_max.
     let max = (n + 1).max(301);
     let _ = std::fs::write("/proc/sys/kernel/pid_max", max.to_string());
+}
+
+/// Whether a kernel release (`6.14.2-arch1`) keeps `pid_max` per PID namespace.
+fn keeps_pid_max_per_namespace(release: &str) -> bool {
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (6, 14),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -145,5 +163,25 @@ mod tests {
         // count of them passes.
         assert_ne!(limit("max_user_namespaces"), Some(0));
         assert!(passes(libc::ENOSPC, libc::CLONE_NEWUSER));
+    }
+
+    #[test]
+    fn pid_max_is_written_only_where_it_is_the_namespace_s() {
+        for (release, per_namespace) in [
+            ("6.14.0", true),
+            ("6.18.44-fc-v1147\n", true),
+            ("7.0-rc1", true),
+            ("6.13.12-200.fc41.x86_64", false),
+            ("5.15.0-91-generic", false),
+            ("6.1.0-27-amd64", false),
+            ("", false),
+            ("garbage", false),
+        ] {
+            assert_eq!(
+                keeps_pid_max_per_namespace(release),
+                per_namespace,
+                "{release}"
+            );
+        }
     }
 }

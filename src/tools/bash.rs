@@ -70,7 +70,7 @@ impl Tool for BashTool {
         if optimistic {
             if refused_by_helper(&cap, &end) {
                 ctx.sandbox.settle().await;
-                if !ctx.sandbox.namespaces() {
+                if !ctx.sandbox.namespaces_now() {
                     ctx.sandbox.say_level();
                     let (cap, saved, end) =
                         run_command(&a.command, &cwd, timeout, ctx, false).await?;

@@ -200,6 +200,9 @@ async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
     ctx.router.settle_sandbox().await;
     let load = ctx.router.load();
     let mut body = json!({"status": "ok", "busy": load.status == LoadStatus::Busy, "running": load.active_tasks.len(), "queued": load.queued, "sandbox": ctx.router.sandbox_level()});
+    if let Some(why) = ctx.router.sandbox_refusing() {
+        body["sandbox_refusing"] = json!(why);
+    }
     let (dead, file) = ctx.router.dead_letters();
     if dead > 0 {
         body["dead_letters"] = json!({"reports": dead, "file": file});

@@ -16,13 +16,14 @@ fn helper() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_picogent"))
 }
 
-/// `picogent run` as root of a user namespace of its own whose count of user
+/// `picogent <args>` as root of a user namespace of its own whose count of user
 /// namespaces is 1, and held by another process (a `sleep`) whose pid is written to
 /// `holder`: picogent's commands cannot have namespaces until the test kills it.
 fn run_in_a_full_count(
     sb: &Sandbox,
     llm: &ScriptedLlm,
     holder: &std::path::Path,
+    args: &[&str],
 ) -> tokio::process::Command {
     let fifo = sb.base().join("holder.fifo");
     nix_mkfifo(&fifo);
@@ -31,13 +32,14 @@ fn run_in_a_full_count(
         unshare --user sh -c 'echo $$ > "$1"; exec sleep 600' holder "$FIFO" &
         read held < "$FIFO"
         echo "$held" > "$HOLDER"
-        "$PICOGENT" run --dir "$DIR" "Run two commands"
+        "$PICOGENT" "$@"
         code=$?
         kill "$held" 2>/dev/null
         exit $code
     "#;
     let mut cmd = tokio::process::Command::new("unshare");
-    cmd.args(["--user", "--map-root-user", "sh", "-c", script])
+    cmd.args(["--user", "--map-root-user", "sh", "-c", script, "sh"])
+        .args(args)
         .current_dir(sb.base())
         .env("FIFO", &fifo)
         .env("HOLDER", holder)
@@ -106,7 +108,11 @@ async fn a_full_count_of_namespaces_refuses_the_command_and_lowers_no_level() {
     ])
     .await;
     let holder = sb.base().join("holder.pid");
-    let child = run_in_a_full_count(&sb, &llm, &holder).spawn().unwrap();
+    let dir = sb.work.display().to_string();
+    let args = ["run", "--dir", &dir, "Run two commands"];
+    let child = run_in_a_full_count(&sb, &llm, &holder, &args)
+        .spawn()
+        .unwrap();
     llm.wait_requests(2).await;
     // The first command was refused while the count was full: not run, and not run
     // at the Landlock level either.
@@ -140,6 +146,82 @@ async fn a_full_count_of_namespaces_refuses_the_command_and_lowers_no_level() {
     assert!(!stderr.contains("sandbox level: landlock"), "{stderr}");
 }
 
+/// Reads the holder's pid once it is written, and kills it.
+async fn release(holder: &std::path::Path) {
+    for _ in 0..500 {
+        let pid = std::fs::read_to_string(holder).unwrap_or_default();
+        if let Ok(pid) = pid.trim().parse::<i32>() {
+            // SAFETY: a plain signal to the holder this test started.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+            return gone(pid).await;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the holder never said its pid");
+}
+
+/// Kills a process group when dropped.
+struct KillGroup(i32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        // SAFETY: a plain signal to the group this test started.
+        unsafe { libc::kill(-self.0, libc::SIGKILL) };
+    }
+}
+
+/// `/healthz` once it answers and `done` holds for its answer.
+async fn health_until(port: u16, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(40);
+    while std::time::Instant::now() < until {
+        let asked = client.get(format!("http://127.0.0.1:{port}/healthz"));
+        if let Ok(r) = asked.send().await {
+            last = r.json().await.unwrap_or_default();
+            if done(&last) {
+                return last;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("/healthz never said it: {last}");
+}
+
+/// While the count is full, health says the level stays and why commands are refused;
+/// once it has room, the level settles and the refusal is no longer said.
+#[tokio::test]
+async fn health_says_commands_are_refused_while_the_count_is_full() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let holder = sb.base().join("holder.pid");
+    let port = crate::common::free_port();
+    sb.write_config(&llm, Wire::Anthropic, json!({}));
+    let home = sb.home.display().to_string();
+    let mut cmd = run_in_a_full_count(&sb, &llm, &holder, &[&home]);
+    let child = cmd
+        .env("PICOGENT_PORT", port.to_string())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // The daemon is the shell's child: stopped with its whole group, however this ends.
+    let _group = KillGroup(child.id().unwrap() as i32);
+    let full = health_until(port, |h| h.get("sandbox_refusing").is_some()).await;
+    assert_eq!(full["sandbox"], "namespaces", "{full}");
+    assert!(
+        full["sandbox_refusing"]
+            .to_string()
+            .contains("full for now"),
+        "{full}"
+    );
+    release(&holder).await;
+    let free = health_until(port, |h| h.get("sandbox_refusing").is_none()).await;
+    assert_eq!(free["sandbox"], "namespaces", "{free}");
+}
+
 fn confined(sb: &Sandbox, level: Level, nested: bool) -> ToolContext {
     let sandbox = PathSandbox::new(std::slice::from_ref(&sb.work), &[], &[])
         .with_confinement_level(helper(), false, level)
@@ -153,7 +235,8 @@ fn confined(sb: &Sandbox, level: Level, nested: bool) -> ToolContext {
 const TRY_NESTED: &str = "unshare --user true 2>/dev/null; echo unshare=$?; \
     unshare --user --fork true 2>/dev/null; echo fork=$?; \
     (echo 9 > /proc/sys/user/max_user_namespaces) 2>/dev/null; echo raise=$?; \
-    python3 -c 'import subprocess,threading; t=threading.Thread(target=print); t.start(); t.join(); print(\"spawn=%d\" % subprocess.run([\"true\"]).returncode)'";
+    python3 -c 'import subprocess,threading; t=threading.Thread(target=print); t.start(); t.join(); print(\"spawn=%d\" % subprocess.run([\"true\"]).returncode)'; \
+    python3 -c 'import os,ctypes; c=ctypes.CDLL(None,use_errno=True); r=c.setns(os.open(\"/proc/self/ns/user\",os.O_RDONLY),0x10000000); print(\"setns=%d\" % ctypes.get_errno())'";
 
 #[tokio::test]
 async fn commands_make_no_user_namespace_of_their_own_at_either_level() {
@@ -168,12 +251,24 @@ async fn commands_make_no_user_namespace_of_their_own_at_either_level() {
         );
         assert!(!out.text.contains("raise=0"), "{level:?}: {}", out.text);
         assert!(out.text.contains("spawn=0"), "{level:?}: {}", out.text);
+        // Refused before the kernel looks (it would say EINVAL: the namespace is the
+        // command's own): no namespace of anyone else's either.
+        assert!(
+            out.text.contains(&format!("setns={}", libc::EPERM)),
+            "{level:?}: {}",
+            out.text
+        );
     }
     // The configuration may allow them (rootless containers, a browser's own sandbox).
     let ctx = confined(&sb, Level::Full, true);
     let out = execute("bash", &json!({"command": TRY_NESTED}), &ctx).await;
     assert!(
         out.text.contains("unshare=0") && out.text.contains("fork=0"),
+        "{}",
+        out.text
+    );
+    assert!(
+        out.text.contains(&format!("setns={}", libc::EINVAL)),
         "{}",
         out.text
     );

@@ -100,3 +100,34 @@ async fn a_task_cannot_write_into_another_tasks_worktree_under_namespaces() {
 async fn a_task_cannot_write_into_another_tasks_worktree_under_landlock() {
     walls_hold_at("landlock").await;
 }
+
+/// What is read-only inside a run's own tree stays so: the tree's writable copy goes
+/// over the read-only worktrees folder, and must not bring back what lay read-only in
+/// it (the namespace level mounts it; the file tools compare depths).
+#[tokio::test]
+async fn a_read_only_folder_inside_the_own_tree_stays_read_only() {
+    use picogent::sandbox::{Level, Sandbox as PathSandbox};
+    let sb = Sandbox::new();
+    let trees = sb.home.join("worktrees");
+    let tree = trees.join("t-1");
+    let locked = tree.join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    let common = sb.work.join(".git");
+    std::fs::create_dir_all(&common).unwrap();
+    let helper = std::path::PathBuf::from(env!("CARGO_BIN_EXE_picogent"));
+    let sandbox = PathSandbox::new(&[sb.base()], &[], &[])
+        .with_read_only(&[trees.clone(), locked.clone()])
+        .with_confinement_level(helper, false, Level::Full)
+        .for_worktree(&sb.work, &common, &tree);
+    let mut ctx = sb.tool_ctx(sandbox, std::time::Duration::from_secs(20));
+    ctx.work_dir = tree.clone();
+    let cmd = "echo a > own.txt && echo own-ok; (echo b > locked/f.txt) 2>/dev/null || echo locked-refused";
+    let out = picogent::tools::execute("bash", &json!({"command": cmd}), &ctx).await;
+    assert!(out.text.contains("own-ok"), "{}", out.text);
+    assert!(out.text.contains("locked-refused"), "{}", out.text);
+    assert!(!locked.join("f.txt").exists());
+    let write = json!({"path": "locked/g.txt", "content": "x"});
+    let out = picogent::tools::execute("write", &write, &ctx).await;
+    assert!(out.is_error, "{}", out.text);
+    assert!(!locked.join("g.txt").exists());
+}

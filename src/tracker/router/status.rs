@@ -41,6 +41,12 @@ impl Router {
         self.shared.delivery.refusing()
     }
 
+    /// Why commands are refused for now, when the sandbox's namespaces lately could not
+    /// be made for the moment.
+    pub(crate) fn sandbox_refusing(&self) -> Option<String> {
+        self.shared.agent.sandbox().refusing_lately()
+    }
+
     /// The sandbox asked for, and the level commands run at.
     pub(crate) fn sandbox(
         &self,
@@ -72,7 +78,7 @@ impl Router {
 
     /// The sandbox level the agent's commands run at.
     pub(crate) fn sandbox_level(&self) -> crate::sandbox::confine::LevelInForce {
-        self.shared.agent.sandbox().level()
+        self.shared.agent.sandbox().level_now()
     }
 
     /// Whether the daemon is shutting down (no new work is taken).
