@@ -11,6 +11,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::registry::Tool;
 use super::truncate::{cut_line, head_bytes};
@@ -69,21 +70,29 @@ impl Tool for GrepTool {
             base,
             out: String::new(),
             matches: 0,
+            cancel: ctx.cancel.clone(),
         };
-        let cancel = ctx.cancel.clone();
         tokio::task::spawn_blocking(move || {
             let mut hit_limit = false;
-            for file in walk::files(&root, &search.sandbox) {
-                if cancel.is_cancelled() {
-                    return Err(ToolError::Cancelled);
-                }
+            let mut walk = walk::files(&root, &search.sandbox, &search.cancel);
+            for file in walk.by_ref() {
                 search.file(&file);
                 if search.done() {
                     hit_limit = search.matches >= search.limit;
                     break;
                 }
             }
-            Ok(search.summary(&a.pattern, hit_limit))
+            if search.cancel.is_cancelled() {
+                return Err(ToolError::Cancelled);
+            }
+            let mut out = search.summary(&a.pattern, hit_limit);
+            if let Some(note) = walk.note() {
+                if !out.text.ends_with('\n') {
+                    out.text.push('\n');
+                }
+                out.text.push_str(&note);
+            }
+            Ok(out)
         })
         .await
         .map_err(|e| ToolError::Failed(format!("grep failed: {e}")))?
@@ -131,6 +140,8 @@ struct Search {
     base: PathBuf,
     out: String,
     matches: usize,
+    /// The call's cancellation, checked between files and within one.
+    cancel: CancellationToken,
 }
 
 /// One file's pass: the lines kept for context before a hit (already cut for
@@ -171,6 +182,9 @@ impl Search {
         for n in 0.. {
             // Past what is shown, or past `limit` once the last hit's context is out.
             if self.out.len() > MAX_BYTES || (self.done() && pass.after == 0) {
+                break;
+            }
+            if n % 4096 == 0 && self.cancel.is_cancelled() {
                 break;
             }
             line.clear();

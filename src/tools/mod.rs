@@ -4,7 +4,7 @@
 //! output with `is_error`, never a panic or an error that ends the run.
 //!
 //! One file per tool; `truncate` bounds outputs, `walk` is the directory walk of `grep`
-//! and `find`. The path policy and kernel confinement every tool goes through is
+//! and `find`, `smallest` keeps the head of a sorted stream in bounded memory. The path policy and kernel confinement every tool goes through is
 //! `crate::sandbox`'s.
 
 pub(crate) mod bash;
@@ -15,6 +15,7 @@ mod grep;
 mod ls;
 mod read;
 pub(crate) mod registry;
+mod smallest;
 pub(crate) mod truncate;
 mod walk;
 mod write;
@@ -205,14 +206,33 @@ pub async fn execute(name: &str, args: &Value, ctx: &ToolContext) -> ToolOutput 
     };
     let result = match tool.limit() {
         Limit::Own => tool.call(args, ctx).await,
-        Limit::Step => tokio::select! {
-            r = tokio::time::timeout(ctx.step_timeout, tool.call(args, ctx)) => {
-                r.unwrap_or(Err(ToolError::Timeout { tool: tool.name(), after: ctx.step_timeout }))
+        Limit::Step => {
+            let (call, _stop) = call_context(ctx);
+            tokio::select! {
+                r = tokio::time::timeout(ctx.step_timeout, tool.call(args, &call)) => {
+                    r.unwrap_or(Err(ToolError::Timeout { tool: tool.name(), after: ctx.step_timeout }))
+                }
+                _ = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
             }
-            _ = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
-        },
+        }
     };
     result.unwrap_or_else(|e| ToolOutput::error(e.to_string()))
+}
+
+/// The context one call runs with: its own cancellation, a child of the run's, which
+/// the returned guard cancels when the call ends or is dropped (its step timed out, the
+/// run was cancelled, the turn was dropped), so work the call left in a blocking thread
+/// sees it and stops instead of running on unseen.
+fn call_context(ctx: &ToolContext) -> (ToolContext, tokio_util::sync::DropGuard) {
+    let cancel = ctx.cancel.child_token();
+    let guard = cancel.clone().drop_guard();
+    (
+        ToolContext {
+            cancel,
+            ..ctx.clone()
+        },
+        guard,
+    )
 }
 
 /// "Read: src/main.rs", "Bash: cargo test": how a call is shown to people.
@@ -232,4 +252,32 @@ fn arg<'a>(args: &'a Value, key: &str) -> &'a str {
 /// The tools as the model sees them, with pi's names and parameter shapes.
 pub(crate) fn specs() -> Vec<ToolSpec> {
     BUILTIN.iter().map(|t| t.spec()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call's own token stops with the run, and when the call is over or dropped,
+    /// never the other way round.
+    #[test]
+    fn a_calls_token_is_cancelled_when_its_call_ends() {
+        let ctx = ToolContext {
+            work_dir: PathBuf::from("/"),
+            sandbox: Arc::new(Sandbox::default()),
+            step_timeout: Duration::from_secs(1),
+            command_timeout_max: Duration::from_secs(1),
+            cancel: CancellationToken::new(),
+            output_dir: PathBuf::from("/"),
+            max_saved_output: 0,
+            on_output: None,
+        };
+        let (call, stop) = call_context(&ctx);
+        assert!(!call.cancel.is_cancelled());
+        drop(stop);
+        assert!(call.cancel.is_cancelled() && !ctx.cancel.is_cancelled());
+        let (call, _stop) = call_context(&ctx);
+        ctx.cancel.cancel();
+        assert!(call.cancel.is_cancelled());
+    }
 }

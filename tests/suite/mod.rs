@@ -27,6 +27,7 @@ mod github_defuse;
 mod github_fake;
 mod github_push;
 mod hostile_input;
+mod listing_bounds;
 mod live;
 mod mcp;
 mod metrics;
