@@ -130,7 +130,9 @@ fn run_probe(helper: &Helper, deny_network: bool) -> Result<(), NoNamespaces> {
             let why = format!("cannot run {}: {e}", helper.shown().display());
             // Out of processes or memory for a moment is no answer about the kernel.
             match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::ENOMEM) => NoNamespaces::Passing(why),
+                Some(libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE | libc::EINTR) => {
+                    NoNamespaces::Passing(why)
+                }
                 _ => NoNamespaces::Lasting(why),
             }
         })?;
@@ -140,24 +142,37 @@ fn run_probe(helper: &Helper, deny_network: bool) -> Result<(), NoNamespaces> {
     let why = String::from_utf8_lossy(&out.stderr)
         .trim()
         .replace("picogent sandbox: ", "");
-    answer_of(out.status.code(), why)
+    answer_of(
+        out.status.code(),
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        why,
+    )
 }
 
-/// Only the helper's own refusal (126) lasts; its passing one (75), a death by a
-/// signal (someone killed it, the OOM killer chose it) and any other end pass: the
-/// level is never lowered on an answer that does not come from the kernel's refusal.
-fn answer_of(code: Option<i32>, why: String) -> Result<(), NoNamespaces> {
-    match code {
-        Some(126) => Err(NoNamespaces::Lasting(why)),
-        Some(code) => Err(NoNamespaces::Passing(format!("{why} (status {code})"))),
-        None => Err(NoNamespaces::Passing(format!(
-            "the probe was killed by a signal{}",
+/// The helper's passing refusal (75) and a probe the OOM killer or someone else
+/// killed (SIGKILL) pass; every other end lasts, as before issue 37 (its own refusal,
+/// 126; a shell that cannot run, 127; a death by another signal, such as a container's
+/// seccomp profile's SIGSYS), so a level that cannot work settles instead of refusing
+/// every command for good.
+fn answer_of(code: Option<i32>, signal: Option<i32>, why: String) -> Result<(), NoNamespaces> {
+    let passing = code == Some(i32::from(super::unshare::PASSING_STATUS));
+    match (code, signal) {
+        (Some(_), _) if passing => Err(NoNamespaces::Passing(why)),
+        (None, Some(libc::SIGKILL)) => Err(NoNamespaces::Passing(
+            "the probe was killed (SIGKILL)".into(),
+        )),
+        (Some(code), _) if why.is_empty() => Err(NoNamespaces::Lasting(format!(
+            "the sandbox probe ended with status {code}"
+        ))),
+        (None, Some(sig)) => Err(NoNamespaces::Lasting(format!(
+            "the sandbox probe was killed by signal {sig}{}",
             if why.is_empty() {
                 String::new()
             } else {
                 format!(": {why}")
             }
         ))),
+        _ => Err(NoNamespaces::Lasting(why)),
     }
 }
 
@@ -166,11 +181,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_helper_s_own_refusal_lasts() {
-        let lasting = |code| matches!(answer_of(code, "x".into()), Err(NoNamespaces::Lasting(_)));
-        assert!(lasting(Some(126)));
-        for code in [Some(75), Some(125), Some(1), Some(137), None] {
-            assert!(!lasting(code), "{code:?}");
+    fn only_a_passing_refusal_or_a_kill_passes() {
+        let passing = |code, signal| {
+            matches!(
+                answer_of(code, signal, "x".into()),
+                Err(NoNamespaces::Passing(_))
+            )
+        };
+        assert!(passing(Some(75), None));
+        assert!(passing(None, Some(libc::SIGKILL)));
+        for (code, signal) in [
+            (Some(126), None),
+            (Some(127), None),
+            (Some(125), None),
+            (Some(101), None),
+            (None, Some(libc::SIGSYS)),
+            (None, Some(libc::SIGSEGV)),
+        ] {
+            assert!(!passing(code, signal), "{code:?} {signal:?}");
         }
     }
 }

@@ -4,8 +4,8 @@
 //! output with `is_error`, never a panic or an error that ends the run.
 //!
 //! One file per tool; `truncate` bounds outputs, `walk` is the directory walk of `grep`
-//! and `find`, `smallest` keeps the head of a sorted stream in bounded memory. The path policy and kernel confinement every tool goes through is
-//! `crate::sandbox`'s.
+//! and `find`, `smallest` keeps the head of a sorted stream in bounded memory. The path
+//! policy and kernel confinement every tool goes through is `crate::sandbox`'s.
 
 pub(crate) mod bash;
 mod diff;
