@@ -17,6 +17,7 @@ pub mod git_credential;
 mod git_group;
 pub mod git_program;
 mod landlock_rules;
+mod level;
 mod mounts;
 mod namespaces;
 mod open;
@@ -242,46 +243,6 @@ impl Sandbox {
         self
     }
 
-    /// Says the level commands run at and why, once it is known (see
-    /// [`Confinement::say_level`]); off is said where the sandbox is made.
-    pub(crate) fn say_level(&self) {
-        let files = ["unrestricted", "allowed paths only"][usize::from(self.is_restricted())];
-        if let Some(c) = self.confinement.as_ref().filter(|c| c.settled()) {
-            c.say_level(files);
-        }
-    }
-
-    /// Whether the level commands run at is known without waiting.
-    pub(crate) fn level_settled(&self) -> bool {
-        self.confinement.as_ref().is_none_or(Confinement::settled)
-    }
-
-    /// Whether commands run in their own namespaces (waits for the probe).
-    pub(crate) fn namespaces(&self) -> bool {
-        self.confinement
-            .as_ref()
-            .is_some_and(Confinement::namespaces)
-    }
-
-    /// A command ran in namespaces the helper built: they work here, whatever a probe
-    /// would have said.
-    pub(crate) fn namespaces_proven(&self) {
-        if matches!(
-            self.confinement.as_ref().map(|c| &c.choice),
-            Some(Namespaces::Probed(_))
-        ) {
-            let deny = self.confinement.as_ref().is_some_and(|c| c.deny_network);
-            probe::proven(deny);
-        }
-    }
-
-    /// Waits (off the runtime's threads) until the sandbox level is known.
-    pub async fn settle(&self) {
-        if let Some(c) = &self.confinement {
-            c.settle().await;
-        }
-    }
-
     /// The sandbox of a run that works in a git worktree (`tree`) of the checkout at
     /// `top`: allowed paths inside the checkout move to the same place in the worktree,
     /// one that covers the whole checkout covers the worktree too, and the checkout
@@ -337,37 +298,6 @@ impl Sandbox {
     /// Why commands are refused here, when they are.
     pub fn refusal(&self) -> Option<&str> {
         self.refusal.as_deref()
-    }
-
-    /// The level commands run at (`off` without kernel confinement).
-    pub fn level(&self) -> confine::LevelInForce {
-        self.confinement
-            .as_ref()
-            .map_or(confine::LevelInForce::Off, Confinement::level)
-    }
-
-    /// The level commands run at, without waiting: after `settle`, the answer; while a
-    /// passing refusal keeps it unsettled, namespaces (the level is never lowered for it).
-    pub fn level_now(&self) -> confine::LevelInForce {
-        match &self.confinement {
-            None => confine::LevelInForce::Off,
-            Some(c) if c.namespaces_now() => confine::LevelInForce::Namespaces,
-            Some(_) => confine::LevelInForce::Landlock,
-        }
-    }
-
-    /// Whether commands run in their own namespaces, without waiting (see `level_now`).
-    pub(crate) fn namespaces_now(&self) -> bool {
-        self.level_now() == confine::LevelInForce::Namespaces
-    }
-
-    /// Why commands are refused for now, when the probe lately found the namespaces
-    /// impossible for the moment (for health to say).
-    pub fn refusing_lately(&self) -> Option<String> {
-        let c = self.confinement.as_ref()?;
-        matches!(c.choice, Namespaces::Probed(_))
-            .then(|| probe::refusing_lately(c.deny_network))
-            .flatten()
     }
 
     pub fn confinement(&self) -> Option<&Confinement> {
