@@ -612,6 +612,13 @@ pub fn namespaces_here() -> bool {
 }
 
 /// A port nothing listens on now (for a server a test starts as a process).
+/// Makes a FIFO at `path` (readable and writable by its owner).
+pub fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

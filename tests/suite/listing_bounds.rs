@@ -12,7 +12,7 @@ use picogent::tools::{execute, ToolContext, ToolOutput};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 
-use crate::common::Sandbox;
+use crate::common::{mkfifo, Sandbox};
 
 /// Long enough for a debug build on a loaded machine; a call that hangs fails here.
 const STEP: Duration = Duration::from_secs(60);
@@ -114,12 +114,6 @@ fn release(fifo: &Path) {
         .write(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(fifo);
-}
-
-fn mkfifo(path: &Path) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
 }
 
 /// Old code opened the FIFO and waited for a writer: each call timed out, leaving its

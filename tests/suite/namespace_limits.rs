@@ -26,7 +26,7 @@ fn run_in_a_full_count(
     args: &[&str],
 ) -> tokio::process::Command {
     let fifo = sb.base().join("holder.fifo");
-    nix_mkfifo(&fifo);
+    crate::common::mkfifo(&fifo);
     let script = r#"
         echo 1 > /proc/sys/user/max_user_namespaces || exit 90
         unshare --user sh -c 'echo $$ > "$1"; exec sleep 600' holder "$FIFO" &
@@ -54,13 +54,6 @@ fn run_in_a_full_count(
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     cmd
-}
-
-fn nix_mkfifo(p: &std::path::Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
 }
 
 /// The text of the tool result a request carries last.

@@ -175,9 +175,7 @@ async fn hard_links_made_before_picogent_started_lead_nowhere() {
 async fn fifos_and_devices_are_refused_without_blocking() {
     let sb = Sandbox::new();
     let fifo = sb.work.join("pipe");
-    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    crate::common::mkfifo(&fifo);
     let c = ctx(&sb, &[]);
     for (tool, args) in [
         ("read", json!({"path": "pipe"})),
