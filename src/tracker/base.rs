@@ -1,15 +1,16 @@
-//! What every tracker kind's daemon shares: the timings, its errors, the start-up log
-//! and durable state (`Core`: the state folder locked, the journal and outbox open),
-//! the server for the health endpoints (and the way events come in), and a graceful
-//! shutdown (`wind_down`).
+//! The daemon's parts: the timings, its errors, the start-up log and durable state
+//! (`Core`: the state folder locked, the journal and outbox open), the server for the
+//! health endpoints (and the way events come in), and a graceful shutdown
+//! (`wind_down`).
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::Agent;
 use crate::config::Config;
+use crate::tracker::daemon::Listen;
 use crate::tracker::journal::Journal;
 use crate::tracker::journal_writer::JournalWriter;
 use crate::tracker::outbox::Outbox;
@@ -91,19 +92,27 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn open(agent: &Agent, _timing: &Timing) -> Result<Core, DaemonError> {
+    /// Opens it on a blocking thread: the lock's wait, the journal's and the outbox's
+    /// reads, compactions and syncs never hold a runtime thread.
+    pub(crate) async fn open(agent: &Agent, _timing: &Timing) -> Result<Core, DaemonError> {
         let cfg = agent.config();
         log_start(cfg, agent);
         let state_dir = cfg.state_dir();
+        tokio::task::spawn_blocking(move || Core::open_blocking(&state_dir))
+            .await
+            .map_err(|e| DaemonError::Config(format!("opening the agent's state failed: {e}")))?
+    }
+
+    fn open_blocking(state_dir: &std::path::Path) -> Result<Core, DaemonError> {
         // Held until the daemon returns: no second daemon on this state meanwhile.
-        let lock = crate::tracker::state_lock::StateLock::take(&state_dir)?;
+        let lock = crate::tracker::state_lock::StateLock::take(state_dir)?;
         let state_err = |source| DaemonError::State {
             path: state_dir.display().to_string(),
             source,
         };
-        let journal = Journal::open(&state_dir).map_err(state_err)?;
+        let journal = Journal::open(state_dir).map_err(state_err)?;
         let journal = JournalWriter::start(journal).map_err(state_err)?;
-        let outbox = Outbox::open(&state_dir).map_err(state_err)?;
+        let outbox = Outbox::open(state_dir).map_err(state_err)?;
         Ok(Core {
             journal,
             outbox,
@@ -130,10 +139,7 @@ pub(crate) async fn wind_down(
     router.shutdown(cfg.shutdown_grace).await;
     server_stop.cancel();
     // Give queued reports a moment to go out; the rest are delivered after a restart.
-    let flush_until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !outbox.is_empty() && tokio::time::Instant::now() < flush_until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), outbox.emptied()).await;
     outbox_stop.cancel();
     let _ = outbox_task.await;
     router.flush_journal().await;
@@ -144,39 +150,19 @@ pub(crate) async fn wind_down(
             outbox.len()
         );
     }
-    tracing::info!("stopped");
 }
 
-/// GitHub mode's server on every interface at `listen_port`: the health endpoints
-/// (`/metrics` behind AGENT_TOKEN when it is set, closed otherwise) and `extra` (the
-/// webhook). Returns the port.
-pub(crate) async fn serve_health(
-    cfg: &Config,
-    router: &Router,
-    extra: Option<axum::Router>,
-    server_stop: &CancellationToken,
-) -> Result<u16, DaemonError> {
-    let token = cfg.token.clone().unwrap_or_else(|| {
-        tracing::info!(
-            "/metrics answers only with AGENT_TOKEN as its bearer token: set one to read it"
-        );
-        crate::util::random_hex(48)
-    });
-    let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-    serve(cfg, &token, router, extra, any, server_stop).await
-}
-
-/// Binds `listen_port` on `host` and serves the health app and `extra` (`/events`, the
-/// GitHub webhook) until `server_stop`; the port it listens on.
+/// Binds `listen_port` on the host `listen` names and serves the health app and its
+/// routes (`/events`, the GitHub webhook) until `server_stop`, in a task of `owned`;
+/// the port it listens on.
 pub(crate) async fn serve(
     cfg: &Config,
-    token: &str,
+    listen: Listen,
     router: &Router,
-    extra: Option<axum::Router>,
-    host: IpAddr,
     server_stop: &CancellationToken,
+    owned: &TaskTracker,
 ) -> Result<u16, DaemonError> {
-    let addr = std::net::SocketAddr::new(host, cfg.listen_port);
+    let addr = std::net::SocketAddr::new(listen.host, cfg.listen_port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| DaemonError::Bind {
@@ -187,12 +173,12 @@ pub(crate) async fn serve(
         .local_addr()
         .map(|a| a.port())
         .unwrap_or(cfg.listen_port);
-    let mut app = super::http::app(token.to_string(), router.clone());
-    if let Some(extra) = extra {
+    let mut app = super::http::app(listen.token, router.clone());
+    if let Some(extra) = listen.routes {
         app = app.merge(extra);
     }
     let graceful = server_stop.clone();
-    tokio::spawn(async move {
+    owned.spawn(async move {
         if let Err(e) = axum::serve(crate::net::GuardedListener::new(listener), app)
             .with_graceful_shutdown(async move { graceful.cancelled().await })
             .await

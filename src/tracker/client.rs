@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::types::{AgentDescription, Load, Registered, Report};
+use super::types::{AgentDescription, Load, Registered, Report, TaskId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrackerError {
@@ -32,6 +32,10 @@ pub enum TrackerError {
     /// Connection errors, timeouts, 5xx, 429: worth another try.
     #[error("{message} ({url})")]
     Transient { url: String, message: String },
+    /// A report this tracker has no place for (a pull request on Team Board): kept
+    /// in the dead-letter file, never dropped in silence.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl TrackerError {
@@ -204,11 +208,11 @@ impl TrackerClient {
     /// Delivers one report. `key` lets a tracker that supports it drop a repeat.
     pub(crate) async fn report(
         &self,
-        task_id: &str,
+        task_id: &TaskId,
         report: &Report,
         key: &str,
     ) -> Result<(), TrackerError> {
-        let task = urlencode(task_id);
+        let task = urlencode(task_id.as_str());
         match report {
             Report::Status { status } => self
                 .send(
@@ -219,8 +223,11 @@ impl TrackerClient {
                 )
                 .await
                 .map(|_| ()),
-            // Only GitHub's tasks propose pull requests.
-            Report::PullRequest { .. } => Ok(()),
+            // Team Board never proposes one (`Tracker::proposes`); one that reaches it
+            // anyway (an outbox GitHub mode left) is kept, not lost.
+            Report::PullRequest { branch, .. } => Err(TrackerError::Unsupported(format!(
+                "Team Board takes no pull requests (branch {branch})"
+            ))),
             Report::Comment { content, reply_to } => {
                 let mut body = json!({"content": content});
                 if let Some(r) = reply_to {
@@ -236,6 +243,18 @@ impl TrackerClient {
                 .map(|_| ())
             }
         }
+    }
+}
+
+/// Team Board: reports go to its REST API; no hook adds anything to a task's life.
+impl super::seam::Tracker for TrackerClient {
+    fn report<'a>(
+        &'a self,
+        task: &'a TaskId,
+        report: &'a Report,
+        key: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), TrackerError>> {
+        Box::pin(TrackerClient::report(self, task, report, key))
     }
 }
 

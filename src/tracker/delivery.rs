@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::agent::Outcome;
 use crate::tracker::outbox::Outbox;
-use crate::tracker::types::{Report, TaskStatus};
+use crate::tracker::types::{Report, TaskId, TaskStatus};
 use crate::util::lock;
 
 /// Why a run was stopped before it finished by itself.
@@ -39,7 +39,7 @@ impl Delivery {
     /// the events `concludes`.
     async fn push(
         &self,
-        task_id: &str,
+        task_id: &TaskId,
         reports: Vec<Report>,
         concludes: Vec<String>,
     ) -> std::io::Result<()> {
@@ -54,9 +54,9 @@ impl Delivery {
     }
 
     /// Queues reports; one that cannot be queued is logged and dropped.
-    pub(super) async fn report(&self, task_id: &str, reports: Vec<Report>) {
+    pub(super) async fn report(&self, task_id: &TaskId, reports: Vec<Report>) {
         if let Err(e) = self.push(task_id, reports, Vec::new()).await {
-            tracing::error!(task = task_id, "cannot queue a report: {e}");
+            tracing::error!(task = %task_id, "cannot queue a report: {e}");
         }
     }
 
@@ -67,7 +67,7 @@ impl Delivery {
     /// they are queued, at once or after retries (it marks the event done).
     pub(super) async fn queue_or_retry(
         self: &Arc<Self>,
-        task_id: &str,
+        task_id: &TaskId,
         reports: Vec<Report>,
         concludes: Vec<String>,
         on_queued: impl FnOnce() + Send + 'static,
@@ -85,7 +85,7 @@ impl Delivery {
             d.0 += 1;
             d.1 = format!("cannot queue reports: {e}");
         }
-        let (me, task) = (self.clone(), task_id.to_string());
+        let (me, task) = (self.clone(), task_id.clone());
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(REPORT_RETRY).await;
@@ -137,7 +137,7 @@ impl Delivery {
 /// for work on the task itself), `why` what stopped it. `None` when the event must
 /// stay pending.
 pub(super) fn outcome_reports(
-    task: &str,
+    task: &TaskId,
     reply_to: Option<String>,
     session_id: &str,
     outcome: Outcome,

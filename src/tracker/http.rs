@@ -14,7 +14,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::tracker::router::{AcceptError, Accepted, Router};
-use crate::tracker::types::{Envelope, LoadStatus};
+use crate::tracker::types::{Arrival, Envelope, LoadStatus};
 
 /// Events larger than this are refused with 413.
 const MAX_EVENT_BYTES: usize = 1 << 20;
@@ -155,11 +155,12 @@ async fn events(
                 )
             }
         };
-    let env = match Envelope::from_slice(&body) {
-        Ok(e) => e,
+    let arrival = match Envelope::from_slice(&body).and_then(|e| Arrival::from_envelope(&e)) {
+        Ok(Some(a)) => a,
+        Ok(None) => return (StatusCode::OK, Json(json!({"ignored": true}))).into_response(),
         Err(msg) => return error(StatusCode::BAD_REQUEST, "invalid_event", &msg),
     };
-    match ctx.router.accept(env, slot).await {
+    match ctx.router.accept(arrival, slot).await {
         Ok(Accepted::New) => {
             (StatusCode::ACCEPTED, Json(json!({"accepted": true}))).into_response()
         }
@@ -167,7 +168,6 @@ async fn events(
             (StatusCode::OK, Json(json!({"duplicate": true}))).into_response()
         }
         Ok(Accepted::Ignored) => (StatusCode::OK, Json(json!({"ignored": true}))).into_response(),
-        Err(AcceptError::Invalid(msg)) => error(StatusCode::BAD_REQUEST, "invalid_event", &msg),
         Err(e @ AcceptError::ShuttingDown) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "shutting_down",

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::types::Envelope;
+use super::types::{Arrival, Envelope, Event, Origin};
 
 /// How long accepted ids are remembered.
 const REMEMBER_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -28,16 +28,37 @@ const COMPACT_EVERY: usize = 1000;
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "r", rename_all = "snake_case")]
 enum Record {
-    Accepted { event: Envelope, at: i64 },
-    Started { id: String },
-    Done { id: String, at: i64 },
-    Seen { id: String, at: i64 },
+    /// An accepted event, as the router took it.
+    Event {
+        id: String,
+        event: Event,
+        origin: Origin,
+        at: i64,
+    },
+    /// An accepted event in a journal written before typed events: the envelope as it
+    /// came (GitHub's with a `github` field). Read, and rewritten as `Event` at the
+    /// compaction every open does.
+    Accepted {
+        event: Envelope,
+        at: i64,
+    },
+    Started {
+        id: String,
+    },
+    Done {
+        id: String,
+        at: i64,
+    },
+    Seen {
+        id: String,
+        at: i64,
+    },
 }
 
 /// An accepted event whose work has not finished.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Pending {
-    pub(crate) envelope: Envelope,
+    pub(crate) arrival: Arrival,
     /// How many times its work was started (by this or an earlier process).
     pub(crate) attempts: u32,
 }
@@ -52,16 +73,16 @@ struct PendingSet {
 }
 
 impl PendingSet {
-    fn push(&mut self, envelope: Envelope) {
+    fn push(&mut self, arrival: Arrival) {
         let n = self.next;
         self.next += 1;
-        if let Some(old) = self.order_of.insert(envelope.id.clone(), n) {
+        if let Some(old) = self.order_of.insert(arrival.id.clone(), n) {
             self.by_order.remove(&old);
         }
         self.by_order.insert(
             n,
             Pending {
-                envelope,
+                arrival,
                 attempts: 0,
             },
         );
@@ -88,6 +109,17 @@ impl PendingSet {
 
     fn len(&self) -> usize {
         self.by_order.len()
+    }
+}
+
+impl Record {
+    fn of(arrival: &Arrival, at: i64) -> Record {
+        Record::Event {
+            id: arrival.id.clone(),
+            event: arrival.event.clone(),
+            origin: arrival.origin.clone(),
+            at,
+        }
     }
 }
 
@@ -124,9 +156,25 @@ impl Journal {
                     }
                 };
                 match rec {
+                    Record::Event {
+                        id,
+                        event,
+                        origin,
+                        at,
+                    } => {
+                        seen.insert(id.clone(), at);
+                        pending.push(Arrival { id, event, origin });
+                    }
                     Record::Accepted { event, at } => {
                         seen.insert(event.id.clone(), at);
-                        pending.push(event);
+                        // One that no longer reads as an event the agent handles is
+                        // remembered (a redelivery stays a duplicate), not worked.
+                        match Arrival::from_envelope(&event) {
+                            Ok(Some(arrival)) => pending.push(arrival),
+                            Ok(None) | Err(_) => {
+                                tracing::warn!(id = %event.id, "{}: an event of type {:?} that cannot be worked is dropped", path.display(), event.kind);
+                            }
+                        }
                     }
                     Record::Started { id } => {
                         if let Some(p) = pending.get_mut(&id) {
@@ -183,25 +231,22 @@ impl Journal {
 
     /// Records an event durably. `Ok(false)` when its id was accepted before.
     #[cfg(test)]
-    pub(crate) fn accept(&mut self, env: &Envelope) -> io::Result<bool> {
-        let new = self.accept_unsynced(env)?;
+    pub(crate) fn accept(&mut self, arrival: &Arrival) -> io::Result<bool> {
+        let new = self.accept_unsynced(arrival)?;
         self.file.sync_data()?;
         Ok(new)
     }
 
     /// Writes an event without waiting for the disk (`false` when its id was accepted
     /// before); not to be acknowledged before `file()` is synced.
-    pub(crate) fn accept_unsynced(&mut self, env: &Envelope) -> io::Result<bool> {
-        if self.seen.contains_key(&env.id) {
+    pub(crate) fn accept_unsynced(&mut self, arrival: &Arrival) -> io::Result<bool> {
+        if self.seen.contains_key(&arrival.id) {
             return Ok(false);
         }
         let at = crate::util::now_millis();
-        self.append(&Record::Accepted {
-            event: env.clone(),
-            at,
-        })?;
-        self.seen.insert(env.id.clone(), at);
-        self.pending.push(env.clone());
+        self.append(&Record::of(arrival, at))?;
+        self.seen.insert(arrival.id.clone(), at);
+        self.pending.push(arrival.clone());
         Ok(true)
     }
 
@@ -265,19 +310,13 @@ impl Journal {
             }
         }
         for p in self.pending.iter() {
-            let at = self.seen.get(&p.envelope.id).copied().unwrap_or(0);
-            crate::util::push_json_line(
-                &mut buf,
-                &Record::Accepted {
-                    event: p.envelope.clone(),
-                    at,
-                },
-            )?;
+            let at = self.seen.get(&p.arrival.id).copied().unwrap_or(0);
+            crate::util::push_json_line(&mut buf, &Record::of(&p.arrival, at))?;
             for _ in 0..p.attempts {
                 crate::util::push_json_line(
                     &mut buf,
                     &Record::Started {
-                        id: p.envelope.id.clone(),
+                        id: p.arrival.id.clone(),
                     },
                 )?;
             }
@@ -292,16 +331,22 @@ impl Journal {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::tracker::types::{Task, TaskId};
     use serde_json::json;
     use std::io::Write;
 
-    /// A task.assigned envelope with this id (shared with the writer's tests).
-    pub(crate) fn env(id: &str) -> Envelope {
-        Envelope {
+    /// A task.assigned arrival with this id (shared with the writer's tests).
+    pub(crate) fn arrival(id: &str) -> Arrival {
+        Arrival {
             id: id.into(),
-            kind: "task.assigned".into(),
-            created_at: None,
-            data: json!({"task": {"id": "t", "title": "x"}}),
+            event: Event::TaskAssigned {
+                task: Task {
+                    id: TaskId::new("t").unwrap(),
+                    title: "x".into(),
+                    description: None,
+                },
+            },
+            origin: Origin::Board { created_at: None },
         }
     }
 
@@ -309,9 +354,9 @@ pub(super) mod tests {
     fn accepted_events_survive_a_reopen_until_done() {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(dir.path()).unwrap();
-        assert!(j.accept(&env("e1")).unwrap());
-        assert!(!j.accept(&env("e1")).unwrap());
-        assert!(j.accept(&env("e2")).unwrap());
+        assert!(j.accept(&arrival("e1")).unwrap());
+        assert!(!j.accept(&arrival("e1")).unwrap());
+        assert!(j.accept(&arrival("e2")).unwrap());
         assert_eq!(j.started("e1").unwrap(), 1);
         j.done("e2").unwrap();
         drop(j);
@@ -319,12 +364,12 @@ pub(super) mod tests {
         assert_eq!(
             j.pending(),
             vec![Pending {
-                envelope: env("e1"),
+                arrival: arrival("e1"),
                 attempts: 1
             }]
         );
         assert!(
-            !j.accept(&env("e2")).unwrap(),
+            !j.accept(&arrival("e2")).unwrap(),
             "done ids are still remembered"
         );
         // A torn last line is skipped.
@@ -337,5 +382,44 @@ pub(super) mod tests {
         drop(j);
         let j = Journal::open(dir.path()).unwrap();
         assert_eq!(j.pending().len(), 1);
+    }
+
+    /// A journal written before typed events: its envelopes are read as arrivals
+    /// (GitHub's `github` field as their origin), and the open's compaction rewrites
+    /// them as typed records.
+    #[test]
+    fn old_envelope_lines_are_read_and_rewritten_typed() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::util::now_millis();
+        let lines = [
+            json!({"r": "accepted", "at": now, "event": {"id": "b1", "type": "task.assigned", "data": {"task": {"id": "t1", "title": "T"}}}}),
+            json!({"r": "accepted", "at": now, "event": {"id": "g1", "type": "task.cancelled", "data": {"task_id": "issue-4", "reason": "closed", "github": {"generation": 3}}}}),
+            json!({"r": "accepted", "at": now, "event": {"id": "bad", "type": "task.assigned", "data": {"task": {"id": "a/b", "title": "T"}}}}),
+            json!({"r": "started", "id": "b1"}),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.path().join("journal.jsonl"), text).unwrap();
+        let mut j = Journal::open(dir.path()).unwrap();
+        let pending = j.pending();
+        assert_eq!(pending.len(), 2, "{pending:?}");
+        assert_eq!(pending[0].attempts, 1);
+        assert_eq!(pending[0].arrival.task_id().as_str(), "t1");
+        assert_eq!(
+            pending[1].arrival.origin,
+            Origin::Github {
+                generation: 3,
+                by: None
+            }
+        );
+        assert!(
+            j.is_seen("bad"),
+            "a line that cannot be worked is still a duplicate"
+        );
+        assert!(!j.accept(&arrival("bad")).unwrap());
+        let written = std::fs::read_to_string(dir.path().join("journal.jsonl")).unwrap();
+        assert!(!written.contains("\"accepted\""), "{written}");
+        drop(j);
+        let j = Journal::open(dir.path()).unwrap();
+        assert_eq!(j.pending(), pending);
     }
 }

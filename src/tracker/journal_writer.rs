@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::batch::{stopped, BatchThread};
 use super::journal::{Journal, Pending};
-use super::types::Envelope;
+use super::types::Arrival;
 use crate::util::lock;
 
 /// Most jobs taken in one batch (one sync).
@@ -24,7 +24,7 @@ const MAX_BATCH: usize = 512;
 
 enum Job {
     Accept {
-        event: Envelope,
+        event: Arrival,
         reply: oneshot::Sender<io::Result<bool>>,
     },
     Started {
@@ -61,7 +61,7 @@ impl JournalWriter {
 
     /// Journals an event. `Ok(true)` once it is on disk, `Ok(false)` when its id was
     /// accepted before (and that first copy is on disk).
-    pub(crate) async fn accept(&self, event: Envelope) -> io::Result<bool> {
+    pub(crate) async fn accept(&self, event: Arrival) -> io::Result<bool> {
         let (reply, answer) = oneshot::channel();
         self.thread.send(Job::Accept { event, reply })?;
         answer.await.map_err(|_| stopped())?
@@ -191,7 +191,7 @@ fn commit(journal: &Mutex<Journal>, batch: &mut Vec<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracker::journal::tests::env;
+    use crate::tracker::journal::tests::arrival;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_accepts_are_answered_once_on_disk_and_survive_a_reopen() {
@@ -209,7 +209,7 @@ mod tests {
                         } else {
                             format!("e{t}-{i}")
                         };
-                        new += usize::from(w.accept(env(&id)).await.unwrap());
+                        new += usize::from(w.accept(arrival(&id)).await.unwrap());
                     }
                     new
                 })
@@ -225,7 +225,7 @@ mod tests {
         drop(Arc::into_inner(writer).unwrap());
         let j = Journal::open(dir.path()).unwrap();
         assert_eq!(j.pending().len(), 16 * 24);
-        let shared = j.pending().into_iter().find(|p| p.envelope.id == "shared");
+        let shared = j.pending().into_iter().find(|p| p.arrival.id == "shared");
         assert_eq!(shared.map(|p| p.attempts), Some(1));
         assert!(j.is_seen("e0-1"), "a done id is still remembered");
     }

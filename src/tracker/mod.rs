@@ -1,5 +1,7 @@
-//! Agent mode, the tracker front door (docs/tracker-protocol.md): `daemon` starts it;
-//! events arrive over `http` (callbacks to `/events`) or `ws` (an outbound WebSocket),
+//! Agent mode, the tracker front door (docs/tracker-protocol.md): `daemon` runs it for
+//! every tracker kind, each behind the one `seam` (`Tracker`: reports and hooks) and a
+//! door of its own (`board`, `github`). Team Board's events arrive over `http`
+//! (callbacks to `/events`) or `ws` (an outbound WebSocket),
 //! are made durable in the `journal` (through its `journal_writer` thread) and scheduled by the `router` onto the agent (a
 //! chat message for a task whose run is going is passed into that run instead); the
 //! outcome becomes reports (`delivery`) queued in the durable `outbox`, delivered by
@@ -9,6 +11,7 @@
 
 mod base;
 mod batch;
+mod board;
 mod client;
 pub mod daemon;
 mod dead_letter;
@@ -24,6 +27,7 @@ mod outbox;
 mod registration;
 mod room;
 mod router;
+mod seam;
 mod state_lock;
 pub mod types;
 mod worktree;

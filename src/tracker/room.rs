@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::tracker::types::TaskId;
 use crate::util::lock;
 
 /// Free space a run needs on each disk, at most (a small disk needs an eighth of it).
@@ -71,12 +72,12 @@ impl Room {
 
     /// Returns once there is room (true), or when `stop` is cancelled or the daemon
     /// drains first (false).
-    pub(super) async fn wait(&self, task: &str, stop: &CancellationToken) -> bool {
+    pub(super) async fn wait(&self, task: &TaskId, stop: &CancellationToken) -> bool {
         let Some(why) = self.look().await else {
             return true;
         };
         tracing::warn!(
-            task,
+            task = %task,
             "not starting while the disk is full ({why}); it starts when there is room"
         );
         self.wait_from(task, stop, why).await
@@ -85,16 +86,16 @@ impl Room {
     /// After a start that failed for lack of room (`error`: the disk filled after the
     /// look, or ran out of what a look does not see, such as a quota): waits one look
     /// at least, then as `wait` does. Its result is `wait`'s.
-    pub(super) async fn retry(&self, task: &str, stop: &CancellationToken, error: &str) -> bool {
+    pub(super) async fn retry(&self, task: &TaskId, stop: &CancellationToken, error: &str) -> bool {
         let why = self.look().await.unwrap_or_else(|| error.to_string());
         tracing::warn!(
-            task,
+            task = %task,
             "the start failed for lack of room ({error}); it starts again when there is room"
         );
         self.wait_from(task, stop, why).await
     }
 
-    async fn wait_from(&self, task: &str, stop: &CancellationToken, why: String) -> bool {
+    async fn wait_from(&self, task: &TaskId, stop: &CancellationToken, why: String) -> bool {
         *lock(&self.short) = why;
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let started = loop {
@@ -110,7 +111,7 @@ impl Room {
         };
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         if started {
-            tracing::info!(task, "there is room again; starting");
+            tracing::info!(task = %task, "there is room again; starting");
         }
         started
     }

@@ -17,8 +17,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::tracker::registration::FatalError;
-use crate::tracker::router::{AcceptError, Router};
-use crate::tracker::types::{AgentDescription, AgentFrame, Envelope, TrackerFrame};
+use crate::tracker::router::Router;
+use crate::tracker::types::{AgentDescription, AgentFrame, Arrival, Envelope, TrackerFrame};
 use crate::tracker::TrackerError;
 
 pub(crate) struct WsOptions {
@@ -466,12 +466,19 @@ async fn handle_event(router: &Router, raw: Value) -> Option<String> {
         }
     };
     let id = env.id.clone();
-    match router.accept(env, ()).await {
-        Ok(_) => Some(id),
-        Err(AcceptError::Invalid(msg)) => {
-            tracing::warn!(id = %id, "invalid event from the tracker, dropped: {msg}");
-            Some(id)
+    let arrival = match Arrival::from_envelope(&env) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            tracing::debug!(id = %id, kind = %env.kind, "ignored an event type this agent does not handle");
+            return Some(id);
         }
+        Err(msg) => {
+            tracing::warn!(id = %id, "invalid event from the tracker, dropped: {msg}");
+            return Some(id);
+        }
+    };
+    match router.accept(arrival, ()).await {
+        Ok(_) => Some(id),
         Err(e) => {
             tracing::warn!(id = %id, "event not acked: {e}");
             None

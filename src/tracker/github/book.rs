@@ -44,16 +44,7 @@ pub(crate) struct Entry {
     pub(crate) unproposed: Option<String>,
 }
 
-/// What made an issue a task.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum By {
-    /// Its assignment or label (the trigger's `assignee` or `label`).
-    #[default]
-    Trigger,
-    /// A mention: nothing about the issue itself says it is picogent's.
-    Mention,
-}
+pub(crate) use crate::tracker::types::By;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct File {

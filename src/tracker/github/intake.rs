@@ -16,6 +16,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use tokio_util::task::TaskTracker;
 
 use super::api::{Api, ApiError};
 use super::book::{Book, By};
@@ -23,7 +24,7 @@ use super::payload::{self, Comment, CommentKind, Incoming, Issue};
 use super::progress::Progress;
 use crate::config::Trigger;
 use crate::tracker::router::{AcceptError, Accepted, Router};
-use crate::tracker::types::Envelope;
+use crate::tracker::types::{Arrival, Author, ChatMessage, Event, Origin, Task, TaskId};
 
 /// An issue's body and a triggering comment are given to the model up to this size.
 const MAX_TEXT: usize = 20_000;
@@ -47,8 +48,9 @@ pub(crate) enum Decision {
     Ignore(&'static str),
 }
 
+/// The intake holds no router: it is asked before a run starts (`still_wanted`, by
+/// the router's tracker), and is handed the router with each event to take.
 pub(crate) struct Intake {
-    router: Router,
     api: Arc<Api>,
     progress: Arc<Progress>,
     book: Arc<Book>,
@@ -61,16 +63,9 @@ pub(crate) struct Intake {
     trusted_users: Vec<String>,
     /// One decision at a time.
     gate: tokio::sync::Mutex<()>,
-}
-
-/// The task id of an issue: its branch is `picogent/issue-<n>`.
-pub(crate) fn task_id(number: u64) -> String {
-    format!("issue-{number}")
-}
-
-/// The issue a task id names (`issue-<n>`).
-pub(crate) fn issue_of_task(task_id: &str) -> Option<u64> {
-    task_id.strip_prefix("issue-")?.parse().ok()
+    /// The work it starts after answering (the book's writes, reactions, progress
+    /// comments told that work stopped, webhook deliveries): the daemon waits for it.
+    owned: TaskTracker,
 }
 
 fn same_login(a: &str, b: &str) -> bool {
@@ -79,7 +74,7 @@ fn same_login(a: &str, b: &str) -> bool {
 
 impl Intake {
     pub(crate) fn new(
-        router: Router,
+        owned: TaskTracker,
         (api, progress): (Arc<Api>, Arc<Progress>),
         book: Arc<Book>,
         login: String,
@@ -88,7 +83,7 @@ impl Intake {
         trusted_users: Vec<String>,
     ) -> Intake {
         Intake {
-            router,
+            owned,
             api,
             progress,
             book,
@@ -233,6 +228,7 @@ impl Intake {
     /// `X-GitHub-Delivery`, `None` for what a poll found.
     pub(crate) async fn handle(
         &self,
+        router: &Router,
         incoming: Incoming,
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
@@ -244,10 +240,10 @@ impl Intake {
                 Ok(Accepted::Ignored)
             }
             Decision::Start { issue, comment, by } => {
-                self.start(issue, comment, by, delivery).await
+                self.start(router, (issue, comment, by), delivery).await
             }
-            Decision::Chat { number, comment } => self.chat(number, comment).await,
-            Decision::Stop { number, why } => self.stop(number, why, delivery).await,
+            Decision::Chat { number, comment } => self.chat(router, number, comment).await,
+            Decision::Stop { number, why } => self.stop(router, number, why, delivery).await,
         }
     }
 
@@ -305,9 +301,8 @@ impl Intake {
 
     async fn start(
         &self,
-        issue: Issue,
-        comment: Option<Comment>,
-        by: By,
+        router: &Router,
+        (issue, comment, by): (Issue, Option<Comment>, By),
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
         let n = issue.number;
@@ -317,17 +312,21 @@ impl Intake {
             (None, Some(d)) => format!("github-delivery-{d}"),
             (None, None) => format!("github-issue-{n}-start-{generation}"),
         };
-        let env = Envelope {
+        let arrival = Arrival {
             id,
-            kind: "task.assigned".into(),
-            created_at: None,
-            data: json!({"task": {
-                "id": task_id(n),
-                "title": issue.title,
-                "description": self.description(&issue, comment.as_ref()),
-            }, "github": {"generation": generation, "by": by}}),
+            event: Event::TaskAssigned {
+                task: Task {
+                    id: TaskId::of_issue(n),
+                    title: issue.title.clone(),
+                    description: Some(self.description(&issue, comment.as_ref())),
+                },
+            },
+            origin: Origin::Github {
+                generation,
+                by: Some(by),
+            },
         };
-        let accepted = self.router.accept(env, ()).await?;
+        let accepted = router.accept(arrival, ()).await?;
         if accepted == Accepted::Duplicate && delivery.is_none() && comment.is_none() {
             // This start's id was used before, and the record did not keep it (a crash
             // before its write): the next start gets a new one.
@@ -345,22 +344,34 @@ impl Intake {
         Ok(accepted)
     }
 
-    async fn chat(&self, number: u64, comment: Comment) -> Result<Accepted, AcceptError> {
+    async fn chat(
+        &self,
+        router: &Router,
+        number: u64,
+        comment: Comment,
+    ) -> Result<Accepted, AcceptError> {
         let id = match comment.kind {
             CommentKind::Issue => format!("github-comment-{}", comment.id),
             CommentKind::Review { .. } => format!("github-review-comment-{}", comment.id),
         };
-        let env = Envelope {
+        let arrival = Arrival {
             id,
-            kind: "chat.message".into(),
-            created_at: None,
-            data: json!({"task_id": task_id(number), "message": {
-                "id": comment.message_id(),
-                "content": crate::util::truncate_bytes(&comment.body, MAX_TEXT),
-                "author": {"name": format!("@{}", comment.author)},
-            }}),
+            event: Event::ChatMessage {
+                task_id: TaskId::of_issue(number),
+                message: ChatMessage {
+                    id: comment.message_id(),
+                    content: crate::util::truncate_bytes(&comment.body, MAX_TEXT).to_string(),
+                    author: Some(Author {
+                        name: Some(format!("@{}", comment.author)),
+                    }),
+                },
+            },
+            origin: Origin::Github {
+                generation: self.book.get(number).generation,
+                by: None,
+            },
         };
-        let accepted = self.router.accept(env, ()).await?;
+        let accepted = router.accept(arrival, ()).await?;
         if accepted == Accepted::New {
             self.react(number, Some(&comment));
         }
@@ -369,15 +380,16 @@ impl Intake {
 
     async fn stop(
         &self,
+        router: &Router,
         number: u64,
         why: &'static str,
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
-        let task = task_id(number);
-        if !self.router.has_work(&task) {
+        let task = TaskId::of_issue(number);
+        if !router.has_work(&task) {
             // Nothing to stop (a merged pull request closed it, say): no comment.
             self.note(number, |e| e.active = false);
-            self.router.forget_task(&task);
+            router.forget_task(&task);
             self.say_stopped(number, why);
             tracing::info!(issue = number, "GitHub issue is no task any more ({why})");
             return Ok(Accepted::New);
@@ -387,13 +399,18 @@ impl Intake {
             Some(d) => format!("github-delivery-{d}"),
             None => format!("github-issue-{number}-stop-{generation}"),
         };
-        let env = Envelope {
+        let arrival = Arrival {
             id,
-            kind: "task.cancelled".into(),
-            created_at: None,
-            data: json!({"task_id": task, "reason": why, "github": {"generation": generation}}),
+            event: Event::TaskCancelled {
+                task_id: task,
+                reason: Some(why.to_string()),
+            },
+            origin: Origin::Github {
+                generation,
+                by: None,
+            },
         };
-        let accepted = self.router.accept(env, ()).await?;
+        let accepted = router.accept(arrival, ()).await?;
         if accepted == Accepted::New {
             self.note(number, |e| e.active = false);
         }
@@ -404,8 +421,8 @@ impl Intake {
     /// (after the answer: it asks GitHub).
     fn say_stopped(&self, number: u64, why: &'static str) {
         let progress = self.progress.clone();
-        self.router
-            .spawn_owned(async move { progress.stopped(number, why).await });
+        self.owned
+            .spawn(async move { progress.stopped(number, why).await });
     }
 
     /// The issues let go whose progress comment still says work goes on.
@@ -430,7 +447,7 @@ impl Intake {
             .note_mark(super::poll::HEARD, self.api.clock().now(), stale_after)
         {
             let book = self.book.clone();
-            self.router.spawn_owned(async move {
+            self.owned.spawn(async move {
                 if let Err(e) = book.persist().await {
                     tracing::warn!("cannot record when the last webhook delivery came: {e}");
                 }
@@ -443,7 +460,7 @@ impl Intake {
     fn note(&self, number: u64, change: impl FnOnce(&mut super::book::Entry)) {
         self.book.apply(number, change);
         let book = self.book.clone();
-        self.router.spawn_owned(async move {
+        self.owned.spawn(async move {
             if let Err(e) = book.persist().await {
                 tracing::error!(issue = number, "cannot write the GitHub record: {e}");
             }
@@ -458,7 +475,7 @@ impl Intake {
             None => format!("/issues/{number}/reactions"),
         };
         let (api, path) = (self.api.clone(), self.api.repo(&path));
-        self.router.spawn_owned(async move {
+        self.owned.spawn(async move {
             let body = json!({"content": "eyes"});
             if let Err(e) = api.call(reqwest::Method::POST, &path, Some(&body)).await {
                 tracing::warn!("cannot react on GitHub: {e}");
@@ -488,31 +505,33 @@ impl Intake {
         d
     }
 
+    /// Spawns work the daemon waits for at shutdown (a webhook delivery's handling).
+    pub(crate) fn spawn_owned<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.owned.spawn(f)
+    }
+
     /// At start: the book takes back what the journal accepted and the book missed
     /// (a crash between the two writes).
-    pub(crate) async fn mend_from_journal(&self) {
-        for env in self.router.pending_events() {
-            let task = env.data["task"]["id"]
-                .as_str()
-                .or(env.data["task_id"].as_str())
-                .unwrap_or_default()
-                .to_string();
-            let Some(n) = issue_of_task(&task) else {
+    pub(crate) fn mend_from_journal(&self, pending: Vec<Arrival>) {
+        for a in pending {
+            let (Some(n), Origin::Github { generation, by }) = (a.task_id().issue(), &a.origin)
+            else {
                 continue;
             };
             // Only what is newer than the book: an assignment a later cancellation
             // ended stays ended.
-            let generation = env.data["github"]["generation"].as_u64().unwrap_or(0) as u32;
-            let by: By =
-                serde_json::from_value(env.data["github"]["by"].clone()).unwrap_or_default();
+            let (generation, by) = (*generation, by.unwrap_or_default());
             let entry = self.book.get(n);
-            match env.kind.as_str() {
-                "task.assigned" if generation > entry.generation => self.note(n, |e| {
+            match a.event {
+                Event::TaskAssigned { .. } if generation > entry.generation => self.note(n, |e| {
                     e.active = true;
                     e.generation = generation;
                     e.by = by;
                 }),
-                "task.cancelled" if entry.active && generation >= entry.generation => {
+                Event::TaskCancelled { .. } if entry.active && generation >= entry.generation => {
                     self.note(n, |e| e.active = false)
                 }
                 _ => {}

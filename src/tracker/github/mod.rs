@@ -3,7 +3,8 @@
 //! `poll` find what happened, `intake` decides what it means (with the `book` of
 //! issues that are tasks), `sink` delivers the outbox's reports as GitHub takes them
 //! (the `progress` comment, the pull request, replies), `api` and `auth` speak to
-//! GitHub. `run` starts it all and shuts it down as Team Board mode does.
+//! GitHub. `open` makes it the daemon's door: `Github` is the router's tracker,
+//! `Intakes` takes its events.
 
 mod api;
 mod auth;
@@ -22,27 +23,42 @@ use std::time::Duration;
 use reqwest::Method;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Agent;
+use futures_util::future::BoxFuture;
+use tokio_util::task::TaskTracker;
+
 use crate::config::GithubConfig;
-use crate::tracker::base::{DaemonError, Timing};
-use crate::tracker::router::{Router, TaskHooks};
+use crate::tracker::daemon::{DaemonError, Door, Front, Listen, Opening, Timing};
+use crate::tracker::router::Router;
+use crate::tracker::seam::Tracker;
+use crate::tracker::types::{Report, TaskId};
+use crate::tracker::TrackerError;
 
 use api::{Api, ApiError};
 use auth::Auth;
 
 pub(crate) use crate::tracker::client::urlencode;
 
-/// The router's hooks in GitHub mode: steps go to the progress comment, finished
-/// branches become pull requests.
-struct Hooks {
+/// GitHub as the router's tracker: reports through the sink, steps to the progress
+/// comment, finished branches proposed as pull requests, and a task's issue looked at
+/// again right before its run.
+struct Github {
+    sink: sink::Sink,
     progress: Arc<progress::Progress>,
-    /// Set once the intake exists (it needs the router, which needs these hooks).
-    intake: std::sync::OnceLock<Arc<intake::Intake>>,
+    intake: Arc<intake::Intake>,
 }
 
-impl TaskHooks for Hooks {
-    fn step(&self, task: &str, summary: &str) {
-        if let Some(n) = intake::issue_of_task(task) {
+impl Tracker for Github {
+    fn report<'a>(
+        &'a self,
+        task: &'a TaskId,
+        report: &'a Report,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), TrackerError>> {
+        Box::pin(self.sink.report(task, report, key))
+    }
+
+    fn step(&self, task: &TaskId, summary: &str) {
+        if let Some(n) = task.issue() {
             self.progress.step(n, summary);
         }
     }
@@ -51,16 +67,12 @@ impl TaskHooks for Hooks {
         true
     }
 
-    fn admit(
-        &self,
-        task: &str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'static>> {
-        let intake = self.intake.get().cloned();
-        let issue = intake::issue_of_task(task);
+    fn admit(&self, task: &TaskId) -> BoxFuture<'static, bool> {
+        let (intake, issue) = (self.intake.clone(), task.issue());
         Box::pin(async move {
-            match (intake, issue) {
-                (Some(intake), Some(n)) => intake.still_wanted(n).await,
-                _ => true,
+            match issue {
+                Some(n) => intake.still_wanted(n).await,
+                None => true,
             }
         })
     }
@@ -167,7 +179,7 @@ async fn meet(
 }
 
 /// The task worktrees of GitHub mode: `work_dir` must be a clone; every task branch is
-/// pushed with the token.
+/// pushed with the token, to GitHub's host only. Blocking (git): off the runtime.
 fn worktrees(
     cfg: &crate::config::Config,
     gh: &GithubConfig,
@@ -184,39 +196,28 @@ fn worktrees(
         )));
     };
     let token_auth = auth.clone();
-    worktrees.push_for_github(
+    worktrees.push_every_branch(
         gh.remote_url.clone(),
-        (
-            Arc::new(move || token_auth.current()),
-            web_host(&gh.api_url),
-        ),
-        Some(default_branch.to_string()),
+        Some(crate::tracker::worktree::Credential {
+            user: "x-access-token",
+            token: Arc::new(move || token_auth.current()),
+            host: web_host(&gh.api_url),
+        }),
     );
+    worktrees.start_from_default(default_branch);
     Ok(worktrees)
 }
 
-/// GitHub mode's pieces, put together: the router with GitHub's hooks, the sink the
-/// outbox delivers through, the intake, and the poller.
-struct Parts {
-    router: Router,
-    sink: sink::Sink,
-    intake: Arc<intake::Intake>,
-    progress: Arc<progress::Progress>,
-    poller: poll::Poller,
-}
-
+/// GitHub mode's door once GitHub answered: the tracker the router reports through
+/// (with the intake it asks before a run), and what takes events (webhook, polling).
 fn assemble(
-    agent: &Agent,
-    (journal, outbox): (
-        crate::tracker::journal_writer::JournalWriter,
-        &crate::tracker::outbox::Outbox,
-    ),
-    gh: &GithubConfig,
+    o: &Opening<'_>,
+    gh: GithubConfig,
     api: &Arc<Api>,
     (login, default_branch): (String, String),
-) -> Result<Parts, DaemonError> {
-    let cfg = agent.config();
-    let worktrees = worktrees(cfg, gh, api.auth(), &default_branch)?;
+    worktrees: crate::tracker::worktree::Worktrees,
+) -> Result<Door, DaemonError> {
+    let cfg = o.agent.config();
     let book =
         Arc::new(
             book::Book::open(&cfg.state_dir()).map_err(|source| DaemonError::State {
@@ -225,17 +226,6 @@ fn assemble(
             })?,
         );
     let progress = progress::Progress::new(api.clone(), book.clone(), login.clone());
-    let hooks = Arc::new(Hooks {
-        progress: progress.clone(),
-        intake: std::sync::OnceLock::new(),
-    });
-    let router = Router::new(
-        agent.clone(),
-        journal,
-        outbox.clone(),
-        Some(worktrees),
-        Some(hooks.clone() as Arc<dyn TaskHooks>),
-    );
     let sink = sink::Sink {
         api: api.clone(),
         progress: progress.clone(),
@@ -250,7 +240,7 @@ fn assemble(
         login: login.clone(),
     };
     let intake = Arc::new(intake::Intake::new(
-        router.clone(),
+        o.owned.clone(),
         (api.clone(), progress.clone()),
         book.clone(),
         login.clone(),
@@ -258,36 +248,134 @@ fn assemble(
         gh.repo(),
         gh.trusted_users.clone(),
     ));
-    let _ = hooks.intake.set(intake.clone());
-    let poller = poll::Poller {
-        intake: intake.clone(),
-        api: api.clone(),
-        // Where the last run's polls stopped; a first run looks a minute back.
-        marks: ["/issues", "/issues/comments", "/pulls/comments"]
-            .into_iter()
-            .map(|l| {
-                let mark = book.mark(l);
-                (
-                    l,
-                    mark.unwrap_or_else(|| started_minus(api, Duration::from_secs(60))),
-                )
-            })
-            .collect(),
-        book,
-    };
-    Ok(Parts {
-        router,
+    // Where the last run's polls stopped; a first run looks a minute back.
+    let marks = ["/issues", "/issues/comments", "/pulls/comments"]
+        .into_iter()
+        .map(|l| {
+            let mark = book.mark(l);
+            (
+                l,
+                mark.unwrap_or_else(|| started_minus(api, Duration::from_secs(60))),
+            )
+        })
+        .collect();
+    o.owned.spawn(progress.clone().run(o.background.clone()));
+    if matches!(&**api.auth(), Auth::App(_)) {
+        o.owned
+            .spawn(keep_token_fresh(api.clone(), o.background.clone()));
+    }
+    let tracker = Github {
         sink,
-        intake,
         progress,
-        poller,
+        intake: intake.clone(),
+    };
+    Ok(Door {
+        tracker: Arc::new(tracker),
+        worktrees: Some(worktrees),
+        front: Box::new(Intakes {
+            token: cfg.token.clone(),
+            trigger: gh.trigger.for_login(&login),
+            gh,
+            intake,
+            api: api.clone(),
+            book,
+            marks,
+        }),
     })
 }
 
-/// Runs agent mode against GitHub until `stop` is cancelled (then drains) or a
-/// fatal error.
-pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
-    let cfg = agent.config().clone();
+/// How GitHub's events come in: the webhook, the sweep at start and polling.
+struct Intakes {
+    /// `/metrics`' token (AGENT_TOKEN), when one is set.
+    token: Option<String>,
+    gh: GithubConfig,
+    trigger: crate::config::Trigger,
+    intake: Arc<intake::Intake>,
+    api: Arc<Api>,
+    book: Arc<book::Book>,
+    marks: std::collections::HashMap<&'static str, String>,
+}
+
+impl Front for Intakes {
+    /// The book takes back what the journal accepted and it missed.
+    fn attach(&mut self, router: &Router) {
+        self.intake.mend_from_journal(router.pending_arrivals());
+    }
+
+    fn listen(&self, router: &Router) -> Listen {
+        let token = self.token.clone().unwrap_or_else(|| {
+            tracing::info!(
+                "/metrics answers only with AGENT_TOKEN as its bearer token: set one to read it"
+            );
+            crate::util::random_hex(48)
+        });
+        Listen {
+            host: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            token,
+            routes: self
+                .gh
+                .webhook_secret
+                .as_deref()
+                .map(|secret| webhook::routes(self.intake.clone(), router.clone(), secret)),
+            required: true,
+        }
+    }
+
+    fn run(
+        self: Box<Self>,
+        router: Router,
+        port: Option<u16>,
+        stop: CancellationToken,
+        owned: TaskTracker,
+    ) -> BoxFuture<'static, Result<(), DaemonError>> {
+        Box::pin(async move {
+            if let Some(port) = port {
+                tracing::info!(
+                    port,
+                    "listening: /github/webhook, /healthz, /livez, /metrics"
+                );
+            }
+            let poller = poll::Poller {
+                intake: self.intake,
+                router,
+                api: self.api,
+                marks: self.marks,
+                book: self.book,
+            };
+            // Polling stops first at shutdown: what it would find now could not be taken.
+            let polling = CancellationToken::new();
+            let (every, poll_stop, trigger) =
+                (self.gh.poll_interval, polling.clone(), self.trigger);
+            owned.spawn(async move {
+                let sweep_then_poll = async {
+                    // Without polling, only the sweep reads what was said while picogent
+                    // was down.
+                    poller
+                        .sweep(
+                            (trigger.assignee.as_deref(), trigger.label.as_deref()),
+                            every.is_none(),
+                        )
+                        .await;
+                    if let Some(every) = every {
+                        poller.run(every, poll_stop.clone()).await;
+                    }
+                };
+                tokio::select! {
+                    _ = sweep_then_poll => {}
+                    _ = poll_stop.cancelled() => {}
+                }
+            });
+            stop.cancelled().await;
+            polling.cancel();
+            Ok(())
+        })
+    }
+}
+
+/// GitHub mode's door: GitHub met (picogent's login, the default branch), the clone's
+/// worktrees, the book. `None` when `stop` came while GitHub was still being asked.
+pub(crate) async fn open(o: &Opening<'_>) -> Result<Option<Door>, DaemonError> {
+    let cfg = o.agent.config().clone();
     let gh = cfg
         .github
         .clone()
@@ -295,77 +383,20 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     let auth =
         Arc::new(Auth::from_config(&gh.auth).map_err(|e| DaemonError::Config(e.to_string()))?);
     let api = Arc::new(
-        Api::new(&gh.api_url, &gh.repo(), auth.clone(), stop.clone())
+        Api::new(&gh.api_url, &gh.repo(), auth.clone(), o.stop.clone())
             .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?,
     );
-    let core = crate::tracker::base::Core::open(&agent, &timing)?;
-    let Some(met) = meet(&api, &gh, &timing, &stop).await? else {
-        return Ok(());
+    let Some(met) = meet(&api, &gh, o.timing, o.stop).await? else {
+        return Ok(None);
     };
     let trigger = gh.trigger.for_login(&met.0);
     tracing::info!(repository = %gh.repo(), login = %met.0, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, trigger = ?trigger, "GitHub mode: issues become tasks");
-    let parts = assemble(&agent, (core.journal, &core.outbox), &gh, &api, met)?;
-    parts.intake.mend_from_journal().await;
-
-    let background = CancellationToken::new();
-    let outbox_task = tokio::spawn(core.outbox.clone().run(
-        parts.sink,
-        timing.report_backoff,
-        timing.report_refused_for,
-        background.clone(),
-    ));
-    let router = parts.router;
-    router.resume_pending();
-    let owned = tokio_util::task::TaskTracker::new();
-    owned.spawn(parts.progress.clone().run(background.clone()));
-    if matches!(&*auth, Auth::App(_)) {
-        owned.spawn(keep_token_fresh(api.clone(), background.clone()));
-    }
-    let extra = gh
-        .webhook_secret
-        .as_deref()
-        .map(|secret| webhook::routes(parts.intake.clone(), secret));
-    let server_stop = CancellationToken::new();
-    let port = crate::tracker::base::serve_health(&cfg, &router, extra, &server_stop).await?;
-    tracing::info!(
-        port,
-        "listening: /github/webhook, /healthz, /livez, /metrics"
-    );
-    // Polling stops first at shutdown: what it would find now could not be taken.
-    let polling = CancellationToken::new();
-    let (poller, poll_every, poll_stop) = (parts.poller, gh.poll_interval, polling.clone());
-    owned.spawn(async move {
-        let sweep_then_poll = async {
-            // Without polling, only the sweep reads what was said while picogent was down.
-            poller
-                .sweep(
-                    (trigger.assignee.as_deref(), trigger.label.as_deref()),
-                    poll_every.is_none(),
-                )
-                .await;
-            if let Some(every) = poll_every {
-                poller.run(every, poll_stop.clone()).await;
-            }
-        };
-        tokio::select! {
-            _ = sweep_then_poll => {}
-            _ = poll_stop.cancelled() => {}
-        }
-    });
-    stop.cancelled().await;
-    polling.cancel();
-    owned.close();
-    crate::tracker::base::wind_down(
-        &cfg,
-        &router,
-        &core.outbox,
-        outbox_task,
-        &background,
-        &server_stop,
-    )
-    .await;
-    owned.wait().await;
-    Ok(())
+    let (decided, gh_for, default) = (cfg.clone(), gh.clone(), met.1.clone());
+    let worktrees =
+        tokio::task::spawn_blocking(move || worktrees(&decided, &gh_for, &auth, &default))
+            .await
+            .map_err(|e| DaemonError::Config(format!("finding the repository failed: {e}")))??;
+    assemble(o, gh, &api, met, worktrees).map(Some)
 }
 
 /// The host a repository's git URLs name for an API at `api_url`: `github.com` for

@@ -51,6 +51,8 @@ fn written_since(c: &Value, mark: Option<Time>) -> bool {
 
 pub(crate) struct Poller {
     pub(crate) intake: Arc<Intake>,
+    /// Where what the intake takes goes.
+    pub(crate) router: crate::tracker::router::Router,
     pub(crate) api: Arc<Api>,
     pub(crate) book: Arc<Book>,
     /// The `since` of each list: the newest `updated_at` it answered with.
@@ -157,7 +159,7 @@ impl Poller {
     /// Hands one event to the intake; false when it was not taken (shutting down, the
     /// journal refusing): the list's mark then stays, so the next poll asks again.
     async fn hand(&self, incoming: Incoming) -> bool {
-        match self.intake.handle(incoming, None).await {
+        match self.intake.handle(&self.router, incoming, None).await {
             Ok(_) => true,
             Err(e) => {
                 tracing::warn!("a polled GitHub event was not taken: {e}");

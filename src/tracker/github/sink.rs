@@ -22,8 +22,7 @@ use super::api::{Api, ApiError};
 use super::book::Book;
 use super::progress::Progress;
 use crate::tracker::defuse::defuse;
-use crate::tracker::outbox::ReportSink;
-use crate::tracker::types::{Report, TaskStatus};
+use crate::tracker::types::{Report, TaskId, TaskStatus};
 use crate::tracker::TrackerError;
 
 /// A pull request's body takes the run's answer up to this size.
@@ -41,8 +40,8 @@ pub(crate) struct Sink {
 }
 
 /// The issue a task id names; another id is no GitHub task's.
-fn issue_of(task_id: &str) -> Result<u64, TrackerError> {
-    super::intake::issue_of_task(task_id).ok_or_else(|| TrackerError::Rejected {
+fn issue_of(task_id: &TaskId) -> Result<u64, TrackerError> {
+    task_id.issue().ok_or_else(|| TrackerError::Rejected {
         status: 400,
         url: task_id.to_string(),
         message: "not a GitHub issue's task".into(),
@@ -72,8 +71,14 @@ fn since_of(key: &str, clock: &super::clock::Clock) -> Option<String> {
     )
 }
 
-impl ReportSink for Sink {
-    async fn report(&self, task_id: &str, report: &Report, key: &str) -> Result<(), TrackerError> {
+impl Sink {
+    /// Delivers one report from the outbox (`Tracker::report`).
+    pub(crate) async fn report(
+        &self,
+        task_id: &TaskId,
+        report: &Report,
+        key: &str,
+    ) -> Result<(), TrackerError> {
         let issue = issue_of(task_id)?;
         let done = match report {
             Report::Status {
@@ -291,7 +296,8 @@ mod tests {
         let s = super::since_of("picogent-1767225600000-3-abcdef", &clock).unwrap();
         assert_eq!(s, "2025-12-31T23:50:00Z");
         assert_eq!(super::since_of("other", &clock), None);
-        assert!(super::issue_of("issue-12").is_ok_and(|n| n == 12));
-        assert!(super::issue_of("t1").is_err());
+        use crate::tracker::types::TaskId;
+        assert!(super::issue_of(&TaskId::of_issue(12)).is_ok_and(|n| n == 12));
+        assert!(super::issue_of(&TaskId::new("t1").unwrap()).is_err());
     }
 }

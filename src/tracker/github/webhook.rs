@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::intake::Intake;
 use super::payload;
-use crate::tracker::router::{AcceptError, Accepted};
+use crate::tracker::router::{AcceptError, Accepted, Router};
 
 /// GitHub caps payloads at 25 MB; an issue's or comment's is far smaller (a body is at
 /// most 65,536 characters), and an unsigned sender must not make picogent hold more:
@@ -33,13 +33,15 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(9);
 
 struct Ctx {
     intake: Arc<Intake>,
+    router: Router,
     key: ring::hmac::Key,
     in_flight: Arc<tokio::sync::Semaphore>,
 }
 
-pub(crate) fn routes(intake: Arc<Intake>, secret: &str) -> axum::Router {
+pub(crate) fn routes(intake: Arc<Intake>, router: Router, secret: &str) -> axum::Router {
     let ctx = Arc::new(Ctx {
         intake,
+        router,
         key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes()),
         in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
     });
@@ -158,11 +160,11 @@ async fn webhook(
         let why = format!("{} is not acted on", d.event);
         return answer(StatusCode::OK, json!({ "ignored": why }));
     };
-    let (intake, id) = (ctx.intake.clone(), d.id);
+    let (intake, router, id) = (ctx.intake.clone(), ctx.router.clone(), d.id);
     // In a task of its own: GitHub stops waiting after ten seconds, but an event that
     // reached the journal must still be scheduled and booked.
-    let handled = tokio::spawn(async move {
-        let r = intake.handle(incoming, Some(&id)).await;
+    let handled = ctx.intake.spawn_owned(async move {
+        let r = intake.handle(&router, incoming, Some(&id)).await;
         if r.is_ok() {
             intake.heard();
         }
@@ -184,7 +186,6 @@ fn accepted(outcome: Result<Accepted, AcceptError>) -> Response {
         Ok(Accepted::New) => answer(StatusCode::ACCEPTED, json!({"accepted": true})),
         Ok(Accepted::Duplicate) => answer(StatusCode::OK, json!({"duplicate": true})),
         Ok(Accepted::Ignored) => answer(StatusCode::OK, json!({"ignored": true})),
-        Err(AcceptError::Invalid(m)) => refuse(StatusCode::BAD_REQUEST, "invalid_delivery", &m),
         Err(e @ AcceptError::ShuttingDown) => refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "shutting_down",

@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::{stopped, BatchThread};
 use super::dead_letter::DeadLetters;
-use super::types::Report;
-use super::TrackerClient;
+use super::seam::Tracker;
+use super::types::{Report, TaskId};
 use crate::util::lock;
 
 /// Most jobs taken in one batch (one sync).
@@ -41,35 +41,13 @@ const LANES: usize = 8;
 /// Records written before the file is compacted, at least (see `commit`).
 const COMPACT_EVERY: usize = 1000;
 
-/// Where reports are delivered: the tracker's REST API (Team Board), or GitHub.
-pub(crate) trait ReportSink: Clone + Send + Sync + 'static {
-    /// Delivers one report; `key` is the same for every attempt at it.
-    fn report(
-        &self,
-        task_id: &str,
-        report: &Report,
-        key: &str,
-    ) -> impl std::future::Future<Output = Result<(), super::TrackerError>> + Send;
-}
-
-impl ReportSink for TrackerClient {
-    async fn report(
-        &self,
-        task_id: &str,
-        report: &Report,
-        key: &str,
-    ) -> Result<(), super::TrackerError> {
-        TrackerClient::report(self, task_id, report, key).await
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "r", rename_all = "snake_case")]
 enum Record {
     Add {
         seq: u64,
         key: String,
-        task_id: String,
+        task_id: TaskId,
         report: Report,
     },
     Sent {
@@ -95,13 +73,13 @@ pub(crate) type PendingCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 struct Item {
     seq: u64,
     key: String,
-    task_id: String,
+    task_id: TaskId,
     report: Report,
 }
 
 enum Job {
     Push {
-        task_id: String,
+        task_id: TaskId,
         reports: Vec<Report>,
         concludes: Vec<String>,
         reply: oneshot::Sender<io::Result<()>>,
@@ -133,6 +111,8 @@ struct State {
 pub(crate) struct Outbox {
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
+    /// Told when the last queued report was delivered (`emptied`).
+    emptied: Arc<Notify>,
     /// Pushes are bounded by the runs and events that report, delivery records by the
     /// delivery lanes.
     writer: Arc<BatchThread<Job>>,
@@ -159,7 +139,7 @@ impl State {
     /// items to deliver once they are synced.
     fn write_adds(
         &mut self,
-        task_id: &str,
+        task_id: &TaskId,
         reports: Vec<Report>,
         concludes: &[String],
     ) -> io::Result<Vec<Item>> {
@@ -175,14 +155,14 @@ impl State {
             let rec = Record::Add {
                 seq,
                 key: key.clone(),
-                task_id: task_id.into(),
+                task_id: task_id.clone(),
                 report: report.clone(),
             };
             crate::util::push_json_line(&mut bytes, &rec)?;
             items.push(Item {
                 seq,
                 key,
-                task_id: task_id.into(),
+                task_id: task_id.clone(),
                 report,
             });
         }
@@ -290,6 +270,7 @@ impl Outbox {
         Ok(Outbox {
             state,
             notify,
+            emptied: Arc::new(Notify::new()),
             writer: Arc::new(writer),
             dead: Arc::new(DeadLetters::open(dir)),
             failing: Arc::new(Mutex::new(None)),
@@ -302,24 +283,18 @@ impl Outbox {
     }
 
     /// Queues reports for a task durably (written and synced with any queued at the
-    /// same time); they are delivered in this order, after every report queued before
-    /// for the same task.
-    #[cfg(test)]
-    pub(crate) async fn push(&self, task_id: &str, reports: Vec<Report>) -> io::Result<()> {
-        self.push_concluding(task_id, reports, Vec::new()).await
-    }
-
-    /// Queues reports as `push` does, as the conclusion of the events `concludes`,
-    /// recorded in the same write (see `concluded`).
+    /// same time), as the conclusion of the events `concludes`, recorded in the same
+    /// write (see `concluded`); they are delivered in this order, after every report
+    /// queued before for the same task.
     pub(crate) async fn push_concluding(
         &self,
-        task_id: &str,
+        task_id: &TaskId,
         reports: Vec<Report>,
         concludes: Vec<String>,
     ) -> io::Result<()> {
         let (reply, answer) = oneshot::channel();
         self.writer.send(Job::Push {
-            task_id: task_id.into(),
+            task_id: task_id.clone(),
             reports,
             concludes,
             reply,
@@ -355,7 +330,7 @@ impl Outbox {
 
     /// Takes a delivered report off the queue now; its record is written after.
     fn mark_sent(&self, seq: u64) {
-        {
+        let empty = {
             let mut s = self.lock();
             match s.items.front() {
                 Some(first) if first.seq == seq => {
@@ -363,9 +338,26 @@ impl Outbox {
                 }
                 _ => s.items.retain(|i| i.seq != seq),
             }
+            s.items.is_empty()
+        };
+        if empty {
+            self.emptied.notify_waiters();
         }
         if let Err(e) = self.writer.send(Job::Sent { seq }) {
             tracing::error!(seq, "cannot record a delivered report: {e}");
+        }
+    }
+
+    /// Returns once no report is queued (at shutdown, with a time limit).
+    pub(crate) async fn emptied(&self) {
+        loop {
+            // Registered before the check: a delivery in between still wakes it.
+            let mut told = std::pin::pin!(self.emptied.notified());
+            told.as_mut().enable();
+            if self.is_empty() {
+                return;
+            }
+            told.await;
         }
     }
 
@@ -388,17 +380,17 @@ impl Outbox {
     /// reports stay in order, and the tracker never gets a report while the same one
     /// is still being answered), up to `LANES` tasks at once, so one slow or refused
     /// report holds back only its own task's later reports.
-    pub(crate) async fn run<S: ReportSink>(
+    pub(crate) async fn run(
         self,
-        client: S,
+        tracker: Arc<dyn Tracker>,
         backoff: (Duration, Duration),
         refused_for: Duration,
         stop: CancellationToken,
     ) {
-        let mut lanes: tokio::task::JoinSet<Option<String>> = tokio::task::JoinSet::new();
-        let mut busy: HashSet<String> = HashSet::new();
+        let mut lanes: tokio::task::JoinSet<Option<TaskId>> = tokio::task::JoinSet::new();
+        let mut busy: HashSet<TaskId> = HashSet::new();
         // Which task each lane serves, to free it even when the lane panicked.
-        let mut serving: std::collections::HashMap<tokio::task::Id, String> =
+        let mut serving: std::collections::HashMap<tokio::task::Id, TaskId> =
             std::collections::HashMap::new();
         loop {
             // Checked before every report: a long backlog must not hold up a shutdown.
@@ -410,10 +402,10 @@ impl Outbox {
                 .flatten();
             if let Some(item) = next {
                 busy.insert(item.task_id.clone());
-                let (me, client, stop) = (self.clone(), client.clone(), stop.clone());
+                let (me, tracker, stop) = (self.clone(), tracker.clone(), stop.clone());
                 let task = item.task_id.clone();
                 let lane = lanes.spawn(async move {
-                    me.deliver(&client, &item, backoff, refused_for, &stop)
+                    me.deliver(&*tracker, &item, backoff, refused_for, &stop)
                         .await
                         .then_some(item.task_id)
                 });
@@ -445,7 +437,7 @@ impl Outbox {
 
     /// The first queued report whose task has no report in flight: the earliest of
     /// its task, since any earlier one would be in flight or found first.
-    fn next_free(&self, busy: &HashSet<String>) -> Option<Item> {
+    fn next_free(&self, busy: &HashSet<TaskId>) -> Option<Item> {
         self.lock()
             .items
             .iter()
@@ -454,9 +446,9 @@ impl Outbox {
     }
 
     /// Delivers one report, retrying what may pass; false when `stop` came first.
-    async fn deliver<S: ReportSink>(
+    async fn deliver(
         &self,
-        client: &S,
+        tracker: &dyn Tracker,
         item: &Item,
         (start, cap): (Duration, Duration),
         refused_for: Duration,
@@ -466,7 +458,7 @@ impl Outbox {
         // When the tracker first refused it (an outage before does not count).
         let mut first_refused: Option<std::time::Instant> = None;
         loop {
-            let e = match client.report(&item.task_id, &item.report, &item.key).await {
+            let e = match tracker.report(&item.task_id, &item.report, &item.key).await {
                 Ok(()) => {
                     tracing::debug!(task = %item.task_id, seq = item.seq, "report delivered");
                     *lock(&self.failing) = None;

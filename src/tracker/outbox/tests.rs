@@ -1,7 +1,17 @@
 use super::*;
 use crate::tracker::types::TaskStatus;
 
-fn contents(o: &Outbox) -> Vec<(String, Report)> {
+impl Outbox {
+    async fn push(&self, task_id: &TaskId, reports: Vec<Report>) -> io::Result<()> {
+        self.push_concluding(task_id, reports, Vec::new()).await
+    }
+}
+
+fn tid(id: impl Into<String>) -> TaskId {
+    TaskId::new(id).unwrap()
+}
+
+fn contents(o: &Outbox) -> Vec<(TaskId, Report)> {
     let s = o.lock();
     s.items
         .iter()
@@ -22,7 +32,7 @@ async fn concurrent_pushes_keep_each_tasks_order_and_survive_a_reopen() {
                         Report::comment(format!("{i}"), None),
                         Report::status(TaskStatus::Review),
                     ];
-                    o.push(&format!("t{t}"), r).await.unwrap();
+                    o.push(&tid(format!("t{t}")), r).await.unwrap();
                 }
             })
         })
@@ -35,7 +45,7 @@ async fn concurrent_pushes_keep_each_tasks_order_and_survive_a_reopen() {
     for t in 0..8 {
         let mine: Vec<_> = before
             .iter()
-            .filter(|(id, _)| *id == format!("t{t}"))
+            .filter(|(id, _)| id.as_str() == format!("t{t}"))
             .collect();
         for (i, pair) in mine.chunks(2).enumerate() {
             assert_eq!(pair[0].1, Report::comment(format!("{i}"), None));
@@ -73,7 +83,7 @@ async fn a_conclusion_is_forgotten_only_once_its_event_is_done() {
     // Written with reports, in the same append; read back after a reopen.
     let r = vec![Report::comment("result".to_string(), None)];
     outbox
-        .push_concluding("t", r, vec!["e1".into(), "e2".into()])
+        .push_concluding(&tid("t"), r, vec!["e1".into(), "e2".into()])
         .await
         .unwrap();
     drop(outbox);

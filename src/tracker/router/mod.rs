@@ -24,10 +24,9 @@ use crate::tracker::delivery::Delivery;
 use crate::tracker::journal_writer::JournalWriter;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::room::Room;
-use crate::tracker::types::{Envelope, Event, Report};
+use crate::tracker::seam::Tracker;
+use crate::tracker::types::{Arrival, Event, Report, TaskId};
 use crate::tracker::worktree::{SharedFolder, Worktrees};
-
-pub(crate) use hooks::TaskHooks;
 
 /// After this many starts without finishing (the daemon died each time), a task is
 /// reported as blocked instead of being run again.
@@ -43,8 +42,6 @@ pub(crate) enum Accepted {
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum AcceptError {
-    #[error("{0}")]
-    Invalid(String),
     #[error("the event could not be recorded: {0}")]
     Journal(String),
     #[error("the agent is shutting down")]
@@ -67,7 +64,7 @@ enum JobKind {
 #[derive(Debug, Clone)]
 struct Job {
     event_id: String,
-    task_id: String,
+    task_id: TaskId,
     kind: JobKind,
 }
 
@@ -94,20 +91,20 @@ struct Running {
 #[derive(Default)]
 struct State {
     queue: VecDeque<Job>,
-    running: HashMap<String, Running>,
+    running: HashMap<TaskId, Running>,
     draining: bool,
     /// Tasks cancelled since they were last assigned: a chat message their run never
     /// read is not worked on after all.
-    cancelled: std::collections::HashSet<String>,
+    cancelled: std::collections::HashSet<TaskId>,
 }
 
 impl State {
     /// Marks a task cancelled and drops its queued jobs; their events' ids.
-    fn drop_task(&mut self, task_id: &str) -> Vec<String> {
-        self.cancelled.insert(task_id.to_string());
+    fn drop_task(&mut self, task_id: &TaskId) -> Vec<String> {
+        self.cancelled.insert(task_id.clone());
         let mut dropped = Vec::new();
         self.queue.retain(|j| {
-            let keep = j.task_id != task_id;
+            let keep = j.task_id != *task_id;
             if !keep {
                 dropped.push(j.event_id.clone());
             }
@@ -135,7 +132,8 @@ struct Shared {
     /// Every task the router starts (jobs, a chat message's receipt, a cancellation's
     /// comment): `shutdown` waits for them.
     tasks: tokio_util::task::TaskTracker,
-    hooks: Option<Arc<dyn TaskHooks>>,
+    /// Where reports go, and what the tracker adds to a task's life.
+    tracker: Arc<dyn Tracker>,
     /// The link to Team Board, for `/healthz`.
     link: crate::tracker::link::Link,
 }
@@ -150,7 +148,7 @@ pub(crate) struct Router {
 /// pending, so it is tried again at the next start.
 struct Ended {
     router: Router,
-    task: String,
+    task: TaskId,
     armed: bool,
 }
 
@@ -181,7 +179,8 @@ impl Drop for Ended {
 }
 
 /// The session a task's work and chat continue in.
-pub(super) fn session_for(task_id: &str) -> String {
+pub(super) fn session_for(task_id: &TaskId) -> String {
+    let task_id = task_id.as_str();
     let clean: String = task_id
         .chars()
         .map(|c| {
@@ -212,7 +211,7 @@ impl Router {
         journal: JournalWriter,
         outbox: Outbox,
         worktrees: Option<Worktrees>,
-        hooks: Option<Arc<dyn TaskHooks>>,
+        tracker: Arc<dyn Tracker>,
     ) -> Router {
         let max = agent.config().max_concurrent_tasks;
         // A conclusion is kept while the journal has its event pending.
@@ -243,27 +242,23 @@ impl Router {
                 room: Room::new(dirs),
                 journal_refusing: Mutex::new(None),
                 tasks: tokio_util::task::TaskTracker::new(),
-                hooks,
+                tracker,
                 link: Default::default(),
             }),
         }
     }
 
-    /// Validates, journals and schedules one event. The journal write is synced before
-    /// this returns, so the caller may acknowledge the event. `hold` (the request's
-    /// place in a limit) is kept until the event is journaled, even if the caller goes.
+    /// Journals and schedules one event. The journal write is synced before this
+    /// returns, so the caller may acknowledge the event. `hold` (the request's place in
+    /// a limit) is kept until the event is journaled, even if the caller goes.
     pub(crate) async fn accept(
         &self,
-        env: Envelope,
+        arrival: Arrival,
         hold: impl Send + 'static,
     ) -> Result<Accepted, AcceptError> {
-        let Some(event) = Event::parse(&env).map_err(AcceptError::Invalid)? else {
-            tracing::debug!(id = %env.id, kind = %env.kind, "ignored an event type this agent does not handle");
-            return Ok(Accepted::Ignored);
-        };
         if lock(&self.shared.state).draining {
             // A duplicate can still be acknowledged: it was recorded before.
-            if self.shared.journal.is_seen(&env.id).await {
+            if self.shared.journal.is_seen(&arrival.id).await {
                 return Ok(Accepted::Duplicate);
             }
             return Err(AcceptError::ShuttingDown);
@@ -272,7 +267,7 @@ impl Router {
         // an event that reached the disk is still scheduled, not left until a restart.
         let me = self.clone();
         tokio::spawn(async move {
-            let accepted = me.journal_and_submit(env, event).await;
+            let accepted = me.journal_and_submit(arrival).await;
             drop(hold);
             accepted
         })
@@ -280,13 +275,9 @@ impl Router {
         .map_err(|e| AcceptError::Journal(e.to_string()))?
     }
 
-    async fn journal_and_submit(
-        &self,
-        env: Envelope,
-        event: Event,
-    ) -> Result<Accepted, AcceptError> {
+    async fn journal_and_submit(&self, arrival: Arrival) -> Result<Accepted, AcceptError> {
         // Acknowledged only once on disk; events arriving together share one sync.
-        let new = self.shared.journal.accept(env.clone()).await;
+        let new = self.shared.journal.accept(arrival.clone()).await;
         *lock(&self.shared.journal_refusing) = new
             .as_ref()
             .err()
@@ -295,8 +286,8 @@ impl Router {
         if !new {
             return Ok(Accepted::Duplicate);
         }
-        tracing::info!(id = %env.id, kind = %env.kind, task = %event.task_id(), "event accepted");
-        self.submit(&env.id, event);
+        tracing::info!(id = %arrival.id, kind = arrival.event.kind(), task = %arrival.task_id(), "event accepted");
+        self.submit(&arrival.id, arrival.event);
         Ok(Accepted::New)
     }
 
@@ -304,25 +295,21 @@ impl Router {
     pub(crate) fn resume_pending(&self) {
         let pending = self.shared.journal.pending();
         for p in pending {
-            if self.shared.delivery.concluded(&p.envelope.id) {
+            let id = &p.arrival.id;
+            if self.shared.delivery.concluded(id) {
                 // Its result was queued just before a crash took the journal's `done`.
-                tracing::info!(id = %p.envelope.id, "an event from before the restart was concluded already: not run again");
-                self.mark_done(&p.envelope.id);
+                tracing::info!(id = %id, "an event from before the restart was concluded already: not run again");
+                self.mark_done(id);
                 continue;
             }
-            match Event::parse(&p.envelope) {
-                Ok(Some(event)) => {
-                    tracing::info!(id = %p.envelope.id, task = %event.task_id(), attempts = p.attempts, "resuming an event from before the restart");
-                    self.submit(&p.envelope.id, event);
-                }
-                _ => self.mark_done(&p.envelope.id),
-            }
+            tracing::info!(id = %id, task = %p.arrival.task_id(), attempts = p.attempts, "resuming an event from before the restart");
+            self.submit(id, p.arrival.event);
         }
     }
 
     fn submit(&self, event_id: &str, event: Event) {
         let job = match event {
-            Event::TaskAssigned(t) => {
+            Event::TaskAssigned { task: t } => {
                 lock(&self.shared.state).cancelled.remove(&t.id);
                 Job {
                     event_id: event_id.into(),
@@ -361,7 +348,7 @@ impl Router {
     fn inject(
         &self,
         event_id: &str,
-        task_id: &str,
+        task_id: &TaskId,
         message: &crate::tracker::types::ChatMessage,
     ) -> bool {
         if !self.shared.agent.live_control() {
@@ -389,14 +376,14 @@ impl Router {
         else {
             return false;
         };
-        tracing::info!(task = task_id, message = %message.id, "chat message passed to the running task");
+        tracing::info!(task = %task_id, message = %message.id, "chat message passed to the running task");
         // The event is done only once the message is durably in the run's session; a
         // run that ends without reading it leaves it to be answered after, as a chat
         // job. A crash before either replays the event.
         self.shared.tasks.spawn(self.clone().settle_injection(
             receipt,
             event_id.to_string(),
-            task_id.to_string(),
+            task_id.clone(),
             message.clone(),
         ));
         true
@@ -409,7 +396,7 @@ impl Router {
         self,
         receipt: tokio::sync::oneshot::Receiver<()>,
         event_id: String,
-        task_id: String,
+        task_id: TaskId,
         message: crate::tracker::types::ChatMessage,
     ) {
         if receipt.await.is_ok() {
@@ -451,7 +438,7 @@ impl Router {
         }
     }
 
-    fn cancel(&self, event_id: &str, task_id: &str, reason: Option<String>) {
+    fn cancel(&self, event_id: &str, task_id: &TaskId, reason: Option<String>) {
         let (dropped, running) = {
             let mut st = lock(&self.shared.state);
             let dropped = st.drop_task(task_id);
@@ -472,7 +459,7 @@ impl Router {
             }
         }
         tracing::info!(
-            task = task_id,
+            task = %task_id,
             running,
             dropped = dropped.len(),
             "task cancelled"
@@ -487,7 +474,7 @@ impl Router {
                     dropped.len()
                 )
             };
-            let (me, task, event) = (self.clone(), task_id.to_string(), event_id.to_string());
+            let (me, task, event) = (self.clone(), task_id.clone(), event_id.to_string());
             self.shared.tasks.spawn(async move {
                 if let Some(w) = &me.shared.worktrees {
                     w.discard(&task).await;

@@ -17,9 +17,9 @@ impl Router {
         if !self.shared.room.wait(&job.task_id, &cancel).await {
             return self.never_started(job).await;
         }
-        if let (Some(h), JobKind::Task { .. }) = (&self.shared.hooks, &job.kind) {
+        if let JobKind::Task { .. } = &job.kind {
             let admitted = tokio::select! {
-                ok = h.admit(&job.task_id) => ok,
+                ok = self.shared.tracker.admit(&job.task_id) => ok,
                 _ = cancel.cancelled() => false,
             };
             if cancel.is_cancelled() {
@@ -125,7 +125,7 @@ impl Router {
                     named = closed.named;
                     // A finished run's pushed branch is proposed where the tracker
                     // takes proposals (GitHub's pull requests).
-                    if closed.pushed && self.proposes() {
+                    if closed.pushed && self.shared.tracker.proposes() {
                         proposal = answer.map(|summary| Report::PullRequest {
                             branch: closed.branch,
                             summary,
@@ -290,8 +290,8 @@ impl Router {
             match ev {
                 AgentEvent::ToolCall { summary, .. } => {
                     tracing::info!(task = %task, "{summary}");
-                    if let (Some(h), JobKind::Task { .. }) = (&self.shared.hooks, &job.kind) {
-                        h.step(task, &summary);
+                    if let JobKind::Task { .. } = &job.kind {
+                        self.shared.tracker.step(task, &summary);
                     }
                 }
                 AgentEvent::Finished { outcome: o } => outcome = Some(o),

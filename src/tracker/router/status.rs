@@ -88,7 +88,7 @@ impl Router {
 
     pub(crate) fn load(&self) -> Load {
         let st = lock(&self.shared.state);
-        let mut active: Vec<String> = st.running.keys().cloned().collect();
+        let mut active: Vec<String> = st.running.keys().map(|t| t.to_string()).collect();
         active.sort();
         Load {
             status: if active.is_empty() {

@@ -9,6 +9,7 @@ use super::{lock, Ended, Job, JobKind, Router, Running};
 use crate::tracker::journal::Journal;
 use crate::tracker::journal_writer::JournalWriter;
 use crate::tracker::outbox::Outbox;
+use crate::tracker::types::TaskId;
 
 /// A router over a real agent folder (its model unreachable: no job here gets far).
 fn router(dir: &std::path::Path) -> Router {
@@ -25,13 +26,19 @@ fn router(dir: &std::path::Path) -> Router {
     std::fs::create_dir_all(&state).unwrap();
     let agent = crate::agent::Agent::new(config).unwrap();
     let journal = JournalWriter::start(Journal::open(&state).unwrap()).unwrap();
-    Router::new(agent, journal, Outbox::open(&state).unwrap(), None, None)
+    let board = crate::tracker::TrackerClient::new("http://127.0.0.1:9", "t").unwrap();
+    let tracker = std::sync::Arc::new(board);
+    Router::new(agent, journal, Outbox::open(&state).unwrap(), None, tracker)
+}
+
+fn tid(id: &str) -> TaskId {
+    TaskId::new(id).unwrap()
 }
 
 fn job(event: &str, task: &str) -> Job {
     Job {
         event_id: event.into(),
-        task_id: task.into(),
+        task_id: tid(task),
         kind: JobKind::Task {
             title: "Do it".into(),
             description: String::new(),
@@ -51,12 +58,12 @@ async fn a_job_that_panics_frees_its_task_and_the_next_job_of_it_runs() {
             why: None,
             control: None,
         };
-        st.running.insert("t".into(), running);
+        st.running.insert(tid("t"), running);
         st.queue.push_back(job("e2", "t"));
     }
     let ended = Ended {
         router: r.clone(),
-        task: "t".into(),
+        task: tid("t"),
         armed: true,
     };
     let crashed = r.shared.tasks.spawn(async move {

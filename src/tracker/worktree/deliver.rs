@@ -9,6 +9,14 @@ use std::sync::Arc;
 /// The token a push sends, read when the push starts (a GitHub App's changes).
 pub(crate) type PushToken = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
+/// What a push over HTTPS to `host` (and only there) authenticates with: `user` and
+/// the token `token` gives at the time.
+pub(crate) struct Credential {
+    pub(crate) user: &'static str,
+    pub(crate) token: PushToken,
+    pub(crate) host: String,
+}
+
 /// What closing a run's worktree did, for its reports.
 pub(crate) struct Closed {
     /// The comment's section about the branch.
@@ -45,29 +53,30 @@ pub(crate) enum Delivered {
 }
 
 impl Worktrees {
-    /// GitHub mode: every task branch is pushed, to `url` (else the clone's
-    /// `origin`), with the token `token` gives at the time; tasks start from `base`
-    /// unless `base_branch` says otherwise.
-    pub(crate) fn push_for_github(
+    /// Every task branch is pushed, to `url` (else the clone's `origin`), with
+    /// `credential` for its host (the tracker decides both: GitHub mode).
+    pub(crate) fn push_every_branch(
         &mut self,
         url: Option<String>,
-        (token, host): (PushToken, String),
-        base: Option<String>,
+        credential: Option<Credential>,
     ) {
         self.push = Some(url.clone().unwrap_or_else(|| "origin".to_string()));
         self.push_url = url;
-        self.push_token = Some((token, host));
+        self.push_token = credential;
+    }
+
+    /// Tasks start from the remote's default branch `branch` unless `base_branch`
+    /// says otherwise. Blocking (git): call off the runtime.
+    pub(crate) fn start_from_default(&mut self, branch: &str) {
         if self.base.is_some() {
             return;
         }
         // The default branch as the clone last fetched it (not a local branch that may
         // hold the operator's unpushed commits), else the clone's own branch.
-        let candidates = base.iter().flat_map(|b| {
-            [
-                format!("refs/remotes/origin/{b}"),
-                format!("refs/heads/{b}"),
-            ]
-        });
+        let candidates = [
+            format!("refs/remotes/origin/{branch}"),
+            format!("refs/heads/{branch}"),
+        ];
         self.base = candidates.into_iter().find(|r| {
             let mut cmd = self.repo_git();
             cmd.args([

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::Outcome;
 use crate::sandbox::confine::Confinement;
 use crate::sandbox::git::harden;
+use crate::tracker::types::TaskId;
 
 /// git's empty tree: as an attribute source it holds no `.gitattributes`.
 const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
@@ -128,10 +129,10 @@ pub(crate) struct Worktrees {
     started: SystemTime,
     author: (String, String),
     push: Option<String>,
-    /// GitHub mode: `push` is this URL (`github.remote_url`), not a remote's name.
+    /// `push` is this URL (GitHub mode's `github.remote_url`), not a remote's name.
     push_url: Option<String>,
-    /// GitHub mode: the token a push over HTTPS sends, and the only host it goes to.
-    push_token: Option<(PushToken, String)>,
+    /// What a push over HTTPS sends, and the only host it goes to (GitHub's token).
+    push_token: Option<Credential>,
     retention: Duration,
     /// git locks the repository's worktree list: one change at a time.
     lock: Mutex<()>,
@@ -403,7 +404,7 @@ impl Worktrees {
 }
 
 mod deliver;
-pub(crate) use deliver::{Closed, PushToken};
+pub(crate) use deliver::{Closed, Credential};
 mod discover;
 mod lifecycle;
 mod push;
@@ -413,7 +414,10 @@ pub(crate) use shared::{SharedFolder, Status as FolderStatus};
 /// The router's side: each step off the runtime's threads (git is blocking work).
 impl Worktrees {
     /// The task's worktree for a run.
-    pub(crate) async fn open(self: &Arc<Self>, task_id: &str) -> Result<TaskTree, WorktreeError> {
+    pub(crate) async fn open(
+        self: &Arc<Self>,
+        task_id: &TaskId,
+    ) -> Result<TaskTree, WorktreeError> {
         let (me, task) = (self.clone(), task_id.to_string());
         // A daemon that runs for weeks looks for quiet tasks' worktrees once a day.
         let last = self.swept.load(Ordering::Relaxed);
@@ -487,7 +491,7 @@ impl Worktrees {
     }
 
     /// Removes a cancelled task's worktree when no run of it is going.
-    pub(crate) async fn discard(self: &Arc<Self>, task_id: &str) {
+    pub(crate) async fn discard(self: &Arc<Self>, task_id: &TaskId) {
         let (me, task) = (self.clone(), task_id.to_string());
         let _ = tokio::task::spawn_blocking(move || me.remove(&task)).await;
     }

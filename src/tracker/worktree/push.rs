@@ -318,14 +318,14 @@ impl Worktrees {
 }
 
 impl Worktrees {
-    /// GitHub mode: the token goes to the push's HTTPS URLs of GitHub's host only, as
-    /// a credential git reads from a descriptor (`git_credential`): never in git's
+    /// The credential (GitHub's token) goes to the push's HTTPS URLs of its host only,
+    /// as a credential git reads from a descriptor (`git_credential`): never in git's
     /// environment or on a command line, never on disk, never to another host.
     fn authorize(&self, cmd: &mut std::process::Command, urls: &[String]) -> Result<(), String> {
-        let Some((token, host)) = self
+        let Some((user, token, host)) = self
             .push_token
             .as_ref()
-            .and_then(|(t, host)| Some((t()?, host)))
+            .and_then(|c| Some((c.user, (c.token)()?, &c.host)))
         else {
             return Ok(());
         };
@@ -344,9 +344,8 @@ impl Worktrees {
         let answers = origins.len();
         origins.sort();
         origins.dedup();
-        let helper =
-            crate::sandbox::git_credential::hand_to(cmd, "x-access-token", &token, answers)
-                .map_err(|e| format!("cannot hand GitHub's token to git: {e}"))?;
+        let helper = crate::sandbox::git_credential::hand_to(cmd, user, &token, answers)
+            .map_err(|e| format!("cannot hand the push's token to git: {e}"))?;
         let settings: Vec<(String, String)> = origins
             .iter()
             .flat_map(|origin| {
