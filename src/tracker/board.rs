@@ -38,15 +38,16 @@ pub(crate) async fn open(o: &Opening<'_>) -> Result<Door, DaemonError> {
     let client = TrackerClient::new(&tracker_url, &token)
         .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?
         .with_report_timeout(o.timing.report_timeout);
-    let decided = cfg.clone();
-    let worktrees =
-        tokio::task::spawn_blocking(move || crate::tracker::worktree::Worktrees::decide(&decided))
-            .await
-            .map_err(|e| DaemonError::Config(format!("finding the repository failed: {e}")))?
-            .map_err(DaemonError::Config)?;
+    let agent = o.agent.clone();
+    let workspace = tokio::task::spawn_blocking(move || {
+        crate::tracker::worktree::Workspace::decide(agent.config(), agent.sandbox())
+    })
+    .await
+    .map_err(|e| DaemonError::Config(format!("finding the repository failed: {e}")))?
+    .map_err(DaemonError::Config)?;
     Ok(Door {
         tracker: Arc::new(client.clone()),
-        worktrees,
+        workspace,
         front: Box::new(Board {
             cfg,
             tracker_url,

@@ -273,6 +273,24 @@ pub(crate) fn urlencode(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Team Board has no pull requests: one that reaches it is an error the outbox
+    /// keeps in the dead letters (never retried, never dropped), sent nowhere.
+    #[tokio::test]
+    async fn a_pull_request_is_refused_for_good_not_dropped() {
+        let client = TrackerClient::new("http://127.0.0.1:9", "t").unwrap();
+        let pr = Report::PullRequest {
+            branch: "picogent/t1".into(),
+            summary: "s".into(),
+        };
+        let task = TaskId::new("t1").unwrap();
+        let e = client.report(&task, &pr, "k").await.unwrap_err();
+        assert!(matches!(e, TrackerError::Unsupported(_)), "{e}");
+        assert!(!e.is_transient() && !e.may_pass() && !e.is_unauthorized());
+        assert!(e.to_string().contains("picogent/t1"), "{e}");
+    }
+
     #[test]
     fn ids_are_encoded_as_one_segment() {
         assert_eq!(super::urlencode("t_12"), "t_12");

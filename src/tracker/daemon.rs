@@ -18,7 +18,7 @@ use crate::config::TrackerKind;
 use crate::tracker::base::{serve, wind_down, Core};
 use crate::tracker::router::Router;
 use crate::tracker::seam::Tracker;
-use crate::tracker::worktree::Worktrees;
+use crate::tracker::worktree::Workspace;
 
 pub use crate::tracker::base::{DaemonError, Timing};
 
@@ -26,8 +26,8 @@ pub use crate::tracker::base::{DaemonError, Timing};
 pub(crate) struct Door {
     /// Where reports go, and its hooks into a task's life.
     pub(crate) tracker: Arc<dyn Tracker>,
-    /// Each task's worktree, when tasks do not share the working folder.
-    pub(crate) worktrees: Option<Worktrees>,
+    /// Where tasks work.
+    pub(crate) workspace: Workspace,
     /// How events come in.
     pub(crate) front: Box<dyn Front>,
 }
@@ -97,7 +97,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         agent.clone(),
         core.journal,
         core.outbox.clone(),
-        door.worktrees,
+        door.workspace,
         door.tracker.clone(),
     );
     let mut front = door.front;

@@ -611,3 +611,51 @@ async fn a_chat_message_the_run_never_reads_is_answered_after_it() {
     assert!(last.contains("And the docs?"), "{last}");
     d.stop().await.unwrap();
 }
+
+/// A journal written before typed events (its events as Team Board's envelopes) is
+/// read at start: its pending task is worked, a finished one is still a duplicate,
+/// and the file is rewritten in the typed form.
+#[tokio::test]
+async fn a_journal_of_envelopes_from_before_typed_events_resumes_and_is_rewritten() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("Done after the upgrade.")]).await;
+    let tracker = FakeTracker::start().await;
+    let state = sb.home.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let lines = [
+        json!({"r": "accepted", "at": now, "event": assigned("evt_old", "t_old", "Left from before")}),
+        json!({"r": "accepted", "at": now, "event": assigned("evt_done", "t_done", "Finished before")}),
+        json!({"r": "done", "id": "evt_done", "at": now}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(state.join("journal.jsonl"), text).unwrap();
+
+    let d = sb.daemon(&llm, &tracker, json!({}));
+    tracker.wait_status("t_old", "review", 20).await;
+    assert_eq!(
+        tracker.timeline("t_old"),
+        vec![
+            "status:in_progress",
+            "comment:Done after the upgrade.",
+            "status:review"
+        ]
+    );
+    let first = &llm.requests()[0].body["messages"][0]["content"][0]["text"];
+    assert_eq!(first, "Task: Left from before\n\nPlease do it.");
+    let cb = tracker.callback_url().await;
+    let (status, body) = tracker
+        .deliver(&cb, &assigned("evt_done", "t_done", "Finished before"))
+        .await;
+    assert_eq!((status, body), (200, json!({"duplicate": true})));
+    d.stop().await.unwrap();
+    let journal = std::fs::read_to_string(state.join("journal.jsonl")).unwrap();
+    assert!(
+        !journal.contains(r#""r":"accepted""#),
+        "the open's compaction rewrites envelopes typed: {journal}"
+    );
+    assert!(tracker.timeline("t_done").is_empty());
+}

@@ -271,7 +271,7 @@ fn assemble(
     };
     Ok(Door {
         tracker: Arc::new(tracker),
-        worktrees: Some(worktrees),
+        workspace: crate::tracker::worktree::Workspace::Worktrees(worktrees),
         front: Box::new(Intakes {
             token: cfg.token.clone(),
             trigger: gh.trigger.for_login(&login),

@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod hooks;
+mod inject;
 mod run;
 mod status;
 #[cfg(test)]
@@ -26,7 +27,7 @@ use crate::tracker::outbox::Outbox;
 use crate::tracker::room::Room;
 use crate::tracker::seam::Tracker;
 use crate::tracker::types::{Arrival, Event, Report, TaskId};
-use crate::tracker::worktree::{SharedFolder, Worktrees};
+use crate::tracker::worktree::{SharedFolder, Workspace, Worktrees};
 
 /// After this many starts without finishing (the daemon died each time), a task is
 /// reported as blocked instead of being run again.
@@ -210,24 +211,19 @@ impl Router {
         agent: Agent,
         journal: JournalWriter,
         outbox: Outbox,
-        worktrees: Option<Worktrees>,
+        workspace: Workspace,
         tracker: Arc<dyn Tracker>,
     ) -> Router {
         let max = agent.config().max_concurrent_tasks;
         // A conclusion is kept while the journal has its event pending.
         outbox.keep_concluded_while(journal.pending_check());
         let mut dirs = vec![agent.config().state_dir(), agent.config().sessions_dir()];
-        if let Some(w) = &worktrees {
-            dirs.push(w.root().to_path_buf());
-        }
-        let shared_folder = match worktrees {
-            None => SharedFolder::find(
-                &agent.config().work_dir,
-                agent.sandbox(),
-                agent.config().git_timeout,
-            )
-            .map(Arc::new),
-            Some(_) => None,
+        let (worktrees, shared_folder) = match workspace {
+            Workspace::Worktrees(w) => {
+                dirs.push(w.root().to_path_buf());
+                (Some(w), None)
+            }
+            Workspace::Shared(folder) => (None, folder.map(Arc::new)),
         };
         Router {
             shared: Arc::new(Shared {
@@ -341,101 +337,6 @@ impl Router {
         };
         lock(&self.shared.state).queue.push_back(job);
         self.schedule();
-    }
-
-    /// Passes a chat message to the task's running work as an instruction, to be read
-    /// at its next step boundary. False when no such run is going.
-    fn inject(
-        &self,
-        event_id: &str,
-        task_id: &TaskId,
-        message: &crate::tracker::types::ChatMessage,
-    ) -> bool {
-        if !self.shared.agent.live_control() {
-            // The engine cannot take instructions mid-run: the message waits for the
-            // run and is answered after it, in the same session.
-            return false;
-        }
-        let control = lock(&self.shared.state)
-            .running
-            .get(task_id)
-            .and_then(|r| r.control.clone());
-        let Some(control) = control else { return false };
-        let who = message.author.as_ref().and_then(|a| a.name.clone());
-        let text = match &who {
-            Some(name) => format!(
-                "{name} writes on this task while you work on it:\n\n{}",
-                message.content
-            ),
-            None => format!(
-                "A message on this task while you work on it:\n\n{}",
-                message.content
-            ),
-        };
-        let Ok(receipt) = control.instruct_with_receipt(text, crate::agent::control::Role::User)
-        else {
-            return false;
-        };
-        tracing::info!(task = %task_id, message = %message.id, "chat message passed to the running task");
-        // The event is done only once the message is durably in the run's session; a
-        // run that ends without reading it leaves it to be answered after, as a chat
-        // job. A crash before either replays the event.
-        self.shared.tasks.spawn(self.clone().settle_injection(
-            receipt,
-            event_id.to_string(),
-            task_id.clone(),
-            message.clone(),
-        ));
-        true
-    }
-
-    /// Once the run has read an injected chat message, marks its event done after the
-    /// answer is queued; when the run ended without reading it, queues it as the
-    /// task's next chat job (or drops it, the task being cancelled).
-    async fn settle_injection(
-        self,
-        receipt: tokio::sync::oneshot::Receiver<()>,
-        event_id: String,
-        task_id: TaskId,
-        message: crate::tracker::types::ChatMessage,
-    ) {
-        if receipt.await.is_ok() {
-            let (done, event) = (self.clone(), event_id.clone());
-            // Done once the answer is queued (a full disk delays it, never drops it).
-            self.shared
-                .delivery
-                .queue_or_retry(
-                    &task_id,
-                    vec![Report::comment(
-                        "Noted: I passed this to the work on this task that is under way; its result will take it into account.",
-                        Some(message.id.clone()),
-                    )],
-                    vec![event_id.clone()],
-                    move || done.mark_done(&event),
-                )
-                .await;
-        } else {
-            let mut st = lock(&self.shared.state);
-            if st.cancelled.contains(&task_id) {
-                drop(st);
-                tracing::info!(task = %task_id, message = %message.id, "the task was cancelled before its run read the chat message");
-                self.mark_done(&event_id);
-                return;
-            }
-            tracing::info!(task = %task_id, message = %message.id, "the run ended before reading the chat message; it will be answered after");
-            // Next for its task, before anything that came later.
-            st.queue.push_front(Job {
-                event_id,
-                task_id,
-                kind: JobKind::Chat {
-                    message_id: message.id,
-                    content: message.content,
-                    author: message.author.and_then(|a| a.name),
-                },
-            });
-            drop(st);
-            self.schedule();
-        }
     }
 
     fn cancel(&self, event_id: &str, task_id: &TaskId, reason: Option<String>) {

@@ -28,7 +28,14 @@ fn router(dir: &std::path::Path) -> Router {
     let journal = JournalWriter::start(Journal::open(&state).unwrap()).unwrap();
     let board = crate::tracker::TrackerClient::new("http://127.0.0.1:9", "t").unwrap();
     let tracker = std::sync::Arc::new(board);
-    Router::new(agent, journal, Outbox::open(&state).unwrap(), None, tracker)
+    let shared = crate::tracker::worktree::Workspace::Shared(None);
+    Router::new(
+        agent,
+        journal,
+        Outbox::open(&state).unwrap(),
+        shared,
+        tracker,
+    )
 }
 
 fn tid(id: &str) -> TaskId {

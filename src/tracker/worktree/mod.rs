@@ -411,6 +411,27 @@ mod push;
 mod shared;
 pub(crate) use shared::{SharedFolder, Status as FolderStatus};
 
+/// Where a daemon's tasks work: each in a worktree of its own, or all in the shared
+/// working folder (with the repository it is in, when it is one, to name what a run
+/// changed).
+pub(crate) enum Workspace {
+    Worktrees(Worktrees),
+    Shared(Option<SharedFolder>),
+}
+
+impl Workspace {
+    /// As the settings say. Blocking (git): call off the runtime.
+    pub(crate) fn decide(
+        cfg: &crate::config::Config,
+        sandbox: &crate::sandbox::Sandbox,
+    ) -> Result<Workspace, String> {
+        Ok(match Worktrees::decide(cfg)? {
+            Some(w) => Workspace::Worktrees(w),
+            None => Workspace::Shared(SharedFolder::find(&cfg.work_dir, sandbox, cfg.git_timeout)),
+        })
+    }
+}
+
 /// The router's side: each step off the runtime's threads (git is blocking work).
 impl Worktrees {
     /// The task's worktree for a run.
