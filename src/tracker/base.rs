@@ -152,16 +152,12 @@ pub(crate) async fn wind_down(
     }
 }
 
-/// Binds `listen_port` on the host `listen` names and serves the health app and its
-/// routes (`/events`, the GitHub webhook) until `server_stop`, in a task of `owned`;
-/// the port it listens on.
-pub(crate) async fn serve(
+/// Binds `listen_port` on the host `listen` names: before any work resumes, so a port
+/// already taken stops the daemon with nothing started.
+pub(crate) async fn bind(
     cfg: &Config,
-    listen: Listen,
-    router: &Router,
-    server_stop: &CancellationToken,
-    owned: &TaskTracker,
-) -> Result<u16, DaemonError> {
+    listen: &Listen,
+) -> Result<(tokio::net::TcpListener, u16), DaemonError> {
     let addr = std::net::SocketAddr::new(listen.host, cfg.listen_port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -173,6 +169,18 @@ pub(crate) async fn serve(
         .local_addr()
         .map(|a| a.port())
         .unwrap_or(cfg.listen_port);
+    Ok((listener, port))
+}
+
+/// Serves the health app and `listen`'s routes (`/events`, the GitHub webhook) on the
+/// bound `listener` until `server_stop`, in a task of `owned`.
+pub(crate) fn serve(
+    listener: tokio::net::TcpListener,
+    listen: Listen,
+    router: &Router,
+    server_stop: &CancellationToken,
+    owned: &TaskTracker,
+) {
     let mut app = super::http::app(listen.token, router.clone());
     if let Some(extra) = listen.routes {
         app = app.merge(extra);
@@ -186,5 +194,4 @@ pub(crate) async fn serve(
             tracing::error!("events server failed: {e}");
         }
     });
-    Ok(port)
 }

@@ -26,9 +26,17 @@ struct Board {
     timing: Timing,
 }
 
-/// Team Board's door: the client reports go through, the worktrees, how events come.
-pub(crate) async fn open(o: &Opening<'_>) -> Result<Door, DaemonError> {
-    let cfg = o.agent.config().clone();
+/// What Team Board's settings give before anything opens: where it is, the token,
+/// the client reports go through.
+pub(crate) struct Prepared {
+    tracker_url: String,
+    token: String,
+    client: TrackerClient,
+}
+
+/// Checks Team Board's settings (before the state opens, so a missing URL or token is
+/// the first thing an operator hears).
+pub(crate) fn prepare(cfg: &Config, timing: &Timing) -> Result<Prepared, DaemonError> {
     let tracker_url = cfg.tracker_url.clone().ok_or_else(|| {
         DaemonError::Config("agent mode needs tracker_url (or TRACKER_URL)".into())
     })?;
@@ -37,7 +45,22 @@ pub(crate) async fn open(o: &Opening<'_>) -> Result<Door, DaemonError> {
     })?;
     let client = TrackerClient::new(&tracker_url, &token)
         .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?
-        .with_report_timeout(o.timing.report_timeout);
+        .with_report_timeout(timing.report_timeout);
+    Ok(Prepared {
+        tracker_url,
+        token,
+        client,
+    })
+}
+
+/// Team Board's door: the client reports go through, the worktrees, how events come.
+pub(crate) async fn open(p: Prepared, o: &Opening<'_>) -> Result<Door, DaemonError> {
+    let Prepared {
+        tracker_url,
+        token,
+        client,
+    } = p;
+    let cfg = o.agent.config().clone();
     let agent = o.agent.clone();
     let workspace = tokio::task::spawn_blocking(move || {
         crate::tracker::worktree::Workspace::decide(agent.config(), agent.sandbox())

@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::agent::Agent;
 use crate::config::TrackerKind;
-use crate::tracker::base::{serve, wind_down, Core};
+use crate::tracker::base::{bind, serve, wind_down, Core};
 use crate::tracker::router::Router;
 use crate::tracker::seam::Tracker;
 use crate::tracker::worktree::Workspace;
@@ -72,9 +72,23 @@ pub(crate) struct Opening<'a> {
     pub(crate) background: &'a CancellationToken,
 }
 
+/// A tracker kind's settings, checked before the state opens.
+enum Prepared {
+    Board(crate::tracker::board::Prepared),
+    Github(crate::tracker::github::Prepared),
+}
+
+/// How long shutdown waits for the work the doors started (a webhook being handled, a
+/// GitHub comment going out) once the tasks and the outbox have stopped.
+const OWNED_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs agent mode until `stop` is cancelled (then drains) or a fatal error.
 pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
     let cfg = agent.config().clone();
+    let prepared = match cfg.tracker {
+        TrackerKind::TeamBoard => Prepared::Board(crate::tracker::board::prepare(&cfg, &timing)?),
+        TrackerKind::Github => Prepared::Github(crate::tracker::github::prepare(&cfg, &stop)?),
+    };
     let core = Core::open(&agent, &timing).await?;
     let owned = TaskTracker::new();
     let background = CancellationToken::new();
@@ -85,13 +99,17 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         owned: &owned,
         background: &background,
     };
-    let door = match cfg.tracker {
-        TrackerKind::TeamBoard => crate::tracker::board::open(&opening).await?,
-        TrackerKind::Github => match crate::tracker::github::open(&opening).await? {
-            Some(door) => door,
-            // Stopped while GitHub was still being asked.
-            None => return Ok(()),
-        },
+    let opened = match prepared {
+        Prepared::Board(p) => crate::tracker::board::open(p, &opening).await.map(Some),
+        Prepared::Github(p) => crate::tracker::github::open(p, &opening).await,
+    };
+    let door = match opened {
+        Ok(Some(door)) => door,
+        // Stopped while GitHub was still being asked, or the door could not open.
+        end => {
+            close_owned(&owned, &background).await;
+            return end.map(|_| ());
+        }
     };
     let router = Router::new(
         agent.clone(),
@@ -102,6 +120,21 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     );
     let mut front = door.front;
     front.attach(&router);
+    let listen = front.listen(&router);
+    // Bound before any work resumes: a port already taken, when the door needs it,
+    // stops the daemon with nothing started.
+    let bound = match bind(&cfg, &listen).await {
+        Ok(bound) => Some(bound),
+        Err(e) if !listen.required => {
+            tracing::warn!("no health server: {e}");
+            None
+        }
+        Err(e) => {
+            close_owned(&owned, &background).await;
+            router.flush_journal().await;
+            return Err(e);
+        }
+    };
     let outbox_task = tokio::spawn(core.outbox.clone().run(
         door.tracker,
         timing.report_backoff,
@@ -111,24 +144,11 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     router.resume_pending();
 
     let server_stop = CancellationToken::new();
-    let listen = front.listen(&router);
-    let required = listen.required;
-    let result = match serve(&cfg, listen, &router, &server_stop, &owned).await {
-        Ok(port) => {
-            front
-                .run(router.clone(), Some(port), stop, owned.clone())
-                .await
-        }
-        Err(e) if !required => {
-            tracing::warn!("no health server: {e}");
-            front.run(router.clone(), None, stop, owned.clone()).await
-        }
-        Err(e) => Err(e),
-    };
-    if let Err(e) = &result {
-        tracing::error!("{e}");
-    }
-    owned.close();
+    let port = bound.map(|(listener, port)| {
+        serve(listener, listen, &router, &server_stop, &owned);
+        port
+    });
+    let result = front.run(router.clone(), port, stop, owned.clone()).await;
     wind_down(
         &cfg,
         &router,
@@ -138,7 +158,19 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         &server_stop,
     )
     .await;
-    owned.wait().await;
+    close_owned(&owned, &background).await;
     tracing::info!("stopped");
     result
+}
+
+/// Stops the doors' background work and waits a bounded while for what they started.
+async fn close_owned(owned: &TaskTracker, background: &CancellationToken) {
+    background.cancel();
+    owned.close();
+    if tokio::time::timeout(OWNED_GRACE, owned.wait()).await.is_err() {
+        tracing::warn!(
+            tasks = owned.len(),
+            "work the tracker's door started did not end within {OWNED_GRACE:?}; leaving it"
+        );
+    }
 }

@@ -41,7 +41,7 @@ impl DeadLetters {
     /// Appends one refused report and syncs it. Blocking: call off the runtime.
     pub(crate) fn keep(
         &self,
-        task_id: &crate::tracker::types::TaskId,
+        task_id: &str,
         key: &str,
         report: &Report,
         why: &str,

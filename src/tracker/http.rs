@@ -155,7 +155,7 @@ async fn events(
                 )
             }
         };
-    let arrival = match Envelope::from_slice(&body).and_then(|e| Arrival::from_envelope(&e)) {
+    let arrival = match Envelope::from_slice(&body).and_then(|e| Arrival::from_board(&e)) {
         Ok(Some(a)) => a,
         Ok(None) => return (StatusCode::OK, Json(json!({"ignored": true}))).into_response(),
         Err(msg) => return error(StatusCode::BAD_REQUEST, "invalid_event", &msg),

@@ -169,7 +169,7 @@ impl Journal {
                         seen.insert(event.id.clone(), at);
                         // One that no longer reads as an event the agent handles is
                         // remembered (a redelivery stays a duplicate), not worked.
-                        match Arrival::from_envelope(&event) {
+                        match Arrival::from_old_journal(&event) {
                             Ok(Some(arrival)) => pending.push(arrival),
                             Ok(None) | Err(_) => {
                                 tracing::warn!(id = %event.id, "{}: an event of type {:?} that cannot be worked is dropped", path.display(), event.kind);

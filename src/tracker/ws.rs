@@ -466,7 +466,7 @@ async fn handle_event(router: &Router, raw: Value) -> Option<String> {
         }
     };
     let id = env.id.clone();
-    let arrival = match Arrival::from_envelope(&env) {
+    let arrival = match Arrival::from_board(&env) {
         Ok(Some(a)) => a,
         Ok(None) => {
             tracing::debug!(id = %id, kind = %env.kind, "ignored an event type this agent does not handle");

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use futures_util::future::BoxFuture;
 use tokio_util::task::TaskTracker;
 
-use crate::config::GithubConfig;
+use crate::config::{Config, GithubConfig};
 use crate::tracker::daemon::{DaemonError, Door, Front, Listen, Opening, Timing};
 use crate::tracker::router::Router;
 use crate::tracker::seam::Tracker;
@@ -372,10 +372,16 @@ impl Front for Intakes {
     }
 }
 
-/// GitHub mode's door: GitHub met (picogent's login, the default branch), the clone's
-/// worktrees, the book. `None` when `stop` came while GitHub was still being asked.
-pub(crate) async fn open(o: &Opening<'_>) -> Result<Option<Door>, DaemonError> {
-    let cfg = o.agent.config().clone();
+/// What GitHub mode's settings give before anything opens: the block, the API client.
+pub(crate) struct Prepared {
+    gh: GithubConfig,
+    auth: Arc<Auth>,
+    api: Arc<Api>,
+}
+
+/// Checks GitHub mode's settings (before the state opens, so a missing block or a bad
+/// key is the first thing an operator hears); `stop` ends the client's waits.
+pub(crate) fn prepare(cfg: &Config, stop: &CancellationToken) -> Result<Prepared, DaemonError> {
     let gh = cfg
         .github
         .clone()
@@ -383,9 +389,17 @@ pub(crate) async fn open(o: &Opening<'_>) -> Result<Option<Door>, DaemonError> {
     let auth =
         Arc::new(Auth::from_config(&gh.auth).map_err(|e| DaemonError::Config(e.to_string()))?);
     let api = Arc::new(
-        Api::new(&gh.api_url, &gh.repo(), auth.clone(), o.stop.clone())
+        Api::new(&gh.api_url, &gh.repo(), auth.clone(), stop.clone())
             .map_err(|e| DaemonError::Config(format!("cannot build the HTTP client: {e}")))?,
     );
+    Ok(Prepared { gh, auth, api })
+}
+
+/// GitHub mode's door: GitHub met (picogent's login, the default branch), the clone's
+/// worktrees, the book. `None` when `stop` came while GitHub was still being asked.
+pub(crate) async fn open(p: Prepared, o: &Opening<'_>) -> Result<Option<Door>, DaemonError> {
+    let Prepared { gh, auth, api } = p;
+    let cfg = o.agent.config().clone();
     let Some(met) = meet(&api, &gh, o.timing, o.stop).await? else {
         return Ok(None);
     };

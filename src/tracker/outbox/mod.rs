@@ -47,7 +47,9 @@ enum Record {
     Add {
         seq: u64,
         key: String,
-        task_id: TaskId,
+        /// Read as text: a line from before task ids were checked, whose id is no
+        /// usable one, goes to the dead letters instead of failing to parse.
+        task_id: String,
         report: Report,
     },
     Sent {
@@ -155,7 +157,7 @@ impl State {
             let rec = Record::Add {
                 seq,
                 key: key.clone(),
-                task_id: task_id.clone(),
+                task_id: task_id.as_str().to_string(),
                 report: report.clone(),
             };
             crate::util::push_json_line(&mut bytes, &rec)?;
@@ -198,7 +200,7 @@ impl State {
             let rec = Record::Add {
                 seq: it.seq,
                 key: it.key.clone(),
-                task_id: it.task_id.clone(),
+                task_id: it.task_id.as_str().to_string(),
                 report: it.report.clone(),
             };
             crate::util::push_json_line(&mut buf, &rec)?;
@@ -217,6 +219,7 @@ impl Outbox {
         let mut items: Vec<Item> = Vec::new();
         let mut concluded = std::collections::HashMap::new();
         let mut next_seq = 1;
+        let dead = DeadLetters::open(dir);
         if path.exists() {
             for (n, line) in std::fs::read_to_string(&path)?.lines().enumerate() {
                 match serde_json::from_str::<Record>(line) {
@@ -227,12 +230,15 @@ impl Outbox {
                         report,
                     }) => {
                         next_seq = next_seq.max(seq.saturating_add(1));
-                        items.push(Item {
-                            seq,
-                            key,
-                            task_id,
-                            report,
-                        });
+                        match TaskId::new(task_id) {
+                            Ok(task_id) => items.push(Item {
+                                seq,
+                                key,
+                                task_id,
+                                report,
+                            }),
+                            Err(e) => dead.keep(e.id(), &key, &report, &e.to_string())?,
+                        }
                     }
                     Ok(Record::Sent { seq }) => items.retain(|i| i.seq != seq),
                     Ok(Record::Concluded { event, at }) => {
@@ -272,7 +278,7 @@ impl Outbox {
             notify,
             emptied: Arc::new(Notify::new()),
             writer: Arc::new(writer),
-            dead: Arc::new(DeadLetters::open(dir)),
+            dead: Arc::new(dead),
             failing: Arc::new(Mutex::new(None)),
             refusing: Arc::new(Mutex::new(None)),
         })
@@ -499,7 +505,7 @@ impl Outbox {
     async fn keep_dead(&self, item: &Item, e: &super::client::TrackerError) -> bool {
         let (dead, it, why) = (self.dead.clone(), item.clone(), e.to_string());
         let kept =
-            tokio::task::spawn_blocking(move || dead.keep(&it.task_id, &it.key, &it.report, &why))
+            tokio::task::spawn_blocking(move || dead.keep(it.task_id.as_str(), &it.key, &it.report, &why))
                 .await;
         match kept {
             Ok(Ok(())) => {

@@ -68,6 +68,13 @@ pub struct TaskId(String);
 #[error("{0:?} is not a usable task id")]
 pub struct BadTaskId(String);
 
+impl BadTaskId {
+    /// The id as it came.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
 impl TaskId {
     pub fn new(id: impl Into<String>) -> Result<TaskId, BadTaskId> {
         let id = id.into();
@@ -263,31 +270,38 @@ pub struct Arrival {
 
 impl Arrival {
     /// A Team Board envelope as an arrival; `Ok(None)` for a type the agent does not
-    /// handle. Journals written before typed events hold GitHub's arrivals as
-    /// envelopes too, with a `github` field beside the event's own.
-    pub(crate) fn from_envelope(env: &Envelope) -> Result<Option<Arrival>, String> {
+    /// handle. Whatever its id or fields say, it is Team Board's.
+    pub(crate) fn from_board(env: &Envelope) -> Result<Option<Arrival>, String> {
         let Some(event) = Event::parse(env)? else {
             return Ok(None);
         };
-        // A GitHub chat message's envelope had no `github` field; its id says it.
+        Ok(Some(Arrival {
+            id: env.id.clone(),
+            event,
+            origin: Origin::Board {
+                created_at: env.created_at.clone(),
+            },
+        }))
+    }
+
+    /// An envelope from a journal written before typed events, which held GitHub's
+    /// arrivals as envelopes too: with a `github` field beside the event's own, or (a
+    /// chat message) an id that starts `github-`.
+    pub(crate) fn from_old_journal(env: &Envelope) -> Result<Option<Arrival>, String> {
+        let Some(mut arrival) = Arrival::from_board(env)? else {
+            return Ok(None);
+        };
         let github = (env.id.starts_with("github-")).then(|| serde_json::json!({}));
-        let origin = match env.data.get("github").or(github.as_ref()) {
-            Some(g) => Origin::Github {
+        if let Some(g) = env.data.get("github").or(github.as_ref()) {
+            arrival.origin = Origin::Github {
                 generation: g["generation"]
                     .as_u64()
                     .and_then(|n| u32::try_from(n).ok())
                     .unwrap_or(0),
                 by: serde_json::from_value(g["by"].clone()).ok(),
-            },
-            None => Origin::Board {
-                created_at: env.created_at.clone(),
-            },
-        };
-        Ok(Some(Arrival {
-            id: env.id.clone(),
-            event,
-            origin,
-        }))
+            };
+        }
+        Ok(Some(arrival))
     }
 
     pub(crate) fn task_id(&self) -> &TaskId {
@@ -369,7 +383,7 @@ mod tests {
     #[test]
     fn arrivals_round_trip_and_old_envelopes_read_as_them() {
         let board = Envelope::from_value(json!({"id": "e", "type": "chat.message", "created_at": "2026-01-01T00:00:00Z", "data": {"task_id": "t1", "message": {"id": "m", "content": "hi", "author": {"name": "Ann"}}}})).unwrap();
-        let a = Arrival::from_envelope(&board).unwrap().unwrap();
+        let a = Arrival::from_board(&board).unwrap().unwrap();
         assert_eq!(
             a.origin,
             Origin::Board {
@@ -379,7 +393,10 @@ mod tests {
         let back: Arrival = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
         assert_eq!(back, a);
         let github = Envelope::from_value(json!({"id": "github-delivery-d", "type": "task.assigned", "data": {"task": {"id": "issue-3", "title": "T", "description": "D"}, "github": {"generation": 2, "by": "mention"}}})).unwrap();
-        let a = Arrival::from_envelope(&github).unwrap().unwrap();
+        // Live, Team Board's whatever it says; from an old journal, GitHub's.
+        let live = Arrival::from_board(&github).unwrap().unwrap();
+        assert_eq!(live.origin, Origin::Board { created_at: None });
+        let a = Arrival::from_old_journal(&github).unwrap().unwrap();
         assert_eq!(
             a.origin,
             Origin::Github {
