@@ -167,7 +167,10 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
 async fn close_owned(owned: &TaskTracker, background: &CancellationToken) {
     background.cancel();
     owned.close();
-    if tokio::time::timeout(OWNED_GRACE, owned.wait()).await.is_err() {
+    if tokio::time::timeout(OWNED_GRACE, owned.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!(
             tasks = owned.len(),
             "work the tracker's door started did not end within {OWNED_GRACE:?}; leaving it"

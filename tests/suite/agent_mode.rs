@@ -659,3 +659,40 @@ async fn a_journal_of_envelopes_from_before_typed_events_resumes_and_is_rewritte
     );
     assert!(tracker.timeline("t_done").is_empty());
 }
+
+/// A callback port already taken stops the daemon before anything resumes: the
+/// unfinished event from the last run is neither started nor reported, and stays in
+/// the journal for the next start.
+#[tokio::test]
+async fn a_taken_port_stops_the_daemon_before_unfinished_work_resumes() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("Should not run.")]).await;
+    let tracker = FakeTracker::start().await;
+    let state = sb.home.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let line =
+        json!({"r": "accepted", "at": now, "event": assigned("evt_left", "t_left", "Left over")});
+    std::fs::write(state.join("journal.jsonl"), format!("{line}\n")).unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+
+    let d = sb.daemon(&llm, &tracker, json!({"listen_port": port}));
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), d.task)
+        .await
+        .expect("the daemon did not stop")
+        .unwrap();
+    let err = ended
+        .expect_err("a taken port is fatal on callbacks")
+        .to_string();
+    assert!(err.contains(&port.to_string()), "{err}");
+    assert!(llm.requests().is_empty(), "the left-over task ran");
+    assert!(tracker.timeline("t_left").is_empty());
+    let journal = std::fs::read_to_string(state.join("journal.jsonl")).unwrap();
+    assert!(journal.contains("evt_left"), "{journal}");
+    assert!(!journal.contains(r#""r":"started""#), "{journal}");
+    drop(taken);
+}

@@ -504,9 +504,10 @@ impl Outbox {
     /// false when it could not be written.
     async fn keep_dead(&self, item: &Item, e: &super::client::TrackerError) -> bool {
         let (dead, it, why) = (self.dead.clone(), item.clone(), e.to_string());
-        let kept =
-            tokio::task::spawn_blocking(move || dead.keep(it.task_id.as_str(), &it.key, &it.report, &why))
-                .await;
+        let kept = tokio::task::spawn_blocking(move || {
+            dead.keep(it.task_id.as_str(), &it.key, &it.report, &why)
+        })
+        .await;
         match kept {
             Ok(Ok(())) => {
                 tracing::error!(

@@ -91,3 +91,30 @@ async fn a_conclusion_is_forgotten_only_once_its_event_is_done() {
     assert!(again.concluded("e1") && again.concluded("e2") && again.concluded("still-pending"));
     assert_eq!(again.len(), 1);
 }
+
+/// A report queued before task ids were checked, for an id no path could take, is
+/// kept in the dead letters at the next open, not dropped with its line.
+#[test]
+fn an_old_report_for_an_unusable_task_id_goes_to_the_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = serde_json::to_value(Report::comment("hi", None)).unwrap();
+    let lines = [
+        serde_json::json!({"r": "add", "seq": 1, "key": "k1", "task_id": "a/b", "report": report}),
+        serde_json::json!({"r": "add", "seq": 2, "key": "k2", "task_id": "ok", "report": report}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.path().join("outbox.jsonl"), text).unwrap();
+    let outbox = Outbox::open(dir.path()).unwrap();
+    assert_eq!(
+        contents(&outbox),
+        vec![(tid("ok"), Report::comment("hi", None))]
+    );
+    let (count, path) = outbox.dead_letters();
+    assert_eq!(count, 1);
+    let dead = std::fs::read_to_string(path).unwrap();
+    assert!(
+        dead.contains("\"a/b\"") && dead.contains("\"k1\""),
+        "{dead}"
+    );
+    assert!(dead.contains("not a usable task id"), "{dead}");
+}
