@@ -14,6 +14,7 @@ mod net;
 pub mod provider;
 pub mod sandbox;
 pub mod session;
+mod store;
 pub mod tools;
 pub mod tracker;
 pub mod util;

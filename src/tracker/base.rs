@@ -142,8 +142,8 @@ pub(crate) async fn wind_down(
     let _ = tokio::time::timeout(Duration::from_secs(5), outbox.emptied()).await;
     outbox_stop.cancel();
     let _ = outbox_task.await;
-    router.flush_journal().await;
-    outbox.flush().await;
+    router.close_journal().await;
+    outbox.close().await;
     if !outbox.is_empty() {
         tracing::warn!(
             "{} report(s) not yet delivered; they are sent at the next start",

@@ -131,7 +131,8 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         }
         Err(e) => {
             close_owned(&owned, &background).await;
-            router.flush_journal().await;
+            router.close_journal().await;
+            core.outbox.close().await;
             return Err(e);
         }
     };

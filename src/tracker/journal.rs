@@ -7,18 +7,18 @@
 //! The file is append-only between compactions; a compaction rewrites it (to a temp
 //! file, synced, then renamed) with only the remembered ids and unfinished events.
 //!
-//! Every write goes through the journal's writer thread (`journal_writer.rs`), which
-//! syncs accepted events in groups.
+//! Writes go through the store's one log (`store::log`): handed over under the
+//! journal's lock, synced in groups by the log's job; `journal_writer.rs` is the handle
+//! the router holds, which waits for an accepted event's sync before answering.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::types::{Arrival, Envelope, Event, Origin};
+use crate::store::log::{self, Log, LogError};
 
 /// How long accepted ids are remembered.
 const REMEMBER_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -124,18 +124,11 @@ impl Record {
 }
 
 pub(crate) struct Journal {
-    path: PathBuf,
-    file: Arc<File>,
+    log: Log,
     /// id → when it was accepted.
     seen: HashMap<String, i64>,
     pending: PendingSet,
     appended: usize,
-    /// A write failed: rewrite the file from memory at the next chance.
-    needs_compact: bool,
-}
-
-fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
 }
 
 impl Journal {
@@ -144,13 +137,13 @@ impl Journal {
         let path = dir.join("journal.jsonl");
         let mut seen = HashMap::new();
         let mut pending = PendingSet::default();
-        if path.exists() {
-            let text = std::fs::read_to_string(&path)?;
+        {
+            let text = log::read(&path)?;
             for (n, line) in text.lines().enumerate() {
                 let rec: Record = match serde_json::from_str(line) {
                     Ok(r) => r,
                     Err(e) => {
-                        // Only the last line can be torn by a crash; anything else is damage.
+                        // A torn last line is cut off by `read`: this is damage.
                         tracing::warn!("{}: line {} skipped: {e}", path.display(), n + 1);
                         continue;
                     }
@@ -190,17 +183,14 @@ impl Journal {
         }
         let cutoff = crate::util::now_millis() - REMEMBER_MS;
         seen.retain(|id, at| *at >= cutoff || pending.contains(id));
-        let file = Arc::new(open_append(&path)?);
-        let mut j = Journal {
-            path,
-            file,
+        // The file starts as what is still needed, written durably before any event.
+        let log = Log::replace(&path, &content(&seen, &pending)?)?;
+        Ok(Journal {
+            log,
             seen,
             pending,
             appended: 0,
-            needs_compact: false,
-        };
-        j.compact()?;
-        Ok(j)
+        })
     }
 
     /// Unfinished events in the order they were accepted.
@@ -217,14 +207,15 @@ impl Journal {
         self.seen.contains_key(id)
     }
 
-    /// Appends a record, not synced.
+    /// Hands a record to the log, not synced. After a failure the log refuses every
+    /// append until a compaction rewrites the file from memory: that is tried first.
     fn append(&mut self, rec: &Record) -> io::Result<()> {
+        if self.log.failed().is_some() {
+            self.compact()?;
+        }
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, rec)?;
-        crate::util::append_whole(&self.file, &line).inspect_err(|_| {
-            // A failed append may have left a torn line that could not be cut off.
-            self.needs_compact = true;
-        })?;
+        self.log.append(&line)?;
         self.appended += 1;
         Ok(())
     }
@@ -233,12 +224,20 @@ impl Journal {
     #[cfg(test)]
     pub(crate) fn accept(&mut self, arrival: &Arrival) -> io::Result<bool> {
         let new = self.accept_unsynced(arrival)?;
-        self.file.sync_data()?;
+        self.wait_durable()?;
         Ok(new)
     }
 
+    /// Blocks until everything handed over is durable (tests outside a runtime).
+    #[cfg(test)]
+    pub(crate) fn wait_durable(&self) -> io::Result<()> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.log.sync_then(move |r| drop(tx.send(r)));
+        Ok(rx.recv().map_err(io::Error::other)??)
+    }
+
     /// Writes an event without waiting for the disk (`false` when its id was accepted
-    /// before); not to be acknowledged before `file()` is synced.
+    /// before); not to be acknowledged before `sync` says it is durable.
     pub(crate) fn accept_unsynced(&mut self, arrival: &Arrival) -> io::Result<bool> {
         if self.seen.contains_key(&arrival.id) {
             return Ok(false);
@@ -250,9 +249,17 @@ impl Journal {
         Ok(true)
     }
 
-    /// The file that holds every write so far (a compaction replaces it).
-    pub(crate) fn file(&self) -> Arc<File> {
-        self.file.clone()
+    /// Resolves once every record handed over so far is durable. What it waits for is
+    /// fixed now, under the journal's lock.
+    pub(crate) fn sync(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
+        self.log.sync()
+    }
+
+    /// A handle on the journal's log, to close it without holding the journal's lock.
+    pub(crate) fn log_handle(&self) -> Log {
+        self.log.clone()
     }
 
     /// Forgets an event whose write could not be synced, so a redelivery is taken.
@@ -287,45 +294,47 @@ impl Journal {
         // Proportional to what a compaction rewrites, so its cost stays constant per
         // record: with many ids remembered, rewriting them every 1,000 records held the
         // journal (and every acknowledgement waiting on it) for milliseconds each time.
-        if self.needs_compact
-            || self.appended >= COMPACT_EVERY.max(2 * (self.seen.len() + self.pending.len()))
-        {
+        if self.appended >= COMPACT_EVERY.max(2 * (self.seen.len() + self.pending.len())) {
             self.compact()?;
         }
         Ok(())
     }
 
-    /// Rewrites the file with only what is still needed.
+    /// Has the file rewritten with only what is still needed (by the log's job).
     fn compact(&mut self) -> io::Result<()> {
-        let mut buf = Vec::new();
-        for (id, at) in &self.seen {
-            if !self.pending.contains(id) {
-                crate::util::push_json_line(
-                    &mut buf,
-                    &Record::Seen {
-                        id: id.clone(),
-                        at: *at,
-                    },
-                )?;
-            }
-        }
-        for p in self.pending.iter() {
-            let at = self.seen.get(&p.arrival.id).copied().unwrap_or(0);
-            crate::util::push_json_line(&mut buf, &Record::of(&p.arrival, at))?;
-            for _ in 0..p.attempts {
-                crate::util::push_json_line(
-                    &mut buf,
-                    &Record::Started {
-                        id: p.arrival.id.clone(),
-                    },
-                )?;
-            }
-        }
-        self.file = Arc::new(crate::util::rewrite_log(&self.path, &buf)?);
+        self.log.rewrite(content(&self.seen, &self.pending)?)?;
         self.appended = 0;
-        self.needs_compact = false;
         Ok(())
     }
+}
+
+/// What the file must hold: the remembered ids and the unfinished events.
+fn content(seen: &HashMap<String, i64>, pending: &PendingSet) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    for (id, at) in seen {
+        if !pending.contains(id) {
+            crate::util::push_json_line(
+                &mut buf,
+                &Record::Seen {
+                    id: id.clone(),
+                    at: *at,
+                },
+            )?;
+        }
+    }
+    for p in pending.iter() {
+        let at = seen.get(&p.arrival.id).copied().unwrap_or(0);
+        crate::util::push_json_line(&mut buf, &Record::of(&p.arrival, at))?;
+        for _ in 0..p.attempts {
+            crate::util::push_json_line(
+                &mut buf,
+                &Record::Started {
+                    id: p.arrival.id.clone(),
+                },
+            )?;
+        }
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]
@@ -359,6 +368,7 @@ pub(super) mod tests {
         assert!(j.accept(&arrival("e2")).unwrap());
         assert_eq!(j.started("e1").unwrap(), 1);
         j.done("e2").unwrap();
+        j.wait_durable().unwrap();
         drop(j);
         let mut j = Journal::open(dir.path()).unwrap();
         assert_eq!(

@@ -10,7 +10,6 @@
 //! requests behind the same router, journal and outbox.
 
 mod base;
-mod batch;
 mod board;
 mod client;
 pub mod daemon;

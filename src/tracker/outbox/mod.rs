@@ -13,12 +13,12 @@
 //! Each report carries an `Idempotency-Key`, so a tracker that honours it drops the one
 //! repeat that can happen when the daemon dies between a send and its bookkeeping.
 //!
-//! Every write to the file happens on the outbox's writer thread (`batch.rs`): reports
-//! queued together are written and synced once, and a delivery's record and the
-//! compaction it may cause never run on the async runtime's threads.
+//! Every write goes through the store's one log (`store::log`): reports queued
+//! together share one sync (group commit) on the log's job, and a delivery's record and
+//! a compaction (a rewrite from memory) are operations of that job too, never writes on
+//! the async runtime's threads.
 
 use std::collections::{HashSet, VecDeque};
-use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,14 +28,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::batch::{stopped, BatchThread};
 use super::dead_letter::DeadLetters;
 use super::seam::Tracker;
 use super::types::{Report, TaskId};
+use crate::store::log::{self, Log};
 use crate::util::lock;
 
-/// Most jobs taken in one batch (one sync).
-const MAX_BATCH: usize = 256;
 /// Tasks whose reports are delivered at the same time.
 const LANES: usize = 8;
 /// Records written before the file is compacted, at least (see `commit`).
@@ -79,23 +77,14 @@ struct Item {
     report: Report,
 }
 
-enum Job {
-    Push {
-        task_id: TaskId,
-        reports: Vec<Report>,
-        concludes: Vec<String>,
-        reply: oneshot::Sender<io::Result<()>>,
-    },
-    Sent {
-        seq: u64,
-    },
-}
-
 struct State {
-    path: PathBuf,
-    /// Shared with the sync that runs outside the lock.
-    file: Arc<File>,
+    log: Log,
+    /// Queued and durable: what is delivered.
     items: VecDeque<Item>,
+    /// Written, not yet durable: delivered once the log says they are, and part of
+    /// every compaction meanwhile (the rewrite supersedes their own write).
+    unsynced: Vec<Item>,
+    unsynced_concludes: Vec<String>,
     /// Events whose concluding reports were queued (id → when), kept across
     /// compactions for `REMEMBER_MS`.
     concluded: std::collections::HashMap<String, i64>,
@@ -104,9 +93,6 @@ struct State {
     pending: Option<PendingCheck>,
     next_seq: u64,
     appended: usize,
-    /// A write or a sync failed: rewrite the file from memory (dropping torn lines and
-    /// reports that were refused) at the end of every batch until it works.
-    needs_compact: bool,
 }
 
 #[derive(Clone)]
@@ -115,9 +101,6 @@ pub(crate) struct Outbox {
     notify: Arc<Notify>,
     /// Told when the last queued report was delivered (`emptied`).
     emptied: Arc<Notify>,
-    /// Pushes are bounded by the runs and events that report, delivery records by the
-    /// delivery lanes.
-    writer: Arc<BatchThread<Job>>,
     /// Where reports the tracker refused for good go.
     dead: Arc<DeadLetters>,
     /// Why the last attempt failed, while the tracker is not taking reports.
@@ -132,13 +115,36 @@ impl State {
     fn append_sent(&mut self, seq: u64) -> io::Result<()> {
         let mut line = Vec::new();
         crate::util::push_json_line(&mut line, &Record::Sent { seq })?;
-        crate::util::append_whole(&self.file, &line).inspect_err(|_| self.needs_compact = true)?;
+        self.append(&line)?;
         self.appended += 1;
+        self.maybe_compact();
         Ok(())
     }
 
+    /// Hands bytes to the log. After a failure the log refuses every append until a
+    /// compaction rewrites the file from memory (dropping torn lines, and reports whose
+    /// write failed): that is tried first.
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.log.failed().is_some() {
+            self.compact()?;
+        }
+        Ok(self.log.append(bytes)?)
+    }
+
+    /// Compacts once the file holds twice what it must: proportional to what it
+    /// rewrites, since a rewrite every 1,000 records made a long backlog (a slow
+    /// tracker) cost its square.
+    fn maybe_compact(&mut self) {
+        let kept = self.items.len() + self.unsynced.len() + self.concluded.len();
+        if self.appended >= COMPACT_EVERY.max(2 * kept) {
+            if let Err(e) = self.compact() {
+                tracing::error!("cannot compact {}: {e}", self.log.path().display());
+            }
+        }
+    }
+
     /// Writes reports, and the event they conclude, in one append (not synced); the
-    /// items to deliver once they are synced.
+    /// items to deliver once they are synced (kept in `unsynced` meanwhile).
     fn write_adds(
         &mut self,
         task_id: &TaskId,
@@ -175,41 +181,83 @@ impl State {
             };
             crate::util::push_json_line(&mut bytes, &rec)?;
         }
-        crate::util::append_whole(&self.file, &bytes).inspect_err(|_| self.needs_compact = true)?;
+        self.append(&bytes)?;
         self.appended += items.len() + concludes.len();
         self.next_seq = self.next_seq.saturating_add(items.len() as u64);
+        self.unsynced.extend(items.iter().cloned());
+        self.unsynced_concludes.extend(concludes.iter().cloned());
         Ok(items)
     }
 
+    /// The log says whether a push's write is durable: its reports join the queue, or
+    /// leave the file at the next compaction. Whether any was queued.
+    fn settle(&mut self, items: Vec<Item>, concludes: Vec<String>, durable: bool) -> bool {
+        let seqs: HashSet<u64> = items.iter().map(|i| i.seq).collect();
+        self.unsynced.retain(|i| !seqs.contains(&i.seq));
+        for event in &concludes {
+            if let Some(n) = self.unsynced_concludes.iter().position(|e| e == event) {
+                self.unsynced_concludes.swap_remove(n);
+            }
+        }
+        if !durable {
+            return false;
+        }
+        let queued = !items.is_empty();
+        self.items.extend(items);
+        // In seq order: another push's reports may have settled first.
+        self.items.make_contiguous().sort_by_key(|i| i.seq);
+        for event in concludes {
+            self.concluded.insert(event, crate::util::now_millis());
+        }
+        self.maybe_compact();
+        queued
+    }
+
     fn compact(&mut self) -> io::Result<()> {
-        let mut buf = Vec::new();
         // Age alone never drops one: a daemon down for weeks, or a clock set back to
         // 1970 meanwhile, still finds it at the next start.
         let cutoff = crate::util::now_millis() - REMEMBER_MS;
         let pending = self.pending.clone();
         self.concluded
             .retain(|event, at| *at >= cutoff || pending.as_ref().is_none_or(|p| p(event)));
-        for (event, at) in &self.concluded {
-            let rec = Record::Concluded {
-                event: event.clone(),
-                at: *at,
-            };
-            crate::util::push_json_line(&mut buf, &rec)?;
-        }
-        for it in &self.items {
-            let rec = Record::Add {
-                seq: it.seq,
-                key: it.key.clone(),
-                task_id: it.task_id.as_str().to_string(),
-                report: it.report.clone(),
-            };
-            crate::util::push_json_line(&mut buf, &rec)?;
-        }
-        self.file = Arc::new(crate::util::rewrite_log(&self.path, &buf)?);
+        let buf = content(
+            &self.concluded,
+            &self.unsynced_concludes,
+            self.items.iter().chain(&self.unsynced),
+        )?;
+        self.log.rewrite(buf)?;
         self.appended = 0;
-        self.needs_compact = false;
         Ok(())
     }
+}
+
+/// What the file must hold: the conclusions remembered (and those on their way to the
+/// disk), then the reports not yet delivered.
+fn content<'a>(
+    concluded: &std::collections::HashMap<String, i64>,
+    unsynced_concludes: &[String],
+    items: impl Iterator<Item = &'a Item>,
+) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let now = crate::util::now_millis();
+    let unsynced = unsynced_concludes.iter().map(|e| (e, &now));
+    for (event, at) in concluded.iter().chain(unsynced) {
+        let rec = Record::Concluded {
+            event: event.clone(),
+            at: *at,
+        };
+        crate::util::push_json_line(&mut buf, &rec)?;
+    }
+    for it in items {
+        let rec = Record::Add {
+            seq: it.seq,
+            key: it.key.clone(),
+            task_id: it.task_id.as_str().to_string(),
+            report: it.report.clone(),
+        };
+        crate::util::push_json_line(&mut buf, &rec)?;
+    }
+    Ok(buf)
 }
 
 impl Outbox {
@@ -220,8 +268,8 @@ impl Outbox {
         let mut concluded = std::collections::HashMap::new();
         let mut next_seq = 1;
         let dead = DeadLetters::open(dir);
-        if path.exists() {
-            for (n, line) in std::fs::read_to_string(&path)?.lines().enumerate() {
+        {
+            for (n, line) in log::read(&path)?.lines().enumerate() {
                 match serde_json::from_str::<Record>(line) {
                     Ok(Record::Add {
                         seq,
@@ -249,35 +297,28 @@ impl Outbox {
             }
         }
         items.sort_by_key(|i| i.seq);
-        let file = Arc::new(OpenOptions::new().create(true).append(true).open(&path)?);
-        let mut state = State {
-            path,
-            file,
+        // The file starts as what is still needed, written durably before any report.
+        let log = Log::replace(&path, &content(&concluded, &[], items.iter())?)?;
+        let state = State {
+            log,
             items: items.into(),
+            unsynced: Vec::new(),
+            unsynced_concludes: Vec::new(),
             concluded,
             pending: None,
             next_seq,
             appended: 0,
-            needs_compact: false,
         };
-        state.compact()?;
         if !state.items.is_empty() {
             tracing::info!(
                 "{} unsent report(s) from before the restart will be delivered",
                 state.items.len()
             );
         }
-        let state = Arc::new(Mutex::new(state));
-        let notify = Arc::new(Notify::new());
-        let (s, n) = (state.clone(), notify.clone());
-        let writer = BatchThread::start("picogent-outbox", MAX_BATCH, move |batch| {
-            commit(&s, &n, batch)
-        })?;
         Ok(Outbox {
-            state,
-            notify,
+            state: Arc::new(Mutex::new(state)),
+            notify: Arc::new(Notify::new()),
             emptied: Arc::new(Notify::new()),
-            writer: Arc::new(writer),
             dead: Arc::new(dead),
             failing: Arc::new(Mutex::new(None)),
             refusing: Arc::new(Mutex::new(None)),
@@ -299,13 +340,24 @@ impl Outbox {
         concludes: Vec<String>,
     ) -> io::Result<()> {
         let (reply, answer) = oneshot::channel();
-        self.writer.send(Job::Push {
-            task_id: task_id.clone(),
-            reports,
-            concludes,
-            reply,
-        })?;
-        answer.await.map_err(|_| stopped())?
+        {
+            let mut s = self.lock();
+            let items = s.write_adds(task_id, reports, &concludes)?;
+            let (state, notify) = (Arc::downgrade(&self.state), self.notify.clone());
+            // On the log's job, in the order of the writes.
+            s.log.sync_then(move |synced| {
+                let queued = state
+                    .upgrade()
+                    .is_some_and(|state| lock(&state).settle(items, concludes, synced.is_ok()));
+                if queued {
+                    notify.notify_one();
+                }
+                let _ = reply.send(synced.map_err(io::Error::from));
+            });
+        }
+        answer
+            .await
+            .map_err(|_| io::Error::other("the outbox stopped"))?
     }
 
     /// From now on, a conclusion may be forgotten once it is old and `pending` says the
@@ -320,9 +372,13 @@ impl Outbox {
         self.lock().concluded.contains_key(event)
     }
 
-    /// Returns once every record sent to the writer is written.
-    pub(crate) async fn flush(&self) {
-        self.writer.flush().await;
+    /// Ends the outbox's log once everything handed over is durable (the daemon's
+    /// last step: nothing is joined in a `Drop`).
+    pub(crate) async fn close(&self) {
+        let log = self.lock().log.clone();
+        if let Err(e) = log.close().await {
+            tracing::error!("the outbox is not all on disk: {e}");
+        }
     }
 
     /// Reports not yet delivered.
@@ -349,7 +405,7 @@ impl Outbox {
         if empty {
             self.emptied.notify_waiters();
         }
-        if let Err(e) = self.writer.send(Job::Sent { seq }) {
+        if let Err(e) = self.lock().append_sent(seq) {
             tracing::error!(seq, "cannot record a delivered report: {e}");
         }
     }
@@ -526,77 +582,6 @@ impl Outbox {
                 false
             }
         }
-    }
-}
-
-/// Writes a batch in order, syncs once for the reports it queued, then puts them in the
-/// delivery queue and answers.
-fn commit(state: &Mutex<State>, notify: &Notify, batch: &mut Vec<Job>) {
-    let mut pushed = Vec::new();
-    let file = {
-        let mut s = lock(state);
-        for job in batch.drain(..) {
-            match job {
-                Job::Sent { seq } => {
-                    if let Err(e) = s.append_sent(seq) {
-                        tracing::error!(
-                            "cannot record a delivered report in {}: {e}",
-                            s.path.display()
-                        );
-                    }
-                }
-                Job::Push {
-                    task_id,
-                    reports,
-                    concludes,
-                    reply,
-                } => {
-                    let written = s.write_adds(&task_id, reports, &concludes);
-                    pushed.push((reply, written, concludes));
-                }
-            }
-        }
-        s.file.clone()
-    };
-    let synced = if pushed.iter().any(|(_, r, _)| r.is_ok()) {
-        file.sync_data()
-    } else {
-        Ok(())
-    };
-    let mut s = lock(state);
-    let mut queued = false;
-    for (reply, written, concludes) in pushed {
-        let result = match (written, &synced) {
-            (Ok(items), Ok(())) => {
-                s.items.extend(items);
-                for event in concludes {
-                    s.concluded.insert(event, crate::util::now_millis());
-                }
-                queued = true;
-                Ok(())
-            }
-            (Ok(_), Err(e)) => Err(io::Error::new(e.kind(), e.to_string())),
-            (Err(e), _) => Err(e),
-        };
-        let _ = reply.send(result);
-    }
-    // Compaction runs only here, between batches, where every report written is in the
-    // queue it rewrites. After a failed sync it drops the refused reports, which would
-    // otherwise come back after a restart beside their retried copies. Otherwise it is
-    // proportional to what it rewrites: a rewrite every 1,000 records made a long
-    // backlog (a slow tracker) cost its square.
-    if synced.is_err() {
-        s.needs_compact = true;
-    }
-    let kept = s.items.len() + s.concluded.len();
-    if s.needs_compact || s.appended >= COMPACT_EVERY.max(2 * kept) {
-        if let Err(e) = s.compact() {
-            tracing::error!("cannot compact {}: {e}", s.path.display());
-        }
-    }
-    drop(s);
-    if queued {
-        notify.notify_one();
     }
 }
 

@@ -402,9 +402,9 @@ impl Router {
         self.shared.changed.notify_waiters();
     }
 
-    /// Waits until every journal record sent so far is written.
-    pub(crate) async fn flush_journal(&self) {
-        self.shared.journal.flush().await;
+    /// Ends the journal once everything handed over is durable (at the daemon's end).
+    pub(crate) async fn close_journal(&self) {
+        self.shared.journal.close().await;
     }
 
     fn mark_done(&self, event_id: &str) {
