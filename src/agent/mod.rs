@@ -26,9 +26,8 @@ mod prompt;
 mod rewind;
 pub mod skills;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -128,32 +127,6 @@ pub(crate) struct Inner {
     /// The MCP servers' supervisors; their tools join `tool_specs` per run.
     mcp: crate::mcp::Mcp,
     output_dir: PathBuf,
-    /// One lock per session id: two prompts for one session run one after the other.
-    session_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl Inner {
-    fn session_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut map = match self.session_locks.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        map.retain(|_, l| Arc::strong_count(l) > 1);
-        map.entry(id.to_string()).or_default().clone()
-    }
-
-    /// Gives a session's lock back; the last holder's removes it from the map, so
-    /// nothing of a finished burst stays behind.
-    fn release_session_lock(&self, id: &str, lock: Arc<tokio::sync::Mutex<()>>) {
-        drop(lock);
-        let mut map = match self.session_locks.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if map.get(id).is_some_and(|l| Arc::strong_count(l) == 1) {
-            map.remove(id);
-        }
-    }
 }
 
 /// Says at start which sandbox level is active and why.
@@ -380,7 +353,6 @@ impl Agent {
                 tool_specs: crate::tools::specs(),
                 mcp,
                 output_dir,
-                session_locks: Mutex::new(HashMap::new()),
                 config,
             }),
         }
@@ -450,14 +422,13 @@ impl Agent {
         session_id: &str,
         entry: session::Known,
     ) -> Result<String, session::SessionError> {
-        let lock = self.inner.session_lock(session_id);
         let (store, id) = (self.inner.sessions.clone(), session_id.to_string());
         // A task of its own, awaited here: if the caller goes away (a closed tab), the
         // lock is still held until the entry is written and the file closed, never
         // released while its blocking load or write goes on.
         tokio::spawn(async move {
-            let _guard = lock.lock().await;
-            let mut s = store.open_existing_off_runtime(&id).await?;
+            let lock = store.lock(&id).await?;
+            let mut s = store.open_existing_off_runtime(lock).await?;
             let id = s.append(entry)?;
             s.sync().await?;
             s.close().await?;
@@ -470,8 +441,7 @@ impl Agent {
     /// Deletes a session: its file, its checkpoint repository and its private outputs,
     /// under the session's lock (a run starting in it waits, then starts afresh).
     pub(crate) async fn delete_session(&self, id: &str) -> Result<(), session::SessionError> {
-        let lock = self.inner.session_lock(id);
-        let _guard = lock.lock().await;
+        let _lock = self.inner.sessions.lock(id).await?;
         let path = self.inner.sessions.path(id)?;
         let checkpoints = self
             .inner

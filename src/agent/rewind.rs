@@ -134,12 +134,11 @@ impl Agent {
         branch: Option<String>,
     ) -> Result<Rewound, RewindError> {
         self.can_rewind()?;
-        let lock = self.inner.session_lock(session_id);
-        let Ok(_guard) = lock.try_lock() else {
+        let Some(lock) = self.sessions().try_lock(session_id)? else {
             return Err(RewindError::Busy(session_id.to_string()));
         };
-        let (store, id) = (self.sessions().clone(), session_id.to_string());
-        let session = blocking(move || store.open_existing(&id)).await??;
+        let store = self.sessions().clone();
+        let session = blocking(move || store.open_existing(lock)).await??;
         let agent = self.clone();
         let (session, repo) = blocking(move || {
             let repo = agent.checkpoint_repo(&session, step).map(|(_, r)| r);

@@ -281,8 +281,9 @@ mod tests {
     #[test]
     fn spliced_bodies_are_the_fresh_encoding_byte_for_byte() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = SessionStore::new(dir.path())
-            .open("frag", dir.path())
+        let store = SessionStore::new(dir.path());
+        let mut s = store
+            .open(store.lock_blocking("frag").unwrap(), dir.path())
             .unwrap();
         let caches: [Fragments; 3] = Default::default();
         let check = |s: &Session| same_bytes(s, &caches);

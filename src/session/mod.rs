@@ -3,7 +3,8 @@
 //! Line 1 is the header; every later line is an entry with an `id` (8 hex digits; 16
 //! for a chat prompt, named by its request) and the
 //! `parentId` of the entry it continues, so the file holds a tree and the leaf is the
-//! last entry. A session opened to write has one writer thread (`writer`): appends are
+//! last entry. Only the holder of the session's lock (`lock`) opens it to write; such a
+//! session has one writer (`writer`, the store's log over the file): appends are
 //! handed to it and written in order, off the async runtime, and each step's `sync`
 //! makes them durable, so a crash loses at most what was not synced yet; a torn last
 //! line is cut off when the writer opens the file and skipped by readers (`snapshot`),
@@ -21,6 +22,7 @@ mod context;
 mod evict;
 mod file;
 pub mod find;
+mod lock;
 mod migrate;
 mod model;
 pub mod records;
@@ -37,6 +39,7 @@ use serde_json::Value;
 use crate::message::Message;
 pub use context::Context;
 use file::{parse_lines, read_repaired, Span};
+pub use lock::SessionLock;
 pub use records::Record;
 
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +153,7 @@ struct Header {
 #[derive(Debug, Clone)]
 pub struct SessionStore {
     dir: PathBuf,
+    locks: lock::LockTable,
 }
 
 pub(crate) fn valid_id(id: &str) -> bool {
@@ -163,7 +167,29 @@ pub(crate) fn valid_id(id: &str) -> bool {
 
 impl SessionStore {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        SessionStore { dir: dir.into() }
+        SessionStore {
+            dir: dir.into(),
+            locks: lock::LockTable::default(),
+        }
+    }
+
+    /// Waits for the session's lock: what opening it to write takes.
+    pub async fn lock(&self, id: &str) -> Result<SessionLock, SessionError> {
+        self.path(id)?;
+        Ok(self.locks.lock(id).await)
+    }
+
+    /// `lock`, waiting on this thread, which must not be running async code (tokio's
+    /// blocking lock panics there): a command-line tool, a blocking task, a test.
+    pub fn lock_blocking(&self, id: &str) -> Result<SessionLock, SessionError> {
+        self.path(id)?;
+        Ok(self.locks.lock_blocking(id))
+    }
+
+    /// The session's lock if nobody holds it.
+    pub fn try_lock(&self, id: &str) -> Result<Option<SessionLock>, SessionError> {
+        self.path(id)?;
+        Ok(self.locks.try_lock(id))
     }
 
     pub fn path(&self, id: &str) -> Result<PathBuf, SessionError> {
@@ -173,9 +199,10 @@ impl SessionStore {
         Ok(self.dir.join(format!("{id}.jsonl")))
     }
 
-    /// Opens a session that must already exist.
-    pub(crate) fn open_existing(&self, id: &str) -> Result<Session, SessionError> {
-        Session::load(id, self.existing(id)?, true)
+    /// Opens a session that must already exist, to write, under its lock.
+    pub(crate) fn open_existing(&self, lock: SessionLock) -> Result<Session, SessionError> {
+        let path = self.existing(lock.id())?;
+        Session::load(&path, Some(lock))
     }
 
     /// The file of a session that must already exist.
@@ -195,27 +222,28 @@ impl SessionStore {
     /// memory, and the file is never written (only the writer, under the session
     /// lock, repairs it). Appending to a snapshot fails.
     pub fn snapshot(&self, id: &str) -> Result<Session, SessionError> {
-        Session::load(id, self.existing(id)?, false)
+        let path = self.existing(id)?;
+        Session::load_snapshot(id, path)
     }
 
     /// `open` on a blocking thread: a long session takes a while to read and parse,
     /// and an async runtime thread must not wait for it.
     pub(crate) async fn open_off_runtime(
         &self,
-        id: &str,
+        lock: SessionLock,
         cwd: &Path,
     ) -> Result<Session, SessionError> {
-        let (me, id, cwd) = (self.clone(), id.to_string(), cwd.to_path_buf());
-        off_runtime(move || me.open(&id, &cwd)).await
+        let (me, cwd) = (self.clone(), cwd.to_path_buf());
+        off_runtime(move || me.open(lock, &cwd)).await
     }
 
     /// `open_existing` on a blocking thread.
     pub(crate) async fn open_existing_off_runtime(
         &self,
-        id: &str,
+        lock: SessionLock,
     ) -> Result<Session, SessionError> {
-        let (me, id) = (self.clone(), id.to_string());
-        off_runtime(move || me.open_existing(&id)).await
+        let me = self.clone();
+        off_runtime(move || me.open_existing(lock)).await
     }
 
     /// `snapshot` on a blocking thread.
@@ -224,8 +252,11 @@ impl SessionStore {
         off_runtime(move || me.snapshot(&id)).await
     }
 
-    /// Opens the session, creating it (with `cwd` in its header) when new.
-    pub fn open(&self, id: &str, cwd: &Path) -> Result<Session, SessionError> {
+    /// Opens the session to write, under its lock, creating it (with `cwd` in its
+    /// header) when new.
+    pub fn open(&self, lock: SessionLock, cwd: &Path) -> Result<Session, SessionError> {
+        let id = lock.id().to_string();
+        let id = id.as_str();
         let path = self.path(id)?;
         let io = |source| SessionError::Io {
             path: path.clone(),
@@ -237,7 +268,7 @@ impl SessionStore {
         })?;
         if path.exists() {
             if !file::blank(&path) {
-                return Session::load(id, path, true);
+                return Session::load(&path, Some(lock));
             }
             // A creation a full disk or a crash cut short (before creations were whole):
             // nothing was in it, so it is made again rather than never loading.
@@ -256,7 +287,7 @@ impl SessionStore {
         // Whole or not at all: a disk without room for the header leaves no file.
         let Some(file) = file::create_whole(&path, &line).map_err(io)? else {
             // Another process made it first.
-            return Session::load(id, path, true);
+            return Session::load(&path, Some(lock));
         };
         // The new file's name survives a power loss too (its lines, at the first sync).
         File::open(&self.dir)
@@ -268,8 +299,8 @@ impl SessionStore {
         let writer = Some(writer::Writer::start(
             file.try_clone().map_err(io)?,
             path.clone(),
-            line.len() as u64,
-        )?);
+            lock,
+        ));
         Ok(Session {
             id: id.into(),
             path,
@@ -308,14 +339,27 @@ pub struct Session {
 }
 
 impl Session {
-    /// Reads the file; `writer` opens it for appending and repairs a torn last line,
-    /// otherwise the file is only read.
-    fn load(id: &str, path: PathBuf, writer: bool) -> Result<Session, SessionError> {
+    /// Reads the file, opening it for appending and repairing a torn last line: the
+    /// lock's holder is its writer.
+    fn load(path: &Path, lock: Option<SessionLock>) -> Result<Session, SessionError> {
+        let id = lock
+            .as_ref()
+            .map(|l| l.id().to_string())
+            .unwrap_or_default();
+        Session::read(&id, path.to_path_buf(), lock)
+    }
+
+    /// Reads the file only: a snapshot, which never writes.
+    fn load_snapshot(id: &str, path: PathBuf) -> Result<Session, SessionError> {
+        Session::read(id, path, None)
+    }
+
+    fn read(id: &str, path: PathBuf, lock: Option<SessionLock>) -> Result<Session, SessionError> {
         let io = |source| SessionError::Io {
             path: path.clone(),
             source,
         };
-        let (file, bytes, size) = read_repaired(&path, writer)?;
+        let (file, bytes, size) = read_repaired(&path, lock.is_some())?;
         let (entries, spans) = parse_lines(&path, &bytes)?;
         let index: HashMap<String, usize> = entries
             .iter()
@@ -327,13 +371,13 @@ impl Session {
             .map(|e| e.parent_id.as_ref().and_then(|p| index.get(p).copied()))
             .collect();
         let leaf = entries.last().map(|e| e.id.clone());
-        let writer = match writer {
-            true => Some(writer::Writer::start(
+        let writer = match lock {
+            Some(lock) => Some(writer::Writer::start(
                 file.try_clone().map_err(io)?,
                 path.clone(),
-                size,
-            )?),
-            false => None,
+                lock,
+            )),
+            None => None,
         };
         let mut session = Session {
             id: id.into(),

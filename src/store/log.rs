@@ -50,6 +50,20 @@ impl LogError {
     }
 }
 
+impl LogError {
+    /// The failure without the file's name (for an error that names it already).
+    pub(crate) fn bare(&self) -> std::io::Error {
+        match self {
+            LogError::Io { kind, message, .. } => std::io::Error::new(*kind, message.clone()),
+            LogError::Full { size, pending, .. } => std::io::Error::other(format!(
+                "an entry of {size} KiB does not fit: {pending} KiB are still waiting for the disk (at most {} MiB may)",
+                MAX_PENDING >> 20
+            )),
+            LogError::Closed { .. } => std::io::Error::other("the log is closed"),
+        }
+    }
+}
+
 impl From<LogError> for std::io::Error {
     fn from(e: LogError) -> std::io::Error {
         match &e {
@@ -66,6 +80,8 @@ enum Op {
     Sync(Then),
     /// A sync answered with this error when its turn comes (the log was closed).
     Answer(Then, LogError),
+    /// Called once the bytes before it are in the file (not necessarily durable).
+    Written(Then),
     Rewrite(Vec<u8>),
 }
 
@@ -74,7 +90,7 @@ impl Op {
     fn len(&self) -> usize {
         match self {
             Op::Bytes(b) | Op::Rewrite(b) => b.len(),
-            Op::Sync(_) | Op::Answer(..) => 0,
+            Op::Sync(_) | Op::Answer(..) | Op::Written(_) => 0,
         }
     }
 }
@@ -136,13 +152,32 @@ impl Log {
     /// written durably in place of what was there. Blocking: call off the runtime.
     pub(crate) fn replace(path: &Path, content: &[u8]) -> std::io::Result<Log> {
         let file = crate::util::rewrite_log(path, content)?;
-        Ok(Log {
+        Ok(Log::with_file(path, file))
+    }
+
+    /// Continues the log of `path` after what it holds (an archive nobody compacts),
+    /// made if missing, readable by its owner alone, never through a symlink; `read`
+    /// it first, so a torn last line is cut off. Blocking: call off the runtime.
+    pub(crate) fn open(path: &Path) -> std::io::Result<Log> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        Ok(Log::with_file(path, file))
+    }
+
+    /// The log of a file its owner opened for appending (and reads itself).
+    pub(crate) fn with_file(path: &Path, file: File) -> Log {
+        Log {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 state: Mutex::new(State::default()),
                 file: Mutex::new(file),
             }),
-        })
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -215,6 +250,39 @@ impl Log {
         async move { rx.await.unwrap_or(Err(LogError::Closed { path })) }
     }
 
+    /// Calls `then` once everything handed over before is in the file, synced or not
+    /// (for a reader of the file), on the log's job; `Err` when it never will be.
+    /// When nothing waits, it is called at once, on the caller's thread.
+    pub(crate) fn when_written(&self, then: impl FnOnce(Result<(), LogError>) + Send + 'static) {
+        let mut st = lock(&self.inner.state);
+        if !st.busy && st.ops.is_empty() {
+            let now = st.failed.clone().map_or(Ok(()), Err);
+            drop(st);
+            return then(now);
+        }
+        st.ops.push_back(Op::Written(Box::new(then)));
+        self.kick(st);
+    }
+
+    /// Waits until everything handed over before is in the file.
+    pub(crate) fn written(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        self.when_written(move |r| {
+            let _ = tx.send(r);
+        });
+        let path = self.inner.path.clone();
+        async move { rx.await.unwrap_or(Err(LogError::Closed { path })) }
+    }
+
+    /// `written`, blocking this thread (a reader outside async code).
+    pub(crate) fn wait_written(&self) -> Result<(), LogError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.when_written(move |r| drop(tx.send(r)));
+        rx.recv().unwrap_or_else(|_| Err(self.closed()))
+    }
+
     /// Replaces the log's content with `content`, superseding everything handed over
     /// before; appends after it follow it. A failure before it is forgotten: the
     /// rewrite holds what the owner has.
@@ -230,7 +298,7 @@ impl Log {
         let waiting: Vec<Op> = st
             .ops
             .drain(..)
-            .filter(|o| matches!(o, Op::Sync(_) | Op::Answer(..)))
+            .filter(|o| matches!(o, Op::Sync(_) | Op::Answer(..) | Op::Written(_)))
             .collect();
         st.pending = st.pending.saturating_sub(superseded) + content.len();
         st.failed = None;
@@ -255,8 +323,11 @@ impl Log {
         }
         st.busy = true;
         drop(st);
-        let inner = self.inner.clone();
-        let job = move || run(&inner);
+        let job = Job {
+            inner: self.inner.clone(),
+            ran: false,
+        };
+        let job = move || job.run();
         // On the runtime's blocking pool; a caller outside any runtime (a test, a
         // command-line tool) gets a short-lived thread of its own.
         match tokio::runtime::Handle::try_current() {
@@ -267,6 +338,39 @@ impl Log {
                     st.busy = false;
                     st.failed = Some(LogError::io(&self.inner.path, &e));
                 }
+            }
+        }
+    }
+}
+
+/// The log's job, on the blocking pool. One the pool drops without running it (a
+/// runtime shutting down) does its work on a thread of its own (not where it is
+/// dropped, where a caller may hold a lock a callback takes): what was handed over
+/// is still written, and no caller waits forever.
+struct Job {
+    inner: Arc<Inner>,
+    ran: bool,
+}
+
+impl Job {
+    fn run(mut self) {
+        self.ran = true;
+        run(&self.inner);
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if !self.ran {
+            self.ran = true;
+            let inner = self.inner.clone();
+            let spawned = std::thread::Builder::new()
+                .name("log".into())
+                .spawn(move || run(&inner));
+            if let Err(e) = spawned {
+                let mut st = lock(&self.inner.state);
+                st.busy = false;
+                st.failed.get_or_insert(LogError::io(&self.inner.path, &e));
             }
         }
     }
@@ -301,6 +405,10 @@ fn write_batch(inner: &Inner, batch: VecDeque<Op>) {
             Op::Bytes(b) if bytes.is_empty() => bytes = b,
             Op::Bytes(b) => bytes.extend_from_slice(&b),
             Op::Sync(then) => waiting.push(then),
+            Op::Written(then) => {
+                write_gathered(inner, &mut bytes);
+                then(failed(inner).map_or(Ok(()), Err));
+            }
             Op::Answer(then, e) => {
                 settle(inner, &mut bytes, &mut waiting);
                 then(Err(e));
@@ -323,12 +431,7 @@ fn write_batch(inner: &Inner, batch: VecDeque<Op>) {
 /// Writes what is gathered, then one fsync for every sync waiting, then their
 /// callbacks, in order. After a failure nothing is written and every sync gets it.
 fn settle(inner: &Inner, bytes: &mut Vec<u8>, waiting: &mut Vec<Then>) {
-    if !bytes.is_empty() && failed(inner).is_none() {
-        if let Err(e) = crate::util::append_whole(&lock(&inner.file), bytes) {
-            fail(inner, &e);
-        }
-    }
-    bytes.clear();
+    write_gathered(inner, bytes);
     if waiting.is_empty() {
         return;
     }
@@ -342,6 +445,16 @@ fn settle(inner: &Inner, bytes: &mut Vec<u8>, waiting: &mut Vec<Then>) {
     for then in waiting.drain(..) {
         then(synced.clone());
     }
+}
+
+/// Writes what is gathered, in one write, unless a failure came first.
+fn write_gathered(inner: &Inner, bytes: &mut Vec<u8>) {
+    if !bytes.is_empty() && failed(inner).is_none() {
+        if let Err(e) = crate::util::append_whole(&lock(&inner.file), bytes) {
+            fail(inner, &e);
+        }
+    }
+    bytes.clear();
 }
 
 fn failed(inner: &Inner) -> Option<LogError> {

@@ -1,33 +1,44 @@
 //! Reports the tracker refused for good (a bad token, a request it calls invalid, a
 //! task it still does not know after `report_refused_for`): never dropped in silence,
 //! but kept in `state/dead-letter.jsonl`, one JSON line each (when, the task, the
-//! report, the tracker's answer), counted in `/healthz` and `/metrics` and logged.
+//! report, the tracker's answer), counted in `/healthz` and `/metrics` and logged. An
+//! archive on the store's one log (`store::log`): appended and synced, never compacted.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::types::Report;
+use crate::store::log::{self, Log};
+
+/// One kept report, as its line says it.
+#[derive(Serialize)]
+struct Letter<'a> {
+    at: String,
+    task_id: &'a str,
+    key: &'a str,
+    report: &'a Report,
+    error: &'a str,
+}
 
 pub(crate) struct DeadLetters {
-    path: PathBuf,
+    log: Log,
     count: AtomicUsize,
 }
 
 impl DeadLetters {
-    /// The file in `dir`, with the reports it already holds counted.
-    pub(crate) fn open(dir: &Path) -> DeadLetters {
+    /// The file in `dir`, with the reports it already holds counted (a line torn by a
+    /// crash or a full disk is cut off first, so the next one starts whole). Blocking:
+    /// call off the runtime.
+    pub(crate) fn open(dir: &Path) -> std::io::Result<DeadLetters> {
         let path = dir.join("dead-letter.jsonl");
-        let count = std::fs::read(&path)
-            .map(|b| b.iter().filter(|c| **c == b'\n').count())
-            .unwrap_or(0);
+        let count = log::read(&path)?.lines().count();
         crate::metrics::set_dead_letters(count);
-        DeadLetters {
-            path,
+        Ok(DeadLetters {
+            log: Log::open(&path)?,
             count: AtomicUsize::new(count),
-        }
+        })
     }
 
     pub(crate) fn count(&self) -> usize {
@@ -35,49 +46,61 @@ impl DeadLetters {
     }
 
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        self.log.path()
     }
 
-    /// Appends one refused report and syncs it. Blocking: call off the runtime.
-    pub(crate) fn keep(
+    /// Hands one refused report to the log (not yet durable).
+    fn hand_over(
         &self,
         task_id: &str,
         key: &str,
         report: &Report,
         why: &str,
     ) -> std::io::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let line = json!({
-            "at": crate::util::now_iso(),
-            "task_id": task_id,
-            "key": key,
-            "report": report,
-            "error": why,
-        });
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&self.path)?;
-        let mut bytes = Vec::new();
-        // A line torn by an earlier full disk is ended first, so this one stays whole.
-        let len = f.metadata()?.len();
-        if len > 0 {
-            use std::os::unix::fs::FileExt;
-            let mut last = [0u8; 1];
-            f.read_exact_at(&mut last, len - 1)?;
-            if last[0] != b'\n' {
-                bytes.push(b'\n');
-            }
-        }
-        bytes.extend(serde_json::to_vec(&line).map_err(std::io::Error::other)?);
-        bytes.push(b'\n');
-        f.write_all(&bytes)?;
-        f.sync_data()?;
+        let letter = Letter {
+            at: crate::util::now_iso(),
+            task_id,
+            key,
+            report,
+            error: why,
+        };
+        let mut line = Vec::new();
+        crate::util::push_json_line(&mut line, &letter)?;
+        Ok(self.log.append(&line)?)
+    }
+
+    /// Keeps one refused report; `Ok` once it is on disk.
+    pub(crate) async fn keep(
+        &self,
+        task_id: &str,
+        key: &str,
+        report: &Report,
+        why: &str,
+    ) -> std::io::Result<()> {
+        self.hand_over(task_id, key, report, why)?;
+        self.log.sync().await?;
+        self.counted();
+        Ok(())
+    }
+
+    /// `keep`, waiting on this thread (at open, off the runtime).
+    pub(crate) fn keep_blocking(
+        &self,
+        task_id: &str,
+        key: &str,
+        report: &Report,
+        why: &str,
+    ) -> std::io::Result<()> {
+        self.hand_over(task_id, key, report, why)?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.log.sync_then(move |r| drop(tx.send(r)));
+        rx.recv().map_err(std::io::Error::other)??;
+        self.counted();
+        Ok(())
+    }
+
+    fn counted(&self) {
         let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         crate::metrics::set_dead_letters(n);
-        Ok(())
     }
 }

@@ -139,6 +139,8 @@ fn session_files_never_panic() {
                 if torn {
                     text.push_str("{\"type\":\"message\",\"id\":");
                 }
+                // The last case's writer may still be writing: its lock is held until then.
+                let lock = store.lock_blocking("p").unwrap();
                 std::fs::write(store.path("p").unwrap(), &text).unwrap();
                 if let Ok(s) = store.snapshot("p") {
                     let _ = s.context();
@@ -147,7 +149,7 @@ fn session_files_never_panic() {
                         let _ = picogent::session::branches::export(&s, format);
                     }
                 }
-                if let Ok(mut s) = store.open("p", &sb.work) {
+                if let Ok(mut s) = store.open(lock, &sb.work) {
                     let _ = s.context();
                     let _ = s.append_message(picogent::message::Message::user("x"));
                 }

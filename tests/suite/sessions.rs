@@ -99,9 +99,13 @@ async fn resuming_a_session_carries_its_history() {
 fn a_torn_last_line_is_dropped_and_the_session_stays_usable() {
     let sb = Sandbox::new();
     let store = SessionStore::new(sb.home.join("sessions"));
-    let mut s = store.open("torn", &sb.work).unwrap();
+    let mut s = store
+        .open(store.lock_blocking("torn").unwrap(), &sb.work)
+        .unwrap();
     let first = s.append_message(Message::user("hello")).unwrap();
     drop(s);
+    // The lock comes back once the writer's line is in the file.
+    let lock = store.lock_blocking("torn").unwrap();
     let path = store.path("torn").unwrap();
     let mut f = std::fs::OpenOptions::new()
         .append(true)
@@ -111,12 +115,14 @@ fn a_torn_last_line_is_dropped_and_the_session_stays_usable() {
         .unwrap();
     drop(f);
 
-    let mut s = store.open("torn", &sb.work).unwrap();
+    let mut s = store.open(lock, &sb.work).unwrap();
     assert_eq!(s.entries().len(), 1);
     assert_eq!(s.leaf(), Some(first.as_str()));
     let second = s.append_message(Message::user("again")).unwrap();
     drop(s);
-    let s = store.open("torn", &sb.work).unwrap();
+    let s = store
+        .open(store.lock_blocking("torn").unwrap(), &sb.work)
+        .unwrap();
     assert_eq!(s.entries().len(), 2);
     assert_eq!(s.entries()[1].parent_id.as_deref(), Some(first.as_str()));
     assert_eq!(s.leaf(), Some(second.as_str()));
@@ -129,7 +135,9 @@ fn a_torn_last_line_is_dropped_and_the_session_stays_usable() {
 fn branching_appends_a_child_of_an_earlier_entry() {
     let sb = Sandbox::new();
     let store = SessionStore::new(sb.home.join("sessions"));
-    let mut s = store.open("tree", &sb.work).unwrap();
+    let mut s = store
+        .open(store.lock_blocking("tree").unwrap(), &sb.work)
+        .unwrap();
     let a = s.append_message(Message::user("a")).unwrap();
     s.append_message(Message::user("b")).unwrap();
     s.branch_from(Some(&a)).unwrap();
@@ -146,7 +154,9 @@ fn branching_appends_a_child_of_an_earlier_entry() {
     assert_eq!(texts, ["a", "c"]);
     // Reopened, the leaf is the last entry in the file: the branch.
     drop(s);
-    let s = store.open("tree", &sb.work).unwrap();
+    let s = store
+        .open(store.lock_blocking("tree").unwrap(), &sb.work)
+        .unwrap();
     assert_eq!(s.leaf(), Some(c.as_str()));
     assert_eq!(s.context().messages.len(), 2);
 }
@@ -166,7 +176,9 @@ fn unknown_entry_types_are_kept_and_pi_files_load() {
         ),
     )
     .unwrap();
-    let s = store.open("pi", &sb.work).unwrap();
+    let s = store
+        .open(store.lock_blocking("pi").unwrap(), &sb.work)
+        .unwrap();
     assert_eq!(s.entries().len(), 2);
     assert_eq!(s.entries()[1].body, Body::Other("label".into()));
     assert!(matches!(
@@ -191,10 +203,13 @@ fn session_ids_cannot_escape_the_sessions_folder() {
 fn a_read_during_a_write_leaves_the_file_intact() {
     let sb = Sandbox::new();
     let store = SessionStore::new(sb.home.join("sessions"));
-    let mut s = store.open("live", &sb.work).unwrap();
+    let mut s = store
+        .open(store.lock_blocking("live").unwrap(), &sb.work)
+        .unwrap();
     s.append_message(Message::user("hello")).unwrap();
     // Closed (its line written) before the next writer's half line appears.
     drop(s);
+    let lock = store.lock_blocking("live").unwrap();
     let path = store.path("live").unwrap();
     // The writer's next line, half written.
     let mut f = std::fs::OpenOptions::new()
@@ -233,7 +248,7 @@ fn a_read_during_a_write_leaves_the_file_intact() {
     // The writer finishes its line: nothing was lost.
     f.write_all(b"null}\n").unwrap();
     drop(f);
-    let s = store.open("live", &sb.work).unwrap();
+    let s = store.open(lock, &sb.work).unwrap();
     assert_eq!(s.entries().len(), 1 + 1);
 }
 
@@ -243,7 +258,9 @@ fn custom_entries_of_another_shape_or_tool_are_skipped_not_fatal() {
     use picogent::session::Record;
     let sb = Sandbox::new();
     let store = SessionStore::new(sb.home.join("sessions"));
-    let mut s = store.open("odd", &sb.work).unwrap();
+    let mut s = store
+        .open(store.lock_blocking("odd").unwrap(), &sb.work)
+        .unwrap();
     s.append_message(Message::user("task")).unwrap();
     let good = Record::Checkpoint(Checkpoint {
         step: 0,
@@ -254,6 +271,7 @@ fn custom_entries_of_another_shape_or_tool_are_skipped_not_fatal() {
     let good_id = s.append_record(&good).unwrap();
     let leaf = s.leaf().unwrap().to_string();
     drop(s);
+    let _written = store.lock_blocking("odd").unwrap();
     // A hand-edited checkpoint, another tool's custom entry, a preference whose branch
     // names are numbers, and a record with no data at all.
     let path = store.path("odd").unwrap();
@@ -388,7 +406,9 @@ async fn a_writer_keeps_only_messages_since_the_last_compaction_in_memory() {
     run(&agent, "read all six files", "ev").await;
     let store = SessionStore::new(sb.home.join("sessions"));
     let reader = store.snapshot("ev").unwrap();
-    let mut writer = store.open("ev", &sb.work).unwrap();
+    let mut writer = store
+        .open(store.lock("ev").await.unwrap(), &sb.work)
+        .unwrap();
     // Every message before the newest compaction's first kept entry is out of memory,
     // none after it.
     let comp = writer
@@ -430,7 +450,9 @@ async fn a_writer_keeps_only_messages_since_the_last_compaction_in_memory() {
     // reads the file the same way.
     writer.append_message(Message::user("again")).unwrap();
     drop(writer);
-    let again = store.open("ev", &sb.work).unwrap();
+    let again = store
+        .open(store.lock("ev").await.unwrap(), &sb.work)
+        .unwrap();
     assert_eq!(context_messages(&again).len(), 2);
 }
 

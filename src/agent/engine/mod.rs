@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::config::Engine;
 use crate::message::{Message, Usage};
 use crate::sandbox::Sandbox;
-use crate::session::Session;
+use crate::session::{Session, SessionLock};
 
 /// What an engine can do beyond running a prompt to its end (and being cancelled,
 /// which every engine honours).
@@ -104,17 +104,14 @@ pub(super) async fn run(
     let out = Emitter(tx);
     crate::metrics::run_started();
     let _busy = crate::memory::Busy::new();
-    let lock = inner.session_lock(&req.session_id);
     let mut counted = (0, Usage::default());
     let result = tokio::select! {
-        guard = lock.lock() => {
-            let r = locked(&inner, &req, &out, &cancel, &control, &mut counted).await;
-            drop(guard);
-            r
-        }
+        lock = inner.sessions.lock(&req.session_id) => match lock {
+            Ok(lock) => locked(&inner, &req, lock, &out, &cancel, &control, &mut counted).await,
+            Err(e) => Err(e.into()),
+        },
         _ = cancel.cancelled() => Err(RunError::Cancelled),
     };
-    inner.release_session_lock(&req.session_id, lock);
     finish(&req, &out, &control, result, counted)
 }
 
@@ -122,6 +119,7 @@ pub(super) async fn run(
 async fn locked(
     inner: &Inner,
     req: &RunRequest,
+    lock: SessionLock,
     out: &Emitter,
     cancel: &CancellationToken,
     control: &RunControl,
@@ -143,10 +141,7 @@ async fn locked(
     let work_dir = sandbox.check_work_dir(&requested).map_err(|e| {
         RunError::Stop(FailureKind::WorkDir, format!("working folder refused: {e}"))
     })?;
-    let mut session = inner
-        .sessions
-        .open_off_runtime(&req.session_id, &work_dir)
-        .await?;
+    let mut session = inner.sessions.open_off_runtime(lock, &work_dir).await?;
     let (provider, model) = match config.engine {
         Engine::Native => (inner.provider.kind().as_str(), inner.provider.model()),
         Engine::ClaudeCode => ("claude-code", config.model.as_str()),

@@ -10,13 +10,7 @@ fn on_full_disk(path: &Path) -> Log {
         .append(true)
         .open("/dev/full")
         .unwrap();
-    Log {
-        inner: Arc::new(Inner {
-            path: path.to_path_buf(),
-            state: Mutex::new(State::default()),
-            file: Mutex::new(file),
-        }),
-    }
+    Log::with_file(path, file)
 }
 
 #[tokio::test]

@@ -2,10 +2,11 @@
 //! tasks now (assigned, labelled or mentioned, and not closed or unassigned since),
 //! how often each became one (each time is a new task start), the pull request each
 //! one's branch became (or why GitHub would not open it), whether its progress comment
-//! still says work goes on, and where polling (or the last webhook delivery) got to. Changed in memory at once, then
-//! rewritten whole (a synced temporary file renamed over it) on a blocking thread,
-//! after a webhook's answer rather than before it; it is small, and it changes only
-//! when an issue does.
+//! still says work goes on, and where polling (or the last webhook delivery) got to.
+//! Changed in memory at once, then rewritten whole (a synced temporary file renamed
+//! over it) by the store's one log (`store::log`), after a webhook's answer rather than
+//! before it; it is small, and it changes only when an issue does. Rewrites waiting
+//! together are one: the last holds every change before it.
 //!
 //! The journal stays the truth about events: at start, an accepted task start or
 //! cancellation that the record missed (a crash between the two writes) is applied
@@ -13,12 +14,13 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::log::Log;
 use crate::util::lock;
 
 /// One issue's entry.
@@ -56,13 +58,11 @@ struct File {
 }
 
 pub(crate) struct Book {
-    path: PathBuf,
+    log: Log,
     file: Mutex<File>,
     /// Changes made in memory, and how many of them the file holds.
     changes: AtomicU64,
     written: AtomicU64,
-    /// One rewrite at a time; each writes everything changed so far.
-    writing: tokio::sync::Mutex<()>,
     /// When each mark `note_mark` records was last handed out to be written.
     flushed_marks: Mutex<BTreeMap<String, Time>>,
 }
@@ -70,6 +70,7 @@ pub(crate) struct Book {
 type Time = chrono::DateTime<chrono::Utc>;
 
 impl Book {
+    /// Blocking: call off the runtime.
     pub(crate) fn open(dir: &Path) -> io::Result<Book> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("github.json");
@@ -83,12 +84,12 @@ impl Book {
             Err(e) if e.kind() == io::ErrorKind::NotFound => File::default(),
             Err(e) => return Err(e),
         };
+        let log = Log::replace(&path, &serde_json::to_vec_pretty(&file)?)?;
         Ok(Book {
-            path,
+            log,
             file: Mutex::new(file),
             changes: AtomicU64::new(0),
             written: AtomicU64::new(0),
-            writing: tokio::sync::Mutex::new(()),
             flushed_marks: Mutex::new(BTreeMap::new()),
         })
     }
@@ -167,20 +168,18 @@ impl Book {
 
     /// Writes every change made so far (synced), unless a write since already did.
     pub(crate) async fn persist(&self) -> io::Result<()> {
-        let _one = self.writing.lock().await;
-        let (bytes, upto) = {
+        let (synced, upto) = {
             let f = lock(&self.file);
             let upto = self.changes.load(Ordering::SeqCst);
             if upto == self.written.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            (serde_json::to_vec_pretty(&*f)?, upto)
+            // Under the lock: the log's rewrites follow the changes' order.
+            self.log.rewrite(serde_json::to_vec_pretty(&*f)?)?;
+            (self.log.sync(), upto)
         };
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || crate::util::rewrite_log(&path, &bytes).map(drop))
-            .await
-            .map_err(io::Error::other)??;
-        self.written.store(upto, Ordering::SeqCst);
+        synced.await?;
+        self.written.fetch_max(upto, Ordering::SeqCst);
         Ok(())
     }
 

@@ -215,16 +215,9 @@ fn assemble(
     gh: GithubConfig,
     api: &Arc<Api>,
     (login, default_branch): (String, String),
-    worktrees: crate::tracker::worktree::Worktrees,
+    (worktrees, book): (crate::tracker::worktree::Worktrees, Arc<book::Book>),
 ) -> Result<Door, DaemonError> {
     let cfg = o.agent.config();
-    let book =
-        Arc::new(
-            book::Book::open(&cfg.state_dir()).map_err(|source| DaemonError::State {
-                path: cfg.state_dir().display().to_string(),
-                source,
-            })?,
-        );
     let progress = progress::Progress::new(api.clone(), book.clone(), login.clone());
     let sink = sink::Sink {
         api: api.clone(),
@@ -406,11 +399,18 @@ pub(crate) async fn open(p: Prepared, o: &Opening<'_>) -> Result<Option<Door>, D
     let trigger = gh.trigger.for_login(&met.0);
     tracing::info!(repository = %gh.repo(), login = %met.0, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, trigger = ?trigger, "GitHub mode: issues become tasks");
     let (decided, gh_for, default) = (cfg.clone(), gh.clone(), met.1.clone());
-    let worktrees =
-        tokio::task::spawn_blocking(move || worktrees(&decided, &gh_for, &auth, &default))
-            .await
-            .map_err(|e| DaemonError::Config(format!("finding the repository failed: {e}")))??;
-    assemble(o, gh, &api, met, worktrees).map(Some)
+    // The repository found and the book read off the runtime.
+    let (worktrees, book) = tokio::task::spawn_blocking(move || {
+        let state = decided.state_dir();
+        let book = book::Book::open(&state).map_err(|source| DaemonError::State {
+            path: state.display().to_string(),
+            source,
+        })?;
+        Ok::<_, DaemonError>((worktrees(&decided, &gh_for, &auth, &default)?, book))
+    })
+    .await
+    .map_err(|e| DaemonError::Config(format!("finding the repository failed: {e}")))??;
+    assemble(o, gh, &api, met, (worktrees, Arc::new(book))).map(Some)
 }
 
 /// The host a repository's git URLs name for an API at `api_url`: `github.com` for

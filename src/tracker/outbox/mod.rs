@@ -267,7 +267,7 @@ impl Outbox {
         let mut items: Vec<Item> = Vec::new();
         let mut concluded = std::collections::HashMap::new();
         let mut next_seq = 1;
-        let dead = DeadLetters::open(dir);
+        let dead = DeadLetters::open(dir)?;
         {
             for (n, line) in log::read(&path)?.lines().enumerate() {
                 match serde_json::from_str::<Record>(line) {
@@ -285,7 +285,7 @@ impl Outbox {
                                 task_id,
                                 report,
                             }),
-                            Err(e) => dead.keep(e.id(), &key, &report, &e.to_string())?,
+                            Err(e) => dead.keep_blocking(e.id(), &key, &report, &e.to_string())?,
                         }
                     }
                     Ok(Record::Sent { seq }) => items.retain(|i| i.seq != seq),
@@ -556,16 +556,20 @@ impl Outbox {
         }
     }
 
-    /// Keeps a refused report in the dead-letter file (off the runtime's threads);
+    /// Keeps a refused report in the dead-letter file (written by its log's job);
     /// false when it could not be written.
     async fn keep_dead(&self, item: &Item, e: &super::client::TrackerError) -> bool {
-        let (dead, it, why) = (self.dead.clone(), item.clone(), e.to_string());
-        let kept = tokio::task::spawn_blocking(move || {
-            dead.keep(it.task_id.as_str(), &it.key, &it.report, &why)
-        })
-        .await;
+        let kept = self
+            .dead
+            .keep(
+                item.task_id.as_str(),
+                &item.key,
+                &item.report,
+                &e.to_string(),
+            )
+            .await;
         match kept {
-            Ok(Ok(())) => {
+            Ok(()) => {
                 tracing::error!(
                     task = %item.task_id,
                     file = %self.dead.path().display(),
