@@ -172,6 +172,10 @@ impl Checkpoints {
                 return r;
             }
             if !stale {
+                #[allow(
+                    clippy::disallowed_methods,
+                    reason = "checkpoints' git runs on blocking threads only"
+                )]
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             named = Some(lock);
@@ -179,6 +183,10 @@ impl Checkpoints {
     }
 
     /// git on `git_dir`, once.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "checkpoints' git runs on blocking threads only"
+    )]
     fn git_once(&self, git_dir: &Path, args: &[&str]) -> Result<String, CheckpointError> {
         let out = self
             .command(git_dir, args)

@@ -332,6 +332,7 @@ pub(crate) fn lock_id(path: &Path) -> Option<LockId> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

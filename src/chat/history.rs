@@ -20,9 +20,21 @@ use crate::session::{branches, Body, Known, Record, Session};
 /// Sessions listed at most.
 const MAX_SESSIONS: usize = 100;
 
-/// Whether any request of the server is still running.
-pub(super) fn any_running(runs: &Runs) -> bool {
-    runs.lock().is_ok_and(|m| m.values().any(|l| !l.is_done()))
+/// Waits until no request of the server is running (one that starts meanwhile is
+/// waited for too).
+pub(super) async fn none_running(runs: &Runs) {
+    loop {
+        let going: Vec<Arc<RunLog>> = match runs.lock() {
+            Ok(m) => m.values().filter(|l| !l.is_done()).cloned().collect(),
+            Err(_) => return,
+        };
+        if going.is_empty() {
+            return;
+        }
+        for log in going {
+            log.ended().await;
+        }
+    }
 }
 
 /// The running requests of `session` (each once), oldest first.

@@ -61,9 +61,7 @@ impl Drop for Running {
 
 /// Takes `file`'s lock without waiting; false when another process holds it.
 fn try_lock(file: &std::fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor `file` owns.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    file.try_lock().is_ok()
 }
 
 impl InFlight {

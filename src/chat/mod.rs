@@ -130,11 +130,10 @@ pub async fn serve(
     );
     let drain = async move {
         stop.cancelled().await;
-        let deadline = tokio::time::Instant::now() + grace;
-        while history::any_running(&runs) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        if history::any_running(&runs) {
+        if tokio::time::timeout(grace, history::none_running(&runs))
+            .await
+            .is_err()
+        {
             tracing::warn!("grace period over; cancelling the chat runs still going");
         }
         cut.cancel();

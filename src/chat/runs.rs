@@ -177,6 +177,8 @@ pub(crate) struct RunLog {
     frames: Mutex<Replay>,
     live: broadcast::Sender<Logged>,
     done: AtomicBool,
+    /// Cancelled once `done` is set: what waiting for the end awaits.
+    ended: CancellationToken,
     pub(crate) token: CancellationToken,
     pub(crate) control: RunControl,
     /// The id of the entry the request's prompt gets in the session: the history up to
@@ -206,6 +208,7 @@ impl RunLog {
             frames: Mutex::new(Replay::default()),
             live: broadcast::channel(LIVE_FRAMES).0,
             done: AtomicBool::new(false),
+            ended: CancellationToken::new(),
             token,
             control,
             prompt_entry,
@@ -221,6 +224,11 @@ impl RunLog {
 
     pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
+    }
+
+    /// Waits until the request is done.
+    pub(crate) async fn ended(&self) {
+        self.ended.cancelled().await
     }
 
     /// A frame of this request as connections are sent it, with its `seq` (and `runId`).
@@ -267,6 +275,7 @@ impl RunLog {
         }
         self.push(ServerFrame::done());
         self.done.store(true, Ordering::Release);
+        self.ended.cancel();
     }
 
     /// The last `seq` so far.

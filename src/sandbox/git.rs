@@ -440,6 +440,7 @@ pub(crate) fn nested_repositories(top: &std::path::Path) -> Vec<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

@@ -111,6 +111,7 @@ pub(crate) fn hand_to(
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests may block")]
 mod tests {
     use super::*;
 

@@ -211,6 +211,10 @@ fn locate(given: Option<OsString>, path: OsString) -> Result<PathBuf, GitError> 
 
 /// Runs `git --version` with nothing of the environment that could make git read a
 /// file or run a program.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "once, at start, before the runtime serves (main's start-up, off the runtime)"
+)]
 fn version_of(path: &Path) -> Result<Version, GitError> {
     let out = std::process::Command::new(path)
         .arg("--version")

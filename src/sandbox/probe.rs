@@ -113,6 +113,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the probe runs on a blocking thread of its own, off every run's path"
+)]
 fn run_probe(helper: &Helper, deny_network: bool) -> Result<(), NoNamespaces> {
     let mut cmd = std::process::Command::new(helper.program());
     cmd.arg("sandbox-exec").arg("--ns").arg("--no-writes");

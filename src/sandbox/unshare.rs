@@ -60,6 +60,10 @@ pub(crate) fn unshare(flags: libc::c_int) -> Result<(), NotMade> {
         let err = std::io::Error::last_os_error();
         let passing = passes(err.raw_os_error().unwrap_or(0), flags);
         match waits.next() {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "the helper process: single-threaded, no runtime"
+            )]
             Some(wait) if passing => std::thread::sleep(*wait),
             _ => {
                 let mut why = format!("cannot create the sandbox namespaces: {err}");

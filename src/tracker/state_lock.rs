@@ -5,7 +5,6 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// The held lock; dropping it releases it.
@@ -32,18 +31,17 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// that held it (a daemon just stopped, or another run in the same process) holds a
 /// copy of the descriptor until its `exec` closes it, and with it the lock. A second
 /// daemon holds it for good, and is still refused.
-fn lock_soon(file: &File) -> std::io::Result<()> {
+fn lock_soon(file: &File) -> Result<(), std::fs::TryLockError> {
     let until = std::time::Instant::now() + LOCK_WAIT;
     loop {
-        // SAFETY: flock on a descriptor this function borrows; no memory is involved.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(());
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < until => {
+                // Blocking by design: the lock is taken off the runtime (`Core::open`).
+                #[allow(clippy::disallowed_methods)]
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            done => return done,
         }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EWOULDBLOCK) || std::time::Instant::now() >= until {
-            return Err(err);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -67,7 +65,7 @@ impl StateLock {
             .open(&path)
             .map_err(io)?;
         if let Err(err) = lock_soon(&file) {
-            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            if let std::fs::TryLockError::Error(err) = err {
                 return Err(io(err));
             }
             let mut pid = String::new();

@@ -96,7 +96,10 @@ impl Worktrees {
             if urls.iter().all(|u| folder_of(u).is_some()) {
                 clear_remote_lock(&urls, &tree.branch, &mut locks_seen);
             }
-            // On a blocking thread (`close`), never the runtime's.
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "on a blocking thread (`close`), never the runtime's"
+            )]
             std::thread::sleep(delay);
             delay *= 2;
         }
