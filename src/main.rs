@@ -275,7 +275,11 @@ async fn new_agent(config: Config) -> anyhow::Result<Agent> {
     .iter()
     .all(|v| std::env::var_os(v).is_none())
         && config.config_file.is_none();
-    match Agent::new(config) {
+    // It reads skills and folders and may probe the sandbox: off the runtime's threads.
+    let made = tokio::task::spawn_blocking(move || Agent::new(config))
+        .await
+        .context("starting the agent failed")?;
+    match made {
         Ok(a) => Ok(a),
         Err(e @ picogent::agent::AgentError::Provider(_)) if unset => {
             let hint = local_model_server().await.unwrap_or_else(|| {
@@ -364,11 +368,18 @@ fn chat_checkpoints(config: &mut picogent::config::Config) -> anyhow::Result<()>
 }
 
 async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let mut config = load_config(arg)?;
+    // Files read and git asked its version: off the runtime's threads.
+    let arg = arg.map(Path::to_path_buf);
+    let config = tokio::task::spawn_blocking(move || {
+        let mut config = load_config(arg.as_deref())?;
+        if !config.is_agent_mode() {
+            chat_checkpoints(&mut config)?;
+        }
+        anyhow::Ok(config)
+    })
+    .await
+    .context("reading the configuration failed")??;
     let agent_mode = config.is_agent_mode();
-    if !agent_mode {
-        chat_checkpoints(&mut config)?;
-    }
     let agent = new_agent(config).await?;
     agent.announce_sandbox();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -381,7 +392,9 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
         let code = run_signal().await;
         std::process::exit(i32::from(code));
     });
-    let trim = tokio::spawn(picogent::memory::trim_when_idle(stop.clone()));
+    // Its own token: stopped once serving is over, however it ended.
+    let trimming = tokio_util::sync::CancellationToken::new();
+    let trim = tokio::spawn(picogent::memory::trim_when_idle(trimming.clone()));
     let served = if agent_mode {
         picogent::tracker::daemon::run(agent, picogent::tracker::daemon::Timing::default(), stop)
             .await
@@ -389,7 +402,8 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
     } else {
         chat(agent, stop).await
     };
-    trim.abort();
+    trimming.cancel();
+    let _ = trim.await;
     served?;
     Ok(ExitCode::SUCCESS)
 }

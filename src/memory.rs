@@ -24,6 +24,13 @@ use tokio_util::sync::CancellationToken;
 static HELD: AtomicUsize = AtomicUsize::new(0);
 /// Bumped whenever work starts or ends.
 static CHANGES: AtomicU64 = AtomicU64::new(0);
+/// Told whenever `CHANGES` is bumped: the trim waits for it, never polls.
+static CHANGED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+fn changed() {
+    CHANGES.fetch_add(1, Ordering::AcqRel);
+    CHANGED.notify_waiters();
+}
 
 /// How long the server must have been idle before memory is trimmed.
 const QUIET: Duration = Duration::from_secs(2);
@@ -40,7 +47,7 @@ pub(crate) struct Busy(());
 impl Busy {
     pub(crate) fn new() -> Busy {
         HELD.fetch_add(1, Ordering::AcqRel);
-        CHANGES.fetch_add(1, Ordering::AcqRel);
+        changed();
         Busy(())
     }
 }
@@ -48,13 +55,13 @@ impl Busy {
 impl Drop for Busy {
     fn drop(&mut self) {
         HELD.fetch_sub(1, Ordering::AcqRel);
-        CHANGES.fetch_add(1, Ordering::AcqRel);
+        changed();
     }
 }
 
 /// Something ended that freed memory: trim again once quiet.
 pub(crate) fn touch() {
-    CHANGES.fetch_add(1, Ordering::AcqRel);
+    changed();
 }
 
 /// Caps glibc's arenas; call once at start, before other threads exist.
@@ -70,27 +77,32 @@ pub fn limit_arenas() {
 /// after [`LATE`] (the runtime's idle blocking threads have exited by then, freeing
 /// their caches and stacks), until `stop`.
 pub async fn trim_when_idle(stop: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The activity count last seen and when it last changed; the trims done since.
     let (mut seen, mut since, mut done) = (0, tokio::time::Instant::now(), 2);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.cancelled() => return,
-        }
+        // Made before the count is read: a change after the read still wakes it.
+        let moved = CHANGED.notified();
         let now = CHANGES.load(Ordering::Acquire);
         if now != seen {
             (seen, since, done) = (now, tokio::time::Instant::now(), 0);
-            continue;
         }
         let due = match done {
-            0 => QUIET,
-            1 => LATE,
-            _ => continue,
+            0 => Some(QUIET),
+            1 => Some(LATE),
+            _ => None,
         };
-        if HELD.load(Ordering::Acquire) > 0 || since.elapsed() < due {
-            continue;
+        let idle = HELD.load(Ordering::Acquire) == 0;
+        let wake = async {
+            match due {
+                Some(due) if idle => tokio::time::sleep_until(since + due).await,
+                // Busy, or trimmed twice: nothing to do until work starts or ends.
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = moved => continue,
+            _ = wake => {}
+            _ = stop.cancelled() => return,
         }
         done += 1;
         // It walks every heap under its lock: not on the runtime's threads.

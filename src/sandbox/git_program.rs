@@ -213,7 +213,7 @@ fn locate(given: Option<OsString>, path: OsString) -> Result<PathBuf, GitError> 
 /// file or run a program.
 #[allow(
     clippy::disallowed_methods,
-    reason = "once, at start, before the runtime serves (main's start-up, off the runtime)"
+    reason = "once, at start, on a blocking thread (main's start-up, discover)"
 )]
 fn version_of(path: &Path) -> Result<Version, GitError> {
     let out = std::process::Command::new(path)

@@ -25,6 +25,9 @@ pub(super) struct Delivery {
     /// While results cannot be queued (say, the disk is full): how many wait, and why
     /// the last one could not be queued.
     degraded: Mutex<(usize, String)>,
+    /// The retries of results the outbox refused; stopped and waited for at shutdown.
+    retries: tokio_util::task::TaskTracker,
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl Delivery {
@@ -32,6 +35,20 @@ impl Delivery {
         Delivery {
             outbox,
             degraded: Mutex::new((0, String::new())),
+            retries: tokio_util::task::TaskTracker::new(),
+            stop: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    /// Stops retrying results the outbox refused, and waits until no retry runs: their
+    /// events stay pending in the journal and run again at the next start.
+    pub(super) async fn stop(&self) {
+        self.stop.cancel();
+        self.retries.close();
+        self.retries.wait().await;
+        let waiting = lock(&self.degraded).0;
+        if waiting > 0 {
+            tracing::warn!(waiting, "results the outbox would not take are left pending; their events run again at the next start");
         }
     }
 
@@ -86,9 +103,12 @@ impl Delivery {
             d.1 = format!("cannot queue reports: {e}");
         }
         let (me, task) = (self.clone(), task_id.clone());
-        tokio::spawn(async move {
+        self.retries.spawn(async move {
             loop {
-                tokio::time::sleep(REPORT_RETRY).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(REPORT_RETRY) => {}
+                    _ = me.stop.cancelled() => return,
+                }
                 match me.push(&task, reports.clone(), concludes.clone()).await {
                     Ok(()) => {
                         lock(&me.degraded).0 -= 1;

@@ -261,14 +261,17 @@ impl Router {
         }
         // In a task of its own: if the caller goes away (a tracker that gave up waiting),
         // an event that reached the disk is still scheduled, not left until a restart.
+        // Owned by the router's tasks: shutdown waits for it before the journal closes.
         let me = self.clone();
-        tokio::spawn(async move {
-            let accepted = me.journal_and_submit(arrival).await;
-            drop(hold);
-            accepted
-        })
-        .await
-        .map_err(|e| AcceptError::Journal(e.to_string()))?
+        self.shared
+            .tasks
+            .spawn(async move {
+                let accepted = me.journal_and_submit(arrival).await;
+                drop(hold);
+                accepted
+            })
+            .await
+            .map_err(|e| AcceptError::Journal(e.to_string()))?
     }
 
     async fn journal_and_submit(&self, arrival: Arrival) -> Result<Accepted, AcceptError> {
@@ -468,6 +471,7 @@ impl Router {
             // Their events are still pending in the journal: done at the next start.
             tracing::warn!(left = tasks.len(), "router tasks still busy at shutdown");
         }
+        self.shared.delivery.stop().await;
     }
 
     async fn drain_jobs(&self, grace: Duration) {

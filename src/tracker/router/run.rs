@@ -147,11 +147,11 @@ impl Router {
             reports.insert(0, p);
         }
         let record_named = {
-            let trees = self.shared.worktrees.clone();
+            let (trees, tasks) = (self.shared.worktrees.clone(), self.shared.tasks.clone());
             move || {
                 if let (Some(w), Some((slug, commit))) = (trees, named) {
-                    // A small synced write, off the runtime's threads.
-                    tokio::task::spawn_blocking(move || w.reported(&slug, &commit));
+                    // A small synced write, off the runtime's threads, owned by the router.
+                    tasks.spawn_blocking(move || w.reported(&slug, &commit));
                 }
             }
         };
