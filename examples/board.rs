@@ -14,9 +14,7 @@
 //! `TRACKER_URL` set to the address the board prints).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/tracker.rs"]
-#[allow(dead_code)]
-mod tracker;
+use picogent_testkit::tracker;
 
 use std::time::Duration;
 

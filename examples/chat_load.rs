@@ -7,9 +7,7 @@
 //! asked for; RSS is then followed for SECS seconds (default 1), one sample a second.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/llm.rs"]
-#[allow(dead_code)]
-mod llm;
+use picogent_testkit::llm;
 
 use std::time::{Duration, Instant};
 

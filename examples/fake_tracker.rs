@@ -3,9 +3,7 @@
 //! `GET /_stats` answers how many REST calls it received, by path kind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/tracker.rs"]
-#[allow(dead_code)]
-mod tracker;
+use picogent_testkit::tracker;
 
 #[tokio::main]
 async fn main() {

@@ -11,9 +11,7 @@
 //! both (the text, then the call).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/llm.rs"]
-#[allow(dead_code)]
-mod llm;
+use picogent_testkit::llm;
 
 use serde_json::Value;
 

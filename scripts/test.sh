@@ -20,7 +20,7 @@ if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
 fi
 
 echo "scripts/test.sh: the Rust tests, with $(command -v git) ($(git --version))" >&2
-cargo test
+cargo test --workspace
 
 # The tests of what picogent does with git, once more with the system's git (Debian's,
 # /usr/bin/git) when the one on PATH is another (the newest): teams run both.

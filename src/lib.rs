@@ -7,8 +7,9 @@ pub mod agent;
 pub mod chat;
 pub mod config;
 pub mod mcp;
+/// Provider-neutral messages, serialised exactly as pi's session messages.
+pub use picogent_protocol::message;
 pub mod memory;
-pub mod message;
 mod metrics;
 mod net;
 pub mod provider;

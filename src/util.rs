@@ -1,8 +1,6 @@
 //! Small helpers shared across modules: time stamps, ids, UTF-8-safe truncation,
 //! removing folder trees.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 pub(crate) mod fault;
 mod tree;
 pub use tree::{remove_tree, RemoveTreeError};
@@ -17,12 +15,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-pub(crate) fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use picogent_protocol::text::now_millis;
 
 /// RFC 3339 UTC with milliseconds, as pi writes its session time stamps.
 pub(crate) fn now_iso() -> String {
@@ -115,30 +108,9 @@ pub(crate) fn tail_bytes(s: &str, max: usize) -> &str {
 }
 
 /// One line, at most `max` characters, for logs and summaries.
-pub fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s
-        .chars()
-        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
-        .collect();
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        let mut out: String = flat.chars().take(max.saturating_sub(1)).collect();
-        out.push('…');
-        out
-    }
-}
+pub use picogent_protocol::text::one_line;
 
-/// For `#[serde(deserialize_with)]` on input that is not ours: a field's value, or its
-/// default (`None` for an `Option`) when it is null or of another type.
-pub(crate) fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::de::DeserializeOwned + Default,
-{
-    let v = <serde_json::Value as serde::Deserialize>::deserialize(d)?;
-    Ok(serde_json::from_value(v).unwrap_or_default())
-}
+pub(crate) use picogent_protocol::text::lenient;
 
 /// Appends `value` as one JSON line.
 pub(crate) fn push_json_line<T: serde::Serialize>(

@@ -470,22 +470,4 @@ fn preview_args<'a>(extra: &[&'a str], commit: &'a str, paths: &[&'a str]) -> Ve
 /// The most of a diff a preview or compare shows.
 const DIFF_CAP: usize = 100 * 1024;
 
-/// What a rollback would change: [`Checkpoints::preview`].
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct Preview {
-    pub files: Vec<PreviewFile>,
-    pub diff: String,
-}
-
-/// One file a rollback puts back: how the session's steps changed it since the
-/// checkpoint (`added`: the rollback deletes it; `deleted`: it comes back), and the
-/// lines they added and removed (none for a binary file).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct PreviewFile {
-    pub path: String,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub added: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub removed: Option<u64>,
-}
+pub use picogent_protocol::session::{Preview, PreviewFile};

@@ -10,18 +10,10 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunState {
-    Running,
-    Paused,
-    Finished,
-    Failed,
-}
+pub use picogent_protocol::agent::RunState;
 
 /// What can happen to a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +35,13 @@ pub struct InvalidTransition {
     action: Action,
 }
 
-impl RunState {
+/// The run's state machine over the protocol's states.
+trait Machine: Sized + Copy {
+    fn apply(self, action: Action) -> Result<Self, InvalidTransition>;
+    fn is_over(&self) -> bool;
+}
+
+impl Machine for RunState {
     /// The state after `action`, or why it is not allowed.
     fn apply(self, action: Action) -> Result<RunState, InvalidTransition> {
         use Action::*;
@@ -58,7 +56,7 @@ impl RunState {
         }
     }
 
-    fn is_over(self) -> bool {
+    fn is_over(&self) -> bool {
         matches!(self, RunState::Finished | RunState::Failed)
     }
 }

@@ -135,7 +135,7 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
     // Undone entries already shown (a later rollback may lead back through them).
     let mut shown: HashSet<usize> = HashSet::new();
     for (n, &i) in path.iter().enumerate() {
-        if let Some(Record::Rollback(r)) = Record::of(&entries[i]) {
+        if let Some(Record::Rollback(r)) = crate::session::record_of(&entries[i]) {
             let mut undone = abandoned(entries, &index, &on_path, r.from.as_deref());
             undone.retain(|j| shown.insert(*j));
             for (m, &j) in undone.iter().enumerate() {
@@ -184,7 +184,7 @@ impl Converter {
         let frame = HistoryItem::Frame;
         let next_is_instruction = next.is_some_and(|j| {
             matches!(
-                Record::of(&entries[j]),
+                crate::session::record_of(&entries[j]),
                 Some(Record::Intervention(Intervention::Instruct { .. }))
             )
         });
@@ -241,7 +241,7 @@ impl Converter {
                 }
             },
             Body::Known(Known::Custom { .. }) => {
-                if let Some(item) = Record::of(&entries[i]).and_then(record_item) {
+                if let Some(item) = crate::session::record_of(&entries[i]).and_then(record_item) {
                     out.push(item);
                 }
             }

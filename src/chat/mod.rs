@@ -15,7 +15,8 @@
 mod branches;
 mod history;
 mod inflight;
-mod protocol;
+/// The chat WebSocket's frames, parsed and built in the protocol crate.
+use picogent_protocol::chat as protocol;
 mod replay;
 mod requests;
 mod rewind;

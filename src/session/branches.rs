@@ -8,8 +8,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+pub use picogent_protocol::session::{Compared, Comparison, Step};
 
 use super::records::{Preference, RunRating, StepLabel, StepVerdict};
 use super::{Body, Known, Record, Session};
@@ -19,27 +20,6 @@ pub struct Branch {
     pub name: String,
     /// Indices into the session's entries, root first.
     pub(crate) path: Vec<usize>,
-}
-
-/// One step of a branch, as compare frames and exports show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum Step {
-    /// A tool call with its result (absent when the call never finished).
-    Tool {
-        entry_id: String,
-        /// The tool call's id, which a person's step label names.
-        #[serde(skip)]
-        call_id: String,
-        tool: String,
-        args_summary: String,
-        result_summary: Option<String>,
-        is_error: Option<bool>,
-        exit_code: Value,
-        diff: Value,
-    },
-    /// Text the model wrote.
-    Text { entry_id: String, text: String },
 }
 
 /// The branches of a session, in the order their tips appear in the file.
@@ -73,7 +53,7 @@ pub fn branches(session: &Session) -> Vec<Branch> {
         let named = path
             .iter()
             .rev()
-            .find_map(|&j| match Record::of(&entries[j]) {
+            .find_map(|&j| match crate::session::record_of(&entries[j]) {
                 Some(Record::Branch(b)) => Some(b.name),
                 _ => None,
             });
@@ -167,7 +147,7 @@ fn interventions(session: &Session, path: &[usize]) -> Vec<Value> {
                 .count();
         }
         // Rollbacks and branch starts are named by their record type.
-        let (kind, row) = match Record::of(e) {
+        let (kind, row) = match crate::session::record_of(e) {
             Some(Record::Intervention(i)) => (None, serde_json::to_value(i)),
             Some(Record::Rollback(r)) => (Some("rollback"), serde_json::to_value(r)),
             Some(Record::Branch(b)) => (Some("branch"), serde_json::to_value(b)),
@@ -224,35 +204,12 @@ fn shared(a: &[usize], b: &[usize]) -> usize {
 
 /// The last checkpoint commit on a path.
 fn final_commit(session: &Session, path: &[usize]) -> Option<String> {
-    path.iter()
-        .rev()
-        .find_map(|&i| match Record::of(&session.entries()[i]) {
+    path.iter().rev().find_map(
+        |&i| match crate::session::record_of(&session.entries()[i]) {
             Some(Record::Checkpoint(c)) => Some(c.commit),
             _ => None,
-        })
-}
-
-/// Two branches side by side from their common point.
-/// Two branches side by side from where they part (the `compare` answer).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Comparison {
-    /// The last entry both share (`None`: they share nothing).
-    pub branch_point: Option<String>,
-    pub shared_steps: usize,
-    pub a: Compared,
-    pub b: Compared,
-    /// The diff of the two branches' final files, when both have checkpoints.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diff: Option<String>,
-}
-
-/// One branch of a comparison: its steps after the branch point.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Compared {
-    pub name: String,
-    pub(crate) steps: Vec<Step>,
-    /// The commit of its last checkpoint.
-    pub final_commit: Option<String>,
+        },
+    )
 }
 
 /// A comparison that names a branch the session does not have.

@@ -25,7 +25,8 @@ pub mod find;
 mod lock;
 mod migrate;
 mod model;
-pub mod records;
+/// picogent's own records in pi `custom` entries.
+pub use picogent_protocol::session::records;
 mod repair;
 mod writer;
 
@@ -34,13 +35,23 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::message::Message;
 pub use context::Context;
 use file::{parse_lines, read_repaired, Span};
 pub use lock::SessionLock;
+pub use picogent_protocol::session::Known;
 pub use records::Record;
+
+/// The record an entry holds, if it is one of ours.
+pub(crate) fn record_of(entry: &Entry) -> Option<Record> {
+    match &entry.body {
+        Body::Known(Known::Custom { custom_type, data }) => {
+            Record::from_custom(&entry.id, custom_type, data)
+        }
+        _ => None,
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -56,46 +67,6 @@ pub enum SessionError {
     /// The blocking thread that read the session ended abnormally.
     #[error("reading the session failed: {0}")]
     Internal(String),
-}
-
-/// The entry types picogent reads and writes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Known {
-    Message {
-        message: Message,
-    },
-    Compaction {
-        summary: String,
-        #[serde(rename = "firstKeptEntryId")]
-        first_kept_entry_id: String,
-        #[serde(rename = "tokensBefore")]
-        tokens_before: u64,
-    },
-    BranchSummary {
-        #[serde(rename = "fromId")]
-        from_id: String,
-        summary: String,
-    },
-    ModelChange {
-        provider: String,
-        #[serde(rename = "modelId")]
-        model_id: String,
-    },
-    /// The session's name, as pi's `/name` stores it: the newest one counts, and one
-    /// without a name clears it.
-    SessionInfo {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        name: Option<String>,
-    },
-    /// pi's extension entry, outside the model's context; picogent records checkpoints
-    /// and rollbacks this way.
-    Custom {
-        #[serde(rename = "customType")]
-        custom_type: String,
-        #[serde(default)]
-        data: Value,
-    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -156,14 +127,7 @@ pub struct SessionStore {
     locks: lock::LockTable,
 }
 
-pub(crate) fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && !id.starts_with('.')
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
+pub(crate) use picogent_protocol::session::valid_id;
 
 impl SessionStore {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
@@ -536,7 +500,7 @@ impl Session {
     pub fn records(&self) -> impl DoubleEndedIterator<Item = (&Entry, Record)> {
         self.entries
             .iter()
-            .filter_map(|e| Record::of(e).map(|r| (e, r)))
+            .filter_map(|e| record_of(e).map(|r| (e, r)))
     }
 
     /// The newest checkpoint recorded for `step`, with its entry's id.

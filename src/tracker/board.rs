@@ -14,7 +14,6 @@ use crate::config::{Config, Transport};
 use crate::tracker::daemon::{DaemonError, Door, Front, Listen, Opening, Timing};
 use crate::tracker::registration;
 use crate::tracker::router::Router;
-use crate::tracker::types::AgentDescription;
 use crate::tracker::TrackerClient;
 
 /// Team Board, as the settings say to reach it.
@@ -156,7 +155,7 @@ impl Board {
             heartbeat: Duration::from_secs(self.cfg.heartbeat_interval_sec),
             backoff: self.timing.ws_backoff,
         };
-        let desc = AgentDescription::new(&self.cfg, None);
+        let desc = super::types::describe(&self.cfg, None);
         super::ws::run(opts, desc, router, stop)
             .await
             .map_err(DaemonError::from)
@@ -174,7 +173,7 @@ impl Board {
         let callback = cfg.callback_url_for(port);
         let host = callback_host(cfg);
         tracing::info!(listen = %std::net::SocketAddr::new(host, port), callback = %callback, "events server listening");
-        let desc = AgentDescription::new(cfg, Some(callback));
+        let desc = super::types::describe(cfg, Some(callback));
         let retry = self.timing.register_retry;
         let Some(reg) =
             registration::register(&self.client, &desc, retry, router.link(), stop).await?

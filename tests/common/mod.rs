@@ -5,11 +5,11 @@
 pub mod chat;
 pub mod git_https;
 pub mod github;
-pub mod llm;
 pub mod mcp;
 pub mod repo;
 pub mod slow_git;
-pub mod tracker;
+// The scripted model and the fake tracker: the test kit's crate, shared with examples.
+pub use picogent_testkit::{llm, tracker};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

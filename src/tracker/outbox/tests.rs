@@ -56,6 +56,8 @@ async fn concurrent_pushes_keep_each_tasks_order_and_survive_a_reopen() {
     let first = outbox.lock().items.front().map(|i| i.seq).unwrap();
     outbox.mark_sent(first);
     assert_eq!(outbox.len(), before.len() - 1);
+    // The sent record is written by the log's job: closed (awaited) before a reopen.
+    outbox.close().await;
     drop(outbox);
     let again = Outbox::open(dir.path()).unwrap();
     assert_eq!(contents(&again), before[1..].to_vec());

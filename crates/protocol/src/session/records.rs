@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Body, Entry, Known};
+use super::Known;
 use crate::message::Role;
 
 /// A snapshot of the working folder after step `step`.
@@ -26,17 +26,17 @@ pub struct Checkpoint {
 /// Files and conversation went back to checkpoint `step`; `from` is the leaf before.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rollback {
-    pub(crate) step: u64,
-    pub(crate) commit: String,
-    pub(crate) from: Option<String>,
+    pub step: u64,
+    pub commit: String,
+    pub from: Option<String>,
 }
 
 /// A named branch starts here (a rollback to `step` plus an instruction).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BranchStart {
-    pub(crate) name: String,
-    pub(crate) step: u64,
-    pub(crate) time: String,
+    pub name: String,
+    pub step: u64,
+    pub time: String,
 }
 
 /// A person stepped in.
@@ -59,11 +59,11 @@ pub enum Intervention {
 /// Which of two branches was better, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Preference {
-    pub(crate) chosen: String,
-    pub(crate) rejected: String,
+    pub chosen: String,
+    pub rejected: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) note: Option<String>,
-    pub(crate) time: String,
+    pub note: Option<String>,
+    pub time: String,
 }
 
 /// A person's verdict on one step.
@@ -78,11 +78,11 @@ pub enum StepVerdict {
 /// A person's label on one step (a tool call, by its call id); the last one wins.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepLabel {
-    pub(crate) call_id: String,
-    pub(crate) label: StepVerdict,
+    pub call_id: String,
+    pub label: StepVerdict,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) note: Option<String>,
-    pub(crate) time: String,
+    pub note: Option<String>,
+    pub time: String,
 }
 
 /// How a run went, in a person's view.
@@ -98,17 +98,17 @@ pub enum RunOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRating {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) run: Option<String>,
-    pub(crate) rating: RunOutcome,
+    pub run: Option<String>,
+    pub rating: RunOutcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) note: Option<String>,
-    pub(crate) time: String,
+    pub note: Option<String>,
+    pub time: String,
 }
 
 /// The Claude Code session this session continues (`--resume`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClaudeCodeSession {
-    pub(crate) id: String,
+    pub id: String,
 }
 
 /// A chat run that was still going when the server stopped without ending it (a crash,
@@ -117,12 +117,12 @@ pub struct ClaudeCodeSession {
 pub struct Interrupted {
     /// The run's `runId` (a `keepAlive` run), if it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) run: Option<String>,
+    pub run: Option<String>,
     /// Its request's prompt.
-    pub(crate) prompt: String,
+    pub prompt: String,
     /// When it started, and when the interruption was found.
-    pub(crate) started: String,
-    pub(crate) time: String,
+    pub started: String,
+    pub time: String,
 }
 
 /// One of picogent's records; the variant name is the entry's `customType`.
@@ -155,7 +155,7 @@ const OURS: [&str; 9] = [
 
 impl Record {
     /// The custom entry that stores this record.
-    pub(crate) fn to_custom(&self) -> Known {
+    pub fn to_custom(&self) -> Known {
         let (custom_type, data) = match serde_json::to_value(self) {
             Ok(Value::Object(mut o)) => (
                 o.remove("customType")
@@ -171,7 +171,7 @@ impl Record {
 
     /// The record a custom entry holds: `None` for another tool's entry and for one of
     /// ours that does not parse (with a warning naming the entry).
-    pub(crate) fn from_custom(entry_id: &str, custom_type: &str, data: &Value) -> Option<Record> {
+    pub fn from_custom(entry_id: &str, custom_type: &str, data: &Value) -> Option<Record> {
         if !OURS.contains(&custom_type) {
             return None;
         }
@@ -182,16 +182,6 @@ impl Record {
                 tracing::warn!(entry = entry_id, custom_type, "session entry skipped: {e}");
                 None
             }
-        }
-    }
-
-    /// The record an entry holds, if it is one of ours.
-    pub(crate) fn of(entry: &Entry) -> Option<Record> {
-        match &entry.body {
-            Body::Known(Known::Custom { custom_type, data }) => {
-                Record::from_custom(&entry.id, custom_type, data)
-            }
-            _ => None,
         }
     }
 

@@ -10,17 +10,17 @@ use serde_json::Value;
 /// written before typed events hold it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {
-    pub(crate) id: String,
+    pub id: String,
     #[serde(rename = "type")]
-    pub(crate) kind: String,
+    pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) created_at: Option<String>,
-    pub(crate) data: Value,
+    pub created_at: Option<String>,
+    pub data: Value,
 }
 
 impl Envelope {
     /// Validates an envelope: a non-empty string `id`, a string `type`, an object `data`.
-    pub(crate) fn from_value(v: Value) -> Result<Envelope, String> {
+    pub fn from_value(v: Value) -> Result<Envelope, String> {
         let Value::Object(mut o) = v else {
             return Err("the event must be a JSON object".into());
         };
@@ -134,24 +134,24 @@ impl PartialEq<str> for TaskId {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
-    pub(crate) id: TaskId,
-    pub(crate) title: String,
+    pub id: TaskId,
+    pub title: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) description: Option<String>,
+    pub description: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    pub(crate) id: String,
-    pub(crate) content: String,
+    pub id: String,
+    pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) author: Option<Author>,
+    pub author: Option<Author>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Author {
+pub struct Author {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) name: Option<String>,
+    pub name: Option<String>,
 }
 
 /// The events agent mode handles, as the journal stores them.
@@ -193,7 +193,7 @@ impl Event {
         Ok(Some(event))
     }
 
-    pub(crate) fn task_id(&self) -> &TaskId {
+    pub fn task_id(&self) -> &TaskId {
         match self {
             Event::TaskAssigned { task } => &task.id,
             Event::ChatMessage { task_id, .. } | Event::TaskCancelled { task_id, .. } => task_id,
@@ -201,7 +201,7 @@ impl Event {
     }
 
     /// The event's type as the protocol names it, for the log.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Event::TaskAssigned { .. } => "task.assigned",
             Event::ChatMessage { .. } => "chat.message",
@@ -263,15 +263,15 @@ pub enum Origin {
 /// is a duplicate), what it says, and where it came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Arrival {
-    pub(crate) id: String,
-    pub(crate) event: Event,
-    pub(crate) origin: Origin,
+    pub id: String,
+    pub event: Event,
+    pub origin: Origin,
 }
 
 impl Arrival {
     /// A Team Board envelope as an arrival; `Ok(None)` for a type the agent does not
     /// handle. Whatever its id or fields say, it is Team Board's.
-    pub(crate) fn from_board(env: &Envelope) -> Result<Option<Arrival>, String> {
+    pub fn from_board(env: &Envelope) -> Result<Option<Arrival>, String> {
         let Some(event) = Event::parse(env)? else {
             return Ok(None);
         };
@@ -287,7 +287,7 @@ impl Arrival {
     /// An envelope from a journal written before typed events, which held GitHub's
     /// arrivals as envelopes too: with a `github` field beside the event's own, or (a
     /// chat message) an id that starts `github-`.
-    pub(crate) fn from_old_journal(env: &Envelope) -> Result<Option<Arrival>, String> {
+    pub fn from_old_journal(env: &Envelope) -> Result<Option<Arrival>, String> {
         let Some(mut arrival) = Arrival::from_board(env)? else {
             return Ok(None);
         };
@@ -304,7 +304,7 @@ impl Arrival {
         Ok(Some(arrival))
     }
 
-    pub(crate) fn task_id(&self) -> &TaskId {
+    pub fn task_id(&self) -> &TaskId {
         self.event.task_id()
     }
 }

@@ -19,10 +19,7 @@ use axum::Router;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-#[path = "llm_cache.rs"]
-mod cache;
-#[allow(unused_imports)] // the benchmark server uses only part of it
-pub use cache::{CacheUse, PromptCache, LIFETIME, MIN_CACHEABLE_TOKENS};
+pub use super::llm_cache::{CacheUse, PromptCache, LIFETIME, MIN_CACHEABLE_TOKENS};
 
 pub const API_KEY: &str = "test-key";
 pub const SUMMARY: &str = "SUMMARY: the user asked for file reads; a.txt and b.txt were read.";

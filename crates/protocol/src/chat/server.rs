@@ -8,7 +8,7 @@ use serde_json::Value;
 /// What a `state` frame says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Shown {
+pub enum Shown {
     Running,
     Paused,
     Finished,
@@ -17,9 +17,9 @@ pub(crate) enum Shown {
     Compacted,
 }
 
-impl From<crate::agent::control::RunState> for Shown {
-    fn from(s: crate::agent::control::RunState) -> Shown {
-        use crate::agent::control::RunState as R;
+impl From<crate::agent::RunState> for Shown {
+    fn from(s: crate::agent::RunState) -> Shown {
+        use crate::agent::RunState as R;
         match s {
             R::Running => Shown::Running,
             R::Paused => Shown::Paused,
@@ -32,7 +32,7 @@ impl From<crate::agent::control::RunState> for Shown {
 /// What a frame the server sends says: its `type` and `content` (and `step`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum ServerFrame {
+pub enum ServerFrame {
     /// A fragment of the answer, streamed as generated.
     Text { content: String },
     /// Token use (and its cost, where the model's price is known) of one model call:
@@ -125,9 +125,7 @@ pub(crate) enum ServerFrame {
     /// The answer to `branches`.
     Branches { content: Vec<BranchSummary> },
     /// The answer to `compare` (see the README).
-    Compare {
-        content: crate::session::branches::Comparison,
-    },
+    Compare { content: crate::session::Comparison },
     /// The answer to `prefer`: `"recorded"`.
     Prefer { content: String },
     /// The answer to `label` and `rate`: `"recorded"`.
@@ -142,7 +140,7 @@ pub(crate) enum ServerFrame {
     Renamed { name: Option<String> },
     /// The answer to `preview`: the files a rollback to checkpoint `step` puts back.
     Preview {
-        content: crate::agent::checkpoint::Preview,
+        content: crate::session::Preview,
         step: u64,
     },
 }
@@ -152,15 +150,15 @@ pub(crate) enum ServerFrame {
 /// request began: that request's frames come from `subscribe` (`after` 0), so
 /// nothing is shown twice.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub(crate) struct History {
-    pub(crate) items: Vec<HistoryItem>,
-    pub(crate) running: Vec<RunningRequest>,
+pub struct History {
+    pub items: Vec<HistoryItem>,
+    pub running: Vec<RunningRequest>,
 }
 
 /// One item of a session's history: a prompt, or what its request's frames said.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum HistoryItem {
+pub enum HistoryItem {
     /// A person's prompt: a new request starts here.
     User { content: String },
     /// A named branch starts here (from checkpoint `step`).
@@ -194,51 +192,51 @@ pub(crate) enum HistoryItem {
 /// A running `keepAlive` request: subscribe to it by `runId`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct RunningRequest {
-    pub(crate) id: String,
-    pub(crate) run_id: String,
+pub struct RunningRequest {
+    pub id: String,
+    pub run_id: String,
     /// Its prompt.
-    pub(crate) prompt: String,
+    pub prompt: String,
     /// Its last frame's `seq` so far.
-    pub(crate) seq: u64,
+    pub seq: u64,
 }
 
 /// One session in a `sessions` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub(crate) struct SessionInfo {
-    pub(crate) id: String,
+pub struct SessionInfo {
+    pub id: String,
     /// The first prompt, on one line.
-    pub(crate) title: String,
+    pub title: String,
     /// The name a person gave it (`rename`, or pi's `/name`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) name: Option<String>,
+    pub name: Option<String>,
     /// When the file last changed, milliseconds since the epoch.
-    pub(crate) modified: u64,
+    pub modified: u64,
     /// A request is running in it.
-    pub(crate) running: bool,
+    pub running: bool,
 }
 
 /// One branch in a `branches` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub(crate) struct BranchSummary {
-    pub(crate) name: String,
-    pub(crate) steps: usize,
+pub struct BranchSummary {
+    pub name: String,
+    pub steps: usize,
 }
 
 impl ServerFrame {
-    pub(crate) fn error(message: impl Into<String>) -> ServerFrame {
+    pub fn error(message: impl Into<String>) -> ServerFrame {
         ServerFrame::Error {
             content: message.into(),
         }
     }
 
-    pub(crate) fn done() -> ServerFrame {
+    pub fn done() -> ServerFrame {
         ServerFrame::Done {
             content: String::new(),
         }
     }
 
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         matches!(self, ServerFrame::Done { .. })
     }
 }
@@ -246,27 +244,23 @@ impl ServerFrame {
 /// A server frame on the wire: `{id, type, content, step?, sessionId, seq?, runId?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Outgoing {
+pub struct Outgoing {
     /// The request (or question) it answers; null when the frame had none.
-    pub(crate) id: Option<String>,
+    pub id: Option<String>,
     #[serde(flatten)]
-    pub(crate) frame: ServerFrame,
+    pub frame: ServerFrame,
     /// The request's session; null when there is none (a bad frame).
-    pub(crate) session_id: Option<String>,
+    pub session_id: Option<String>,
     /// The frame's place in its request's log (frames of a request only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) seq: Option<u64>,
+    pub seq: Option<u64>,
     /// A `keepAlive` request's server-issued id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) run_id: Option<String>,
+    pub run_id: Option<String>,
 }
 
 impl Outgoing {
-    pub(crate) fn new(
-        id: Option<String>,
-        session_id: Option<String>,
-        frame: ServerFrame,
-    ) -> Outgoing {
+    pub fn new(id: Option<String>, session_id: Option<String>, frame: ServerFrame) -> Outgoing {
         Outgoing {
             id,
             frame,
@@ -277,16 +271,12 @@ impl Outgoing {
     }
 
     /// An `error` frame.
-    pub(crate) fn error(
-        id: Option<String>,
-        session_id: Option<String>,
-        message: String,
-    ) -> Outgoing {
+    pub fn error(id: Option<String>, session_id: Option<String>, message: String) -> Outgoing {
         Outgoing::new(id, session_id, ServerFrame::error(message))
     }
 
     /// The frame's JSON text.
-    pub(crate) fn encode(&self) -> String {
+    pub fn encode(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| {
             // Not reachable (every field is a string, a number or JSON), but a frame
             // must not vanish without a trace.

@@ -228,15 +228,15 @@ fn every_server_frame_round_trips_with_todays_fields() {
             }],
         },
         ServerFrame::Compare {
-            content: crate::session::branches::Comparison {
+            content: crate::session::Comparison {
                 branch_point: Some("e1".into()),
                 shared_steps: 1,
-                a: crate::session::branches::Compared {
+                a: crate::session::Compared {
                     name: "main".into(),
                     steps: Vec::new(),
                     final_commit: None,
                 },
-                b: crate::session::branches::Compared {
+                b: crate::session::Compared {
                     name: "try".into(),
                     steps: Vec::new(),
                     final_commit: None,
@@ -434,7 +434,10 @@ fn frames_schema() -> String {
 
 #[test]
 fn the_documented_schema_is_the_frames_types() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/chat-frames.schema.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/chat-frames.schema.json"
+    );
     let now = frames_schema();
     if std::env::var_os("PICOGENT_WRITE_SCHEMA").is_some() {
         std::fs::write(path, &now).unwrap();
@@ -442,7 +445,7 @@ fn the_documented_schema_is_the_frames_types() {
     let kept = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         kept == now,
-        "docs/chat-frames.schema.json is not the frames' schema: PICOGENT_WRITE_SCHEMA=1 cargo test --lib documented_schema"
+        "docs/chat-frames.schema.json is not the frames' schema: PICOGENT_WRITE_SCHEMA=1 cargo test -p picogent-protocol documented_schema"
     );
 }
 
@@ -455,7 +458,7 @@ fn the_page_handles_every_frame_the_server_sends_and_no_other() {
     );
     known.extend(tags_of::<HistoryItem>());
     assert!(known.contains("interrupted"), "{known:?}");
-    let page = include_str!("../../client.html");
+    let page = include_str!("../../../../client.html");
     for tag in &known {
         let handled =
             page.contains(&format!("case \"{tag}\"")) || page.contains(&format!("=== \"{tag}\""));

@@ -37,14 +37,14 @@ pub enum Content {
 }
 
 impl Content {
-    pub(crate) fn text(text: impl Into<String>) -> Self {
+    pub fn text(text: impl Into<String>) -> Self {
         Content::Text { text: text.into() }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-pub(crate) enum StopReason {
+pub enum StopReason {
     #[default]
     Stop,
     Length,
@@ -55,12 +55,12 @@ pub(crate) enum StopReason {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
-pub(crate) struct Cost {
-    pub(crate) input: f64,
-    pub(crate) output: f64,
-    pub(crate) cache_read: f64,
-    pub(crate) cache_write: f64,
-    pub(crate) total: f64,
+pub struct Cost {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+    pub total: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -70,17 +70,17 @@ pub struct Usage {
     pub output: u64,
     pub cache_read: u64,
     pub cache_write: u64,
-    pub(crate) total_tokens: u64,
-    pub(crate) cost: Cost,
+    pub total_tokens: u64,
+    pub cost: Cost,
 }
 
 impl Usage {
     /// Tokens the context occupied after this response: everything sent plus what came back.
-    pub(crate) fn context_tokens(&self) -> u64 {
+    pub fn context_tokens(&self) -> u64 {
         self.input + self.cache_read + self.cache_write + self.output
     }
 
-    pub(crate) fn add(&mut self, other: &Usage) {
+    pub fn add(&mut self, other: &Usage) {
         self.input += other.input;
         self.output += other.output;
         self.cache_read += other.cache_read;
@@ -101,29 +101,29 @@ pub struct UserMessage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AssistantMessage {
-    pub(crate) content: Vec<Content>,
+    pub content: Vec<Content>,
     #[serde(default)]
-    pub(crate) api: String,
+    pub api: String,
     #[serde(default)]
-    pub(crate) provider: String,
+    pub provider: String,
     #[serde(default)]
-    pub(crate) model: String,
+    pub model: String,
     #[serde(default)]
-    pub(crate) usage: Usage,
+    pub usage: Usage,
     #[serde(default)]
-    pub(crate) stop_reason: StopReason,
+    pub stop_reason: StopReason,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) error_message: Option<String>,
+    pub error_message: Option<String>,
     /// The provider's id for the response, when it sends one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) response_id: Option<String>,
+    pub response_id: Option<String>,
     #[serde(default)]
-    pub(crate) timestamp: i64,
+    pub timestamp: i64,
 }
 
 impl AssistantMessage {
     /// The concatenated text blocks: what a person reads as the answer.
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         let mut out = String::new();
         for block in &self.content {
             if let Content::Text { text } = block {
@@ -133,7 +133,7 @@ impl AssistantMessage {
         out
     }
 
-    pub(crate) fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
+    pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
         self.content.iter().filter_map(|b| match b {
             Content::ToolCall {
                 id,
@@ -148,16 +148,16 @@ impl AssistantMessage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResultMessage {
-    pub(crate) tool_call_id: String,
-    pub(crate) tool_name: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
     #[serde(deserialize_with = "string_or_blocks")]
-    pub(crate) content: Vec<Content>,
+    pub content: Vec<Content>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) details: Option<Value>,
+    pub details: Option<Value>,
     #[serde(default)]
-    pub(crate) is_error: bool,
+    pub is_error: bool,
     #[serde(default)]
-    pub(crate) timestamp: i64,
+    pub timestamp: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,13 +172,13 @@ impl Message {
     pub fn user(text: impl Into<String>) -> Self {
         Message::User(UserMessage {
             content: vec![Content::text(text)],
-            timestamp: crate::util::now_millis(),
+            timestamp: crate::text::now_millis(),
         })
     }
 
     /// Rough size in tokens (4 characters a token), for messages the provider has not
     /// counted yet. It errs high on code, which is the safe side for compaction.
-    pub(crate) fn estimate_tokens(&self) -> u64 {
+    pub fn estimate_tokens(&self) -> u64 {
         let blocks = match self {
             Message::User(m) => &m.content,
             Message::Assistant(m) => &m.content,

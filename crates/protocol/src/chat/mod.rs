@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 /// Frames larger than this get an error frame.
-pub(crate) const MAX_FRAME_BYTES: usize = 1 << 20;
+pub const MAX_FRAME_BYTES: usize = 1 << 20;
 
 // ---------------------------------------------------------------------------------
 // Client → server
@@ -21,7 +21,7 @@ pub(crate) const MAX_FRAME_BYTES: usize = 1 << 20;
 /// JSON (the prompt without a `type`, every other frame with one).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub(crate) enum ClientFrame {
+pub enum ClientFrame {
     /// Replay a request's frames after `seq` `after`, then follow it live.
     Subscribe(Subscribe),
     /// The server's sessions, newest first.
@@ -45,83 +45,83 @@ pub(crate) enum ClientFrame {
 
 /// `{type: "sessions", id?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Sessions {
+pub struct Sessions {
     #[serde(
         default,
         deserialize_with = "optional_request_id",
         skip_serializing_if = "Option::is_none"
     )]
-    pub(crate) id: Option<String>,
+    pub id: Option<String>,
 }
 
 /// `{id, content, sessionId?, workDir?, systemPrompt?, keepAlive?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Prompt {
+pub struct Prompt {
     /// The client's name for the request (a number is taken as its text).
     #[serde(deserialize_with = "request_id")]
-    pub(crate) id: String,
+    pub id: String,
     /// The prompt; never blank.
-    pub(crate) content: String,
+    pub content: String,
     /// A valid session id (letters, digits, `.`, `_`, `-`); none: a new session.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) session_id: Option<String>,
+    pub session_id: Option<String>,
     /// The working folder; never empty.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) work_dir: Option<String>,
+    pub work_dir: Option<String>,
     /// Replaces the system prompt; never blank.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) system_prompt: Option<String>,
+    pub system_prompt: Option<String>,
     /// The run survives its connection and gets a `runId`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) keep_alive: bool,
+    pub keep_alive: bool,
 }
 
 /// The request a frame addresses: this connection's request `id`, or any connection's
 /// `keepAlive` run by its `runId` (which wins when both are given). At least one is set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Target {
+pub struct Target {
     #[serde(
         default,
         deserialize_with = "optional_request_id",
         skip_serializing_if = "Option::is_none"
     )]
-    pub(crate) id: Option<String>,
+    pub id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) run_id: Option<String>,
+    pub run_id: Option<String>,
 }
 
 impl Target {
     /// The name an answer about this target goes under: the `id`, else the `runId`.
-    pub(crate) fn reply_id(&self) -> &str {
+    pub fn reply_id(&self) -> &str {
         self.id.as_deref().or(self.run_id.as_deref()).unwrap_or("")
     }
 }
 
 /// `{type: "subscribe", id | runId, after?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Subscribe {
+pub struct Subscribe {
     #[serde(flatten)]
-    pub(crate) to: Target,
+    pub to: Target,
     /// The last `seq` the client has; 0 (the default) replays everything kept.
     #[serde(default)]
-    pub(crate) after: u64,
+    pub after: u64,
 }
 
 /// A live-control frame: what to do to which request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Control {
+pub struct Control {
     #[serde(flatten)]
-    pub(crate) to: Target,
+    pub to: Target,
     #[serde(flatten)]
-    pub(crate) action: Action,
+    pub action: Action,
 }
 
 /// The live controls, by their `type`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub(crate) enum Action {
+pub enum Action {
     /// End the request (what every engine can do).
     Cancel,
     /// Hold the run before its next model or tool call.
@@ -136,7 +136,7 @@ pub(crate) enum Action {
 
 impl Action {
     /// Its `type`.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Action::Cancel => "cancel",
             Action::Pause => "pause",
@@ -151,43 +151,43 @@ impl Action {
 
 /// `instruct`: `{content, as?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Instruct {
+pub struct Instruct {
     /// Never blank.
-    pub(crate) content: String,
+    pub content: String,
     /// Who the instruction speaks as; none: the user.
     #[serde(rename = "as", skip_serializing_if = "Option::is_none")]
-    pub(crate) role: Option<Role>,
+    pub role: Option<Role>,
 }
 
 /// `rollback`: `{step}`, a checkpoint of the request's session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Rollback {
-    pub(crate) step: u64,
+pub struct Rollback {
+    pub step: u64,
 }
 
 /// `branch`: `{step, content, name?}`: a rollback to `step` that keeps the old path,
 /// with the instruction for the new one (never blank) and the new branch's name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Branch {
-    pub(crate) step: u64,
-    pub(crate) content: String,
+pub struct Branch {
+    pub step: u64,
+    pub content: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) name: Option<String>,
+    pub name: Option<String>,
 }
 
 /// `rollback` or `branch` of a session between runs: `{type, id?, sessionId, ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Rewind {
+pub struct Rewind {
     #[serde(flatten)]
-    pub(crate) about: SessionRef,
+    pub about: SessionRef,
     #[serde(flatten)]
-    pub(crate) action: RewindAction,
+    pub action: RewindAction,
 }
 
 /// What a [`Rewind`] does, by its `type`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub(crate) enum RewindAction {
+pub enum RewindAction {
     /// `{step}`: files and conversation go back; the next prompt continues there.
     Rollback(Rollback),
     Branch(NewBranch),
@@ -195,7 +195,7 @@ pub(crate) enum RewindAction {
 
 impl RewindAction {
     /// Its `type`.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             RewindAction::Rollback(_) => "rollback",
             RewindAction::Branch(_) => "branch",
@@ -208,42 +208,42 @@ impl RewindAction {
 /// frame's `id` (then required), as a prompt would.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct NewBranch {
-    pub(crate) step: u64,
+pub struct NewBranch {
+    pub step: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) name: Option<String>,
+    pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) content: Option<String>,
+    pub content: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) keep_alive: bool,
+    pub keep_alive: bool,
 }
 
 /// A question about a session: `{type, id?, sessionId, ...}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct SessionFrame {
+pub struct SessionFrame {
     #[serde(flatten)]
-    pub(crate) about: SessionRef,
+    pub about: SessionRef,
     #[serde(flatten)]
-    pub(crate) query: Query,
+    pub query: Query,
 }
 
 /// The session a question is about, and the `id` its answer carries (optional).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct SessionRef {
+pub struct SessionRef {
     #[serde(
         default,
         deserialize_with = "optional_request_id",
         skip_serializing_if = "Option::is_none"
     )]
-    pub(crate) id: Option<String>,
-    pub(crate) session_id: String,
+    pub id: Option<String>,
+    pub session_id: String,
 }
 
 /// The questions about a session, by their `type`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub(crate) enum Query {
+pub enum Query {
     /// The session's branches.
     Branches,
     Compare(Compare),
@@ -264,7 +264,7 @@ pub(crate) enum Query {
 
 impl Query {
     /// Its `type`.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Query::Branches => "branches",
             Query::Compare(_) => "compare",
@@ -281,52 +281,52 @@ impl Query {
 
 /// `preview`: `{step}`, a checkpoint of the session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct PreviewQuery {
-    pub(crate) step: u64,
+pub struct PreviewQuery {
+    pub step: u64,
 }
 
 /// `rename`: `{name}`, the session's new name (empty: no name).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Rename {
-    pub(crate) name: String,
+pub struct Rename {
+    pub name: String,
 }
 
 /// `compare`: `{a, b}`, two branch names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Compare {
-    pub(crate) a: String,
-    pub(crate) b: String,
+pub struct Compare {
+    pub a: String,
+    pub b: String,
 }
 
 /// `prefer`: `{chosen, rejected, note?}`, two branch names and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Prefer {
-    pub(crate) chosen: String,
-    pub(crate) rejected: String,
+pub struct Prefer {
+    pub chosen: String,
+    pub rejected: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) note: Option<String>,
+    pub note: Option<String>,
 }
 
 /// `label`: `{callId, label: "correct"|"incorrect"|"unsure", note?}`, a step (its
 /// tool call's id) and a person's verdict on it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Label {
-    pub(crate) call_id: String,
-    pub(crate) label: crate::session::records::StepVerdict,
+pub struct Label {
+    pub call_id: String,
+    pub label: crate::session::records::StepVerdict,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) note: Option<String>,
+    pub note: Option<String>,
 }
 
 /// `rate`: `{rating: "success"|"partial"|"failure", run?, note?}`, a person's rating
 /// of a run (`run`: its `runId` or request id).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Rate {
+pub struct Rate {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) run: Option<String>,
-    pub(crate) rating: crate::session::records::RunOutcome,
+    pub run: Option<String>,
+    pub rating: crate::session::records::RunOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) note: Option<String>,
+    pub note: Option<String>,
 }
 
 /// A request id: a non-empty string, or a number (taken as its text).
@@ -354,7 +354,7 @@ fn optional_request_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>
 /// A frame the server could not take, and how to answer it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
-pub(crate) struct FrameError {
+pub struct FrameError {
     /// The frame's `id` (a control frame's `runId` when it has no `id`), when usable.
     id: Option<String>,
     message: String,
@@ -372,7 +372,7 @@ impl FrameError {
     }
 
     /// The frames that answer it: an `error`, and `done` when a request ends.
-    pub(crate) fn replies(&self) -> Vec<Outgoing> {
+    pub fn replies(&self) -> Vec<Outgoing> {
         let mut out = vec![Outgoing::new(
             self.id.clone(),
             None,
@@ -388,7 +388,7 @@ impl FrameError {
 /// Reads one text frame. A frame over [`MAX_FRAME_BYTES`], not JSON, not an object, of
 /// an unknown `type` or with a missing or wrong field is an error naming what is
 /// wrong; the connection stays usable.
-pub(crate) fn parse(text: &str) -> Result<ClientFrame, FrameError> {
+pub fn parse(text: &str) -> Result<ClientFrame, FrameError> {
     if text.len() > MAX_FRAME_BYTES {
         return Err(FrameError::new(
             None,
@@ -542,10 +542,8 @@ fn session(v: &Value, query: Query) -> Result<ClientFrame, String> {
     Ok(ClientFrame::Session(SessionFrame { about, query }))
 }
 
-#[path = "protocol_server.rs"]
 mod server;
-pub(crate) use server::*;
+pub use server::*;
 
 #[cfg(test)]
-#[path = "protocol_tests.rs"]
 mod tests;

@@ -1,0 +1,9 @@
+//! The test kit shared by picogent's integration tests, examples and benchmarks: the
+//! scripted model server (`llm`, speaking the providers' wire formats byte-faithfully,
+//! with the APIs' prompt caching in `llm_cache`) and the fake Team Board tracker
+//! (`tracker`, speaking docs/tracker-protocol.md). Test code: it may panic on misuse.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod llm;
+pub mod llm_cache;
+pub mod tracker;
