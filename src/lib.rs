@@ -1,7 +1,9 @@
 //! picogent: an agent daemon. The library holds everything but the command line:
 //! configuration, the agent and its engines, providers, tools and their sandbox,
 //! sessions, and the chat and tracker front doors; `main.rs` is the command-line edge
-//! that drives it. ARCHITECTURE.md maps the modules and the data flows.
+//! that drives it. ARCHITECTURE.md maps the modules and the data flows. Every `unsafe`
+//! block lives in the sandbox crate (process control, the few plain system calls).
+#![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod chat;
@@ -13,7 +15,9 @@ pub mod memory;
 mod metrics;
 mod net;
 pub mod provider;
-pub mod sandbox;
+/// The sandbox crate: confinement, path checks, picogent's own git, every child's
+/// supervision.
+pub use picogent_sandbox as sandbox;
 pub mod session;
 mod store;
 pub mod tools;

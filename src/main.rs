@@ -1,5 +1,6 @@
 //! The command line: picks the mode, loads configuration, drives the agent, and turns
 //! errors into a message on stderr and a non-zero exit status.
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

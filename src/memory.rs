@@ -66,11 +66,7 @@ pub(crate) fn touch() {
 
 /// Caps glibc's arenas; call once at start, before other threads exist.
 pub fn limit_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: sets one allocator parameter; no pointer is involved.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
-    }
+    crate::sandbox::sys::limit_arenas(ARENAS);
 }
 
 /// Returns freed memory to the system once work has stopped for [`QUIET`], and again
@@ -111,9 +107,5 @@ pub async fn trim_when_idle(stop: CancellationToken) {
 }
 
 fn trim() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: asks the allocator to release free memory; no pointer is involved.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::sandbox::sys::trim_heap();
 }

@@ -2,8 +2,7 @@
 //! removing folder trees.
 
 pub(crate) mod fault;
-mod tree;
-pub use tree::{remove_tree, RemoveTreeError};
+pub use picogent_sandbox::tree::{remove_tree, RemoveTreeError};
 
 /// The log target of warnings that are also reported as events of a run (a retry, a
 /// failed run): a front door that shows the events itself can mute it.

@@ -141,9 +141,8 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
         tracing::error!(level = "refused", landlock_abi = abi, "{reason}");
         return;
     }
-    // SAFETY: a plain getter.
     if !sandbox.is_restricted()
-        && unsafe { libc::geteuid() } == 0
+        && crate::sandbox::sys::euid() == 0
         && sandbox.confinement().is_some()
     {
         tracing::warn!("picogent runs as root without allowed_paths: commands can change the whole machine (a cron job, a service) and through it reach picogent's own files. Set allowed_paths, or run picogent as an ordinary user");

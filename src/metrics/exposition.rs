@@ -53,20 +53,14 @@ pub(super) fn process_metrics() -> String {
     };
     let f: Vec<&str> = after.split_whitespace().collect();
     let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf with valid names.
-    let (ticks, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_CLK_TCK) as f64,
-            libc::sysconf(libc::_SC_PAGESIZE) as f64,
-        )
-    };
+    let (ticks, page) = crate::sandbox::sys::ticks_and_page();
     let ticks = if ticks > 0.0 { ticks } else { 100.0 };
     // Fields 14, 15 (utime, stime), 22 (starttime), 23 (vsize), 24 (rss), counted
     // from 1 with the pid and name: here from 0 after the name, so 11, 12, 19, 20, 21.
     let cpu = (num(11) + num(12)) / ticks;
     let start = boot_time() + num(19) / ticks;
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
-    let max_fds = max_open_fds();
+    let max_fds = crate::sandbox::sys::max_open_fds();
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, sample: &str, value: f64| {
         out.push_str(&format!(
@@ -129,20 +123,6 @@ fn boot_time() -> f64 {
                 .and_then(|v| v.trim().parse::<f64>().ok())
         })
         .unwrap_or(0.0)
-}
-
-/// The soft limit on open file descriptors; 0 when unknown.
-fn max_open_fds() -> f64 {
-    let mut l = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit into a valid struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 {
-        l.rlim_cur as f64
-    } else {
-        0.0
-    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! scripted model server (`llm`, speaking the providers' wire formats byte-faithfully,
 //! with the APIs' prompt caching in `llm_cache`) and the fake Team Board tracker
 //! (`tracker`, speaking docs/tracker-protocol.md). Test code: it may panic on misuse.
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod llm;

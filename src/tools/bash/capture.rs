@@ -8,7 +8,6 @@
 //! would fall under [`reserve`], kept for the journal and the outbox. The command keeps
 //! running either way; the result says where and why the saved output was cut.
 
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncWriteExt;
@@ -261,36 +260,12 @@ async fn open_file(dir: &Path) -> Result<(PathBuf, tokio::fs::File), String> {
 
 /// Free bytes (for an unprivileged user) and total bytes of the disk holding `dir`.
 pub(crate) fn disk_space(dir: &Path) -> std::io::Result<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: `st` is written by the kernel before it is read.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a plain syscall on a C string and a valid buffer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(space_of(&st))
+    crate::sandbox::sys::disk_space(dir)
 }
 
 /// As [`disk_space`], for the disk an open file is on.
 fn fd_space(file: &tokio::fs::File) -> std::io::Result<(u64, u64)> {
-    // SAFETY: as in `disk_space`.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: the file is open for as long as `file` is borrowed; `st` is valid.
-    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(space_of(&st))
-}
-
-#[allow(clippy::unnecessary_cast)] // the field types differ between libc targets
-fn space_of(st: &libc::statvfs) -> (u64, u64) {
-    let unit = st.f_frsize as u64;
-    (
-        (st.f_bavail as u64).saturating_mul(unit),
-        (st.f_blocks as u64).saturating_mul(unit),
-    )
+    crate::sandbox::sys::file_disk_space(file)
 }
 
 #[cfg(test)]

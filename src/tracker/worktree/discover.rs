@@ -231,7 +231,6 @@ fn trust_folder(trust: &Path, folder: &str) -> Result<(), String> {
 /// Worktree mode writes the repository (its worktree list, the tasks' branches): a git
 /// folder picogent cannot write is named with its owner, before any task fails on it.
 fn writable(common: &Path) -> Result<(), NoWorktrees> {
-    use std::os::unix::ffi::OsStrExt;
     for dir in [
         common.to_path_buf(),
         common.join("worktrees"),
@@ -240,11 +239,7 @@ fn writable(common: &Path) -> Result<(), NoWorktrees> {
         if !dir.exists() {
             continue;
         }
-        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-            continue;
-        };
-        // SAFETY: a plain system call on a NUL-terminated path.
-        let ok = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
+        let ok = crate::sandbox::sys::can_write(&dir);
         if !ok {
             return Err(NoWorktrees::Unusable(format!(
                 "its git folder {} belongs to uid {} and picogent runs as uid {}, which cannot write it; \
@@ -294,8 +289,7 @@ fn gid_of(p: &Path) -> u32 {
 }
 
 fn current_uid() -> u32 {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
+    crate::sandbox::sys::uid()
 }
 
 #[cfg(test)]

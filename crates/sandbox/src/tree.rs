@@ -254,7 +254,7 @@ impl Walk {
         let to_dir = root.dir.fd();
         let mut result = Err(io::Error::from(io::ErrorKind::AlreadyExists));
         for _ in 0..8 {
-            let fresh = format!(".picogent-rm-{}", crate::util::random_hex(16));
+            let fresh = format!(".picogent-rm-{}", random_hex(16));
             let Ok(fresh) = CString::new(fresh) else {
                 continue;
             };
@@ -389,6 +389,13 @@ fn lstat_at(at: RawFd, name: &CStr) -> io::Result<libc::stat> {
 
 fn is_dir(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+/// `n` random hexadecimal digits (a name nobody else picks).
+fn random_hex(n: usize) -> String {
+    (0..n)
+        .map(|_| char::from_digit(fastrand::u32(0..16), 16).unwrap_or('0'))
+        .collect()
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ const OWN_CONFIG: &str =
 /// A git command for `git_dir` with `work_tree`, hardened as described above, and run
 /// through the sandbox helper when `confine` is given and the kernel can enforce it:
 /// in the agent's namespaces when it has them, writing only `work_tree` and `git_dir`.
-pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Command {
+pub fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Command {
     // The agent's own limits too (its configuration and `.env` hidden, its sessions
     // read-only), but for the folders this git works in.
     let apart = |p: &&PathBuf| !git_dir.starts_with(p) && !work_tree.starts_with(p);
@@ -86,7 +86,7 @@ pub(crate) fn command(git_dir: &Path, work_tree: &Path, confine: Option<&Confine
 /// helper when there is a confinement, with nothing writable (but a private `/tmp`),
 /// no network and picogent's own files hidden, in the agent's namespaces when it has
 /// them, so a filter or driver missed by the overrides can do no more than the agent.
-pub(crate) fn read_only_command(cwd: &Path, confine: Option<&Confinement>) -> Command {
+pub fn read_only_command(cwd: &Path, confine: Option<&Confinement>) -> Command {
     let mut cmd = helper_git(confine, &[cwd], |c, cmd| {
         cmd.arg("--no-writes");
         for d in &c.hidden {
@@ -169,15 +169,15 @@ pub fn harden(cmd: &mut Command, writable: &[PathBuf]) {
 /// Makes git picogent's child for good: it and everything it starts die with
 /// picogent, and a stop kills them all (see `git_group`), instead of finishing unseen
 /// (or holding `index.lock` for ever).
-pub(crate) fn die_with_picogent(cmd: &mut Command) {
+pub fn die_with_picogent(cmd: &mut Command) {
     super::git_group::supervised(cmd);
 }
 
-pub(crate) use super::git_group::{stop, stop_pid};
+pub use super::git_group::{stop, stop_pid};
 
 /// Starts one of picogent's own git commands: refused when a setting it needs could
 /// not be given to this git (see [`set_config`]), and made to die with picogent.
-pub(crate) fn spawn(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+pub fn spawn(cmd: &mut Command) -> std::io::Result<std::process::Child> {
     if let Some(why) = env_of(cmd, REFUSED) {
         return Err(std::io::Error::other(why));
     }
@@ -194,7 +194,7 @@ const STDERR_KEPT: usize = 64 * 1024;
 /// standard input (else none), and at most `keep` bytes of its output are kept: the
 /// rest is read and dropped, so git is not stopped by a full pipe (a diff of whatever
 /// the agent wrote).
-pub(crate) fn run_within(
+pub fn run_within(
     mut cmd: Command,
     limit: std::time::Duration,
     input: Option<Vec<u8>>,
@@ -283,7 +283,7 @@ fn kept(pipe: Option<impl std::io::Read>, keep: usize) -> Vec<u8> {
 /// `GIT_CONFIG_PARAMETERS` (what git itself passes `-c` on in), which splits at the
 /// first `=` too, so a key holding one cannot be given there. Such a command is
 /// refused (see [`spawn`]) rather than run without the setting.
-pub(crate) fn set_config(cmd: &mut Command, settings: &[(String, String)]) {
+pub fn set_config(cmd: &mut Command, settings: &[(String, String)]) {
     if settings.is_empty() {
         return;
     }
@@ -350,7 +350,7 @@ fn set_config_parameters(cmd: &mut Command, settings: &[(String, String)]) {
 /// relative to it), its `objects/info/alternates` (`objects`, another of picogent's
 /// object stores, or none), and none of the files that would point git elsewhere.
 /// Returns what had been changed (for a warning).
-pub(crate) fn restore_own_repository(
+pub fn restore_own_repository(
     git_dir: &Path,
     excludes: &[String],
     objects: Option<&Path>,
@@ -414,7 +414,7 @@ pub(crate) fn restore_own_repository(
 
 /// Folders below `top` that hold a `.git` of their own (relative, `/`-separated); the
 /// walk does not enter them, nor follow links.
-pub(crate) fn nested_repositories(top: &std::path::Path) -> Vec<String> {
+pub fn nested_repositories(top: &std::path::Path) -> Vec<String> {
     let mut found = Vec::new();
     let mut stack = vec![top.to_path_buf()];
     while let Some(dir) = stack.pop() {

@@ -30,35 +30,35 @@ use super::unshare::NotMade;
 const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 /// What `picogent sandbox-exec` was asked to do.
-pub(crate) struct HelperArgs {
-    pub(crate) namespaces: bool,
+pub struct HelperArgs {
+    pub namespaces: bool,
     /// Only a PID namespace, to supervise a program that runs unconfined (an MCP
     /// server with `"sandbox": false`): everything it starts dies with it and with
     /// picogent, whatever it does with sessions; nothing else about it changes.
-    pub(crate) pid_only: bool,
-    pub(crate) writable: Option<Vec<PathBuf>>,
-    pub(crate) tmp: Option<PathBuf>,
-    pub(crate) read_only: Vec<PathBuf>,
+    pub pid_only: bool,
+    pub writable: Option<Vec<PathBuf>>,
+    pub tmp: Option<PathBuf>,
+    pub read_only: Vec<PathBuf>,
     /// Folders inside `read_only` ones that stay writable (a run's own worktree among
     /// the other tasks').
-    pub(crate) writable_within: Vec<PathBuf>,
-    pub(crate) hidden: Vec<PathBuf>,
+    pub writable_within: Vec<PathBuf>,
+    pub hidden: Vec<PathBuf>,
     /// Folders under `/tmp` that stay visible, read-only, in the private `/tmp` (the
     /// one holding the program being run).
-    pub(crate) shown: Vec<PathBuf>,
-    pub(crate) deny_network: bool,
+    pub shown: Vec<PathBuf>,
+    pub deny_network: bool,
     /// The private `/tmp`'s size (MiB).
-    pub(crate) tmp_size_mb: u64,
+    pub tmp_size_mb: u64,
     /// At most this many processes of the command's user in its namespace.
-    pub(crate) max_processes: u64,
+    pub max_processes: u64,
     /// Whether the command may make user namespaces of its own.
-    pub(crate) nested_user_namespaces: bool,
-    pub(crate) program: Vec<std::ffi::OsString>,
+    pub nested_user_namespaces: bool,
+    pub program: Vec<std::ffi::OsString>,
 }
 
 impl HelperArgs {
     /// Whether the whole file system was allowed (`allowed_paths: ["/"]`).
-    pub(crate) fn writable_all(&self) -> bool {
+    pub fn writable_all(&self) -> bool {
         self.writable
             .as_ref()
             .is_some_and(|w| w.iter().any(|p| p == Path::new("/")))
@@ -67,14 +67,11 @@ impl HelperArgs {
 
 /// How the command itself starts once its view is built (the per-process layers and
 /// `exec`); returns an exit status only when that failed.
-pub(crate) type Become<'a> = &'a dyn Fn(&HelperArgs) -> i32;
+pub type Become<'a> = &'a dyn Fn(&HelperArgs) -> i32;
 
 /// Runs the command in new namespaces. Returns only on failure before the command
 /// started; otherwise exits with the command's status.
-pub(crate) fn run(
-    h: &HelperArgs,
-    become_command: Become,
-) -> Result<std::convert::Infallible, NotMade> {
+pub fn run(h: &HelperArgs, become_command: Become) -> Result<std::convert::Infallible, NotMade> {
     let cwd = std::env::current_dir()
         .map_err(|e| NotMade::lasting(format!("cannot read the working folder: {e}")))?;
     // SAFETY: plain getters.

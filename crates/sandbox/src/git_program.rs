@@ -25,7 +25,7 @@ impl fmt::Display for Version {
 
 impl Version {
     /// The version in `git --version`'s answer.
-    pub(crate) fn parse(answer: &str) -> Option<Version> {
+    pub fn parse(answer: &str) -> Option<Version> {
         let rest = answer.trim().strip_prefix("git version ")?;
         let mut numbers = rest
             .split(|c: char| !c.is_ascii_digit())
@@ -68,20 +68,20 @@ impl GitProgram {
     /// `--attr-source` (git 2.40): attributes read from a given tree, none from the
     /// work tree. Older gits read the work tree's `.gitattributes`; every driver those
     /// could name is emptied either way, so they name no program on any git.
-    pub(crate) fn supports_attr_source(&self) -> bool {
+    pub fn supports_attr_source(&self) -> bool {
         self.version >= Version(2, 40, 0)
     }
 
     /// `core.fsync` (git 2.36): which files git syncs. Older gits sync objects with
     /// `core.fsyncObjectFiles` (which newer ones call deprecated).
-    pub(crate) fn supports_core_fsync(&self) -> bool {
+    pub fn supports_core_fsync(&self) -> bool {
         self.version >= Version(2, 36, 0)
     }
 
     /// `GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n` (git 2.31): settings in the environment
     /// whose keys may hold `=`. Older gits take `GIT_CONFIG_PARAMETERS` instead, which
     /// splits at the first `=`.
-    pub(crate) fn supports_config_env(&self) -> bool {
+    pub fn supports_config_env(&self) -> bool {
         self.version >= Version(2, 31, 0)
     }
 }
@@ -117,19 +117,19 @@ pub fn found() -> Result<&'static GitProgram, GitError> {
 
 /// The program to run as git: the one found, or plain `git` (whose start then fails
 /// with the system's own error) when none was.
-pub(crate) fn program() -> OsString {
+pub fn program() -> OsString {
     located().map_or_else(|_| "git".into(), |g| g.path.clone().into_os_string())
 }
 
 /// Whether settings go in `GIT_CONFIG_COUNT` (see [`GitProgram::supports_config_env`]);
 /// without a git the answer does not matter (its commands fail to start).
-pub(crate) fn config_env() -> bool {
+pub fn config_env() -> bool {
     located().map_or(true, GitProgram::supports_config_env)
 }
 
 /// The settings that make git sync what it writes before it says it is done: objects,
 /// the index and refs on git 2.36 and newer (refs from 2.38), objects before.
-pub(crate) fn fsync_settings() -> &'static [&'static str] {
+pub fn fsync_settings() -> &'static [&'static str] {
     match located() {
         Ok(g) if !g.supports_core_fsync() => &["core.fsyncObjectFiles=true"],
         _ => &["core.fsync=added", "core.fsyncMethod=fsync"],
@@ -137,7 +137,7 @@ pub(crate) fn fsync_settings() -> &'static [&'static str] {
 }
 
 /// Whether `--attr-source` can be given (see [`GitProgram::supports_attr_source`]).
-pub(crate) fn attr_source() -> bool {
+pub fn attr_source() -> bool {
     located().is_ok_and(GitProgram::supports_attr_source)
 }
 
@@ -229,11 +229,23 @@ fn version_of(path: &Path) -> Result<Version, GitError> {
     Version::parse(&answer).ok_or_else(|| GitError::Unknown {
         path: path.to_path_buf(),
         answer: if answer.is_empty() {
-            crate::util::one_line(String::from_utf8_lossy(&out.stderr).trim(), 200)
+            one_line(String::from_utf8_lossy(&out.stderr).trim(), 200)
         } else {
             answer
         },
     })
+}
+
+/// `s` on one line, at most `max` characters (for quoting git's words).
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    match flat.char_indices().nth(max.saturating_sub(1)) {
+        Some((cut, _)) if flat.chars().count() > max => format!("{}…", &flat[..cut]),
+        _ => flat,
+    }
 }
 
 #[cfg(test)]

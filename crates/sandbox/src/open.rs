@@ -34,7 +34,7 @@ fn cstring(p: &Path) -> io::Result<CString> {
 }
 
 /// Opens a folder to start walks from.
-pub(crate) fn open_root(root: &Path) -> io::Result<OwnedFd> {
+pub fn open_root(root: &Path) -> io::Result<OwnedFd> {
     let c = cstring(root)?;
     // SAFETY: valid path; the fd returned is owned here.
     let fd = unsafe {
@@ -106,12 +106,7 @@ fn names(rel: &Path) -> io::Result<Vec<&Path>> {
 }
 
 /// Opens `rel` beneath `dir` following no link at all.
-pub(crate) fn open_beneath(
-    dir: &OwnedFd,
-    rel: &Path,
-    flags: i32,
-    mode: u32,
-) -> io::Result<OwnedFd> {
+pub fn open_beneath(dir: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> io::Result<OwnedFd> {
     let parts = names(rel)?;
     if parts.is_empty() {
         return openat2(dir, Path::new("."), flags, mode).or_else(|e| match e.raw_os_error() {
@@ -141,7 +136,7 @@ pub(crate) fn open_beneath(
 
 /// Creates the folders of `rel` beneath `dir` that do not exist yet, without following
 /// links; returns the innermost folder.
-pub(crate) fn create_folders(dir: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
+pub fn create_folders(dir: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
     let mut cur = open_beneath(dir, Path::new(""), libc::O_PATH | libc::O_DIRECTORY, 0)?;
     for name in names(rel)? {
         cur = match open_beneath(&cur, name, libc::O_PATH | libc::O_DIRECTORY, 0) {
@@ -165,7 +160,7 @@ pub(crate) fn create_folders(dir: &OwnedFd, rel: &Path) -> io::Result<OwnedFd> {
 
 /// Turns an opened descriptor into a regular file, or says what it is instead. The
 /// file was opened non-blocking (so a FIFO could not hang the open); that is undone.
-pub(crate) fn regular_file(fd: OwnedFd, shown: &str) -> io::Result<(File, std::fs::Metadata)> {
+pub fn regular_file(fd: OwnedFd, shown: &str) -> io::Result<(File, std::fs::Metadata)> {
     let file = File::from(fd);
     let meta = file.metadata()?;
     let ft = meta.file_type();
@@ -200,14 +195,14 @@ pub(crate) fn regular_file(fd: OwnedFd, shown: &str) -> io::Result<(File, std::f
 }
 
 /// The (device, inode) of a path, when it exists.
-pub(crate) fn identity(p: &Path) -> Option<(u64, u64)> {
+pub fn identity(p: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Opens the absolute path `abs` as an `O_PATH` descriptor without following any link
 /// on the way (a folder swapped for a link after picogent resolved it is refused, not
 /// followed): what the helper grants or mounts is what was checked.
-pub(crate) fn open_no_links(abs: &Path) -> io::Result<OwnedFd> {
+pub fn open_no_links(abs: &Path) -> io::Result<OwnedFd> {
     let root = open_root(Path::new("/"))?;
     let rel = abs
         .strip_prefix("/")
@@ -216,7 +211,7 @@ pub(crate) fn open_no_links(abs: &Path) -> io::Result<OwnedFd> {
 }
 
 /// Whether a descriptor is a folder.
-pub(crate) fn is_dir(fd: &OwnedFd) -> bool {
+pub fn is_dir(fd: &OwnedFd) -> bool {
     // SAFETY: fstat on a valid fd into a zeroed struct.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -235,7 +230,7 @@ impl super::Sandbox {
 
     /// Opens a file a walk found (grep), for reading: a regular file, not through a
     /// final link, and checked again by where the opened file really is.
-    pub(crate) fn open_found(&self, path: &Path) -> Option<File> {
+    pub fn open_found(&self, path: &Path) -> Option<File> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -252,7 +247,7 @@ impl super::Sandbox {
 
     /// Opens a folder to list (ls), checked again by where it really is; `Err` says
     /// why not.
-    pub(crate) fn open_folder(&self, dir: &Path, shown: &str) -> Result<File, super::SandboxError> {
+    pub fn open_folder(&self, dir: &Path, shown: &str) -> Result<File, super::SandboxError> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)

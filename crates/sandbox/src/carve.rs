@@ -22,12 +22,12 @@ const MAX_ENTRIES: usize = 20_000;
 /// rule each (everything beneath them); `ancestors` are the folders on the way down to
 /// a hole, which can get no rule that reaches beneath.
 #[derive(Debug, Default)]
-pub(crate) struct Carved {
-    pub(crate) covered: Vec<OwnedFd>,
-    pub(crate) ancestors: Vec<OwnedFd>,
+pub struct Carved {
+    pub covered: Vec<OwnedFd>,
+    pub ancestors: Vec<OwnedFd>,
 }
 
-pub(crate) fn carve(root: &Path, holes: &[PathBuf]) -> Carved {
+pub fn carve(root: &Path, holes: &[PathBuf]) -> Carved {
     let holes: Vec<&PathBuf> = holes.iter().filter(|h| h.starts_with(root)).collect();
     let mut out = Carved::default();
     if holes.iter().any(|h| h.as_path() == root) {

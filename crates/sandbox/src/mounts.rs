@@ -11,8 +11,8 @@ use std::path::Path;
 // Constants of the new mount API (linux/mount.h), stable since Linux 5.2 / 5.12.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
-pub(crate) const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 
 #[repr(C)]
 struct MountAttr {
@@ -22,7 +22,7 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-pub(crate) fn errno(what: impl std::fmt::Display) -> String {
+pub fn errno(what: impl std::fmt::Display) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
@@ -32,7 +32,7 @@ fn cstr(p: &Path) -> Result<CString, String> {
 
 /// An empty, read-only file on a tmpfs that is mounted nowhere (so no path reaches
 /// it), as a detached mount to bind over files.
-pub(crate) fn blank_file() -> Result<OwnedFd, String> {
+pub fn blank_file() -> Result<OwnedFd, String> {
     const FSOPEN_CLOEXEC: libc::c_uint = 1;
     const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
     const FSMOUNT_CLOEXEC: libc::c_uint = 1;
@@ -94,7 +94,7 @@ pub(crate) fn blank_file() -> Result<OwnedFd, String> {
     Ok(blank)
 }
 
-pub(crate) fn mount(
+pub fn mount(
     source: Option<&str>,
     target: &Path,
     fstype: Option<&str>,
@@ -123,7 +123,7 @@ pub(crate) fn mount(
 
 /// A detached copy of the mount tree at `p` (with everything mounted below it when
 /// `recursive`).
-pub(crate) fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, String> {
+pub fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, String> {
     let path = cstr(p)?;
     let flags = if recursive {
         libc::AT_RECURSIVE as libc::c_uint
@@ -137,10 +137,7 @@ pub(crate) fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, String> {
 /// A detached copy of the mount tree at `p`, reached without following any link: a
 /// path a command swapped for a link since picogent resolved it is not copied
 /// (`None`). With whether it is a folder.
-pub(crate) fn open_tree_no_links(
-    p: &Path,
-    recursive: bool,
-) -> Result<Option<(OwnedFd, bool)>, String> {
+pub fn open_tree_no_links(p: &Path, recursive: bool) -> Result<Option<(OwnedFd, bool)>, String> {
     let Ok(fd) = super::open::open_no_links(p) else {
         return Ok(None);
     };
@@ -157,7 +154,7 @@ pub(crate) fn open_tree_no_links(
 }
 
 /// Another detached copy of a detached mount.
-pub(crate) fn copy_of(fd: &OwnedFd) -> Result<OwnedFd, String> {
+pub fn copy_of(fd: &OwnedFd) -> Result<OwnedFd, String> {
     clone_at(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH as libc::c_uint)
         .map_err(|e| format!("cannot copy a mount: {e}"))
 }
@@ -174,7 +171,7 @@ fn clone_at(dirfd: RawFd, path: &CStr, flags: libc::c_uint) -> std::io::Result<O
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-pub(crate) fn move_mount(fd: OwnedFd, target: &Path) -> Result<(), String> {
+pub fn move_mount(fd: OwnedFd, target: &Path) -> Result<(), String> {
     let tgt = cstr(target)?;
     let empty = c"";
     // SAFETY: valid fd and path pointers.
@@ -195,7 +192,7 @@ pub(crate) fn move_mount(fd: OwnedFd, target: &Path) -> Result<(), String> {
 }
 
 /// Sets mount attributes on `path` (or on the detached tree `fd`).
-pub(crate) fn set_attr(
+pub fn set_attr(
     fd: Option<&OwnedFd>,
     path: &Path,
     set: u64,
@@ -240,7 +237,7 @@ const DAEMON_SOCKET_DIRS: &[&str] = &["/run", "/var/run"];
 /// Covers every UNIX socket under the daemons' folders with the blank file, so a
 /// command cannot `connect` to it (the network namespace does this under `deny`).
 /// Best effort and bounded: a socket that cannot be covered stays reachable.
-pub(crate) fn hide_daemon_sockets(blank: &OwnedFd) {
+pub fn hide_daemon_sockets(blank: &OwnedFd) {
     use std::os::unix::fs::FileTypeExt;
     let mut seen = 0;
     for root in DAEMON_SOCKET_DIRS {
@@ -262,7 +259,7 @@ pub(crate) fn hide_daemon_sockets(blank: &OwnedFd) {
 }
 
 /// Creates an empty folder or file to mount over.
-pub(crate) fn mount_point(p: &Path, is_dir: bool) -> std::io::Result<()> {
+pub fn mount_point(p: &Path, is_dir: bool) -> std::io::Result<()> {
     if is_dir {
         return std::fs::create_dir_all(p);
     }
@@ -274,7 +271,7 @@ pub(crate) fn mount_point(p: &Path, is_dir: bool) -> std::io::Result<()> {
 
 /// Makes `p` unreadable and unwritable: the empty read-only file `blank` over a file,
 /// an empty read-only folder over a folder.
-pub(crate) fn hide(p: &Path, blank: &OwnedFd) -> Result<(), String> {
+pub fn hide(p: &Path, blank: &OwnedFd) -> Result<(), String> {
     let Ok(meta) = std::fs::symlink_metadata(p) else {
         return Ok(());
     };

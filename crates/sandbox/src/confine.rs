@@ -64,11 +64,11 @@ impl Helper {
 
     /// What to execute: the descriptor through `/proc`, resolved by the kernel to the
     /// file opened at start (in the forked child, which inherits it until `exec`).
-    pub(crate) fn program(&self) -> PathBuf {
+    pub fn program(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
     }
 
-    pub(crate) fn shown(&self) -> &Path {
+    pub fn shown(&self) -> &Path {
         &self.shown
     }
 }
@@ -77,24 +77,24 @@ impl Helper {
 #[derive(Debug, Clone)]
 pub struct Confinement {
     /// The picogent binary that serves as the helper.
-    pub(crate) helper: Helper,
+    pub helper: Helper,
     /// Folders commands may write in; `None` leaves the file system writable (only
     /// the protected paths, the network and the process view are confined).
-    pub(crate) writable: Option<Vec<PathBuf>>,
-    pub(crate) deny_network: bool,
+    pub writable: Option<Vec<PathBuf>>,
+    pub deny_network: bool,
     /// Whether commands run in their own namespaces: asked of the kernel once (see
     /// `Namespaces`), or not asked for.
-    pub(crate) choice: Namespaces,
+    pub choice: Namespaces,
     /// Never writable by commands, even inside `writable` (picogent's sessions).
-    pub(crate) read_only: Vec<PathBuf>,
+    pub read_only: Vec<PathBuf>,
     /// Never readable or writable by commands (picogent's configuration file, `.env`,
     /// state).
-    pub(crate) hidden: Vec<PathBuf>,
+    pub hidden: Vec<PathBuf>,
     /// Folders inside `read_only` ones that stay writable (a run's own worktree).
-    pub(crate) writable_within: Vec<PathBuf>,
+    pub writable_within: Vec<PathBuf>,
     /// Whether commands may make user namespaces of their own
     /// (`nested_user_namespaces`).
-    pub(crate) nested_user_namespaces: bool,
+    pub nested_user_namespaces: bool,
 }
 
 /// How the namespace level is chosen. The probe (one real helper run, once per process)
@@ -103,7 +103,7 @@ pub struct Confinement {
 /// Once chosen, the level never changes: a command whose namespaces then fail is
 /// refused, never run at a lower level.
 #[derive(Debug, Clone)]
-pub(crate) enum Namespaces {
+pub enum Namespaces {
     /// Wherever the kernel allows them: the probe of this helper decides.
     Probed(Helper),
     /// Not used, and why.
@@ -111,10 +111,10 @@ pub(crate) enum Namespaces {
 }
 
 /// The private `/tmp` of a command under namespaces (MiB of a tmpfs).
-pub(crate) const TMP_SIZE_MB: u64 = 512;
+pub const TMP_SIZE_MB: u64 = 512;
 /// At most this many processes of a command's user inside its namespaces (a fork bomb
 /// stops there, not at the host's limit).
-pub(crate) const MAX_PROCESSES: u64 = 1024;
+pub const MAX_PROCESSES: u64 = 1024;
 
 /// The level commands run at, as `sandbox-check`, the log and `/healthz` say it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -158,7 +158,7 @@ impl Confinement {
 
     /// Whether commands run in namespaces, without waiting: until the probe answers,
     /// the optimistic yes of a first command (see `tools::bash`).
-    pub(crate) fn namespaces_now(&self) -> bool {
+    pub fn namespaces_now(&self) -> bool {
         match &self.choice {
             Namespaces::Probed(_) => {
                 super::probe_answer(self.deny_network).is_none_or(|r| r.is_ok())
@@ -169,7 +169,7 @@ impl Confinement {
 
     /// Logs the level in force (known: see `settled`) and why, once per process and
     /// network setting: at a daemon's start, or after a one-off run's first command.
-    pub(crate) fn say_level(&self, files: &'static str) {
+    pub fn say_level(&self, files: &'static str) {
         static SAID: [std::sync::OnceLock<()>; 2] = [const { std::sync::OnceLock::new() }; 2];
         SAID[usize::from(self.deny_network)].get_or_init(|| self.say_level_now(files));
     }
@@ -197,7 +197,7 @@ impl Confinement {
     }
 
     /// Whether the level is known without waiting.
-    pub(crate) fn settled(&self) -> bool {
+    pub fn settled(&self) -> bool {
         match &self.choice {
             Namespaces::Probed(_) => super::probe_answer(self.deny_network).is_some(),
             Namespaces::Off(_) => true,
@@ -222,7 +222,7 @@ impl Confinement {
     }
 
     /// The ABI a command needs for every requested Landlock rule to be enforced.
-    pub(crate) fn needed_abi(&self) -> i64 {
+    pub fn needed_abi(&self) -> i64 {
         if self.deny_network {
             NET_ABI as i64
         } else if self.writable.is_some() {
@@ -234,12 +234,7 @@ impl Confinement {
 
     /// `program args...`, wrapped in the helper; `tmp` is the command's private
     /// temporary folder (its `/tmp` under namespaces, writable under Landlock).
-    pub(crate) fn command<I, S>(
-        &self,
-        program: &Path,
-        args: I,
-        tmp: &Path,
-    ) -> tokio::process::Command
+    pub fn command<I, S>(&self, program: &Path, args: I, tmp: &Path) -> tokio::process::Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
@@ -250,7 +245,7 @@ impl Confinement {
     /// `program` unconfined, but in a PID namespace of its own where namespaces work:
     /// whatever it starts, even in a session of its own, dies with it and with picogent.
     /// `None` where they do not (then only its process group is killed).
-    pub(crate) fn supervised_command(
+    pub fn supervised_command(
         &self,
         program: &Path,
         args: &[String],
@@ -267,7 +262,7 @@ impl Confinement {
 
     /// `command`, with folders of the operator's configuration (never the agent's)
     /// that stay visible, read-only, when they lie under `/tmp`.
-    pub(crate) fn command_showing<I, S>(
+    pub fn command_showing<I, S>(
         &self,
         program: &Path,
         args: I,
@@ -327,7 +322,7 @@ impl Confinement {
     }
 
     /// The same confinement with more writable folders (a tool's own state).
-    pub(crate) fn with_writable(&self, extra: impl IntoIterator<Item = PathBuf>) -> Confinement {
+    pub fn with_writable(&self, extra: impl IntoIterator<Item = PathBuf>) -> Confinement {
         let mut c = self.clone();
         if let Some(w) = c.writable.as_mut() {
             // As the helper compares them: resolved.
@@ -344,7 +339,7 @@ impl Confinement {
 /// The folder directly under `/tmp` that holds `path`, taken as given (absolute,
 /// no `..`): a real folder there, not a link, so nothing resolved through a link
 /// someone made decides what becomes visible.
-pub(crate) fn tmp_top_folder(path: &Path) -> Option<PathBuf> {
+pub fn tmp_top_folder(path: &Path) -> Option<PathBuf> {
     use std::path::Component;
     let rest = path.strip_prefix("/tmp").ok()?;
     if rest

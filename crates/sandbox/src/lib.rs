@@ -1,3 +1,6 @@
+//! picogent's sandbox: the confinement of everything the agent does and of every
+//! program picogent starts, and all of picogent's process-control `unsafe`.
+//!
 //! Path checks for `allowed_paths` (spec §5). A path is judged by where it really
 //! leads: `..` and symlinks are resolved first (for a path that does not exist yet, its
 //! nearest existing parent is resolved), and only then compared with the allowed roots.
@@ -12,7 +15,7 @@
 mod carve;
 pub mod confine;
 mod exec;
-pub(crate) mod git;
+pub mod git;
 pub mod git_credential;
 mod git_group;
 pub mod git_program;
@@ -22,9 +25,12 @@ mod mounts;
 mod namespaces;
 mod open;
 mod probe;
-pub(crate) mod programs;
+pub mod programs;
 mod seccomp;
+pub mod secrets;
 mod supervise;
+pub mod sys;
+pub mod tree;
 mod unshare;
 
 use std::fs::File;
@@ -34,9 +40,9 @@ use std::path::{Path, PathBuf};
 
 use confine::{Confinement, Helper, Namespaces};
 pub use probe::namespaces_work;
-pub(crate) use probe::{probe_answer, probe_namespaces};
-pub(crate) use supervise::{kill_group, kill_tree, supervise};
-pub(crate) use unshare::PASSING_STATUS;
+pub use probe::{probe_answer, probe_namespaces};
+pub use supervise::{kill_group, kill_tree, supervise};
+pub use unshare::PASSING_STATUS;
 
 /// Why the sandbox refused a path or a command, or could not open what it allowed.
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +128,7 @@ fn real_path_depth(p: &Path, depth: u32) -> io::Result<PathBuf> {
 
 /// Where `p` really leads (`..` and symlinks resolved, missing parts appended), or `p`
 /// itself when that cannot be told.
-pub(crate) fn resolved(p: &Path) -> PathBuf {
+pub fn resolved(p: &Path) -> PathBuf {
     real_path(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
@@ -291,7 +297,7 @@ impl Sandbox {
     }
 
     /// picogent's own files and folders (configuration, `.env`, state, sessions).
-    pub(crate) fn own_paths(&self) -> impl Iterator<Item = &PathBuf> {
+    pub fn own_paths(&self) -> impl Iterator<Item = &PathBuf> {
         self.protected.iter().chain(&self.read_only)
     }
 
@@ -304,11 +310,11 @@ impl Sandbox {
         self.confinement.as_ref()
     }
 
-    pub(crate) fn is_restricted(&self) -> bool {
+    pub fn is_restricted(&self) -> bool {
         !self.allowed.is_empty()
     }
 
-    pub(crate) fn allowed_paths(&self) -> &[PathBuf] {
+    pub fn allowed_paths(&self) -> &[PathBuf] {
         &self.allowed
     }
 
@@ -339,7 +345,7 @@ impl Sandbox {
     }
 
     /// Whether a resolved path is one of the protected files or inside a protected folder.
-    pub(crate) fn is_protected(&self, real: &Path) -> bool {
+    pub fn is_protected(&self, real: &Path) -> bool {
         self.protected.iter().any(|p| real.starts_with(p))
     }
 
@@ -413,16 +419,12 @@ impl Sandbox {
     }
 
     /// For the roots of grep, find, ls: like read.
-    pub(crate) fn check_root(
-        &self,
-        work_dir: &Path,
-        raw: Option<&str>,
-    ) -> Result<PathBuf, SandboxError> {
+    pub fn check_root(&self, work_dir: &Path, raw: Option<&str>) -> Result<PathBuf, SandboxError> {
         self.check_read(work_dir, raw.filter(|s| !s.is_empty()).unwrap_or("."))
     }
 
     /// For bash's working folder, and for a front door's requested working folder.
-    pub(crate) fn check_work_dir(&self, dir: &Path) -> Result<PathBuf, SandboxError> {
+    pub fn check_work_dir(&self, dir: &Path) -> Result<PathBuf, SandboxError> {
         let real =
             real_path(dir).map_err(|e| SandboxError::Denied(format!("{}: {e}", dir.display())))?;
         if !real.is_dir() {
@@ -440,7 +442,7 @@ impl Sandbox {
 
     /// The command that runs a bash command line, confined when configured; `tmp` is
     /// the command's private temporary folder.
-    pub(crate) fn bash_command(
+    pub fn bash_command(
         &self,
         command: &str,
         tmp: &Path,
@@ -484,11 +486,7 @@ impl Sandbox {
 
     /// Checks `raw` for reading and opens it in one step beneath its root: a regular
     /// file only. Blocking; call from `spawn_blocking`.
-    pub(crate) fn open_read(
-        &self,
-        work_dir: &Path,
-        raw: &str,
-    ) -> Result<(File, PathBuf), SandboxError> {
+    pub fn open_read(&self, work_dir: &Path, raw: &str) -> Result<(File, PathBuf), SandboxError> {
         let real = self.check_read(work_dir, raw)?;
         let root = self.root_of(&real);
         let fail = |e: io::Error| opened_error(raw, &real, e);
@@ -507,7 +505,7 @@ impl Sandbox {
     /// Checks `raw` for writing and opens it read-write in one step beneath its root,
     /// creating missing folders (and the file, when `create`). Refuses a file with more
     /// than one hard link. Returns the file, its real path, and whether it existed.
-    pub(crate) fn open_write(
+    pub fn open_write(
         &self,
         work_dir: &Path,
         raw: &str,

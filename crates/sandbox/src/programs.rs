@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// picogent's `PATH` without relative entries and without folders inside `writable`
 /// (resolved). `writable` empty means commands may write anywhere: then only the
 /// system's own folders are kept.
-pub(crate) fn trusted_path(writable: &[PathBuf]) -> OsString {
+pub fn trusted_path(writable: &[PathBuf]) -> OsString {
     let raw = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     filter_path(&raw, writable)
 }
@@ -26,7 +26,7 @@ fn filter_path(raw: &std::ffi::OsStr, writable: &[PathBuf]) -> OsString {
 /// Whether no command can write the folder `dir` (resolved): it lies outside every
 /// folder in `writable`, or, when commands may write anywhere (`writable` empty), it
 /// is one of the system's own.
-pub(crate) fn trusted_folder(dir: &Path, writable: &[PathBuf]) -> bool {
+pub fn trusted_folder(dir: &Path, writable: &[PathBuf]) -> bool {
     let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     if writable.is_empty() {
         SYSTEM.iter().any(|s| real.starts_with(s))
@@ -37,7 +37,7 @@ pub(crate) fn trusted_folder(dir: &Path, writable: &[PathBuf]) -> bool {
 
 /// The variables of picogent's environment every program it starts for the agent
 /// (git, MCP servers) keeps: who and where, nothing that points it at files.
-pub(crate) const BASE_ENV: &[&str] = &["USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
+pub const BASE_ENV: &[&str] = &["USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
 
 /// Where programs are installed by the system (kept when nothing else can be trusted).
 const SYSTEM: &[&str] = &[
@@ -54,7 +54,7 @@ const SYSTEM: &[&str] = &[
 
 /// `name` resolved on `path` (an absolute name is taken as it is): the first
 /// executable regular file.
-pub(crate) fn resolve(name: &str, path: &OsString) -> Result<PathBuf, String> {
+pub fn resolve(name: &str, path: &OsString) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
     let runnable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -87,7 +87,7 @@ pub(crate) fn resolve(name: &str, path: &OsString) -> Result<PathBuf, String> {
 /// Python's user site, `.npmrc`) is theirs: nothing is trusted when the agent's
 /// commands may write anywhere, or when the home or any of those files lies inside an
 /// allowed path.
-pub(crate) fn trusted_home(home: Option<&Path>, allowed: &[PathBuf]) -> Option<PathBuf> {
+pub fn trusted_home(home: Option<&Path>, allowed: &[PathBuf]) -> Option<PathBuf> {
     if allowed.is_empty() {
         return None;
     }

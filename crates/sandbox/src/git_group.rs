@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 static GIT: AtomicI32 = AtomicI32::new(0);
 
 /// Makes `cmd` start under a supervisor (see the module docs).
-pub(crate) fn supervised(cmd: &mut Command) {
+pub fn supervised(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // The supervisor's own group: picogent's terminal signals do not reach it.
     cmd.process_group(0);
@@ -145,12 +145,12 @@ unsafe fn supervise(picogent: libc::pid_t, git: libc::pid_t) -> ! {
 
 /// Stops a supervised git and everything it started: SIGTERM to its supervisor, which
 /// kills git's group, reaps git, and ends (the caller still waits for the supervisor).
-pub(crate) fn stop(child: &mut std::process::Child) {
+pub fn stop(child: &mut std::process::Child) {
     stop_pid(i32::try_from(child.id()).unwrap_or(0));
 }
 
 /// [`stop`] by the supervisor's pid, when the `Child` is with another thread.
-pub(crate) fn stop_pid(supervisor: i32) {
+pub fn stop_pid(supervisor: i32) {
     if supervisor > 0 {
         // SAFETY: a plain system call; the supervisor is not reaped yet (its waiter
         // has not answered), so the pid is still its.

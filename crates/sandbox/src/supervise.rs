@@ -8,9 +8,9 @@ use std::io;
 /// inject keystrokes into, and its process group is its pid for `killpg`), killed when
 /// picogent dies (parent-death signal, checked against a parent that died during the
 /// fork) or drops it, and without picogent's secrets.
-pub(crate) fn supervise(cmd: &mut tokio::process::Command) {
+pub fn supervise(cmd: &mut tokio::process::Command) {
     for (k, _) in std::env::vars_os() {
-        if crate::config::secrets::is_secret(&k.to_string_lossy()) {
+        if crate::secrets::is_secret(&k.to_string_lossy()) {
             cmd.env_remove(&k);
         }
     }
@@ -41,7 +41,7 @@ pub(crate) fn supervise(cmd: &mut tokio::process::Command) {
 }
 
 /// Kills a supervised child's process group (its pid: the child leads its own session).
-pub(crate) fn kill_group(pgid: i32) {
+pub fn kill_group(pgid: i32) {
     // SAFETY: a plain system call. The group is the child's own (setsid), and a group
     // id is not reused while any member of the group lives.
     unsafe {
@@ -51,7 +51,7 @@ pub(crate) fn kill_group(pgid: i32) {
 
 /// Kills a supervised child's group and every process below it: programs that run
 /// their commands in process groups of their own (Claude Code does) escape a group kill.
-pub(crate) fn kill_tree(pgid: i32) {
+pub fn kill_tree(pgid: i32) {
     for p in descendants(pgid) {
         // SAFETY: a plain system call on a process this child started.
         unsafe {

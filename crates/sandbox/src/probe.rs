@@ -44,7 +44,7 @@ const PASSING_REPORTED: Duration = Duration::from_secs(60);
 
 /// Why commands cannot have their namespaces.
 #[derive(Debug, Clone)]
-pub(crate) enum NoNamespaces {
+pub enum NoNamespaces {
     /// The kernel does not allow them here: the Landlock level.
     Lasting(String),
     /// Not now (the count is full): the commands of this moment are refused, and the
@@ -53,16 +53,16 @@ pub(crate) enum NoNamespaces {
 }
 
 /// A command ran to its end in namespaces the helper built: that is the answer.
-pub(crate) fn proven(deny_network: bool) {
+pub fn proven(deny_network: bool) {
     let _ = PROBE[usize::from(deny_network)].set(Ok(()));
 }
 
 /// The probe's settled answer, when it has one.
-pub(crate) fn probe_answer(deny_network: bool) -> Option<&'static Result<(), String>> {
+pub fn probe_answer(deny_network: bool) -> Option<&'static Result<(), String>> {
     PROBE[usize::from(deny_network)].get()
 }
 
-pub(crate) fn probe_namespaces(helper: &Helper, deny_network: bool) -> Result<(), NoNamespaces> {
+pub fn probe_namespaces(helper: &Helper, deny_network: bool) -> Result<(), NoNamespaces> {
     let i = usize::from(deny_network);
     let settled = |a: &Result<(), String>| a.clone().map_err(NoNamespaces::Lasting);
     if let Some(answer) = PROBE[i].get() {
@@ -102,7 +102,7 @@ fn passing_within(deny_network: bool, within: Duration) -> Option<String> {
 
 /// Why the probe last found namespaces impossible for now, when that was lately (and
 /// the level is still not settled): for health to report while commands are refused.
-pub(crate) fn refusing_lately(deny_network: bool) -> Option<String> {
+pub fn refusing_lately(deny_network: bool) -> Option<String> {
     if PROBE[usize::from(deny_network)].get().is_some() {
         return None;
     }

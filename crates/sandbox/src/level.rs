@@ -7,7 +7,7 @@ use super::{probe, Sandbox};
 impl Sandbox {
     /// Says the level commands run at and why, once it is known (see
     /// [`Confinement::say_level`]); off is said where the sandbox is made.
-    pub(crate) fn say_level(&self) {
+    pub fn say_level(&self) {
         let files = ["unrestricted", "allowed paths only"][usize::from(self.is_restricted())];
         if let Some(c) = self.confinement.as_ref().filter(|c| c.settled()) {
             c.say_level(files);
@@ -15,12 +15,12 @@ impl Sandbox {
     }
 
     /// Whether the level commands run at is known without waiting.
-    pub(crate) fn level_settled(&self) -> bool {
+    pub fn level_settled(&self) -> bool {
         self.confinement.as_ref().is_none_or(Confinement::settled)
     }
 
     /// Whether commands run in their own namespaces (waits for the probe).
-    pub(crate) fn namespaces(&self) -> bool {
+    pub fn namespaces(&self) -> bool {
         self.confinement
             .as_ref()
             .is_some_and(Confinement::namespaces)
@@ -28,7 +28,7 @@ impl Sandbox {
 
     /// A command ran in namespaces the helper built: they work here, whatever a probe
     /// would have said.
-    pub(crate) fn namespaces_proven(&self) {
+    pub fn namespaces_proven(&self) {
         if matches!(
             self.confinement.as_ref().map(|c| &c.choice),
             Some(Namespaces::Probed(_))
@@ -63,7 +63,7 @@ impl Sandbox {
     }
 
     /// Whether commands run in their own namespaces, without waiting (see `level_now`).
-    pub(crate) fn namespaces_now(&self) -> bool {
+    pub fn namespaces_now(&self) -> bool {
         self.level_now() == confine::LevelInForce::Namespaces
     }
 

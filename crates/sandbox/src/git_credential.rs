@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 
 /// Why a credential cannot be handed to git.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CredentialError {
+pub enum CredentialError {
     #[error(
         "the credential holds a line break or a NUL, which git's credential protocol cannot carry"
     )]
@@ -67,7 +67,7 @@ fn open_slot() -> Option<OwnedFd> {
 ///
 /// git asks once per connection to a remote that refused it (401); a push to a remote
 /// with several URLs asks once for each, hence one answer per URL.
-pub(crate) fn hand_to(
+pub fn hand_to(
     cmd: &mut Command,
     username: &str,
     password: &str,
@@ -123,7 +123,7 @@ mod tests {
         // 10 may be free here: the check runs in a fresh copy of this binary, which
         // keeps one first, as picogent does at start.
         const NAME: &str =
-            "sandbox::git_credential::tests::each_request_reads_one_answer_and_the_helper_shows_no_secret";
+            "git_credential::tests::each_request_reads_one_answer_and_the_helper_shows_no_secret";
         if std::env::var_os("PICOGENT_CREDENTIAL_TEST_CHILD").is_none() {
             let out = Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", NAME, "--test-threads=1"])

@@ -75,7 +75,7 @@ fn drop_capabilities() -> Result<(), String> {
 
 /// Applies the per-process layers and `exec`s the program; returns an exit status
 /// only when that failed.
-pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
+pub fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
     // The OOM killer's first choice is the command, never picogent: a command's
     // allocation storm ends the command. Written while root (outside a namespace) still
     // has the capability that makes it the command's floor too.
@@ -131,7 +131,7 @@ pub(crate) fn become_command(h: &HelperArgs, in_namespace: bool) -> i32 {
 }
 
 /// Becomes the program as it is (`--pid-only`); returns only when that failed.
-pub(crate) fn exec_unconfined(h: &HelperArgs) -> i32 {
+pub fn exec_unconfined(h: &HelperArgs) -> i32 {
     let err = std::process::Command::new(&h.program[0])
         .args(&h.program[1..])
         .exec();

@@ -15,14 +15,14 @@ use std::fmt;
 use std::time::Duration;
 
 /// The helper's exit status when the namespaces could not be made for now.
-pub(crate) const PASSING_STATUS: u8 = 75;
+pub const PASSING_STATUS: u8 = 75;
 
 /// Why the namespaces were not made.
 #[derive(Debug)]
-pub(crate) struct NotMade {
-    pub(crate) why: String,
+pub struct NotMade {
+    pub why: String,
     /// The refusal passes (the count was full for now), rather than lasts.
-    pub(crate) passing: bool,
+    pub passing: bool,
 }
 
 impl fmt::Display for NotMade {
@@ -32,7 +32,7 @@ impl fmt::Display for NotMade {
 }
 
 impl NotMade {
-    pub(crate) fn lasting(why: String) -> NotMade {
+    pub fn lasting(why: String) -> NotMade {
         NotMade {
             why,
             passing: false,
@@ -50,7 +50,7 @@ const RETRIES: [Duration; 4] = [
 ];
 
 /// `unshare(flags)`, tried again while its refusal passes.
-pub(crate) fn unshare(flags: libc::c_int) -> Result<(), NotMade> {
+pub fn unshare(flags: libc::c_int) -> Result<(), NotMade> {
     let mut waits = RETRIES.iter();
     loop {
         // SAFETY: the helper is single-threaded here (it runs before any runtime).
@@ -115,7 +115,7 @@ fn limit(name: &str) -> Option<u64> {
 /// dropped): no user namespace can be made beneath it. The kernel checks every level's
 /// count on the way up, and the command, without capabilities here, cannot raise this
 /// one (what bubblewrap's `--disable-userns` does).
-pub(crate) fn forbid_nested_user_namespaces() -> Result<(), String> {
+pub fn forbid_nested_user_namespaces() -> Result<(), String> {
     std::fs::write("/proc/sys/user/max_user_namespaces", "0").map_err(|e| {
         format!("cannot keep the command from making user namespaces (user.max_user_namespaces = 0: {e})")
     })
@@ -125,7 +125,7 @@ pub(crate) fn forbid_nested_user_namespaces() -> Result<(), String> {
 /// whoever runs them (`RLIMIT_NPROC` does not hold root back). Linux 6.14+ keeps a
 /// `pid_max` per PID namespace; an older kernel refuses the write (the knob is the
 /// host's there, out of a user namespace's reach), and only `RLIMIT_NPROC` is left.
-pub(crate) fn cap_processes(n: u64) {
+pub fn cap_processes(n: u64) {
     // Before 6.14 the knob is the host's: root's user namespace (0 mapped to 0) could
     // pass its file permissions and lower every process's limit on the machine.
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();

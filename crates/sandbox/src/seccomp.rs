@@ -91,10 +91,10 @@ fn errno(e: i32) -> u32 {
 /// What the filter is for: the command's network policy, level, and whether it may
 /// make user namespaces of its own.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Policy {
-    pub(crate) deny_network: bool,
-    pub(crate) in_namespace: bool,
-    pub(crate) nested_user_namespaces: bool,
+pub struct Policy {
+    pub deny_network: bool,
+    pub in_namespace: bool,
+    pub nested_user_namespaces: bool,
 }
 
 /// The filter program for these settings.
@@ -187,7 +187,7 @@ fn program(policy: Policy) -> Vec<libc::sock_filter> {
 
 /// Installs the filter on this process (it is inherited across fork and exec).
 /// `no_new_privs` must already be set.
-pub(crate) fn install(policy: Policy) -> io::Result<()> {
+pub fn install(policy: Policy) -> io::Result<()> {
     let prog = program(policy);
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
