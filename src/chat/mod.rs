@@ -127,7 +127,7 @@ pub async fn serve(
         addr,
         (stop.clone(), cut.clone()),
         (runs.clone(), tasks.clone()),
-        inflight,
+        inflight.clone(),
     );
     let drain = async move {
         stop.cancelled().await;
@@ -155,6 +155,9 @@ pub async fn serve(
             TASKS_GRACE.as_secs()
         );
     }
+    // Every run has said whether it ended: the log is closed, and goes when it names
+    // no run still going.
+    inflight.close().await;
     served
 }
 
@@ -557,7 +560,7 @@ async fn handle_frame(st: &Arc<ChatState>, text: &str, tx: &Outbound, conn: &Con
         }
     };
     match protocol::parse(text) {
-        Ok(ClientFrame::Prompt(p)) => requests::start(st, conn, p, tx),
+        Ok(ClientFrame::Prompt(p)) => requests::start(st, conn, p, tx).await,
         Ok(ClientFrame::Subscribe(s)) => requests::subscribe(st, conn, s, tx),
         Ok(ClientFrame::Control(c)) => requests::control(st, conn, c, tx).await,
         Ok(ClientFrame::Rewind(r)) => rewind::handle(st, conn, r, tx),

@@ -33,7 +33,7 @@ fn find_run(st: &ChatState, conn: &Conn, to: &Target) -> Option<Arc<RunLog>> {
 }
 
 /// Starts a prompt's run and streams its frames to this connection.
-pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
+pub(super) async fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     let Prompt {
         id,
         content,
@@ -64,10 +64,12 @@ pub(super) fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound) {
     // A keepAlive run outlives its connection, so it also gets an id any client can
     // address it by (`runId` in its frames); other runs stay the connection's.
     let run_id = keep_alive.then(|| format!("run-{}", crate::util::random_hex(16)));
-    // Noted on disk before the shared map is locked (a small write, not synced).
+    // Noted on disk before the run starts and before the shared map is locked (a
+    // small write by the log's job, not synced).
     let running = st
         .inflight
-        .begin(&session, run_id.as_deref(), &content, st.stop.clone());
+        .begin(&session, run_id.as_deref(), &content, st.stop.clone())
+        .await;
     let Ok(mut runs) = st.runs.lock() else {
         running.end(false);
         return;

@@ -56,7 +56,7 @@ pub(super) fn handle(st: &Arc<ChatState>, conn: &Conn, r: Rewind, tx: &Outbound)
                 system_prompt: None,
                 keep_alive,
             };
-            requests::start(&st, &conn, prompt, &tx);
+            requests::start(&st, &conn, prompt, &tx).await;
         }
     });
 }

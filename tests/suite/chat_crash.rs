@@ -227,3 +227,58 @@ async fn a_stop_lets_running_requests_finish_and_refuses_new_ones() {
         .unwrap_or(0);
     assert_eq!(left, 0);
 }
+
+/// A run noted in the layout before the runs' log (a file of its own per run) by a
+/// server that crashed before an upgrade is still marked interrupted by the new one.
+#[tokio::test]
+async fn a_run_file_from_before_the_log_is_still_marked_interrupted() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("Done.")]).await;
+    sb.write_config(&llm, Wire::Anthropic, json!({}));
+    let path = std::env::var("PATH").unwrap_or_default();
+    let port = free_port();
+    let mut first = server_process(&sb, port, &path);
+    let mut ws = connect_port(port).await;
+    send(
+        &mut ws,
+        json!({"id": "m1", "content": "Start", "sessionId": "s-old"}),
+    )
+    .await;
+    next_of(&mut ws, "done").await;
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    let runs = sb.home.join("state/chat-runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    let mark = json!({"session": "s-old", "run": "run-old", "prompt": "Go on",
+        "started": "2026-12-01T00:00:00.000Z"});
+    std::fs::write(runs.join("0123456789ab.json"), mark.to_string()).unwrap();
+    let port = free_port();
+    let _second = server_process(&sb, port, &path);
+    let mut ws = connect_port(port).await;
+    send(
+        &mut ws,
+        json!({"type": "subscribe", "runId": "run-old", "after": 0}),
+    )
+    .await;
+    let error = next_of(&mut ws, "error").await;
+    assert!(
+        error["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted"),
+        "{error}"
+    );
+    send(&mut ws, json!({"type": "history", "sessionId": "s-old"})).await;
+    let h = next_of(&mut ws, "history").await;
+    let last = h["content"]["items"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["type"], "interrupted", "{h}");
+    assert!(
+        !runs.join("0123456789ab.json").exists(),
+        "the old file stays"
+    );
+}
