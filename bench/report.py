@@ -47,6 +47,8 @@ BENCHMARKS = [
     ("A long session's load and other connections", r"A long session's load\b",
      "node --experimental-websocket bench/bigsession.mjs [MB] [--against DIR [--as NAME]] --record",
      "bench/bigsession.mjs"),
+    ("Build times", r"Build times\b", "bash bench/build_times.sh CHECKOUT [LABEL] (then report.py emit --record)",
+     "bench/build_times.sh"),
 ]
 
 DATE = r"\d{4}-\d{2}-\d{2}"
