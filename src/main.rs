@@ -283,7 +283,7 @@ async fn new_agent(config: Config) -> anyhow::Result<Agent> {
     match made {
         Ok(a) => Ok(a),
         Err(e @ picogent::agent::AgentError::Provider(_)) if unset => {
-            let hint = local_model_server().await.unwrap_or_else(|| {
+            let hint = picogent::provider::local::model_server().await.unwrap_or_else(|| {
                 "no key? picogent runs on a local model too: install Ollama (https://ollama.com), `ollama pull qwen3:8b`, then run with PICOGENT_PROVIDER=ollama PICOGENT_MODEL=qwen3:8b".into()
             });
             Err(anyhow::anyhow!("{e}\n{hint}"))
@@ -292,89 +292,13 @@ async fn new_agent(config: Config) -> anyhow::Result<Agent> {
     }
 }
 
-/// Looks for a model server on this machine's usual ports: how to use it, if one
-/// answers with its models.
-async fn local_model_server() -> Option<String> {
-    let http = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_millis(500))
-        .build()
-        .ok()?;
-    let get = |url: String| {
-        let http = http.clone();
-        async move {
-            let resp = http.get(&url).send().await.ok()?;
-            resp.json::<serde_json::Value>().await.ok()
-        }
-    };
-    if let Some(v) = get("http://127.0.0.1:11434/api/tags".into()).await {
-        let models: Vec<&str> = v["models"]
-            .as_array()?
-            .iter()
-            .filter_map(|m| m["name"].as_str())
-            .collect();
-        let first = models.first()?;
-        return Some(format!(
-            "found Ollama at http://127.0.0.1:11434 with models: {}; run with PICOGENT_PROVIDER=ollama PICOGENT_MODEL={first}",
-            models.join(", ")
-        ));
-    }
-    for (port, what) in [(8080, "llama.cpp"), (1234, "LM Studio"), (8000, "vLLM")] {
-        let base = format!("http://127.0.0.1:{port}/v1");
-        let Some(v) = get(format!("{base}/models")).await else {
-            continue;
-        };
-        let models: Vec<&str> = v["data"]
-            .as_array()?
-            .iter()
-            .filter_map(|m| m["id"].as_str())
-            .collect();
-        let Some(first) = models.first() else {
-            continue;
-        };
-        return Some(format!(
-            "found an OpenAI-compatible server ({what}?) at {base} with models: {}; run with PICOGENT_PROVIDER=openai PICOGENT_BASE_URL={base} PICOGENT_MODEL={first}",
-            models.join(", ")
-        ));
-    }
-    None
-}
-
-/// Chat mode snapshots the folder for rollback when it can: git is there and the
-/// folder is writable. Asked for explicitly, missing git is an error instead; a git
-/// picogent does not support is an error either way (checkpoints off by choice aside).
-fn chat_checkpoints(config: &mut picogent::config::Config) -> anyhow::Result<()> {
-    use picogent::sandbox::git_program::{self, GitError};
-    if config.checkpoints == Some(false) {
-        return Ok(());
-    }
-    git_program::announce();
-    let allowed: Vec<_> = config
-        .allowed_paths
-        .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .collect();
-    match git_program::usable(&allowed) {
-        Ok(_) => {
-            let writable =
-                std::fs::metadata(&config.work_dir).is_ok_and(|m| !m.permissions().readonly());
-            config.checkpoints.get_or_insert(writable);
-        }
-        Err(GitError::Missing(_)) if config.checkpoints.is_none() => {
-            tracing::warn!("git not found: checkpoints and rollback are off");
-            config.checkpoints = Some(false);
-        }
-        Err(e) => anyhow::bail!("checkpoints (rollback) need git: {e}"),
-    }
-    Ok(())
-}
-
 async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
     // Files read and git asked its version: off the runtime's threads.
     let arg = arg.map(Path::to_path_buf);
     let config = tokio::task::spawn_blocking(move || {
         let mut config = load_config(arg.as_deref())?;
         if !config.is_agent_mode() {
-            chat_checkpoints(&mut config)?;
+            config.settle_chat_checkpoints()?;
         }
         anyhow::Ok(config)
     })

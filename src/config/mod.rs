@@ -11,6 +11,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+mod chat_git;
 mod github;
 mod limits;
 mod load;
@@ -18,6 +19,7 @@ mod mcp;
 mod model;
 pub mod secrets;
 mod types;
+pub use chat_git::NeedsGit;
 pub use github::{GithubAuth, GithubConfig, Trigger};
 pub use mcp::{McpServerConfig, McpTransport};
 pub use types::{Engine, Env, ProviderKind, TrackerKind, Transport};

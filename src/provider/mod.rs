@@ -4,6 +4,7 @@
 
 mod anthropic;
 mod fragments;
+pub mod local;
 mod ollama;
 mod openai;
 mod price;
