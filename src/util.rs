@@ -126,14 +126,17 @@ pub(crate) fn push_json_line<T: serde::Serialize>(
 /// Returns the new file's append handle, the log from the moment of the rename: no
 /// reopen by path that could fail after it and leave the writer on the old, unlinked
 /// file. On an error before the rename the old file is untouched (and no temporary
-/// file is left to hold the disk's last free blocks).
+/// file is left to hold the disk's last free blocks). The new file is its owner's
+/// alone (0600), as the logs are made.
 pub(crate) fn rewrite_log(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs::File> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
     let written = std::fs::OpenOptions::new()
         .append(true)
         .create_new(true)
+        .mode(0o600)
         .open(&tmp)
         .and_then(|mut f| {
             f.write_all(bytes)?;

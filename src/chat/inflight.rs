@@ -83,12 +83,17 @@ pub(super) struct Running {
 
 impl Running {
     /// The run ended; `cancelled`: by a cancellation (the server's stop among them).
-    pub(super) fn end(mut self, cancelled: bool) {
+    /// Returns once the `end` line is in the file (not synced), so a kill right after
+    /// never marks a finished run interrupted.
+    pub(super) async fn end(mut self, cancelled: bool) {
         if let Some(key) = self.key.take() {
             if cancelled && self.stop.is_cancelled() {
                 return;
             }
             self.inflight.ended(key);
+            if let Some(own) = &self.inflight.own {
+                let _ = own.log.written().await;
+            }
         }
     }
 }
@@ -121,7 +126,14 @@ impl InFlight {
             }
         };
         let mut interrupted = HashMap::new();
-        for (files, marks) in found {
+        // Each leftover's lock is held (`_held`) until its files are gone: a server
+        // starting beside this one never marks the same runs.
+        for Leftover {
+            files,
+            marks,
+            _held,
+        } in found
+        {
             for mark in marks {
                 mark_interrupted(agent, &mark).await;
                 if let Some(run) = mark.run {
@@ -304,10 +316,19 @@ async fn mark_interrupted(agent: &Agent, mark: &Mark) {
     }
 }
 
-/// The runs that servers no longer running left begun and never ended, oldest first,
-/// with the files that held them: each log whose lock nobody holds (its torn last line
-/// cut off), and a run file of the one-file-per-run layout before the log.
-fn leftovers(dir: &Path) -> Vec<(Vec<PathBuf>, Vec<Mark>)> {
+/// What a server no longer running left: the files that hold it, the runs it begun and
+/// never ended (oldest first), and its lock, held until the files are removed.
+struct Leftover {
+    files: Vec<PathBuf>,
+    marks: Vec<Mark>,
+    _held: Option<File>,
+}
+
+/// The runs that servers no longer running left begun and never ended, oldest first:
+/// each log whose lock nobody holds (its torn last line cut off), and a run file of
+/// the one-file-per-run layout before the log. A compaction's temporary file and a lock
+/// without its log (a start that could not make the log) go too, when free.
+fn leftovers(dir: &Path) -> Vec<Leftover> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -317,6 +338,7 @@ fn leftovers(dir: &Path) -> Vec<(Vec<PathBuf>, Vec<Mark>)> {
         let found = match path.extension().and_then(|x| x.to_str()) {
             Some("jsonl") => left_in_log(&path),
             Some("json") => left_in_run_file(&path),
+            Some("tmp") | Some("lock") => left_alone(&path),
             _ => None,
         };
         out.extend(found);
@@ -325,20 +347,25 @@ fn leftovers(dir: &Path) -> Vec<(Vec<PathBuf>, Vec<Mark>)> {
     out
 }
 
-fn first_start(found: &(Vec<PathBuf>, Vec<Mark>)) -> &str {
-    found.1.first().map_or("", |m| m.started.as_str())
+fn first_start(found: &Leftover) -> &str {
+    found.marks.first().map_or("", |m| m.started.as_str())
 }
 
-/// A log whose server is gone: its runs never ended. `None` while its lock is held.
-fn left_in_log(path: &Path) -> Option<(Vec<PathBuf>, Vec<Mark>)> {
-    let lock_path = path.with_extension("lock");
+/// The lock of `log`, taken without waiting: `None` while its server holds it.
+fn free_lock(log: &Path) -> Option<File> {
     let held = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&lock_path)
+        .open(log.with_extension("lock"))
         .ok()?;
     held.try_lock().ok()?;
+    Some(held)
+}
+
+/// A log whose server is gone: its runs never ended. `None` while its lock is held.
+fn left_in_log(path: &Path) -> Option<Leftover> {
+    let held = free_lock(path)?;
     let mut begun: Vec<(u64, Mark)> = Vec::new();
     for line in log::read(path).ok()?.lines() {
         match serde_json::from_str::<Line>(line) {
@@ -349,16 +376,43 @@ fn left_in_log(path: &Path) -> Option<(Vec<PathBuf>, Vec<Mark>)> {
     }
     let mut marks: Vec<Mark> = begun.into_iter().map(|(_, m)| m).collect();
     marks.sort_by(|a, b| a.started.cmp(&b.started));
-    Some((vec![path.to_path_buf(), lock_path], marks))
+    Some(Leftover {
+        // A compaction's temporary file, if its server died in the middle of one.
+        files: vec![
+            path.to_path_buf(),
+            path.with_extension("lock"),
+            path.with_extension("tmp"),
+        ],
+        marks,
+        _held: Some(held),
+    })
+}
+
+/// A compaction's temporary file, or a lock whose log was never made, of a server
+/// that is gone (its lock free); a log's own lock is the log's to remove.
+fn left_alone(path: &Path) -> Option<Leftover> {
+    if path.with_extension("jsonl").exists() {
+        return None;
+    }
+    let held = free_lock(path)?;
+    Some(Leftover {
+        files: vec![path.to_path_buf(), path.with_extension("lock")],
+        marks: Vec::new(),
+        _held: Some(held),
+    })
 }
 
 /// A run file of the layout before the log (one file per run, locked while it ran).
-fn left_in_run_file(path: &Path) -> Option<(Vec<PathBuf>, Vec<Mark>)> {
+fn left_in_run_file(path: &Path) -> Option<Leftover> {
     let f = File::open(path).ok()?;
     f.try_lock().ok()?;
     // Torn by the crash it records: nothing to mark, but the file goes.
     let mark = std::fs::read(path)
         .ok()
         .and_then(|b| serde_json::from_slice::<Mark>(&b).ok());
-    Some((vec![path.to_path_buf()], mark.into_iter().collect()))
+    Some(Leftover {
+        files: vec![path.to_path_buf()],
+        marks: mark.into_iter().collect(),
+        _held: Some(f),
+    })
 }

@@ -70,42 +70,57 @@ pub(super) async fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound)
         .inflight
         .begin(&session, run_id.as_deref(), &content, st.stop.clone())
         .await;
-    let Ok(mut runs) = st.runs.lock() else {
-        running.end(false);
-        return;
-    };
+    // The drain may have begun while the line was written.
+    if st.stopping.is_cancelled() {
+        running.end(false).await;
+        let message = "the server is shutting down: send it again once it is back";
+        return refuse(tx, id, session, message.into());
+    }
+    // Checked and started under the shared map's lock, which no await may hold.
     let key = own_key(conn, &id);
-    if runs.get(&key).is_some_and(|l| !l.is_done()) {
-        drop(runs);
-        running.end(false);
-        let message = format!("a request with id {id:?} is already running");
-        tx.send(&Outgoing::error(Some(id), None, message));
-        return;
-    }
-    let request = RunRequest {
-        prompt: content.clone(),
-        session_id: session.clone(),
-        work_dir,
-        system_prompt,
-        worktree: None,
-        prompt_entry: Some(prompt_entry.clone()),
+    let started = 'start: {
+        let Ok(mut runs) = st.runs.lock() else {
+            break 'start Err(None);
+        };
+        if runs.get(&key).is_some_and(|l| !l.is_done()) {
+            break 'start Err(Some(id));
+        }
+        let request = RunRequest {
+            prompt: content.clone(),
+            session_id: session.clone(),
+            work_dir,
+            system_prompt,
+            worktree: None,
+            prompt_entry: Some(prompt_entry.clone()),
+        };
+        let handle = st.agent.start_with_cancel(request, token.clone());
+        let log = RunLog::new(
+            id,
+            session,
+            run_id.clone(),
+            token,
+            handle.control.clone(),
+            prompt_entry,
+            content,
+        );
+        announce(st, conn, &log, tx);
+        let keys: Vec<String> = std::iter::once(key).chain(run_id).collect();
+        for k in &keys {
+            runs.insert(k.clone(), log.clone());
+        }
+        Ok((handle, log, keys))
     };
-    let handle = st.agent.start_with_cancel(request, token.clone());
-    let log = RunLog::new(
-        id,
-        session,
-        run_id.clone(),
-        token,
-        handle.control.clone(),
-        prompt_entry,
-        content,
-    );
-    announce(st, conn, &log, tx);
-    let keys: Vec<String> = std::iter::once(key).chain(run_id).collect();
-    for k in &keys {
-        runs.insert(k.clone(), log.clone());
-    }
-    drop(runs);
+    let (handle, log, keys) = match started {
+        Ok(started) => started,
+        Err(duplicate) => {
+            running.end(false).await;
+            if let Some(id) = duplicate {
+                let message = format!("a request with id {id:?} is already running");
+                tx.send(&Outgoing::error(Some(id), None, message));
+            }
+            return;
+        }
+    };
     forward_in_the_background(st, handle, &log, running, keys);
     let following = follow(conn, &log);
     attach(&st.tasks, log, 0, tx.clone(), following);
@@ -146,7 +161,7 @@ fn forward_in_the_background(
     let (kept, runs, stop) = (log.clone(), st.runs.clone(), st.stop.clone());
     st.tasks.spawn(async move {
         let cancelled = forwarding.await;
-        running.end(cancelled);
+        running.end(cancelled).await;
         // Kept a while for pages that reload, but never past the server's end.
         tokio::select! {
             _ = forget_later(kept, runs, keys) => {}

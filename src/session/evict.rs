@@ -30,7 +30,10 @@ impl Session {
     /// An evicted message, read back from the file; `None` (logged) if that fails.
     pub(super) fn read_back(&self, offset: u64, len: usize) -> Option<Message> {
         use std::os::unix::fs::FileExt;
-        let written = self.writer.as_ref().is_none_or(|w| w.written_through());
+        let written = self
+            .writer
+            .as_ref()
+            .is_none_or(|w| w.written_up_to(offset + len as u64));
         let mut buf = vec![0u8; len];
         let read = match written {
             true => self.file.read_exact_at(&mut buf, offset),

@@ -264,6 +264,7 @@ impl SessionStore {
             file.try_clone().map_err(io)?,
             path.clone(),
             lock,
+            line.len() as u64,
         ));
         Ok(Session {
             id: id.into(),
@@ -340,6 +341,7 @@ impl Session {
                 file.try_clone().map_err(io)?,
                 path.clone(),
                 lock,
+                size,
             )),
             None => None,
         };

@@ -24,17 +24,20 @@ pub(super) struct Writer {
     path: PathBuf,
     /// Held until the file has every line handed over.
     lock: Option<SessionLock>,
+    /// The file's length when the writer started (what the log wrote comes after).
+    base: u64,
 }
 
 impl Writer {
     /// The writer of `file` (opened for appending), under the session's lock. What
     /// opening wrote (a new header, a repaired last line) is made durable by the
     /// first `sync`.
-    pub(super) fn start(file: File, path: PathBuf, lock: SessionLock) -> Writer {
+    pub(super) fn start(file: File, path: PathBuf, lock: SessionLock, base: u64) -> Writer {
         Writer {
             log: Log::with_file(&path, file),
             path,
             lock: Some(lock),
+            base,
         }
     }
 
@@ -60,10 +63,14 @@ impl Writer {
         self.log.written().await.map_err(|e| self.error(e))
     }
 
-    /// Blocks until everything handed over is in the file (for reading a line back);
-    /// false if it never will be.
-    pub(super) fn written_through(&self) -> bool {
-        self.log.wait_written().is_ok()
+    /// Whether the file's first `end` bytes are written, blocking only when they are
+    /// not yet (for reading a line back); false if they never will be.
+    pub(super) fn written_up_to(&self, end: u64) -> bool {
+        let done = || self.base + self.log.bytes_written() >= end;
+        done() || {
+            let _ = self.log.wait_written();
+            done()
+        }
     }
 }
 

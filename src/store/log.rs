@@ -111,6 +111,8 @@ struct Inner {
     state: Mutex<State>,
     /// Touched by the log's one job at a time.
     file: Mutex<File>,
+    /// Bytes written to the file since it was opened (or last rewritten).
+    written: std::sync::atomic::AtomicU64,
 }
 
 /// The log's handle; its owner decides what goes in (a clone is the same log).
@@ -176,12 +178,21 @@ impl Log {
                 path: path.to_path_buf(),
                 state: Mutex::new(State::default()),
                 file: Mutex::new(file),
+                written: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
 
     pub(crate) fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Bytes in the file that this log wrote since it was opened (or last rewritten):
+    /// a reader of an earlier line need not wait for later ones.
+    pub(crate) fn bytes_written(&self) -> u64 {
+        self.inner
+            .written
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The failure every later append and sync gets, until a rewrite succeeds.
@@ -251,7 +262,8 @@ impl Log {
     }
 
     /// Calls `then` once everything handed over before is in the file, synced or not
-    /// (for a reader of the file), on the log's job; `Err` when it never will be.
+    /// (for a reader of the file), on the log's job; `Err` when it never will be. It
+    /// may run before an earlier sync's callback (it does not wait for the fsync).
     /// When nothing waits, it is called at once, on the caller's thread.
     pub(crate) fn when_written(&self, then: impl FnOnce(Result<(), LogError>) + Send + 'static) {
         let mut st = lock(&self.inner.state);
@@ -311,9 +323,22 @@ impl Log {
     /// Ends the log once everything handed over is durable; the failure, if any.
     /// Later appends and syncs get `Closed`.
     pub(crate) async fn close(&self) -> Result<(), LogError> {
-        let synced = self.sync();
-        lock(&self.inner.state).closed = true;
-        synced.await
+        let (tx, rx) = oneshot::channel();
+        let then: Then = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        {
+            // One hold of the lock: no append slips in between the sync and the close.
+            let mut st = lock(&self.inner.state);
+            let op = match st.closed {
+                true => Op::Answer(then, self.closed()),
+                false => Op::Sync(then),
+            };
+            st.closed = true;
+            st.ops.push_back(op);
+            self.kick(st);
+        }
+        rx.await.unwrap_or_else(|_| Err(self.closed()))
     }
 
     /// Starts the log's job when there is work and none runs.
@@ -418,6 +443,9 @@ fn write_batch(inner: &Inner, batch: VecDeque<Op>) {
                 match crate::util::rewrite_log(&inner.path, &content) {
                     Ok(file) => {
                         *lock(&inner.file) = file;
+                        inner
+                            .written
+                            .store(content.len() as u64, std::sync::atomic::Ordering::Release);
                         lock(&inner.state).failed = None;
                     }
                     Err(e) => fail(inner, &e),
@@ -450,8 +478,13 @@ fn settle(inner: &Inner, bytes: &mut Vec<u8>, waiting: &mut Vec<Then>) {
 /// Writes what is gathered, in one write, unless a failure came first.
 fn write_gathered(inner: &Inner, bytes: &mut Vec<u8>) {
     if !bytes.is_empty() && failed(inner).is_none() {
-        if let Err(e) = crate::util::append_whole(&lock(&inner.file), bytes) {
-            fail(inner, &e);
+        match crate::util::append_whole(&lock(&inner.file), bytes) {
+            Ok(()) => {
+                inner
+                    .written
+                    .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Release);
+            }
+            Err(e) => fail(inner, &e),
         }
     }
     bytes.clear();

@@ -45,7 +45,13 @@ impl Delivery {
     pub(super) async fn stop(&self) {
         self.stop.cancel();
         self.retries.close();
-        self.retries.wait().await;
+        // A retry in the middle of a write on a hung disk is left to the process's end.
+        if tokio::time::timeout(Duration::from_secs(5), self.retries.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("a result's retry is still writing at shutdown; left to the exit");
+        }
         let waiting = lock(&self.degraded).0;
         if waiting > 0 {
             tracing::warn!(waiting, "results the outbox would not take are left pending; their events run again at the next start");

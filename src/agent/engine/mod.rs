@@ -146,19 +146,26 @@ async fn locked(
         Engine::Native => (inner.provider.kind().as_str(), inner.provider.model()),
         Engine::ClaudeCode => ("claude-code", config.model.as_str()),
     };
-    session.note_model(provider, model)?;
-    out.emit(AgentEvent::Started {
-        session_id: req.session_id.clone(),
-        provider: provider.into(),
-        model: model.into(),
-        work_dir: work_dir.display().to_string(),
+    let begun = session.note_model(provider, model).and_then(|()| {
+        out.emit(AgentEvent::Started {
+            session_id: req.session_id.clone(),
+            provider: provider.into(),
+            model: model.into(),
+            work_dir: work_dir.display().to_string(),
+        });
+        session.append_as(
+            crate::session::Known::Message {
+                message: Message::user(req.prompt.clone()),
+            },
+            req.prompt_entry.as_deref(),
+        )
     });
-    session.append_as(
-        crate::session::Known::Message {
-            message: Message::user(req.prompt.clone()),
-        },
-        req.prompt_entry.as_deref(),
-    )?;
+    if let Err(e) = begun {
+        // Closed (awaited) before the run says it finished: the session lock is free
+        // by the time a client hears of the failure.
+        let _ = session.close().await;
+        return Err(e.into());
+    }
     let mut run = Run {
         config,
         sandbox,
