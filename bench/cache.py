@@ -3,7 +3,7 @@
 
 The tests' scripted model server, started with `--cache`, caches prompts by Anthropic's
 rules (prefix up to a `cache_control` breakpoint, 1,024-token minimum, 5-minute lifetime,
-20-block look-back; tests/common/llm_cache.rs) and splits every request's input into
+20-block look-back; crates/testkit/src/llm_cache.rs) and splits every request's input into
 fresh, cache-write and cache-read tokens (a token is 4 bytes of the request). This script
 sums them over the whole run, all requests included (side calls too), and prices them as
 Anthropic bills input: fresh x1, cache write x1.25, cache read x0.1.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::types::{Engine, Env, LoopAction, NetworkPolicy, SandboxMode, Transport, Workspace};
-use super::{absolute, Config, ConfigError};
+use super::{absolute, Config, ConfigError, Tracker};
 
 /// agent.json as written by a person. Every field optional; unknown fields refused.
 #[derive(Debug, Default, Deserialize)]
@@ -463,16 +463,19 @@ impl Config {
         let (network, sandbox, checkpoints) = s.policies()?;
         let mcp_servers = s.mcp_servers(Duration::from_secs(l.step_timeout_sec))?;
         let (id, git, chat) = (s.identity()?, s.git()?, s.chat()?);
-        let tracker = s.tracker_kind()?;
-        let github = s.github(tracker, &|p| s.file_path(p))?;
+        let kind = s.tracker_kind()?;
+        let github = s.github(kind, &|p| s.file_path(p))?;
+        let tracker = match (github, id.tracker_url) {
+            (Some(g), _) => Some(Tracker::Github(Box::new(g))),
+            (None, Some(url)) => Some(Tracker::Board { url }),
+            (None, None) => None,
+        };
         Ok(Config {
             name: id.name,
             slug: id.slug,
             prompt: id.prompt,
             model_origins: m.origins.clone(),
-            tracker_url: id.tracker_url,
             tracker,
-            github,
             token: id.token,
             transport: id.transport,
             listen_port: id.listen_port,

@@ -75,17 +75,24 @@ impl Config {
     }
 }
 
+/// Which tracker agent mode works for (`tracker`, `PICOGENT_TRACKER`), and the settings
+/// only that tracker has.
+#[derive(Debug, Clone)]
+pub enum Tracker {
+    /// Team Board (docs/tracker-protocol.md) at `url` (`tracker_url`, `TRACKER_URL`).
+    Board { url: String },
+    /// GitHub issues and pull requests (the `github` block; boxed, as it is large).
+    Github(Box<GithubConfig>),
+}
+
 /// The resolved configuration every part of picogent reads.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub name: String,
     pub slug: String,
     pub(crate) prompt: Option<String>,
-    pub tracker_url: Option<String>,
-    /// Which tracker agent mode speaks (`tracker`).
-    pub tracker: TrackerKind,
-    /// The `github` block, when `tracker` is `github`.
-    pub github: Option<GithubConfig>,
+    /// The tracker agent mode works for, with what only it needs; `None`: chat mode.
+    pub tracker: Option<Tracker>,
     pub(crate) token: Option<String>,
     pub transport: Transport,
     pub listen_port: u16,
@@ -250,7 +257,23 @@ impl Config {
 
     /// Agent mode runs when a tracker is configured: Team Board's URL, or GitHub.
     pub fn is_agent_mode(&self) -> bool {
-        self.tracker_url.is_some() || self.tracker == TrackerKind::Github
+        self.tracker.is_some()
+    }
+
+    /// Team Board's URL, when it is the tracker.
+    pub fn tracker_url(&self) -> Option<&str> {
+        match &self.tracker {
+            Some(Tracker::Board { url }) => Some(url),
+            _ => None,
+        }
+    }
+
+    /// The `github` block, when GitHub is the tracker.
+    pub fn github(&self) -> Option<&GithubConfig> {
+        match &self.tracker {
+            Some(Tracker::Github(g)) => Some(g),
+            _ => None,
+        }
     }
 
     /// Where session files live: `agentHome/sessions`, else `~/.picogent/sessions`.
@@ -333,7 +356,7 @@ impl Config {
         // A GitHub App's private key mints tokens for the whole installation.
         if let Some(GithubAuth::App {
             private_key_file, ..
-        }) = self.github.as_ref().map(|g| &g.auth)
+        }) = self.github().map(|g| &g.auth)
         {
             out.push(private_key_file.clone());
         }

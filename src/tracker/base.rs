@@ -71,7 +71,7 @@ pub(crate) fn log_start(cfg: &Config, agent: &Agent) {
         name = %cfg.name,
         slug = %cfg.slug,
         transport = ?cfg.transport,
-        tracker = cfg.tracker_url.as_deref().unwrap_or("-"),
+        tracker = cfg.tracker_url().unwrap_or("-"),
         work_dir = %cfg.work_dir.display(),
         engine = cfg.engine.as_str(),
         provider = cfg.provider.as_str(),

@@ -36,7 +36,7 @@ pub(crate) struct Prepared {
 /// Checks Team Board's settings (before the state opens, so a missing URL or token is
 /// the first thing an operator hears).
 pub(crate) fn prepare(cfg: &Config, timing: &Timing) -> Result<Prepared, DaemonError> {
-    let tracker_url = cfg.tracker_url.clone().ok_or_else(|| {
+    let tracker_url = cfg.tracker_url().map(str::to_string).ok_or_else(|| {
         DaemonError::Config("agent mode needs tracker_url (or TRACKER_URL)".into())
     })?;
     let token = cfg.token.clone().ok_or_else(|| {

@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agent::Agent;
-use crate::config::TrackerKind;
 use crate::tracker::base::{bind, serve, wind_down, Core};
 use crate::tracker::router::Router;
 use crate::tracker::seam::Tracker;
@@ -85,9 +84,14 @@ const OWNED_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Runs agent mode until `stop` is cancelled (then drains) or a fatal error.
 pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
     let cfg = agent.config().clone();
-    let prepared = match cfg.tracker {
-        TrackerKind::TeamBoard => Prepared::Board(crate::tracker::board::prepare(&cfg, &timing)?),
-        TrackerKind::Github => Prepared::Github(crate::tracker::github::prepare(&cfg, &stop)?),
+    let prepared = match &cfg.tracker {
+        Some(crate::config::Tracker::Github(gh)) => {
+            Prepared::Github(crate::tracker::github::prepare(gh, &stop)?)
+        }
+        // Without a URL, Team Board's check names what is missing.
+        Some(crate::config::Tracker::Board { .. }) | None => {
+            Prepared::Board(crate::tracker::board::prepare(&cfg, &timing)?)
+        }
     };
     let core = Core::open(&agent, &timing).await?;
     let owned = TaskTracker::new();

@@ -229,7 +229,7 @@ fn the_shipped_example_configurations_load() {
     );
     let c = Config::load(Some(&root.join("agents/coder")), &env, root).unwrap();
     assert_eq!(c.slug, "coder");
-    assert_eq!(c.tracker_url.as_deref(), Some("http://localhost:8100"));
+    assert_eq!(c.tracker_url(), Some("http://localhost:8100"));
     // It works in a folder of its own, not in the one with its configuration.
     assert_eq!(c.allowed_paths, vec![root.join("agents/coder/workspace")]);
     assert_eq!(c.work_dir, root.join("agents/coder/workspace"));

@@ -1,13 +1,14 @@
 //! The helper's last steps before it becomes the command: no capabilities, its
 //! process limits and OOM standing, `no_new_privs`, Landlock, seccomp, then `exec`.
 
+use crate::setup_error::SetupError;
 use std::os::unix::process::CommandExt;
 
 use super::namespaces::HelperArgs;
 
 /// The command keeps no capability: neither those a namespace gave the helper (it
 /// could undo the read-only mounts) nor root's outside one (raw devices, the kernel).
-fn drop_capabilities() -> Result<(), String> {
+fn drop_capabilities() -> Result<(), SetupError> {
     // SAFETY: prctl and capset on this process with valid arguments.
     unsafe {
         for cap in 0..64 {
@@ -31,10 +32,10 @@ fn drop_capabilities() -> Result<(), String> {
         if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0
             && libc::geteuid() == 0
         {
-            return Err(format!(
+            return Err(SetupError::from(format!(
                 "cannot lock the securebits: {}",
                 std::io::Error::last_os_error()
-            ));
+            )));
         }
         #[repr(C)]
         struct Header {
@@ -64,10 +65,10 @@ fn drop_capabilities() -> Result<(), String> {
             },
         ];
         if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) != 0 {
-            return Err(format!(
+            return Err(SetupError::from(format!(
                 "cannot drop capabilities: {}",
                 std::io::Error::last_os_error()
-            ));
+            )));
         }
     }
     Ok(())

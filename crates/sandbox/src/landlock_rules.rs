@@ -4,6 +4,7 @@
 //! what is granted), and at the Landlock level (no namespaces) picogent's own files are
 //! carved out of both the readable and the writable trees (`carve`).
 
+use crate::setup_error::SetupError;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -51,7 +52,7 @@ pub fn kernel_abi() -> i64 {
 }
 
 /// Landlock for this process: returns an error when a requested rule is not enforced.
-pub(super) fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String> {
+pub(super) fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), SetupError> {
     let err = |e: landlock::RulesetError| e.to_string();
     let abi = kernel_abi();
     // Without namespaces to cover picogent's files, Landlock itself must keep them out
@@ -89,11 +90,11 @@ pub(super) fn restrict(h: &HelperArgs, in_namespace: bool) -> Result<(), String>
         return Err("no_new_privs could not be set".into());
     }
     if (restrict_fs || h.deny_network) && status.ruleset != RulesetStatus::FullyEnforced {
-        return Err(format!(
+        return Err(SetupError::from(format!(
             "the kernel cannot fully enforce the sandbox ({:?}; Landlock ABI {abi} here, {} needed), so the command was not run. Use a newer kernel, or set sandbox: \"off\" to run commands without kernel confinement",
             status.ruleset,
             if h.deny_network { NET_ABI as i64 } else { FS_ABI as i64 }
-        ));
+        )));
     }
     Ok(())
 }

@@ -28,6 +28,7 @@ mod probe;
 pub mod programs;
 mod seccomp;
 pub mod secrets;
+pub mod setup_error;
 mod supervise;
 pub mod sys;
 pub mod tree;

@@ -3,6 +3,7 @@
 //! `mount(2)`, and the covering built on them (`hide`, the daemons' sockets). Errors
 //! are messages naming the path.
 
+use crate::setup_error::SetupError;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -22,17 +23,18 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-pub fn errno(what: impl std::fmt::Display) -> String {
-    format!("{what}: {}", std::io::Error::last_os_error())
+pub fn errno(what: impl std::fmt::Display) -> SetupError {
+    SetupError::os(what)
 }
 
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
+fn cstr(p: &Path) -> Result<CString, SetupError> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| SetupError::from(format!("{} has a NUL byte", p.display())))
 }
 
 /// An empty, read-only file on a tmpfs that is mounted nowhere (so no path reaches
 /// it), as a detached mount to bind over files.
-pub fn blank_file() -> Result<OwnedFd, String> {
+pub fn blank_file() -> Result<OwnedFd, SetupError> {
     const FSOPEN_CLOEXEC: libc::c_uint = 1;
     const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
     const FSMOUNT_CLOEXEC: libc::c_uint = 1;
@@ -84,7 +86,7 @@ pub fn blank_file() -> Result<OwnedFd, String> {
     )?;
     drop(f);
     let blank = clone_at(mnt.as_raw_fd(), name, 0)
-        .map_err(|e| format!("cannot copy the blank file: {e}"))?;
+        .map_err(|e| SetupError::from(format!("cannot copy the blank file: {e}")))?;
     set_attr(
         Some(&blank),
         Path::new(""),
@@ -100,7 +102,7 @@ pub fn mount(
     fstype: Option<&str>,
     flags: libc::c_ulong,
     data: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     let c = |s: Option<&str>| s.and_then(|s| CString::new(s).ok());
     let (src, fs, dat) = (c(source), c(fstype), c(data));
     let tgt = cstr(target)?;
@@ -123,7 +125,7 @@ pub fn mount(
 
 /// A detached copy of the mount tree at `p` (with everything mounted below it when
 /// `recursive`).
-pub fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, String> {
+pub fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, SetupError> {
     let path = cstr(p)?;
     let flags = if recursive {
         libc::AT_RECURSIVE as libc::c_uint
@@ -131,13 +133,16 @@ pub fn open_tree(p: &Path, recursive: bool) -> Result<OwnedFd, String> {
         0
     };
     clone_at(libc::AT_FDCWD, &path, flags)
-        .map_err(|e| format!("cannot copy the mount at {}: {e}", p.display()))
+        .map_err(|e| SetupError::from(format!("cannot copy the mount at {}: {e}", p.display())))
 }
 
 /// A detached copy of the mount tree at `p`, reached without following any link: a
 /// path a command swapped for a link since picogent resolved it is not copied
 /// (`None`). With whether it is a folder.
-pub fn open_tree_no_links(p: &Path, recursive: bool) -> Result<Option<(OwnedFd, bool)>, String> {
+pub fn open_tree_no_links(
+    p: &Path,
+    recursive: bool,
+) -> Result<Option<(OwnedFd, bool)>, SetupError> {
     let Ok(fd) = super::open::open_no_links(p) else {
         return Ok(None);
     };
@@ -150,13 +155,13 @@ pub fn open_tree_no_links(p: &Path, recursive: bool) -> Result<Option<(OwnedFd, 
         };
     clone_at(fd.as_raw_fd(), c"", flags)
         .map(|t| Some((t, is_dir)))
-        .map_err(|e| format!("cannot copy the mount at {}: {e}", p.display()))
+        .map_err(|e| SetupError::from(format!("cannot copy the mount at {}: {e}", p.display())))
 }
 
 /// Another detached copy of a detached mount.
-pub fn copy_of(fd: &OwnedFd) -> Result<OwnedFd, String> {
+pub fn copy_of(fd: &OwnedFd) -> Result<OwnedFd, SetupError> {
     clone_at(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH as libc::c_uint)
-        .map_err(|e| format!("cannot copy a mount: {e}"))
+        .map_err(|e| SetupError::from(format!("cannot copy a mount: {e}")))
 }
 
 /// `open_tree(dirfd, path, OPEN_TREE_CLONE | flags)`.
@@ -171,7 +176,7 @@ fn clone_at(dirfd: RawFd, path: &CStr, flags: libc::c_uint) -> std::io::Result<O
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-pub fn move_mount(fd: OwnedFd, target: &Path) -> Result<(), String> {
+pub fn move_mount(fd: OwnedFd, target: &Path) -> Result<(), SetupError> {
     let tgt = cstr(target)?;
     let empty = c"";
     // SAFETY: valid fd and path pointers.
@@ -197,7 +202,7 @@ pub fn set_attr(
     path: &Path,
     set: u64,
     recursive: bool,
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     let p = cstr(path)?;
     let dirfd = fd.map_or(libc::AT_FDCWD, |f| f.as_raw_fd());
     let mut flags = 0u32;
@@ -271,7 +276,7 @@ pub fn mount_point(p: &Path, is_dir: bool) -> std::io::Result<()> {
 
 /// Makes `p` unreadable and unwritable: the empty read-only file `blank` over a file,
 /// an empty read-only folder over a folder.
-pub fn hide(p: &Path, blank: &OwnedFd) -> Result<(), String> {
+pub fn hide(p: &Path, blank: &OwnedFd) -> Result<(), SetupError> {
     let Ok(meta) = std::fs::symlink_metadata(p) else {
         return Ok(());
     };

@@ -16,6 +16,7 @@
 //! process groups or `setsid`. PID 1 dies with the helper (parent-death signal), and the
 //! helper with picogent.
 
+use crate::setup_error::SetupError;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -103,7 +104,7 @@ pub fn run(h: &HelperArgs, become_command: Become) -> Result<std::convert::Infal
     let mut fds = [0; 2];
     // SAFETY: fds is a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(NotMade::lasting(errno("pipe")));
+        return Err(NotMade::lasting(errno("pipe").to_string()));
     }
     // SAFETY: both fds were just created and are owned here.
     let (alive_r, alive_w) =
@@ -246,7 +247,7 @@ struct Sources {
     blank: OwnedFd,
 }
 
-fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
+fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, SetupError> {
     let mut writable = Vec::new();
     if restricted {
         for d in h.writable.iter().flatten() {
@@ -298,7 +299,7 @@ fn sources(h: &HelperArgs, restricted: bool) -> Result<Sources, String> {
     })
 }
 
-fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
+fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), SetupError> {
     mount(
         None,
         Path::new("/"),
@@ -348,7 +349,8 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
     for (p, is_dir, fd) in writable {
         if std::fs::symlink_metadata(&p).is_err() {
             // Under the private /tmp: recreate the mount point.
-            mount_point(&p, is_dir).map_err(|e| format!("{}: {e}", p.display()))?;
+            mount_point(&p, is_dir)
+                .map_err(|e| SetupError::from(format!("{}: {e}", p.display())))?;
         }
         move_mount(fd, &p)?;
     }
@@ -362,7 +364,8 @@ fn setup(h: &HelperArgs, cwd: &Path) -> Result<(), String> {
     }
     // The old working folder is a reference into the mounts as they were; resolve it
     // again so writes go through the new (possibly read-only) mounts.
-    std::env::set_current_dir(cwd).map_err(|e| format!("cd {}: {e}", cwd.display()))?;
+    std::env::set_current_dir(cwd)
+        .map_err(|e| SetupError::from(format!("cd {}: {e}", cwd.display())))?;
     Ok(())
 }
 
@@ -374,7 +377,7 @@ fn protect(
     restricted: bool,
     within: Vec<(PathBuf, OwnedFd)>,
     blank: &OwnedFd,
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     let in_writable = |p: &Path| {
         !restricted
             || h.writable
@@ -418,12 +421,12 @@ fn protect(
 }
 
 /// A detached, read-only copy of the mount tree at `p`.
-fn read_only_copy(p: &Path) -> Result<OwnedFd, String> {
+fn read_only_copy(p: &Path) -> Result<OwnedFd, SetupError> {
     made_read_only(open_tree(p, true)?)
 }
 
 /// The detached tree `fd`, made read-only (and `nosuid`) throughout.
-fn made_read_only(fd: OwnedFd) -> Result<OwnedFd, String> {
+fn made_read_only(fd: OwnedFd) -> Result<OwnedFd, SetupError> {
     set_attr(
         Some(&fd),
         Path::new(""),
@@ -434,12 +437,12 @@ fn made_read_only(fd: OwnedFd) -> Result<OwnedFd, String> {
 }
 
 /// Covers `p` (and everything mounted below it) with a read-only copy of itself.
-fn remount_read_only(p: &Path) -> Result<(), String> {
+fn remount_read_only(p: &Path) -> Result<(), SetupError> {
     move_mount(read_only_copy(p)?, p)
 }
 
 /// A `/proc` of the new PID namespace, with the kernel's knobs in it read-only.
-fn fresh_proc(h: &HelperArgs) -> Result<(), String> {
+fn fresh_proc(h: &HelperArgs) -> Result<(), SetupError> {
     // The kernel gives a user namespace a procfs of its own only where the /proc it
     // can see has nothing mounted over parts of it: systemd's ProtectKernelTunables=
     // and ProtectKernelLogs= do that, as do container runtimes' masked paths.
@@ -461,13 +464,13 @@ fn fresh_proc(h: &HelperArgs) -> Result<(), String> {
                     .join(", ")
             })
             .unwrap_or_default();
-        if covered.is_empty() || !e.contains("Operation not permitted") {
+        if covered.is_empty() || e.raw_os_error() != Some(libc::EPERM) {
             e
         } else {
-            format!(
+            SetupError::from(format!(
                 "{e}: parts of /proc are mounted over ({covered}), so the kernel refuses a fresh /proc \
                  (systemd: drop ProtectKernelTunables= and ProtectKernelLogs=, see deploy/picogent@.service)"
-            )
+            ))
         }
     })?;
     // While /proc/sys is still writable to the namespace's root.
@@ -486,7 +489,7 @@ fn fresh_proc(h: &HelperArgs) -> Result<(), String> {
 
 /// A tmpfs `/dev` with the usual devices bound from the host, a private `devpts` and
 /// `shm`, and the standard links.
-fn minimal_dev(nodes: Vec<(&'static str, OwnedFd)>) -> Result<(), String> {
+fn minimal_dev(nodes: Vec<(&'static str, OwnedFd)>) -> Result<(), SetupError> {
     let dev = Path::new("/dev");
     mount(
         Some("tmpfs"),
@@ -497,11 +500,12 @@ fn minimal_dev(nodes: Vec<(&'static str, OwnedFd)>) -> Result<(), String> {
     )?;
     for (name, fd) in nodes {
         let target = dev.join(name);
-        std::fs::File::create(&target).map_err(|e| format!("{}: {e}", target.display()))?;
+        std::fs::File::create(&target)
+            .map_err(|e| SetupError::from(format!("{}: {e}", target.display())))?;
         move_mount(fd, &target)?;
     }
     for d in ["pts", "shm"] {
-        std::fs::create_dir(dev.join(d)).map_err(|e| format!("/dev/{d}: {e}"))?;
+        std::fs::create_dir(dev.join(d)).map_err(|e| SetupError::from(format!("/dev/{d}: {e}")))?;
     }
     // A private pseudo-terminal instance; optional (some kernels refuse it in a
     // user namespace), programs without a terminal do not need it.

@@ -115,9 +115,9 @@ fn limit(name: &str) -> Option<u64> {
 /// dropped): no user namespace can be made beneath it. The kernel checks every level's
 /// count on the way up, and the command, without capabilities here, cannot raise this
 /// one (what bubblewrap's `--disable-userns` does).
-pub fn forbid_nested_user_namespaces() -> Result<(), String> {
+pub fn forbid_nested_user_namespaces() -> Result<(), crate::setup_error::SetupError> {
     std::fs::write("/proc/sys/user/max_user_namespaces", "0").map_err(|e| {
-        format!("cannot keep the command from making user namespaces (user.max_user_namespaces = 0: {e})")
+        crate::setup_error::SetupError::from(format!("cannot keep the command from making user namespaces (user.max_user_namespaces = 0: {e})"))
     })
 }
 

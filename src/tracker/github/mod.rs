@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use futures_util::future::BoxFuture;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, GithubConfig};
+use crate::config::GithubConfig;
 use crate::tracker::daemon::{DaemonError, Door, Front, Listen, Opening, Timing};
 use crate::tracker::router::Router;
 use crate::tracker::seam::Tracker;
@@ -374,11 +374,11 @@ pub(crate) struct Prepared {
 
 /// Checks GitHub mode's settings (before the state opens, so a missing block or a bad
 /// key is the first thing an operator hears); `stop` ends the client's waits.
-pub(crate) fn prepare(cfg: &Config, stop: &CancellationToken) -> Result<Prepared, DaemonError> {
-    let gh = cfg
-        .github
-        .clone()
-        .ok_or_else(|| DaemonError::Config("tracker \"github\" needs the `github` block".into()))?;
+pub(crate) fn prepare(
+    gh: &GithubConfig,
+    stop: &CancellationToken,
+) -> Result<Prepared, DaemonError> {
+    let gh = gh.clone();
     let auth =
         Arc::new(Auth::from_config(&gh.auth).map_err(|e| DaemonError::Config(e.to_string()))?);
     let api = Arc::new(
