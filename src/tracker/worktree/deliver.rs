@@ -34,13 +34,13 @@ pub(crate) enum Delivered {
     /// The run changed nothing.
     Unchanged {
         branch: String,
-        push: Option<(String, Result<(), String>)>,
+        push: Option<(String, Result<(), super::push::PushError>)>,
     },
     /// The run changed nothing, and the branch's tip is work no comment named yet.
     Earlier {
         branch: String,
         commit: String,
-        push: Option<(String, Result<(), String>)>,
+        push: Option<(String, Result<(), super::push::PushError>)>,
     },
     Committed {
         branch: String,
@@ -48,7 +48,7 @@ pub(crate) enum Delivered {
         end: RunEnd,
         stat: String,
         diff: String,
-        push: Option<(String, Result<(), String>)>,
+        push: Option<(String, Result<(), super::push::PushError>)>,
     },
 }
 
@@ -268,7 +268,7 @@ impl Delivered {
 
     /// The comment's section about the branch: after the agent's answer.
     pub(crate) fn comment(&self) -> String {
-        let push_line = |push: &Option<(String, Result<(), String>)>| {
+        let push_line = |push: &Option<(String, Result<(), super::push::PushError>)>| {
             match push {
             None => String::new(),
             Some((remote, Ok(()))) => format!("\nPushed to `{remote}`."),

@@ -54,6 +54,20 @@ fn clear_remote_lock(urls: &[String], branch: &str, seen: &mut Vec<(u64, u64, i6
     }
 }
 
+/// Why a task's branch was not pushed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PushError {
+    /// picogent does not push there: a scheme or remote helper it does not use, a
+    /// repository the agent could write, a URL the configuration rewrites.
+    #[error("{0}")]
+    Refused(String),
+    /// git did not push (every attempt; the remote asked before it was believed).
+    #[error("{0}")]
+    Git(String),
+    /// The token could not be handed to git's credential helper.
+    #[error("cannot hand the push's token to git: {0}")]
+    Credential(String),
+}
 impl Worktrees {
     /// Pushes the task's branch with the operator's own git credentials (their global
     /// configuration, when no command of the agent's could have written it; programs
@@ -64,7 +78,7 @@ impl Worktrees {
     /// killed picogent started (`cannot lock ref`), or be down for a moment. Before a
     /// failure is believed, the remote is asked what it holds: a push that landed
     /// although git said otherwise is a push.
-    pub(super) fn push_branch(&self, tree: &TaskTree, remote: &str) -> Result<(), String> {
+    pub(super) fn push_branch(&self, tree: &TaskTree, remote: &str) -> Result<(), PushError> {
         let home = crate::sandbox::programs::trusted_home(self.home.as_deref(), &self.allowed);
         if home.is_none() {
             // The agent could have written the home's git and ssh configuration (a
@@ -112,7 +126,7 @@ impl Worktrees {
         tree: &TaskTree,
         (remote, home): (&str, Option<&std::path::Path>),
         urls: &[String],
-    ) -> Result<std::process::Command, String> {
+    ) -> Result<std::process::Command, PushError> {
         let mut cmd = self.push_git(tree, remote, home);
         self.authorize(&mut cmd, urls)?;
         Ok(cmd)
@@ -125,11 +139,13 @@ impl Worktrees {
         remote: &str,
         home: Option<&std::path::Path>,
         urls: &[String],
-    ) -> Result<(), String> {
+    ) -> Result<(), PushError> {
         let mut cmd = self.authorized_git(tree, (remote, home), urls)?;
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
-        self.run(cmd).map(|_| ()).map_err(|e| e.to_string())
+        self.run(cmd)
+            .map(|_| ())
+            .map_err(|e| PushError::Git(e.to_string()))
     }
 
     /// The full id of the branch's tip here.
@@ -236,7 +252,7 @@ impl Worktrees {
         tree: &TaskTree,
         remote: &str,
         home: Option<&std::path::Path>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, PushError> {
         if self.push_url.as_deref() == Some(remote) {
             // A URL (GitHub mode's `remote_url`): no remote's settings apply, and no
             // rewrite may either.
@@ -247,7 +263,7 @@ impl Worktrees {
         let mut cmd = self.push_git(tree, remote, home);
         // Every URL: a push goes to each of a remote's push URLs.
         cmd.args(["remote", "get-url", "--push", "--all", remote]);
-        let urls = self.run(cmd).map_err(|e| e.to_string())?;
+        let urls = self.run(cmd).map_err(|e| PushError::Git(e.to_string()))?;
         let urls: Vec<String> = urls.lines().map(str::to_string).collect();
         for url in &urls {
             self.check_url(remote, url)?;
@@ -262,7 +278,7 @@ impl Worktrees {
         tree: &TaskTree,
         url: &str,
         home: Option<&std::path::Path>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PushError> {
         let mut cmd = self.push_git(tree, "origin", home);
         // NUL-separated entries, each `key\nvalue`: a value may hold spaces.
         cmd.args(["config", "-z", "--get-regexp", r"^(url|remote)\."]);
@@ -278,18 +294,22 @@ impl Worktrees {
                 .strip_prefix("remote.")
                 .is_some_and(|rest| rest.starts_with(&url.to_ascii_lowercase()));
             if rewrites || section {
-                return Err(format!(
+                return Err(PushError::Refused(format!(
                     "remote_url {url}: the git configuration changes where it goes ({key}); picogent does not follow that"
-                ));
+                )));
             }
         }
         Ok(())
     }
 
     /// Whether a push may go to `url` (see `check_remote`).
-    fn check_url(&self, remote: &str, url: &str) -> Result<(), String> {
+    fn check_url(&self, remote: &str, url: &str) -> Result<(), PushError> {
         let url = url.to_string();
-        let refuse = |why: String| Err(format!("remote {remote} ({url}): {why}"));
+        let refuse = |why: String| {
+            Err(PushError::Refused(format!(
+                "remote {remote} ({url}): {why}"
+            )))
+        };
         let local = match url.split_once("://") {
             Some(("file", p)) => Some(p.to_string()),
             Some(("https" | "http" | "ssh" | "git" | "git+ssh" | "ssh+git", _)) => None,
@@ -324,7 +344,7 @@ impl Worktrees {
     /// The credential (GitHub's token) goes to the push's HTTPS URLs of its host only,
     /// as a credential git reads from a descriptor (`git_credential`): never in git's
     /// environment or on a command line, never on disk, never to another host.
-    fn authorize(&self, cmd: &mut std::process::Command, urls: &[String]) -> Result<(), String> {
+    fn authorize(&self, cmd: &mut std::process::Command, urls: &[String]) -> Result<(), PushError> {
         let Some((user, token, host)) = self
             .push_token
             .as_ref()
@@ -348,7 +368,7 @@ impl Worktrees {
         origins.sort();
         origins.dedup();
         let helper = crate::sandbox::git_credential::hand_to(cmd, user, &token, answers)
-            .map_err(|e| format!("cannot hand the push's token to git: {e}"))?;
+            .map_err(|e| PushError::Credential(e.to_string()))?;
         let settings: Vec<(String, String)> = origins
             .iter()
             .flat_map(|origin| {
