@@ -24,6 +24,7 @@ mod live;
 mod project_docs;
 mod prompt;
 mod rewind;
+pub(crate) use rewind::RewindError;
 pub mod skills;
 
 use std::path::{Path, PathBuf};

@@ -13,7 +13,29 @@ use super::runs::{Outbound, Runs};
 use crate::agent::Agent;
 use crate::session::branches;
 use crate::session::records::{Preference, RunRating, StepLabel};
-use crate::session::{Record, Session};
+use crate::session::{Record, Session, SessionError};
+
+/// Why a session frame gets an error frame instead of its answer; the text names the
+/// frame (`label: …`), as the page shows it.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refused {
+    /// The session could not be read or written.
+    #[error("{0}: {1}")]
+    Session(&'static str, SessionError),
+    /// A name the frame gives is not the session's (a branch, a tool call), or a value
+    /// is out of its bounds.
+    #[error("{0}")]
+    Invalid(String),
+    /// A request runs in the session, which the frame would change under it.
+    #[error("{0}")]
+    Busy(String),
+    /// A rollback's preview could not be made.
+    #[error("preview: {0}")]
+    Preview(crate::agent::RewindError),
+    /// The blocking work behind the answer ended abnormally.
+    #[error("{0}: {1}")]
+    Internal(&'static str, String),
+}
 
 /// Answers a question about a session.
 pub(super) async fn answer(agent: Agent, runs: Runs, f: SessionFrame, tx: Outbound) {
@@ -23,7 +45,7 @@ pub(super) async fn answer(agent: Agent, runs: Runs, f: SessionFrame, tx: Outbou
     } = f;
     let frame = reply(&agent, &runs, &session_id, query)
         .await
-        .unwrap_or_else(ServerFrame::error);
+        .unwrap_or_else(|e| ServerFrame::error(e.to_string()));
     let (asked, session) = (id.clone(), session_id.clone());
     let out = Outgoing::new(id, Some(session_id), frame);
     // A history is megabytes at most: encoded off the runtime's threads.
@@ -42,7 +64,7 @@ async fn reply(
     runs: &Runs,
     session: &str,
     query: Query,
-) -> Result<ServerFrame, String> {
+) -> Result<ServerFrame, Refused> {
     let kind = query.kind();
     if let Query::Delete = query {
         return history::delete(agent, session, runs)
@@ -57,7 +79,7 @@ async fn reply(
                 content,
                 step: p.step,
             }),
-            Err(e) => Err(format!("preview: {e}")),
+            Err(e) => Err(Refused::Preview(e)),
         };
     }
     // Taken before the file is read, and again after (see `history::history`).
@@ -66,8 +88,8 @@ async fn reply(
     let (store, id) = (agent.sessions().clone(), session.to_string());
     let s = tokio::task::spawn_blocking(move || store.snapshot(&id))
         .await
-        .map_err(|e| format!("{kind}: {e}"))?
-        .map_err(|e| format!("{kind}: {e}"))?;
+        .map_err(|e| Refused::Internal(kind, e.to_string()))?
+        .map_err(|e| Refused::Session(kind, e))?;
     if let Query::Branches | Query::History = query {
         // Walking a long session's tree is blocking work too.
         let history = matches!(query, Query::History);
@@ -79,18 +101,18 @@ async fn reply(
             false => ServerFrame::Branches { content: list(&s) },
         })
         .await
-        .map_err(|e| format!("{kind}: {e}"));
+        .map_err(|e| Refused::Internal(kind, e.to_string()));
     }
     match query {
         Query::Branches | Query::History | Query::Delete | Query::Preview(_) => {
-            Err(format!("{kind}: answered above"))
+            Err(Refused::Internal(kind, "answered above".into()))
         }
         Query::Compare(c) => {
             // The diff runs git: off the runtime's threads too.
             let (agent, session) = (agent.clone(), session.to_string());
             tokio::task::spawn_blocking(move || compare(&agent, &s, &session, &c))
                 .await
-                .map_err(|e| format!("{kind}: {e}"))?
+                .map_err(|e| Refused::Internal(kind, e.to_string()))?
                 .map(|content| ServerFrame::Compare { content })
         }
         Query::Prefer(p) => {
@@ -125,19 +147,19 @@ fn list(s: &Session) -> Vec<BranchSummary> {
 }
 
 /// Every name is one of the session's branches.
-fn known_branches(s: &Session, names: &[&str]) -> Result<(), String> {
+fn known_branches(s: &Session, names: &[&str]) -> Result<(), Refused> {
     let all: Vec<String> = branches::branches(s).into_iter().map(|b| b.name).collect();
     match names.iter().find(|n| !all.iter().any(|m| m == *n)) {
-        Some(n) => Err(format!(
+        Some(n) => Err(Refused::Invalid(format!(
             "no branch {n:?}; the branches are {}",
             all.join(", ")
-        )),
+        ))),
         None => Ok(()),
     }
 }
 
 /// The call is one of the session's tool calls (on any branch).
-fn known_call(s: &Session, call: &str) -> Result<(), String> {
+fn known_call(s: &Session, call: &str) -> Result<(), Refused> {
     let found = s.entries().iter().any(|e| match &e.body {
         crate::session::Body::Known(crate::session::Known::Message {
             message: crate::message::Message::Assistant(a),
@@ -149,9 +171,9 @@ fn known_call(s: &Session, call: &str) -> Result<(), String> {
     if found {
         Ok(())
     } else {
-        Err(format!(
+        Err(Refused::Invalid(format!(
             "label: no step with callId {call:?} in this session"
-        ))
+        )))
     }
 }
 
@@ -178,8 +200,9 @@ fn compare(
     s: &Session,
     session: &str,
     c: &Compare,
-) -> Result<branches::Comparison, String> {
-    let mut cmp = branches::compare(s, &c.a, &c.b).map_err(|e| format!("compare: {e}"))?;
+) -> Result<branches::Comparison, Refused> {
+    let mut cmp =
+        branches::compare(s, &c.a, &c.b).map_err(|e| Refused::Invalid(format!("compare: {e}")))?;
     if let (Some(ca), Some(cb)) = (&cmp.a.final_commit, &cmp.b.final_commit) {
         let cfg = agent.config();
         let diff = crate::agent::checkpoint::Checkpoints::open(
@@ -198,7 +221,7 @@ fn compare(
 }
 
 /// Records the preference in the session, for the `dpo` and `prm` exports.
-async fn prefer(agent: &Agent, session: &str, p: Prefer) -> Result<ServerFrame, String> {
+async fn prefer(agent: &Agent, session: &str, p: Prefer) -> Result<ServerFrame, Refused> {
     let record = Record::Preference(Preference {
         chosen: p.chosen,
         rejected: p.rejected,
@@ -209,12 +232,17 @@ async fn prefer(agent: &Agent, session: &str, p: Prefer) -> Result<ServerFrame, 
         Ok(_) => Ok(ServerFrame::Prefer {
             content: "recorded".into(),
         }),
-        Err(e) => Err(format!("prefer: {e}")),
+        Err(e) => Err(Refused::Session("prefer", e)),
     }
 }
 
 /// Records a person's label on a step, for the `annotations` and `prm` exports.
-async fn label(agent: &Agent, runs: &Runs, session: &str, l: Label) -> Result<ServerFrame, String> {
+async fn label(
+    agent: &Agent,
+    runs: &Runs,
+    session: &str,
+    l: Label,
+) -> Result<ServerFrame, Refused> {
     let record = Record::StepLabel(StepLabel {
         call_id: l.call_id,
         label: l.label,
@@ -225,7 +253,7 @@ async fn label(agent: &Agent, runs: &Runs, session: &str, l: Label) -> Result<Se
 }
 
 /// Records a person's rating of a run, for the `annotations` export.
-async fn rate(agent: &Agent, runs: &Runs, session: &str, r: Rate) -> Result<ServerFrame, String> {
+async fn rate(agent: &Agent, runs: &Runs, session: &str, r: Rate) -> Result<ServerFrame, Refused> {
     let record = Record::RunRating(RunRating {
         run: r.run,
         rating: r.rating,
@@ -245,12 +273,12 @@ async fn rename(
     runs: &Runs,
     session: &str,
     r: Rename,
-) -> Result<ServerFrame, String> {
+) -> Result<ServerFrame, Refused> {
     let name = r.name.split_whitespace().collect::<Vec<_>>().join(" ");
     if name.chars().count() > MAX_NAME_CHARS {
-        return Err(format!(
+        return Err(Refused::Invalid(format!(
             "rename: `name` is longer than {MAX_NAME_CHARS} characters"
-        ));
+        )));
     }
     let name = (!name.is_empty()).then_some(name);
     let entry = crate::session::Known::SessionInfo { name: name.clone() };
@@ -266,8 +294,8 @@ async fn annotate(
     runs: &Runs,
     session: &str,
     entry: crate::session::Known,
-    kind: &str,
-) -> Result<ServerFrame, String> {
+    kind: &'static str,
+) -> Result<ServerFrame, Refused> {
     let recorded = || ServerFrame::Annotated {
         content: "recorded".into(),
     };
@@ -280,6 +308,6 @@ async fn annotate(
     }
     match agent.annotate(session, entry).await {
         Ok(_) => Ok(recorded()),
-        Err(e) => Err(format!("{kind}: {e}")),
+        Err(e) => Err(Refused::Session(kind, e)),
     }
 }

@@ -356,14 +356,15 @@ pub(super) async fn delete(
     agent: &crate::agent::Agent,
     session: &str,
     runs: &Runs,
-) -> Result<(), String> {
+) -> Result<(), super::branches::Refused> {
+    use super::branches::Refused;
     if !running(runs, session).is_empty() {
-        return Err(format!(
+        return Err(Refused::Busy(format!(
             "delete: a request is running in session {session}; stop it first"
-        ));
+        )));
     }
     agent
         .delete_session(session)
         .await
-        .map_err(|e| format!("delete: {e}"))
+        .map_err(|e| Refused::Session("delete", e))
 }

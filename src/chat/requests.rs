@@ -49,7 +49,7 @@ pub(super) async fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound)
     }
     let work_dir = match work_dir.map(|dir| check_work_dir(st, &dir)).transpose() {
         Ok(w) => w,
-        Err(e) => return refuse(tx, id, session, e),
+        Err(e) => return refuse(tx, id, session, e.to_string()),
     };
     // A run normally ends with its connection; `keepAlive` runs go on, and any client
     // can re-attach with `subscribe`.
@@ -184,14 +184,37 @@ fn follow(conn: &Conn, log: &Arc<RunLog>) -> tokio_util::sync::CancellationToken
     token
 }
 
+/// Why a frame addressed to a request is refused; its text is the error frame's.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    /// A prompt's `workDir` is not a folder inside the allowed paths.
+    #[error("workDir refused: {0}")]
+    WorkDir(crate::sandbox::SandboxError),
+    /// No running request has that id (or `runId`).
+    #[error("no request with id {0:?} is running on this connection (a keepAlive run started elsewhere is addressed by its runId)")]
+    NoRun(String),
+    /// The run's engine has no live control.
+    #[error("{kind} is not available: this run's engine ({engine}) runs its own loop and cannot pause, resume, stop at a step, take instructions or roll back; send cancel to end it")]
+    Unavailable {
+        kind: &'static str,
+        engine: &'static str,
+    },
+    /// The run's state does not allow it (resume a running run, …).
+    #[error(transparent)]
+    Transition(#[from] crate::agent::control::InvalidTransition),
+    /// A rollback or branch to a step the session has no checkpoint of.
+    #[error("no checkpoint {step} in session {session}; nothing was rolled back")]
+    NoCheckpoint { step: u64, session: String },
+}
+
 /// A prompt's `workDir`: it must exist inside the allowed paths.
-fn check_work_dir(st: &ChatState, dir: &str) -> Result<PathBuf, String> {
+fn check_work_dir(st: &ChatState, dir: &str) -> Result<PathBuf, Refused> {
     let agent = &st.agent;
     let path = crate::config::absolute(&agent.config().work_dir, &PathBuf::from(dir));
     agent
         .sandbox()
         .check_work_dir(&path)
-        .map_err(|e| format!("workDir refused: {e}"))
+        .map_err(Refused::WorkDir)
 }
 
 /// `subscribe`: the request's frames after `after`, then its live stream.
@@ -233,21 +256,19 @@ pub(super) async fn control(st: &ChatState, conn: &Conn, c: Control, tx: &Outbou
     let name = to.reply_id().to_string();
     let kind = action.kind();
     let result = match find_run(st, conn, &to).filter(|l| !l.is_done()) {
-        None => Err(format!(
-            "no request with id {name:?} is running on this connection (a keepAlive run started elsewhere is addressed by its runId)"
-        )),
-        Some(_) if !st.agent.can(&action) => Err(format!(
-            "{kind} is not available: this run's engine ({}) runs its own loop and cannot pause, resume, stop at a step, take instructions or roll back; send cancel to end it",
-            st.agent.config().engine.as_str()
-        )),
+        None => Err(Refused::NoRun(name.clone())),
+        Some(_) if !st.agent.can(&action) => Err(Refused::Unavailable {
+            kind,
+            engine: st.agent.config().engine.as_str(),
+        }),
         Some(log) => apply(st, &log, action).await,
     };
-    if let Err(message) = result {
-        tx.send(&Outgoing::error(Some(name), None, message));
+    if let Err(refused) = result {
+        tx.send(&Outgoing::error(Some(name), None, refused.to_string()));
     }
 }
 
-async fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), String> {
+async fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), Refused> {
     let c = &log.control;
     let result = match action {
         Action::Cancel => {
@@ -267,11 +288,11 @@ async fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), Strin
             c.branch(b.step, b.name, b.content)
         }
     };
-    result.map_err(|e| e.to_string())
+    Ok(result?)
 }
 
 /// A rollback or branch goes to a checkpoint the request's session has.
-async fn has_checkpoint(st: &ChatState, log: &RunLog, step: u64) -> Result<(), String> {
+async fn has_checkpoint(st: &ChatState, log: &RunLog, step: u64) -> Result<(), Refused> {
     let known = st
         .agent
         .sessions()
@@ -281,10 +302,10 @@ async fn has_checkpoint(st: &ChatState, log: &RunLog, step: u64) -> Result<(), S
     if known {
         Ok(())
     } else {
-        Err(format!(
-            "no checkpoint {step} in session {}; nothing was rolled back",
-            log.session
-        ))
+        Err(Refused::NoCheckpoint {
+            step,
+            session: log.session.clone(),
+        })
     }
 }
 
