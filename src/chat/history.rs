@@ -356,8 +356,8 @@ pub(super) async fn delete(
     agent: &crate::agent::Agent,
     session: &str,
     runs: &Runs,
-) -> Result<(), super::branches::Refused> {
-    use super::branches::Refused;
+) -> Result<(), super::refused::Refused> {
+    use super::refused::Refused;
     if !running(runs, session).is_empty() {
         return Err(Refused::Busy(format!(
             "delete: a request is running in session {session}; stop it first"

@@ -15,6 +15,7 @@
 mod branches;
 mod history;
 mod inflight;
+mod refused;
 /// The chat WebSocket's frames, parsed and built in the protocol crate.
 use picogent_protocol::chat as protocol;
 mod replay;

@@ -10,12 +10,21 @@ use tokio_util::task::TaskTracker;
 
 use crate::agent::Agent;
 use crate::config::Config;
-use crate::tracker::daemon::Listen;
 use crate::tracker::journal::Journal;
 use crate::tracker::journal_writer::JournalWriter;
 use crate::tracker::outbox::Outbox;
 use crate::tracker::registration::FatalError;
 use crate::tracker::router::Router;
+
+/// Where the daemon's server listens, and what it serves besides the health endpoints.
+pub(crate) struct Listen {
+    pub(crate) host: std::net::IpAddr,
+    /// `/metrics`' bearer token (and `/events`', on Team Board).
+    pub(crate) token: String,
+    pub(crate) routes: Option<axum::Router>,
+    /// Whether the daemon cannot run without the server (it takes the events).
+    pub(crate) required: bool,
+}
 
 /// Retry and backoff timings; tests shorten them.
 #[derive(Debug, Clone)]

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Transport};
-use crate::tracker::daemon::{DaemonError, Door, Front, Listen, Opening, Timing};
+use crate::tracker::base::{DaemonError, Timing};
+use crate::tracker::door::{Door, Front, Listen, Opening};
 use crate::tracker::registration;
 use crate::tracker::router::Router;
 use crate::tracker::TrackerClient;

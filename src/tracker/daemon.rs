@@ -6,70 +6,15 @@
 //! then a graceful wind-down (running tasks get a grace period before they are
 //! interrupted) and every task it started waited for.
 
-use std::net::IpAddr;
-use std::sync::Arc;
-
-use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agent::Agent;
 use crate::tracker::base::{bind, serve, wind_down, Core};
 use crate::tracker::router::Router;
-use crate::tracker::seam::Tracker;
-use crate::tracker::worktree::Workspace;
 
 pub use crate::tracker::base::{DaemonError, Timing};
-
-/// What a tracker kind brings to the daemon once it is ready to take events.
-pub(crate) struct Door {
-    /// Where reports go, and its hooks into a task's life.
-    pub(crate) tracker: Arc<dyn Tracker>,
-    /// Where tasks work.
-    pub(crate) workspace: Workspace,
-    /// How events come in.
-    pub(crate) front: Box<dyn Front>,
-}
-
-/// Where the daemon's server listens, and what it serves besides the health endpoints.
-pub(crate) struct Listen {
-    pub(crate) host: IpAddr,
-    /// `/metrics`' bearer token (and `/events`', on Team Board).
-    pub(crate) token: String,
-    pub(crate) routes: Option<axum::Router>,
-    /// Whether the daemon cannot run without the server (it takes the events).
-    pub(crate) required: bool,
-}
-
-/// How a tracker's events come in: callbacks, a WebSocket, webhooks and polling.
-pub(crate) trait Front: Send {
-    /// Once the router exists, before unfinished work resumes.
-    fn attach(&mut self, _router: &Router) {}
-
-    /// What the server listens on and serves.
-    fn listen(&self, router: &Router) -> Listen;
-
-    /// Takes events until `stop` (then returns); `port` is the server's, when it
-    /// listens. Work it starts goes to `owned`, which the daemon waits for.
-    fn run(
-        self: Box<Self>,
-        router: Router,
-        port: Option<u16>,
-        stop: CancellationToken,
-        owned: TaskTracker,
-    ) -> BoxFuture<'static, Result<(), DaemonError>>;
-}
-
-/// What a door's opening may use: the agent, the timings, the daemon's stop (a wait
-/// for the tracker at start ends with it), the tasks the daemon waits for at the end,
-/// and the token that stops background work once the outbox has stopped.
-pub(crate) struct Opening<'a> {
-    pub(crate) agent: &'a Agent,
-    pub(crate) timing: &'a Timing,
-    pub(crate) stop: &'a CancellationToken,
-    pub(crate) owned: &'a TaskTracker,
-    pub(crate) background: &'a CancellationToken,
-}
+use crate::tracker::door::Opening;
 
 /// A tracker kind's settings, checked before the state opens.
 enum Prepared {

@@ -16,6 +16,7 @@ pub mod daemon;
 mod dead_letter;
 mod defuse;
 mod delivery;
+mod door;
 mod github;
 mod health;
 mod http;

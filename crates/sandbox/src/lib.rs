@@ -19,6 +19,7 @@ pub mod git;
 pub mod git_credential;
 mod git_group;
 pub mod git_program;
+mod helper;
 mod landlock_rules;
 mod level;
 mod mounts;

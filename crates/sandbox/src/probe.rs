@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::confine::Helper;
+use super::helper::Helper;
 
 /// Whether the helper can build the namespace sandbox on this machine (`Err` says
 /// why not).

@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 use crate::store::log::Log;
 use crate::util::lock;
 
+/// The book's mark of the last webhook delivery handled (GitHub's time).
+pub(crate) const HEARD: &str = "webhook";
+
 /// One issue's entry.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Entry {

@@ -444,7 +444,7 @@ impl Intake {
         let stale_after = chrono::Duration::seconds(10);
         if self
             .book
-            .note_mark(super::poll::HEARD, self.api.clock().now(), stale_after)
+            .note_mark(super::book::HEARD, self.api.clock().now(), stale_after)
         {
             let book = self.book.clone();
             self.owned.spawn(async move {

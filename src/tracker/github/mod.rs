@@ -27,7 +27,8 @@ use futures_util::future::BoxFuture;
 use tokio_util::task::TaskTracker;
 
 use crate::config::GithubConfig;
-use crate::tracker::daemon::{DaemonError, Door, Front, Listen, Opening, Timing};
+use crate::tracker::base::{DaemonError, Timing};
+use crate::tracker::door::{Door, Front, Listen, Opening};
 use crate::tracker::router::Router;
 use crate::tracker::seam::Tracker;
 use crate::tracker::types::{Report, TaskId};

@@ -17,13 +17,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::api::{Api, ApiError};
 use super::book::Book;
+use super::book::HEARD;
 use super::intake::Intake;
 use super::payload::{self, CommentKind, Incoming, Issue};
 
 /// Pages of one list read per poll, at most.
 const MAX_PAGES: usize = 10;
-/// The book's mark of the last webhook delivery handled (GitHub's time).
-pub(crate) const HEARD: &str = "webhook";
 /// Comments are read from this long before that mark: it is written at most every ten
 /// seconds. What was taken already is a duplicate the journal knows.
 const HEARD_SLACK: i64 = 15;
