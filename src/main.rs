@@ -337,7 +337,7 @@ async fn serve(arg: Option<&Path>) -> anyhow::Result<ExitCode> {
 async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow::Result<()> {
     use picogent::chat;
     let cfg = agent.config().clone();
-    let listener = chat::bind(&cfg.chat_host, cfg.chat_port, cfg.chat_token.as_deref()).await?;
+    let listener = chat::bind(&cfg.chat.host, cfg.chat.port, cfg.chat.token.as_deref()).await?;
     let addr = listener.local_addr()?;
     let allowed = cfg.allowed_paths_display();
     tracing::info!(
@@ -346,7 +346,7 @@ async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow
         provider = cfg.provider.as_str(),
         model = %cfg.model,
         allowed_paths = %allowed,
-        token = cfg.chat_token.is_some(),
+        token = cfg.chat.token.is_some(),
         "chat mode: open http://{addr}/ in a browser"
     );
     chat::serve(agent, listener, stop).await?;

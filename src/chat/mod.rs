@@ -121,7 +121,7 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     let inflight = inflight::InFlight::recover(&agent).await;
     let (cut, runs) = (CancellationToken::new(), Runs::default());
-    let grace = agent.config().shutdown_grace;
+    let grace = agent.config().limits.shutdown_grace;
     let tasks = TaskTracker::new();
     let app = app(
         agent,
@@ -185,8 +185,8 @@ fn app(
     let state = Arc::new(ChatState {
         runs,
         next_conn: std::sync::atomic::AtomicU64::new(0),
-        token: cfg.chat_token.clone(),
-        allowed: cfg.allowed_origins.clone(),
+        token: cfg.chat.token.clone(),
+        allowed: cfg.chat.allowed_origins.clone(),
         public: !addr.ip().is_loopback(),
         own_origins,
         agent,

@@ -85,6 +85,58 @@ pub enum Tracker {
     Github(Box<GithubConfig>),
 }
 
+/// How long and how much (each checked against its bounds when loaded).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_concurrent_tasks: usize,
+    pub heartbeat_interval_sec: u64,
+    pub max_steps: u32,
+    pub step_timeout: Duration,
+    /// The longest `timeout` a bash call may ask for (`command_timeout_max_sec`,
+    /// default `step_timeout_sec`): a model cannot hold a task slot for a day.
+    pub command_timeout_max: Duration,
+    /// The most of one bash command's output saved to a file, in bytes
+    /// (`max_saved_output_mb`, default 64; 0 saves none).
+    pub max_saved_output: u64,
+    pub context_window: u64,
+    pub(crate) max_tokens: u32,
+    /// How long running tasks may finish after SIGTERM before they are cancelled.
+    pub(crate) shutdown_grace: Duration,
+}
+
+/// What picogent does with git in agent mode.
+#[derive(Debug, Clone)]
+pub struct GitSettings {
+    /// A git worktree per task, or the shared folder; `None`: decided at start
+    /// (worktree when `work_dir` is in a repository with a commit).
+    pub(crate) workspace: Option<Workspace>,
+    /// Worktrees start from this branch (default: the repository's `HEAD`).
+    pub(crate) base_branch: Option<String>,
+    /// The author email of the commits picogent makes (default `<slug>@picogent.local`).
+    pub(crate) email: Option<String>,
+    /// Push a task's branch to `remote` after committing.
+    pub(crate) push: bool,
+    pub(crate) remote: String,
+    /// A task's worktree is removed after this many days without an event.
+    pub(crate) worktree_retention_days: u64,
+    /// The longest one git command of picogent's may take (agent mode's worktrees,
+    /// commits, pushes, shared mode's status): then it is stopped and reported.
+    pub(crate) timeout: Duration,
+}
+
+/// Chat mode's server: where it listens and whom it admits.
+#[derive(Debug, Clone)]
+pub struct ChatServer {
+    /// `PICOGENT_HOST`, `PICOGENT_PORT`.
+    pub host: String,
+    pub port: u16,
+    /// The token clients must present (`PICOGENT_CHAT_TOKEN`).
+    pub token: Option<String>,
+    /// Browser origins admitted besides the server's own (`PICOGENT_ALLOWED_ORIGINS`,
+    /// comma separated; `null` admits a page opened from disk).
+    pub allowed_origins: Vec<String>,
+}
+
 /// The resolved configuration every part of picogent reads.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -114,21 +166,13 @@ pub struct Config {
     /// Ollama: how long the model stays loaded after a call (`"5m"`, seconds, `-1`).
     pub keep_alive: Option<serde_json::Value>,
     pub capabilities: Vec<String>,
-    pub max_concurrent_tasks: usize,
-    pub heartbeat_interval_sec: u64,
     pub allowed_paths: Vec<PathBuf>,
-    pub max_steps: u32,
-    pub step_timeout: Duration,
-    /// The longest `timeout` a bash call may ask for (`command_timeout_max_sec`,
-    /// default `step_timeout_sec`): a model cannot hold a task slot for a day.
-    pub command_timeout_max: Duration,
-    /// The most of one bash command's output saved to a file, in bytes
-    /// (`max_saved_output_mb`, default 64; 0 saves none).
-    pub max_saved_output: u64,
-    pub context_window: u64,
-    pub(crate) max_tokens: u32,
-    /// How long running tasks may finish after SIGTERM before they are cancelled.
-    pub(crate) shutdown_grace: Duration,
+    /// How long and how much: steps, timeouts, sizes, tasks at once.
+    pub limits: Limits,
+    /// What picogent does with git in agent mode.
+    pub git: GitSettings,
+    /// Chat mode's server.
+    pub chat: ChatServer,
     pub(crate) network: NetworkPolicy,
     pub(crate) sandbox: SandboxMode,
     /// Commands may make user namespaces of their own (off: they cannot).
@@ -138,21 +182,6 @@ pub struct Config {
     pub checkpoints: Option<bool>,
     /// `engine: "claude-code"`: the `claude` binary (default: found on PATH).
     pub(crate) claude_code_path: Option<PathBuf>,
-    /// Agent mode: a git worktree per task, or the shared folder; `None`: decided at
-    /// start (worktree when `work_dir` is in a repository with a commit).
-    pub(crate) workspace: Option<Workspace>,
-    /// Worktrees start from this branch (default: the repository's `HEAD`).
-    pub(crate) base_branch: Option<String>,
-    /// The author email of the commits picogent makes (default `<slug>@picogent.local`).
-    pub(crate) git_email: Option<String>,
-    /// Push a task's branch to `remote` after committing.
-    pub(crate) push: bool,
-    pub(crate) remote: String,
-    /// A task's worktree is removed after this many days without an event.
-    pub(crate) worktree_retention_days: u64,
-    /// The longest one git command of picogent's may take (agent mode's worktrees,
-    /// commits, pushes, shared mode's status): then it is stopped and reported.
-    pub(crate) git_timeout: std::time::Duration,
     /// Pause the run when a bash command fails.
     pub(crate) auto_pause_on_error: bool,
     /// Pause the run every N model turns.
@@ -168,14 +197,6 @@ pub struct Config {
     pub(crate) pi_home: bool,
     /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
     pub sandbox_helper: Option<PathBuf>,
-    /// Chat mode: where to listen (`PICOGENT_HOST`, `PICOGENT_PORT`).
-    pub chat_host: String,
-    pub chat_port: u16,
-    /// Chat mode: the token clients must present (`PICOGENT_CHAT_TOKEN`).
-    pub chat_token: Option<String>,
-    /// Chat mode: browser origins admitted besides the server's own
-    /// (`PICOGENT_ALLOWED_ORIGINS`, comma separated; `null` admits a page opened from disk).
-    pub allowed_origins: Vec<String>,
     /// The JSON file the configuration came from, if any.
     pub config_file: Option<PathBuf>,
     /// The agent directory (directory mode) or the config file's folder (file mode).

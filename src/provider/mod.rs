@@ -224,16 +224,16 @@ impl Provider {
             auth_token: config.auth_token.clone(),
             model: config.model.clone(),
             sampling: Sampling {
-                max_tokens: config.max_tokens,
+                max_tokens: config.limits.max_tokens,
                 temperature: config.temperature,
                 keep_alive: config.keep_alive.clone(),
-                num_ctx: config.context_window,
+                num_ctx: config.limits.context_window,
                 completion_tokens: false,
             },
             completion_tokens: std::sync::atomic::AtomicBool::new(wants_completion_tokens(
                 &config.model,
             )),
-            idle_timeout: config.step_timeout,
+            idle_timeout: config.limits.step_timeout,
             retry: RetryPolicy::default(),
         })
     }

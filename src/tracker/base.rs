@@ -87,7 +87,7 @@ pub(crate) fn log_start(cfg: &Config, agent: &Agent) {
         model = %cfg.model,
         allowed_paths = %allowed,
         skills = %if skills.is_empty() { "none".to_string() } else { skills.join(", ") },
-        max_concurrent_tasks = cfg.max_concurrent_tasks,
+        max_concurrent_tasks = cfg.limits.max_concurrent_tasks,
         "picogent agent mode starting"
     );
 }
@@ -143,9 +143,9 @@ pub(crate) async fn wind_down(
 ) {
     tracing::info!(
         "shutting down: no new events; running tasks get {:?} to finish",
-        cfg.shutdown_grace
+        cfg.limits.shutdown_grace
     );
-    router.shutdown(cfg.shutdown_grace).await;
+    router.shutdown(cfg.limits.shutdown_grace).await;
     server_stop.cancel();
     // Give queued reports a moment to go out; the rest are delivered after a restart.
     let _ = tokio::time::timeout(Duration::from_secs(5), outbox.emptied()).await;

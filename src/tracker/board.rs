@@ -153,7 +153,7 @@ impl Board {
         let opts = super::ws::WsOptions {
             tracker_url: self.tracker_url,
             token: self.token,
-            heartbeat: Duration::from_secs(self.cfg.heartbeat_interval_sec),
+            heartbeat: Duration::from_secs(self.cfg.limits.heartbeat_interval_sec),
             backoff: self.timing.ws_backoff,
         };
         let desc = super::types::describe(&self.cfg, None);
@@ -184,7 +184,7 @@ impl Board {
         let interval = Duration::from_secs(
             reg.heartbeat_interval_sec
                 .filter(|s| *s > 0)
-                .unwrap_or(cfg.heartbeat_interval_sec),
+                .unwrap_or(cfg.limits.heartbeat_interval_sec),
         );
         let r = router.clone();
         registration::heartbeats(

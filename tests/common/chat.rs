@@ -22,7 +22,7 @@ pub struct Chat {
 }
 
 pub async fn start(config: Config) -> Chat {
-    let listener = chat::bind("127.0.0.1", 0, config.chat_token.as_deref())
+    let listener = chat::bind("127.0.0.1", 0, config.chat.token.as_deref())
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();

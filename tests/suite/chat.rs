@@ -328,7 +328,7 @@ async fn foreign_origins_are_refused_and_own_or_listed_ones_admitted() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![]).await;
     let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
-    cfg.allowed_origins = vec!["https://tools.example".into(), "null".into()];
+    cfg.chat.allowed_origins = vec!["https://tools.example".into(), "null".into()];
     let c = start(cfg).await;
     let (status, reason) = refusal(c.addr, "/ws", &[("origin", "https://evil.example")]).await;
     assert_eq!(status, 403);
@@ -365,7 +365,7 @@ async fn the_chat_token_is_required_when_set() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![]).await;
     let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
-    cfg.chat_token = Some("s3cret/+=".into());
+    cfg.chat.token = Some("s3cret/+=".into());
     let c = start(cfg).await;
     let (status, reason) = refusal(c.addr, "/ws", &[]).await;
     assert_eq!((status, reason.as_str()), (401, "token required"));

@@ -32,13 +32,13 @@ fn defaults_from_the_environment_alone() {
     assert_eq!(c.work_dir, sb.work);
     assert_eq!(
         (
-            c.max_steps,
-            c.max_concurrent_tasks,
-            c.heartbeat_interval_sec
+            c.limits.max_steps,
+            c.limits.max_concurrent_tasks,
+            c.limits.heartbeat_interval_sec
         ),
         (50, 2, 30)
     );
-    assert_eq!(c.step_timeout.as_secs(), 120);
+    assert_eq!(c.limits.step_timeout.as_secs(), 120);
     assert_eq!(c.capabilities, vec!["coding".to_string()]);
     assert!(c.allowed_paths.is_empty());
     assert!(!c.is_agent_mode());
@@ -94,7 +94,7 @@ fn environment_overrides_the_file_and_paths_resolve_against_the_file() {
     assert_eq!(c.api_key.as_deref(), Some("k-openai"));
     assert_eq!(c.work_dir, sb.work);
     assert_eq!(c.allowed_paths, vec![sb.work.clone(), "/abs".into()]);
-    assert_eq!(c.context_window, 128_000);
+    assert_eq!(c.limits.context_window, 128_000);
 }
 
 #[test]
@@ -224,7 +224,7 @@ fn the_shipped_example_configurations_load() {
     let env = Env::default();
     let c = Config::load(Some(&root.join("agent.example.json")), &env, root).unwrap();
     assert_eq!(
-        (c.name.as_str(), c.max_steps, c.listen_port),
+        (c.name.as_str(), c.limits.max_steps, c.listen_port),
         ("Agent", 50, 3200)
     );
     let c = Config::load(Some(&root.join("agents/coder")), &env, root).unwrap();

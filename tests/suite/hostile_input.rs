@@ -309,9 +309,9 @@ async fn a_bash_timeout_is_kept_within_the_configured_maximum() {
     // The setting, from the configuration file; by default the step timeout.
     let llm = ScriptedLlm::start(vec![]).await;
     let cfg = sb.config(&llm, Wire::Anthropic, json!({"command_timeout_max_sec": 7}));
-    assert_eq!(cfg.command_timeout_max, Duration::from_secs(7));
+    assert_eq!(cfg.limits.command_timeout_max, Duration::from_secs(7));
     let cfg = sb.config(&llm, Wire::Anthropic, json!({}));
-    assert_eq!(cfg.command_timeout_max, cfg.step_timeout);
+    assert_eq!(cfg.limits.command_timeout_max, cfg.limits.step_timeout);
 }
 
 #[tokio::test]

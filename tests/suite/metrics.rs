@@ -84,7 +84,7 @@ async fn chat_metrics_need_the_chat_token_when_one_is_set() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![]).await;
     let mut config = sb.config(&llm, Wire::Anthropic, json!({}));
-    config.chat_token = Some("chat-secret".into());
+    config.chat.token = Some("chat-secret".into());
     let agent = agent_from(config);
     let stop = tokio_util::sync::CancellationToken::new();
     let listener = picogent::chat::bind("127.0.0.1", 0, Some("chat-secret"))

@@ -171,11 +171,13 @@ async fn saved_output_is_cut_at_the_configured_size() {
     ])
     .await;
     assert_eq!(
-        sb.config(&llm, Wire::Anthropic, json!({})).max_saved_output,
+        sb.config(&llm, Wire::Anthropic, json!({}))
+            .limits
+            .max_saved_output,
         64 << 20
     );
     let agent = sb.agent(&llm, Wire::Anthropic, json!({ "max_saved_output_mb": 1 }));
-    assert_eq!(agent.config().max_saved_output, 1 << 20);
+    assert_eq!(agent.config().limits.max_saved_output, 1 << 20);
     let (events, _) = run(&agent, "go", "cap").await;
     let results = tool_results(&events);
     let (_, is_error, output) = &results[0];

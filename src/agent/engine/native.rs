@@ -55,12 +55,12 @@ pub(super) async fn drive(
         let ckpt = lp.ckpt.as_ref();
         boundary(run.control, run.cancel, run.out, &mut run.session, ckpt).await?;
         take_instructions(run).await?;
-        if run.steps >= cfg.max_steps {
+        if run.steps >= cfg.limits.max_steps {
             return Err(RunError::Stop(
                 FailureKind::MaxSteps,
                 format!(
                     "stopped after {} model turns without a final answer (max_steps)",
-                    cfg.max_steps
+                    cfg.limits.max_steps
                 ),
             ));
         }
@@ -201,11 +201,11 @@ impl<'a> Loop<'a> {
             tool_ctx: ToolContext {
                 work_dir: run.work_dir.clone(),
                 sandbox: run.sandbox.clone(),
-                step_timeout: cfg.step_timeout,
-                command_timeout_max: cfg.command_timeout_max,
+                step_timeout: cfg.limits.step_timeout,
+                command_timeout_max: cfg.limits.command_timeout_max,
                 cancel: run.cancel.clone(),
                 output_dir: run.output_dir.clone(),
-                max_saved_output: cfg.max_saved_output,
+                max_saved_output: cfg.limits.max_saved_output,
                 on_output: None,
             },
             ckpt,
@@ -231,8 +231,9 @@ impl<'a> Loop<'a> {
         cfg: &crate::config::Config,
         ctx: &crate::session::Context<'_>,
     ) -> Option<u64> {
-        let needed = compaction::estimate(ctx, self.fixed_tokens) + u64::from(cfg.max_tokens);
-        (needed > cfg.context_window).then_some(needed)
+        let needed =
+            compaction::estimate(ctx, self.fixed_tokens) + u64::from(cfg.limits.max_tokens);
+        (needed > cfg.limits.context_window).then_some(needed)
     }
 
     /// Summarises older history so the next request fits.
@@ -403,8 +404,11 @@ fn plan_compaction(
     cfg: &crate::config::Config,
     ctx: &crate::session::Context<'_>,
 ) -> Option<compaction::Plan> {
-    let keep_recent = cfg.context_window / 4;
-    let budget_chars = (cfg.context_window.saturating_sub(u64::from(cfg.max_tokens)) as usize)
+    let keep_recent = cfg.limits.context_window / 4;
+    let budget_chars = (cfg
+        .limits
+        .context_window
+        .saturating_sub(u64::from(cfg.limits.max_tokens)) as usize)
         .saturating_mul(3)
         .min(2_000_000);
     compaction::plan(ctx, keep_recent, budget_chars)

@@ -227,6 +227,7 @@ fn assemble(
         owner: gh.owner.clone(),
         // Into the branch the task branches start from.
         base: cfg
+            .git
             .base_branch
             .as_deref()
             .map(|b| b.strip_prefix("origin/").unwrap_or(b).to_string())

@@ -214,7 +214,7 @@ impl Router {
         workspace: Workspace,
         tracker: Arc<dyn Tracker>,
     ) -> Router {
-        let max = agent.config().max_concurrent_tasks;
+        let max = agent.config().limits.max_concurrent_tasks;
         // A conclusion is kept while the journal has its event pending.
         outbox.keep_concluded_while(journal.pending_check());
         let mut dirs = vec![agent.config().state_dir(), agent.config().sessions_dir()];

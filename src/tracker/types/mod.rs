@@ -11,7 +11,7 @@ pub(crate) fn describe(config: &Config, callback_url: Option<String>) -> AgentDe
         name: config.name.clone(),
         slug: config.slug.clone(),
         capabilities: config.capabilities.clone(),
-        max_concurrent_tasks: config.max_concurrent_tasks,
+        max_concurrent_tasks: config.limits.max_concurrent_tasks,
         transport: match config.transport {
             Transport::Http => "http",
             Transport::Ws => "ws",

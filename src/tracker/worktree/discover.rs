@@ -46,14 +46,14 @@ impl Worktrees {
                 return Err(e.to_string());
             }
         }
-        if cfg.workspace == Some(Workspace::Shared) {
+        if cfg.git.workspace == Some(Workspace::Shared) {
             tracing::info!(
                 workspace = "shared",
                 "tasks share the working folder (workspace: \"shared\")"
             );
             return Ok(None);
         }
-        let forced = cfg.workspace == Some(Workspace::Worktree);
+        let forced = cfg.git.workspace == Some(Workspace::Worktree);
         let found = match git {
             Ok(_) => Worktrees::find(cfg, allowed),
             Err(missing) => Err(NoWorktrees::Absent(missing.to_string())),
@@ -96,7 +96,7 @@ impl Worktrees {
         let cwd = std::fs::canonicalize(&cfg.work_dir)
             .map_err(|e| Unusable(format!("{}: {e}", cfg.work_dir.display())))?;
         let trust = cfg.state_dir().join("git-trust");
-        let (top, common, trusted) = locate(&cwd, &allowed, &trust, cfg.git_timeout)?;
+        let (top, common, trusted) = locate(&cwd, &allowed, &trust, cfg.git.timeout)?;
         writable(&common)?;
         let mut cmd = git(&top, &allowed);
         cmd.arg(format!("--git-dir={}", common.display())).args([
@@ -105,7 +105,7 @@ impl Worktrees {
             "--quiet",
             "HEAD^{commit}",
         ]);
-        match run(cmd, cfg.git_timeout) {
+        match run(cmd, cfg.git.timeout) {
             Ok(_) => {}
             Err(WorktreeError::Git { message, .. }) if message.is_empty() => {
                 return Err(Absent("the repository has no commit yet".into()))
@@ -129,21 +129,22 @@ impl Worktrees {
             rel,
             root,
             records,
-            base: cfg.base_branch.clone(),
+            base: cfg.git.base_branch.clone(),
             allowed,
             home: cfg.home_dir.clone(),
-            limit: cfg.git_timeout,
+            limit: cfg.git.timeout,
             started: SystemTime::now(),
             author: (
                 cfg.name.clone(),
-                cfg.git_email
+                cfg.git
+                    .email
                     .clone()
                     .unwrap_or_else(|| format!("{}@picogent.local", cfg.slug)),
             ),
-            push: cfg.push.then(|| cfg.remote.clone()),
+            push: cfg.git.push.then(|| cfg.git.remote.clone()),
             push_url: None,
             push_token: None,
-            retention: Duration::from_secs(cfg.worktree_retention_days.saturating_mul(86_400)),
+            retention: Duration::from_secs(cfg.git.worktree_retention_days.saturating_mul(86_400)),
             lock: Mutex::new(()),
             swept: AtomicU64::new(now_secs()),
         })

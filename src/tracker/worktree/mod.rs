@@ -427,7 +427,7 @@ impl Workspace {
     ) -> Result<Workspace, String> {
         Ok(match Worktrees::decide(cfg)? {
             Some(w) => Workspace::Worktrees(w),
-            None => Workspace::Shared(SharedFolder::find(&cfg.work_dir, sandbox, cfg.git_timeout)),
+            None => Workspace::Shared(SharedFolder::find(&cfg.work_dir, sandbox, cfg.git.timeout)),
         })
     }
 }

@@ -243,7 +243,7 @@ async fn follow(
     run: &mut Run<'_>,
     stdout: tokio::process::ChildStdout,
 ) -> Result<Option<(bool, String)>, RunError> {
-    let timeout = run.config.step_timeout;
+    let timeout = run.config.limits.step_timeout;
     let mut lines = BufReader::new(stdout).lines();
     let mut names: HashMap<String, String> = HashMap::new();
     let mut final_result = None;
