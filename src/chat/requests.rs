@@ -11,6 +11,7 @@ use super::runs::{attach, forget_later, forward, Outbound, RunLog};
 use super::{ChatState, Conn};
 use crate::agent::control::Role;
 use crate::agent::RunRequest;
+use tokio_util::sync::CancellationToken;
 
 /// The key of a request in `runs`: its client's id, scoped to its connection.
 fn own_key(conn: &Conn, id: &str) -> String {
@@ -77,39 +78,21 @@ pub(super) async fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound)
         return refuse(tx, id, session, message.into());
     }
     // Checked and started under the shared map's lock, which no await may hold.
-    let key = own_key(conn, &id);
-    let started = 'start: {
-        let Ok(mut runs) = st.runs.lock() else {
-            break 'start Err(None);
-        };
-        if runs.get(&key).is_some_and(|l| !l.is_done()) {
-            break 'start Err(Some(id));
-        }
-        let request = RunRequest {
-            prompt: content.clone(),
-            session_id: session.clone(),
-            work_dir,
-            system_prompt,
-            worktree: None,
-            prompt_entry: Some(prompt_entry.clone()),
-        };
-        let handle = st.agent.start_with_cancel(request, token.clone());
-        let log = RunLog::new(
-            id,
-            session,
-            run_id.clone(),
-            token,
-            handle.control.clone(),
-            prompt_entry,
-            content,
-        );
-        announce(st, conn, &log, tx);
-        let keys: Vec<String> = std::iter::once(key).chain(run_id).collect();
-        for k in &keys {
-            runs.insert(k.clone(), log.clone());
-        }
-        Ok((handle, log, keys))
+    let request = RunRequest {
+        prompt: content.clone(),
+        session_id: session.clone(),
+        work_dir,
+        system_prompt,
+        worktree: None,
+        prompt_entry: Some(prompt_entry.clone()),
     };
+    let started = launch(
+        st,
+        conn,
+        tx,
+        (id, request),
+        (token, run_id, prompt_entry, content),
+    );
     let (handle, log, keys) = match started {
         Ok(started) => started,
         Err(duplicate) => {
@@ -124,6 +107,42 @@ pub(super) async fn start(st: &ChatState, conn: &Conn, p: Prompt, tx: &Outbound)
     forward_in_the_background(st, handle, &log, running, keys);
     let following = follow(conn, &log);
     attach(&st.tasks, log, 0, tx.clone(), following);
+}
+
+/// A prompt's run started and its log in the shared map, under the map's lock: the
+/// run, its log and the log's keys; or the request's id when one with that id runs
+/// (`None`: the map is unusable).
+fn launch(
+    st: &ChatState,
+    conn: &Conn,
+    tx: &Outbound,
+    (id, request): (String, RunRequest),
+    (token, run_id, prompt_entry, content): (CancellationToken, Option<String>, String, String),
+) -> Result<(crate::agent::RunHandle, Arc<RunLog>, Vec<String>), Option<String>> {
+    let key = own_key(conn, &id);
+    let Ok(mut runs) = st.runs.lock() else {
+        return Err(None);
+    };
+    if runs.get(&key).is_some_and(|l| !l.is_done()) {
+        return Err(Some(id));
+    }
+    let session = request.session_id.clone();
+    let handle = st.agent.start_with_cancel(request, token.clone());
+    let log = RunLog::new(
+        id,
+        session,
+        run_id.clone(),
+        token,
+        handle.control.clone(),
+        prompt_entry,
+        content,
+    );
+    announce(st, conn, &log, tx);
+    let keys: Vec<String> = std::iter::once(key).chain(run_id).collect();
+    for k in &keys {
+        runs.insert(k.clone(), log.clone());
+    }
+    Ok((handle, log, keys))
 }
 
 /// This connection now shows the request's session; a keepAlive request is announced

@@ -20,6 +20,24 @@ pub(super) struct Limits {
     pub(super) max_tokens: u32,
 }
 
+impl Limits {
+    /// The limits as the configuration keeps them (durations, not seconds).
+    pub(super) fn resolved(&self) -> super::Limits {
+        use std::time::Duration;
+        super::Limits {
+            max_concurrent_tasks: self.max_concurrent_tasks,
+            heartbeat_interval_sec: self.heartbeat_interval_sec,
+            max_steps: self.max_steps,
+            step_timeout: Duration::from_secs(self.step_timeout_sec),
+            command_timeout_max: Duration::from_secs(self.command_timeout_max_sec),
+            max_saved_output: self.max_saved_output,
+            context_window: self.context_window,
+            max_tokens: self.max_tokens,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_sec),
+        }
+    }
+}
+
 impl Sources<'_> {
     /// The limits from the file, checked; the context window's default is the provider's.
     pub(super) fn limits(&self, provider: ProviderKind) -> Result<Limits, ConfigError> {

@@ -331,6 +331,21 @@ struct Git {
     worktree_retention_days: u64,
 }
 
+impl Git {
+    /// Agent mode's git settings, with the limit on one git command.
+    fn resolved(self, timeout: Duration) -> super::GitSettings {
+        super::GitSettings {
+            workspace: self.workspace,
+            base_branch: self.base_branch,
+            email: self.git_email,
+            push: self.push,
+            remote: self.remote,
+            worktree_retention_days: self.worktree_retention_days,
+            timeout,
+        }
+    }
+}
+
 /// The chat server's address and who may call it (chat mode).
 struct Chat {
     host: String,
@@ -496,32 +511,14 @@ impl Config {
             allowed_paths: (f.allowed_paths.iter().flatten())
                 .map(|p| s.file_path(p))
                 .collect(),
-            limits: super::Limits {
-                max_concurrent_tasks: l.max_concurrent_tasks,
-                heartbeat_interval_sec: l.heartbeat_interval_sec,
-                max_steps: l.max_steps,
-                step_timeout: Duration::from_secs(l.step_timeout_sec),
-                command_timeout_max: Duration::from_secs(l.command_timeout_max_sec),
-                max_saved_output: l.max_saved_output,
-                context_window: l.context_window,
-                max_tokens: l.max_tokens,
-                shutdown_grace: Duration::from_secs(l.shutdown_grace_sec),
-            },
+            limits: l.resolved(),
             network,
             sandbox,
             nested_user_namespaces: f.nested_user_namespaces.unwrap_or(false),
             sandbox_helper: None,
             checkpoints,
             auto_pause_on_error: f.auto_pause_on_error.unwrap_or(false),
-            git: super::GitSettings {
-                workspace: git.workspace,
-                base_branch: git.base_branch,
-                email: git.git_email,
-                push: git.push,
-                remote: git.remote,
-                worktree_retention_days: git.worktree_retention_days,
-                timeout: Duration::from_secs(l.git_timeout_sec),
-            },
+            git: git.resolved(Duration::from_secs(l.git_timeout_sec)),
             claude_code_path: s.claude_code_path(),
             auto_pause_after_steps: f.auto_pause_after_steps.filter(|n| *n > 0),
             loop_action: f.loop_action.unwrap_or(LoopAction::Stop),

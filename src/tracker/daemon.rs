@@ -22,6 +22,25 @@ enum Prepared {
     Github(crate::tracker::github::Prepared),
 }
 
+impl Prepared {
+    /// The configured tracker's settings, checked.
+    fn check(
+        cfg: &crate::config::Config,
+        timing: &Timing,
+        stop: &CancellationToken,
+    ) -> Result<Prepared, DaemonError> {
+        Ok(match &cfg.tracker {
+            Some(crate::config::Tracker::Github(gh)) => {
+                Prepared::Github(crate::tracker::github::prepare(gh, stop)?)
+            }
+            // Without a URL, Team Board's check names what is missing.
+            Some(crate::config::Tracker::Board { .. }) | None => {
+                Prepared::Board(crate::tracker::board::prepare(cfg, timing)?)
+            }
+        })
+    }
+}
+
 /// How long shutdown waits for the work the doors started (a webhook being handled, a
 /// GitHub comment going out) once the tasks and the outbox have stopped.
 const OWNED_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -29,15 +48,7 @@ const OWNED_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Runs agent mode until `stop` is cancelled (then drains) or a fatal error.
 pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Result<(), DaemonError> {
     let cfg = agent.config().clone();
-    let prepared = match &cfg.tracker {
-        Some(crate::config::Tracker::Github(gh)) => {
-            Prepared::Github(crate::tracker::github::prepare(gh, &stop)?)
-        }
-        // Without a URL, Team Board's check names what is missing.
-        Some(crate::config::Tracker::Board { .. }) | None => {
-            Prepared::Board(crate::tracker::board::prepare(&cfg, &timing)?)
-        }
-    };
+    let prepared = Prepared::check(&cfg, &timing, &stop)?;
     let core = Core::open(&agent, &timing).await?;
     let owned = TaskTracker::new();
     let background = CancellationToken::new();

@@ -7,4 +7,5 @@
 
 pub mod llm;
 pub mod llm_cache;
+mod llm_wire;
 pub mod tracker;

@@ -115,6 +115,30 @@ pub(super) async fn run(
     finish(&req, &out, &control, result, counted)
 }
 
+/// The session's side of a run's start: the model noted, `Started`, the prompt.
+fn begin(
+    session: &mut Session,
+    req: &RunRequest,
+    out: &Emitter,
+    (provider, model): (&str, &str),
+    work_dir: &std::path::Path,
+) -> Result<(), crate::session::SessionError> {
+    session.note_model(provider, model)?;
+    out.emit(AgentEvent::Started {
+        session_id: req.session_id.clone(),
+        provider: provider.into(),
+        model: model.into(),
+        work_dir: work_dir.display().to_string(),
+    });
+    session.append_as(
+        crate::session::Known::Message {
+            message: Message::user(req.prompt.clone()),
+        },
+        req.prompt_entry.as_deref(),
+    )?;
+    Ok(())
+}
+
 /// The run under its session lock: the shared start, then the engine.
 async fn locked(
     inner: &Inner,
@@ -146,21 +170,7 @@ async fn locked(
         Engine::Native => (inner.provider.kind().as_str(), inner.provider.model()),
         Engine::ClaudeCode => ("claude-code", config.model.as_str()),
     };
-    let begun = session.note_model(provider, model).and_then(|()| {
-        out.emit(AgentEvent::Started {
-            session_id: req.session_id.clone(),
-            provider: provider.into(),
-            model: model.into(),
-            work_dir: work_dir.display().to_string(),
-        });
-        session.append_as(
-            crate::session::Known::Message {
-                message: Message::user(req.prompt.clone()),
-            },
-            req.prompt_entry.as_deref(),
-        )
-    });
-    if let Err(e) = begun {
+    if let Err(e) = begin(&mut session, req, out, (provider, model), &work_dir) {
         // Closed (awaited) before the run says it finished: the session lock is free
         // by the time a client hears of the failure.
         let _ = session.close().await;
