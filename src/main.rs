@@ -342,9 +342,9 @@ async fn chat(agent: Agent, stop: tokio_util::sync::CancellationToken) -> anyhow
     let allowed = cfg.allowed_paths_display();
     tracing::info!(
         work_dir = %cfg.work_dir.display(),
-        engine = cfg.engine.as_str(),
-        provider = cfg.provider.as_str(),
-        model = %cfg.model,
+        engine = cfg.llm.engine.as_str(),
+        provider = cfg.llm.provider.as_str(),
+        model = %cfg.llm.model,
         allowed_paths = %allowed,
         token = cfg.chat.token.is_some(),
         "chat mode: open http://{addr}/ in a browser"

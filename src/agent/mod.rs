@@ -134,7 +134,7 @@ pub(crate) struct Inner {
 fn log_sandbox(config: &Config, sandbox: &Sandbox) {
     use crate::sandbox::confine::kernel_abi;
     let abi = kernel_abi();
-    let network = match config.network {
+    let network = match config.policy.network {
         crate::config::NetworkPolicy::Allow => "allow",
         crate::config::NetworkPolicy::Deny => "deny",
     };
@@ -182,6 +182,7 @@ fn log_sandbox(config: &Config, sandbox: &Sandbox) {
 /// running, opened through `/proc/self/exe` (never by a path a command could replace).
 fn sandbox_helper(config: &Config) -> PathBuf {
     config
+        .policy
         .sandbox_helper
         .clone()
         .unwrap_or_else(|| PathBuf::from("/proc/self/exe"))
@@ -251,7 +252,12 @@ fn sweep_outputs(dir: &Path) {
 /// there, and a link it made must not widen what the tools may read.
 fn readable_skill_dirs(config: &Config, skill_dirs: &[PathBuf], skills: &[Skill]) -> Vec<PathBuf> {
     use crate::sandbox::resolved;
-    let allowed: Vec<PathBuf> = config.allowed_paths.iter().map(|a| resolved(a)).collect();
+    let allowed: Vec<PathBuf> = config
+        .policy
+        .allowed_paths
+        .iter()
+        .map(|a| resolved(a))
+        .collect();
     let model_writes = |d: &Path| {
         let real = resolved(d);
         allowed.iter().any(|a| real.starts_with(a))
@@ -271,7 +277,7 @@ fn readable_skill_dirs(config: &Config, skill_dirs: &[PathBuf], skills: &[Skill]
 /// The MCP servers of picogent's own loop, started like the agent's commands are
 /// confined; none under the claude-code engine, which has its own.
 fn start_mcp(config: &Config, sandbox: &Sandbox, state: &Path) -> crate::mcp::Mcp {
-    match config.engine {
+    match config.llm.engine {
         crate::config::Engine::Native => {
             let launch = crate::mcp::Launch {
                 home: state.join("mcp"),
@@ -317,25 +323,29 @@ impl Agent {
         let _ = std::fs::create_dir_all(&state);
         let output_dir = state.join("outputs");
         sweep_outputs(&output_dir);
-        let mut sandbox = Sandbox::new(&config.allowed_paths, &config.protected_paths(), &readable)
-            .with_read_only(&[config.sessions_dir()])
-            .with_read_only(&config.worktree_folders());
-        let level = match config.sandbox {
+        let mut sandbox = Sandbox::new(
+            &config.policy.allowed_paths,
+            &config.protected_paths(),
+            &readable,
+        )
+        .with_read_only(&[config.sessions_dir()])
+        .with_read_only(&config.worktree_folders());
+        let level = match config.policy.sandbox {
             crate::config::SandboxMode::On => Some(crate::sandbox::Level::Full),
             crate::config::SandboxMode::Landlock => Some(crate::sandbox::Level::Landlock),
             crate::config::SandboxMode::Off => None,
         };
         if let Some(level) = level {
-            let deny = config.network == crate::config::NetworkPolicy::Deny;
+            let deny = config.policy.network == crate::config::NetworkPolicy::Deny;
             sandbox = sandbox
                 .with_confinement_level(sandbox_helper(&config), deny, level)
-                .allowing_nested_user_namespaces(config.nested_user_namespaces);
+                .allowing_nested_user_namespaces(config.policy.nested_user_namespaces);
         }
         log_sandbox(&config, &sandbox);
-        let caps = config.engine.capabilities();
+        let caps = config.llm.engine.capabilities();
         if caps != crate::config::Engine::Native.capabilities() {
             tracing::info!(
-                engine = config.engine.as_str(),
+                engine = config.llm.engine.as_str(),
                 live_control = caps.live_control,
                 rollback = caps.rollback,
                 step_limits = caps.step_limits,
@@ -373,7 +383,7 @@ impl Agent {
 
     /// What this agent's engine can do; front doors ask this instead of assuming it.
     pub(crate) fn capabilities(&self) -> engine::Capabilities {
-        self.inner.config.engine.capabilities()
+        self.inner.config.llm.engine.capabilities()
     }
 
     /// Whether runs can be paused, resumed, stopped at a step and instructed mid-run.

@@ -90,7 +90,7 @@ impl Agent {
         if self.capabilities().rollback {
             Ok(())
         } else {
-            Err(RewindError::Unsupported(self.config().engine.as_str()))
+            Err(RewindError::Unsupported(self.config().llm.engine.as_str()))
         }
     }
 

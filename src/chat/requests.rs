@@ -278,7 +278,7 @@ pub(super) async fn control(st: &ChatState, conn: &Conn, c: Control, tx: &Outbou
         None => Err(Refused::NoRun(name.clone())),
         Some(_) if !st.agent.can(&action) => Err(Refused::Unavailable {
             kind,
-            engine: st.agent.config().engine.as_str(),
+            engine: st.agent.config().llm.engine.as_str(),
         }),
         Some(log) => apply(st, &log, action).await,
     };

@@ -73,8 +73,9 @@ fn follow_header(config: &mut Config, file: &Path) {
         return;
     };
     let real = std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone());
-    let allowed = config.allowed_paths.is_empty()
+    let allowed = config.policy.allowed_paths.is_empty()
         || config
+            .policy
             .allowed_paths
             .iter()
             .any(|a| real.starts_with(std::fs::canonicalize(a).unwrap_or_else(|_| a.clone())));
@@ -96,7 +97,7 @@ fn session_folder_allowed(config: &Config, dir: &Path) -> anyhow::Result<()> {
     let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let folder = real(dir);
     let holds = std::iter::once(&config.work_dir)
-        .chain(&config.allowed_paths)
+        .chain(&config.policy.allowed_paths)
         .any(|p| real(p).starts_with(&folder));
     if holds {
         anyhow::bail!(

@@ -18,6 +18,7 @@ impl super::Config {
         }
         git_program::announce();
         let allowed: Vec<_> = self
+            .policy
             .allowed_paths
             .iter()
             .filter_map(|p| std::fs::canonicalize(p).ok())

@@ -66,10 +66,12 @@ pub(crate) enum ModelSetting {
 impl Config {
     /// Says where the setting an error is about was set (`model` from PICOGENT_MODEL...).
     pub(crate) fn origin_of(&self, setting: ModelSetting) -> String {
-        let o = &self.model_origins;
+        let o = &self.llm.model_origins;
         match setting {
-            ModelSetting::Model => format!("the model {:?} was set by {}", self.model, o.model),
-            ModelSetting::BaseUrl => format!("the URL {} was set by {}", self.base_url, o.base_url),
+            ModelSetting::Model => format!("the model {:?} was set by {}", self.llm.model, o.model),
+            ModelSetting::BaseUrl => {
+                format!("the URL {} was set by {}", self.llm.base_url, o.base_url)
+            }
             ModelSetting::ApiKey => format!("the key was set by {}", o.api_key),
         }
     }
@@ -83,6 +85,39 @@ pub enum Tracker {
     Board { url: String },
     /// GitHub issues and pull requests (the `github` block; boxed, as it is large).
     Github(Box<GithubConfig>),
+}
+
+/// The model, its provider and the engine that drives it.
+#[derive(Debug, Clone)]
+pub struct ModelSettings {
+    pub model: String,
+    /// Where `model`, `base_url` and the key were set, for errors that name them.
+    pub(crate) model_origins: ModelOrigins,
+    pub provider: ProviderKind,
+    /// Which loop does the work: picogent's own, or Claude Code's (`engine`).
+    pub engine: Engine,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Anthropic: `ANTHROPIC_AUTH_TOKEN`, sent as a bearer token (no key needed).
+    pub(crate) auth_token: Option<String>,
+    /// Sampling temperature for every provider (provider default when unset).
+    pub(crate) temperature: Option<f64>,
+    /// Ollama: how long the model stays loaded after a call (`"5m"`, seconds, `-1`).
+    pub keep_alive: Option<serde_json::Value>,
+    /// `engine: "claude-code"`: the `claude` binary (default: found on PATH).
+    pub(crate) claude_code_path: Option<PathBuf>,
+}
+
+/// What commands and tools may reach, and how they are confined.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub allowed_paths: Vec<PathBuf>,
+    pub(crate) network: NetworkPolicy,
+    pub(crate) sandbox: SandboxMode,
+    /// Commands may make user namespaces of their own (off: they cannot).
+    pub(crate) nested_user_namespaces: bool,
+    /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
+    pub sandbox_helper: Option<PathBuf>,
 }
 
 /// How long and how much (each checked against its bounds when loaded).
@@ -151,37 +186,20 @@ pub struct Config {
     /// `None` means the default, `http://127.0.0.1:<bound port>/events`.
     pub(crate) callback_url: Option<String>,
     pub work_dir: PathBuf,
-    pub model: String,
-    /// Where `model`, `base_url` and the key were set, for errors that name them.
-    pub(crate) model_origins: ModelOrigins,
-    pub provider: ProviderKind,
-    /// Which loop does the work: picogent's own, or Claude Code's (`engine`).
-    pub engine: Engine,
-    pub base_url: String,
-    pub api_key: Option<String>,
-    /// Anthropic: `ANTHROPIC_AUTH_TOKEN`, sent as a bearer token (no key needed).
-    pub(crate) auth_token: Option<String>,
-    /// Sampling temperature for every provider (provider default when unset).
-    pub(crate) temperature: Option<f64>,
-    /// Ollama: how long the model stays loaded after a call (`"5m"`, seconds, `-1`).
-    pub keep_alive: Option<serde_json::Value>,
+    /// The model, its provider and the engine that drives it.
+    pub llm: ModelSettings,
     pub capabilities: Vec<String>,
-    pub allowed_paths: Vec<PathBuf>,
+    /// What commands and tools may reach, and how they are confined.
+    pub policy: Policy,
     /// How long and how much: steps, timeouts, sizes, tasks at once.
     pub limits: Limits,
     /// What picogent does with git in agent mode.
     pub git: GitSettings,
     /// Chat mode's server.
     pub chat: ChatServer,
-    pub(crate) network: NetworkPolicy,
-    pub(crate) sandbox: SandboxMode,
-    /// Commands may make user namespaces of their own (off: they cannot).
-    pub(crate) nested_user_namespaces: bool,
     /// Snapshot the working folder after every changing tool call (for rollback).
     /// `None`: the front door's default (on in chat mode, off elsewhere).
     pub checkpoints: Option<bool>,
-    /// `engine: "claude-code"`: the `claude` binary (default: found on PATH).
-    pub(crate) claude_code_path: Option<PathBuf>,
     /// Pause the run when a bash command fails.
     pub(crate) auto_pause_on_error: bool,
     /// Pause the run every N model turns.
@@ -195,8 +213,6 @@ pub struct Config {
     /// Also read pi's own user resources: `~/.pi/agent/skills` and
     /// `~/.pi/agent/AGENTS.md` (`pi_home`, default off: they are another program's).
     pub(crate) pi_home: bool,
-    /// The binary that confines bash (`picogent sandbox-exec`); default: this program.
-    pub sandbox_helper: Option<PathBuf>,
     /// The JSON file the configuration came from, if any.
     pub config_file: Option<PathBuf>,
     /// The agent directory (directory mode) or the config file's folder (file mode).
@@ -265,10 +281,11 @@ impl Config {
 
     /// `allowed_paths` for logs: the list, or "unrestricted".
     pub fn allowed_paths_display(&self) -> String {
-        if self.allowed_paths.is_empty() {
+        if self.policy.allowed_paths.is_empty() {
             return "unrestricted".into();
         }
         let list: Vec<String> = self
+            .policy
             .allowed_paths
             .iter()
             .map(|p| p.display().to_string())

@@ -199,10 +199,10 @@ pub struct Provider {
 impl Provider {
     pub fn from_config(config: &Config) -> Result<Self, ProviderError> {
         // The Claude Code engine may use the CLI's own login instead of a key.
-        if config.provider == ProviderKind::Anthropic
-            && config.engine == crate::config::Engine::Native
-            && config.api_key.is_none()
-            && config.auth_token.is_none()
+        if config.llm.provider == ProviderKind::Anthropic
+            && config.llm.engine == crate::config::Engine::Native
+            && config.llm.api_key.is_none()
+            && config.llm.auth_token.is_none()
         {
             return Err(ProviderError::Config(
                 "no API key for anthropic: set ANTHROPIC_API_KEY (or PICOGENT_API_KEY, `api_key` in agent.json, or ANTHROPIC_AUTH_TOKEN for a bearer token)".into(),
@@ -217,21 +217,21 @@ impl Provider {
             .build()
             .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {e}")))?;
         Ok(Provider {
-            kind: config.provider,
+            kind: config.llm.provider,
             http,
-            base_url: config.base_url.clone(),
-            api_key: config.api_key.clone(),
-            auth_token: config.auth_token.clone(),
-            model: config.model.clone(),
+            base_url: config.llm.base_url.clone(),
+            api_key: config.llm.api_key.clone(),
+            auth_token: config.llm.auth_token.clone(),
+            model: config.llm.model.clone(),
             sampling: Sampling {
                 max_tokens: config.limits.max_tokens,
-                temperature: config.temperature,
-                keep_alive: config.keep_alive.clone(),
+                temperature: config.llm.temperature,
+                keep_alive: config.llm.keep_alive.clone(),
                 num_ctx: config.limits.context_window,
                 completion_tokens: false,
             },
             completion_tokens: std::sync::atomic::AtomicBool::new(wants_completion_tokens(
-                &config.model,
+                &config.llm.model,
             )),
             idle_timeout: config.limits.step_timeout,
             retry: RetryPolicy::default(),

@@ -258,7 +258,7 @@ pub fn fast_retry() -> RetryPolicy {
 
 pub fn agent_from(mut config: Config) -> Agent {
     // Bash confinement re-executes picogent itself; in tests that is the built binary.
-    config.sandbox_helper = Some(env!("CARGO_BIN_EXE_picogent").into());
+    config.policy.sandbox_helper = Some(env!("CARGO_BIN_EXE_picogent").into());
     let provider = Provider::from_config(&config)
         .unwrap()
         .with_retry(fast_retry());

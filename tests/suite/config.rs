@@ -20,9 +20,9 @@ fn defaults_from_the_environment_alone() {
     let c = Config::load(None, &Env::default(), &sb.work).unwrap();
     assert_eq!(c.name, "Agent");
     assert_eq!(c.slug, "agent");
-    assert_eq!(c.model, "claude-sonnet-4-6");
-    assert_eq!(c.provider, ProviderKind::Anthropic);
-    assert_eq!(c.base_url, "https://api.anthropic.com");
+    assert_eq!(c.llm.model, "claude-sonnet-4-6");
+    assert_eq!(c.llm.provider, ProviderKind::Anthropic);
+    assert_eq!(c.llm.base_url, "https://api.anthropic.com");
     assert_eq!(c.transport, Transport::Http);
     assert_eq!(c.listen_port, 3200);
     assert_eq!(
@@ -40,7 +40,7 @@ fn defaults_from_the_environment_alone() {
     );
     assert_eq!(c.limits.step_timeout.as_secs(), 120);
     assert_eq!(c.capabilities, vec!["coding".to_string()]);
-    assert!(c.allowed_paths.is_empty());
+    assert!(c.policy.allowed_paths.is_empty());
     assert!(!c.is_agent_mode());
 }
 
@@ -89,11 +89,11 @@ fn environment_overrides_the_file_and_paths_resolve_against_the_file() {
     ]);
     let c = Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
     assert_eq!(c.name, "Env");
-    assert_eq!(c.model, "claude-haiku-4-5");
-    assert_eq!(c.base_url, "http://env:2/v1");
-    assert_eq!(c.api_key.as_deref(), Some("k-openai"));
+    assert_eq!(c.llm.model, "claude-haiku-4-5");
+    assert_eq!(c.llm.base_url, "http://env:2/v1");
+    assert_eq!(c.llm.api_key.as_deref(), Some("k-openai"));
     assert_eq!(c.work_dir, sb.work);
-    assert_eq!(c.allowed_paths, vec![sb.work.clone(), "/abs".into()]);
+    assert_eq!(c.policy.allowed_paths, vec![sb.work.clone(), "/abs".into()]);
     assert_eq!(c.limits.context_window, 128_000);
 }
 
@@ -189,8 +189,8 @@ fn ollama_host_without_a_scheme_is_accepted() {
         ("OLLAMA_HOST", "127.0.0.1:11434"),
     ]);
     let c = Config::load(None, &env, &sb.work).unwrap();
-    assert_eq!(c.base_url, "http://127.0.0.1:11434");
-    assert_eq!(c.api_key, None);
+    assert_eq!(c.llm.base_url, "http://127.0.0.1:11434");
+    assert_eq!(c.llm.api_key, None);
     // As the Ollama client reads OLLAMA_HOST.
     for (host, url) in [
         ("127.0.0.1", "http://127.0.0.1:11434"),
@@ -211,7 +211,7 @@ fn ollama_host_without_a_scheme_is_accepted() {
             ("OLLAMA_HOST", host),
         ]);
         assert_eq!(
-            Config::load(None, &env, &sb.work).unwrap().base_url,
+            Config::load(None, &env, &sb.work).unwrap().llm.base_url,
             url,
             "{host}"
         );
@@ -231,7 +231,10 @@ fn the_shipped_example_configurations_load() {
     assert_eq!(c.slug, "coder");
     assert_eq!(c.tracker_url(), Some("http://localhost:8100"));
     // It works in a folder of its own, not in the one with its configuration.
-    assert_eq!(c.allowed_paths, vec![root.join("agents/coder/workspace")]);
+    assert_eq!(
+        c.policy.allowed_paths,
+        vec![root.join("agents/coder/workspace")]
+    );
     assert_eq!(c.work_dir, root.join("agents/coder/workspace"));
     let skills = picogent::agent::skills::discover(&c.skill_dirs());
     assert_eq!(skills.len(), 1);
@@ -252,18 +255,18 @@ fn the_engine_is_a_setting_and_provider_claude_code_is_its_alias() {
     };
     let c = load("{}", &[]).unwrap();
     assert_eq!(
-        (c.engine, c.provider),
+        (c.llm.engine, c.llm.provider),
         (Engine::Native, ProviderKind::Anthropic)
     );
     let c = load(r#"{"engine": "claude-code"}"#, &[]).unwrap();
     assert_eq!(
-        (c.engine, c.provider),
+        (c.llm.engine, c.llm.provider),
         (Engine::ClaudeCode, ProviderKind::Anthropic)
     );
     // The documented alias, in the file and in the environment.
     let c = load(r#"{"provider": "claude-code"}"#, &[]).unwrap();
     assert_eq!(
-        (c.engine, c.provider, c.base_url.as_str()),
+        (c.llm.engine, c.llm.provider, c.llm.base_url.as_str()),
         (
             Engine::ClaudeCode,
             ProviderKind::Anthropic,
@@ -271,16 +274,16 @@ fn the_engine_is_a_setting_and_provider_claude_code_is_its_alias() {
         )
     );
     let c = load("{}", &[("PICOGENT_PROVIDER", "claude-code")]).unwrap();
-    assert_eq!(c.engine, Engine::ClaudeCode);
+    assert_eq!(c.llm.engine, Engine::ClaudeCode);
     // An explicit engine wins over the alias.
     let c = load(r#"{"provider": "claude-code", "engine": "native"}"#, &[]).unwrap();
-    assert_eq!(c.engine, Engine::Native);
+    assert_eq!(c.llm.engine, Engine::Native);
     let c = load(
         r#"{"engine": "claude-code"}"#,
         &[("PICOGENT_ENGINE", "native")],
     )
     .unwrap();
-    assert_eq!(c.engine, Engine::Native);
+    assert_eq!(c.llm.engine, Engine::Native);
     // Claude Code speaks only to Anthropic's API.
     let e = load(r#"{"engine": "claude-code", "provider": "openai"}"#, &[])
         .unwrap_err()
@@ -316,8 +319,8 @@ fn openai_and_ollama_need_a_model_and_anthropic_reads_its_clients_variables() {
         ("ANTHROPIC_AUTH_TOKEN", "tok"),
     ]);
     let c = Config::load(None, &env, &sb.work).unwrap();
-    assert_eq!(c.model, "claude-opus-4-6");
-    assert_eq!(c.api_key, None);
+    assert_eq!(c.llm.model, "claude-opus-4-6");
+    assert_eq!(c.llm.api_key, None);
     // A bearer token is enough for Anthropic: no key needed.
     assert!(picogent::agent::Agent::new(c).is_ok());
     let c = Config::load(None, &Env::default(), &sb.work).unwrap();
@@ -336,7 +339,7 @@ fn openai_and_ollama_need_a_model_and_anthropic_reads_its_clients_variables() {
     // null is unset, as everywhere in agent.json.
     write(&sb.home, "agent.json", r#"{"keep_alive": null}"#);
     let c = Config::load(Some(&sb.home), &Env::default(), &sb.base()).unwrap();
-    assert_eq!(c.keep_alive, None);
+    assert_eq!(c.llm.keep_alive, None);
 }
 
 /// `mcpServers` pasted from Claude Desktop or Claude Code, and Codex's

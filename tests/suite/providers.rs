@@ -88,7 +88,7 @@ async fn a_wrong_api_key_fails_with_the_servers_message() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![text("never")]).await;
     let mut cfg = sb.config(&llm, Wire::Anthropic, json!({}));
-    cfg.api_key = Some("wrong".into());
+    cfg.llm.api_key = Some("wrong".into());
     let agent = agent_from(cfg);
     let (_, outcome) = run(&agent, "hi", "p6").await;
     assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Model);
@@ -108,7 +108,7 @@ async fn an_unreachable_endpoint_fails_after_retries_naming_the_url() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
-    cfg.base_url = format!("http://127.0.0.1:{port}/v1");
+    cfg.llm.base_url = format!("http://127.0.0.1:{port}/v1");
     let agent = agent_from(cfg);
     let (events, outcome) = run(&agent, "hi", "p7").await;
     assert_eq!(failure_kind(&outcome), picogent::agent::FailureKind::Model);
@@ -174,7 +174,7 @@ async fn an_anthropic_auth_token_is_sent_as_a_bearer_token() {
     let sb = Sandbox::new();
     let llm = ScriptedLlm::start(vec![text("ok")]).await;
     let mut config = sb.config(&llm, Wire::Anthropic, json!({}));
-    config.api_key = None;
+    config.llm.api_key = None;
     let env = picogent::config::Env::from_pairs([
         ("HOME", sb.user_home.display().to_string()),
         ("ANTHROPIC_AUTH_TOKEN", llm::API_KEY.to_string()),

@@ -166,9 +166,9 @@ async fn locked(
         RunError::Stop(FailureKind::WorkDir, format!("working folder refused: {e}"))
     })?;
     let mut session = inner.sessions.open_off_runtime(lock, &work_dir).await?;
-    let (provider, model) = match config.engine {
+    let (provider, model) = match config.llm.engine {
         Engine::Native => (inner.provider.kind().as_str(), inner.provider.model()),
-        Engine::ClaudeCode => ("claude-code", config.model.as_str()),
+        Engine::ClaudeCode => ("claude-code", config.llm.model.as_str()),
     };
     if let Err(e) = begin(&mut session, req, out, (provider, model), &work_dir) {
         // Closed (awaited) before the run says it finished: the session lock is free
@@ -190,7 +190,7 @@ async fn locked(
         steps: 0,
         usage: Usage::default(),
     };
-    let result = match config.engine {
+    let result = match config.llm.engine {
         Engine::Native => {
             native::drive(&mut run, &inner.provider, &inner.tool_specs, &inner.mcp).await
         }

@@ -54,7 +54,10 @@ impl Router {
         crate::config::SandboxMode,
         crate::sandbox::confine::LevelInForce,
     ) {
-        (self.shared.agent.config().sandbox, self.sandbox_level())
+        (
+            self.shared.agent.config().policy.sandbox,
+            self.sandbox_level(),
+        )
     }
 
     pub(crate) fn state_dir(&self) -> std::path::PathBuf {

@@ -34,6 +34,7 @@ impl Worktrees {
         use crate::sandbox::git_program::{self, GitError};
         git_program::announce();
         let allowed: Vec<PathBuf> = cfg
+            .policy
             .allowed_paths
             .iter()
             .filter_map(|p| std::fs::canonicalize(p).ok())

@@ -88,7 +88,7 @@ fn cli_args(run: &Run<'_>) -> Vec<String> {
         "stream-json",
         "--verbose",
         "--model",
-        &cfg.model,
+        &cfg.llm.model,
         "--permission-mode",
         "bypassPermissions",
     ]
@@ -100,7 +100,7 @@ fn cli_args(run: &Run<'_>) -> Vec<String> {
     for p in run.sandbox.allowed_paths() {
         args.extend(["--add-dir".into(), p.display().to_string()]);
     }
-    if cfg.network == crate::config::NetworkPolicy::Deny {
+    if cfg.policy.network == crate::config::NetworkPolicy::Deny {
         args.extend(["--disallowedTools", "WebFetch", "WebSearch"].map(String::from));
     }
     if let Some(prev) = previous_claude_session(&run.session) {
@@ -152,13 +152,13 @@ fn command(run: &Run<'_>, claude: &Path, args: &[String], tmp: &Path) -> tokio::
     let trusted = crate::sandbox::programs::trusted_path(run.sandbox.allowed_paths());
     cmd.current_dir(&run.work_dir)
         .env("PATH", trusted)
-        .env("ANTHROPIC_BASE_URL", &cfg.base_url)
+        .env("ANTHROPIC_BASE_URL", &cfg.llm.base_url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     crate::sandbox::supervise(&mut cmd);
     // The one secret Claude Code needs: its credentials for the API.
-    if let Some(key) = &cfg.api_key {
+    if let Some(key) = &cfg.llm.api_key {
         cmd.env("ANTHROPIC_API_KEY", key);
     }
     if let Ok(token) = std::env::var("ANTHROPIC_AUTH_TOKEN") {
@@ -194,7 +194,7 @@ fn engine_error(message: String) -> RunError {
 pub(super) async fn drive(run: &mut Run<'_>) -> Result<String, RunError> {
     let cfg = run.config;
     let writable = run.sandbox.allowed_paths().to_vec();
-    let claude = find_claude(cfg.claude_code_path.as_ref(), &writable).map_err(engine_error)?;
+    let claude = find_claude(cfg.llm.claude_code_path.as_ref(), &writable).map_err(engine_error)?;
     let tmp = run
         .output_dir
         .join(format!("claude-tmp-{}", crate::util::random_hex(10)));
@@ -329,7 +329,7 @@ fn on_assistant(
             content,
             api: "claude-code".into(),
             provider: "claude-code".into(),
-            model: run.config.model.clone(),
+            model: run.config.llm.model.clone(),
             usage,
             stop_reason: if has_calls {
                 StopReason::ToolUse
