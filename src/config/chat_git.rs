@@ -17,12 +17,7 @@ impl super::Config {
             return Ok(());
         }
         git_program::announce();
-        let allowed: Vec<_> = self
-            .policy
-            .allowed_paths
-            .iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .collect();
+        let allowed = self.policy.real_allowed_paths();
         match git_program::usable(&allowed) {
             Ok(_) => {
                 let writable =

@@ -120,6 +120,17 @@ pub struct Policy {
     pub sandbox_helper: Option<PathBuf>,
 }
 
+impl Policy {
+    /// The allowed paths as they really are (links and `..` resolved); one that does
+    /// not exist is left out.
+    pub(crate) fn real_allowed_paths(&self) -> Vec<PathBuf> {
+        self.allowed_paths
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect()
+    }
+}
+
 /// How long and how much (each checked against its bounds when loaded).
 #[derive(Debug, Clone)]
 pub struct Limits {

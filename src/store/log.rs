@@ -253,12 +253,40 @@ impl Log {
     pub(crate) fn sync(
         &self,
     ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
+        let (then, answered) = self.answer();
+        self.sync_then(then);
+        answered
+    }
+
+    /// `sync`, blocking this thread (outside async code).
+    pub(crate) fn wait_synced(&self) -> Result<(), LogError> {
+        self.answer_blocking(|then| self.sync_then(then))
+    }
+
+    /// A callback for an operation and the future of what it is called with (the
+    /// operation is queued by the caller now, not when the future is first polled).
+    fn answer(
+        &self,
+    ) -> (
+        Then,
+        impl std::future::Future<Output = Result<(), LogError>> + Send + 'static,
+    ) {
         let (tx, rx) = oneshot::channel();
-        self.sync_then(move |r| {
+        let path = self.inner.path.clone();
+        let then: Then = Box::new(move |r| {
             let _ = tx.send(r);
         });
-        let path = self.inner.path.clone();
-        async move { rx.await.unwrap_or(Err(LogError::Closed { path })) }
+        (then, async move {
+            rx.await.unwrap_or(Err(LogError::Closed { path }))
+        })
+    }
+
+    /// The answer of the operation `ask` queues with its callback, waited for on this
+    /// thread.
+    fn answer_blocking(&self, ask: impl FnOnce(Then)) -> Result<(), LogError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        ask(Box::new(move |r| drop(tx.send(r))));
+        rx.recv().unwrap_or_else(|_| Err(self.closed()))
     }
 
     /// Calls `then` once everything handed over before is in the file, synced or not
@@ -280,19 +308,14 @@ impl Log {
     pub(crate) fn written(
         &self,
     ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
-        let (tx, rx) = oneshot::channel();
-        self.when_written(move |r| {
-            let _ = tx.send(r);
-        });
-        let path = self.inner.path.clone();
-        async move { rx.await.unwrap_or(Err(LogError::Closed { path })) }
+        let (then, answered) = self.answer();
+        self.when_written(then);
+        answered
     }
 
     /// `written`, blocking this thread (a reader outside async code).
     pub(crate) fn wait_written(&self) -> Result<(), LogError> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.when_written(move |r| drop(tx.send(r)));
-        rx.recv().unwrap_or_else(|_| Err(self.closed()))
+        self.answer_blocking(|then| self.when_written(then))
     }
 
     /// Replaces the log's content with `content`, superseding everything handed over
@@ -323,10 +346,7 @@ impl Log {
     /// Ends the log once everything handed over is durable; the failure, if any.
     /// Later appends and syncs get `Closed`.
     pub(crate) async fn close(&self) -> Result<(), LogError> {
-        let (tx, rx) = oneshot::channel();
-        let then: Then = Box::new(move |r| {
-            let _ = tx.send(r);
-        });
+        let (then, answered) = self.answer();
         {
             // One hold of the lock: no append slips in between the sync and the close.
             let mut st = lock(&self.inner.state);
@@ -338,7 +358,7 @@ impl Log {
             st.ops.push_back(op);
             self.kick(st);
         }
-        rx.await.unwrap_or_else(|_| Err(self.closed()))
+        answered.await
     }
 
     /// Starts the log's job when there is work and none runs.

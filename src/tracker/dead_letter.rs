@@ -92,9 +92,7 @@ impl DeadLetters {
         why: &str,
     ) -> std::io::Result<()> {
         self.hand_over(task_id, key, report, why)?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.log.sync_then(move |r| drop(tx.send(r)));
-        rx.recv().map_err(std::io::Error::other)??;
+        self.log.wait_synced()?;
         self.counted();
         Ok(())
     }

@@ -33,12 +33,7 @@ impl Worktrees {
     pub(crate) fn decide(cfg: &Config) -> Result<Option<Worktrees>, String> {
         use crate::sandbox::git_program::{self, GitError};
         git_program::announce();
-        let allowed: Vec<PathBuf> = cfg
-            .policy
-            .allowed_paths
-            .iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .collect();
+        let allowed = cfg.policy.real_allowed_paths();
         // Shared mode runs git too (what a run changed): no git is fine, a git picogent
         // must not run is not.
         let git = git_program::usable(&allowed);
