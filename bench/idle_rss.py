@@ -5,7 +5,7 @@ examples, as in bench/run.sh)."""
 import sys, os, time, tempfile, json, subprocess
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent
-binary = sys.argv[1]
+binary = os.path.abspath(sys.argv[1])
 vals = []
 for i in range(int(sys.argv[2]) if len(sys.argv) > 2 else 5):
     tmp = tempfile.mkdtemp()
