@@ -19,6 +19,11 @@ if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
 fi
 
+# The store's tests and the fleet's run against a real PostgreSQL server: a throwaway
+# one, started here (installed through apt-get when missing) and stopped at the end.
+source scripts/pg.sh
+trap pg_stop EXIT
+
 echo "scripts/test.sh: the Rust tests, with $(command -v git) ($(git --version))" >&2
 cargo test --workspace
 

@@ -10,6 +10,8 @@ pub const SECRET_VARS: &[&str] = &[
     "PICOGENT_API_KEY",
     "PICOGENT_CHAT_TOKEN",
     "ANTHROPIC_AUTH_TOKEN",
+    // A store URL may carry its password.
+    "PICOGENT_STORE_URL",
 ];
 
 /// The names `.env` defined: picogent's configuration, which commands never see.
