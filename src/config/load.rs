@@ -65,6 +65,10 @@ pub(super) struct FileConfig {
     pub(super) tracker: Option<super::types::TrackerKind>,
     /// GitHub as the tracker (`tracker: "github"`).
     pub(super) github: Option<super::types::FileGithub>,
+    /// A PostgreSQL URL: the state a fleet of workers shares (default: local files).
+    pub(super) store: Option<String>,
+    pub(super) lease_sec: Option<u64>,
+    pub(super) fleet_max_tasks: Option<usize>,
 }
 
 /// Which JSON file (if any) the priority rules pick, and the agent home it implies.
@@ -478,6 +482,7 @@ impl Config {
         let (network, sandbox, checkpoints) = s.policies()?;
         let mcp_servers = s.mcp_servers(Duration::from_secs(l.step_timeout_sec))?;
         let (id, git, chat) = (s.identity()?, s.git()?, s.chat()?);
+        let store = s.store()?;
         let kind = s.tracker_kind()?;
         let github = s.github(kind, &|p| s.file_path(p))?;
         let tracker = match (github, id.tracker_url) {
@@ -537,7 +542,13 @@ impl Config {
                 allowed_origins: chat.allowed_origins,
             },
             env_file: Some(cwd.join(".env")).filter(|p| p.is_file()),
-            secrets_in_file: f.token.is_some() || f.api_key.is_some(),
+            secrets_in_file: f.token.is_some()
+                || f.api_key.is_some()
+                || f.store.as_deref().is_some_and(|u| {
+                    u.parse::<tokio_postgres::Config>()
+                        .is_ok_and(|c| c.get_password().is_some())
+                }),
+            store,
             session_dir: None,
             home_dir: s.home_dir.clone(),
             config_file,

@@ -18,10 +18,12 @@ mod load;
 mod mcp;
 mod model;
 pub mod secrets;
+mod store;
 mod types;
 pub use chat_git::NeedsGit;
 pub use github::{GithubAuth, GithubConfig, Trigger};
 pub use mcp::{McpServerConfig, McpTransport};
+pub use store::{Postgres, StoreSettings};
 pub use types::{Engine, Env, ProviderKind, TrackerKind, Transport};
 pub(crate) use types::{LoopAction, NetworkPolicy, SandboxMode, Workspace};
 
@@ -208,6 +210,8 @@ pub struct Config {
     pub git: GitSettings,
     /// Chat mode's server.
     pub chat: ChatServer,
+    /// Where agent mode keeps its durable state, and the fleet's settings.
+    pub store: StoreSettings,
     /// Snapshot the working folder after every changing tool call (for rollback).
     /// `None`: the front door's default (on in chat mode, off elsewhere).
     pub checkpoints: Option<bool>,

@@ -4,6 +4,9 @@
 //! format a scraper asks for, with the standard `process_*` metrics.
 
 mod exposition;
+mod fleet;
+
+pub(crate) use fleet::set_fleet;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -33,6 +36,7 @@ struct Metrics {
     dead_letters: Gauge,
     ws_reconnects: Counter,
     build_info: Family<Labels, Gauge>,
+    fleet: fleet::Gauges,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -52,8 +56,10 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         dead_letters: Gauge::default(),
         ws_reconnects: Counter::default(),
         build_info: Family::default(),
+        fleet: fleet::Gauges::default(),
         registry: Registry::default(),
     };
+    m.fleet.register(&mut registry);
     m.build_info
         .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_string())])
         .set(1);

@@ -71,6 +71,9 @@ pub enum DaemonError {
     Fatal(#[from] FatalError),
     #[error(transparent)]
     Locked(#[from] crate::tracker::state_lock::LockError),
+    /// The store could not be opened (unreachable, refused, a newer schema).
+    #[error("the store ({at}): {message}")]
+    Store { at: String, message: String },
 }
 
 pub(crate) fn log_start(cfg: &Config, agent: &Agent) {
@@ -97,6 +100,8 @@ pub(crate) fn log_start(cfg: &Config, agent: &Agent) {
 pub(crate) struct Core {
     pub(crate) journal: JournalWriter,
     pub(crate) outbox: Outbox,
+    /// The fleet's store, when the configuration names one.
+    pub(crate) store: Option<std::sync::Arc<crate::store::pg::Pg>>,
     _lock: crate::tracker::state_lock::StateLock,
 }
 
@@ -107,9 +112,47 @@ impl Core {
         let cfg = agent.config();
         log_start(cfg, agent);
         let state_dir = cfg.state_dir();
-        tokio::task::spawn_blocking(move || Core::open_blocking(&state_dir))
+        let dir = state_dir.clone();
+        let core = tokio::task::spawn_blocking(move || Core::open_blocking(&dir))
             .await
-            .map_err(|e| DaemonError::Config(format!("opening the agent's state failed: {e}")))?
+            .map_err(|e| DaemonError::Config(format!("opening the agent's state failed: {e}")))??;
+        match &cfg.store.postgres {
+            None => Ok(core),
+            Some(pg) => core.into_fleet(pg, cfg.store.lease, &state_dir).await,
+        }
+    }
+
+    /// The fleet's journal and outbox, in the store. The local files must hold no
+    /// unfinished work: it would be left behind where no other worker can see it.
+    async fn into_fleet(
+        self,
+        target: &crate::config::Postgres,
+        lease: Duration,
+        state_dir: &std::path::Path,
+    ) -> Result<Core, DaemonError> {
+        let (pending, unsent) = (self.journal.pending().len(), self.outbox.len());
+        if pending + unsent > 0 {
+            return Err(DaemonError::Config(format!(
+                "{} holds {pending} unfinished event(s) and {unsent} unsent report(s) from before `store` was set: run once without `store` until they are done, then start the fleet",
+                state_dir.display()
+            )));
+        }
+        let worker = crate::store::pg::worker_id();
+        let pg = crate::store::pg::Pg::open(target.config.clone(), worker.clone())
+            .await
+            .map_err(|e| DaemonError::Store {
+                at: target.shown(),
+                message: e.to_string(),
+            })?;
+        tracing::info!(store = %target.shown(), worker, schema = crate::store::pg::SCHEMA_VERSION, "a fleet's worker: the state is in the store");
+        let pg = std::sync::Arc::new(pg);
+        let Core { journal, _lock, .. } = self;
+        Ok(Core {
+            journal: journal.into_fleet(pg.clone()),
+            outbox: Outbox::fleet(pg.clone(), lease),
+            store: Some(pg),
+            _lock,
+        })
     }
 
     fn open_blocking(state_dir: &std::path::Path) -> Result<Core, DaemonError> {
@@ -125,6 +168,7 @@ impl Core {
         Ok(Core {
             journal,
             outbox,
+            store: None,
             _lock: lock,
         })
     }

@@ -103,6 +103,15 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         background.clone(),
     ));
     router.resume_pending();
+    if let Some(pg) = &core.store {
+        let settings = crate::tracker::router::FleetSettings {
+            lease: cfg.store.lease,
+            fleet_max: cfg.store.fleet_max_tasks,
+        };
+        let (r, pg) = (router.clone(), pg.clone());
+        let stop = background.clone();
+        owned.spawn(async move { r.work_fleet(pg, settings, stop).await });
+    }
 
     let server_stop = CancellationToken::new();
     let port = bound.map(|(listener, port)| {
@@ -120,6 +129,9 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     )
     .await;
     close_owned(&owned, &background).await;
+    if let Some(pg) = &core.store {
+        pg.close().await;
+    }
     tracing::info!("stopped");
     result
 }

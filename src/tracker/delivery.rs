@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::agent::Outcome;
-use crate::tracker::outbox::Outbox;
+use crate::tracker::outbox::{Outbox, QueueError};
 use crate::tracker::types::{Report, TaskId, TaskStatus};
 use crate::util::lock;
 
@@ -15,6 +15,8 @@ use crate::util::lock;
 pub(super) enum StopReason {
     Cancelled(Option<String>),
     Shutdown,
+    /// A fleet's worker lost the task's lease: another worker takes it from here.
+    LeaseLost,
 }
 
 /// How long between attempts to queue a result the outbox refused.
@@ -65,7 +67,7 @@ impl Delivery {
         task_id: &TaskId,
         reports: Vec<Report>,
         concludes: Vec<String>,
-    ) -> std::io::Result<()> {
+    ) -> Result<(), QueueError> {
         self.outbox
             .push_concluding(task_id, reports, concludes)
             .await
@@ -102,6 +104,10 @@ impl Delivery {
             on_queued();
             return true;
         };
+        if e.lease_lost() {
+            tracing::warn!(task = %task_id, "the task is another worker's now: this run's result is not reported");
+            return false;
+        }
         tracing::error!(task = %task_id, "cannot queue the result, will retry: {e}");
         {
             let mut d = lock(&self.degraded);
@@ -120,6 +126,11 @@ impl Delivery {
                         lock(&me.degraded).0 -= 1;
                         tracing::info!(task = %task, "the result is queued after all");
                         on_queued();
+                        return;
+                    }
+                    Err(e) if e.lease_lost() => {
+                        lock(&me.degraded).0 -= 1;
+                        tracing::warn!(task = %task, "the task is another worker's now: this run's result is not reported");
                         return;
                     }
                     Err(e) => {
@@ -175,11 +186,11 @@ pub(super) fn outcome_reports(
         "message"
     };
     let reports = match (outcome, why) {
-        (Outcome::Cancelled { .. }, Some(StopReason::Shutdown)) => {
+        (Outcome::Cancelled { .. }, Some(StopReason::Shutdown | StopReason::LeaseLost)) => {
             tracing::info!(task = %task, "run interrupted by shutdown; it resumes at the next start");
             return None;
         }
-        (Outcome::Completed { text, .. }, None | Some(StopReason::Shutdown)) => {
+        (Outcome::Completed { text, .. }, None | Some(StopReason::Shutdown | StopReason::LeaseLost)) => {
             let content = if text.trim().is_empty() {
                 "(The agent finished without a written answer.)".to_string()
             } else {
@@ -205,7 +216,7 @@ pub(super) fn outcome_reports(
             );
             vec![Report::comment(content, reply_to)]
         }
-        (Outcome::Failed { error, .. }, None | Some(StopReason::Shutdown)) => {
+        (Outcome::Failed { error, .. }, None | Some(StopReason::Shutdown | StopReason::LeaseLost)) => {
             failure(reply_to, session_id, &error)
         }
         (Outcome::Cancelled { .. }, None) => failure(reply_to, session_id, "the run was cancelled"),

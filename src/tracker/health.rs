@@ -38,6 +38,12 @@ pub(crate) fn assess(router: &Router) -> Health {
     if let Some(why) = router.runs_waiting_for_room() {
         degraded.push(concern("disk_full", why));
     }
+    if let Some(why) = router.fleet().and_then(|f| f.failing) {
+        degraded.push(concern(
+            "store_unreachable",
+            format!("the fleet's store is not answering ({why}): no new tasks are claimed, running tasks go on, their reports wait"),
+        ));
+    }
     if let Some(why) = router.link().not_registered() {
         degraded.push(concern("not_registered", why));
     }
@@ -58,6 +64,25 @@ pub(crate) fn assess(router: &Router) -> Health {
         degraded,
         warnings: warnings(router),
     }
+}
+
+/// `/healthz`'s `fleet`: this worker, its store, and the fleet as last seen.
+pub(crate) fn fleet_json(f: &crate::tracker::router::FleetView) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "worker": f.worker,
+        "leases_held": f.held,
+        "store": {
+            "reachable": f.failing.is_none(),
+            "round_trip_ms": f.round_trip.map(|d| d.as_secs_f64() * 1000.0),
+        },
+    });
+    if let Some(s) = &f.status {
+        v["queued_tasks"] = serde_json::json!(s.queued_tasks);
+        v["oldest_queued_sec"] = serde_json::json!(s.oldest_queued.map(|d| d.as_secs()));
+        v["leases"] = serde_json::json!(s.leases);
+        v["lease_expiries"] = serde_json::json!(s.lease_expiries);
+    }
+    v
 }
 
 fn warnings(router: &Router) -> Vec<Concern> {

@@ -184,6 +184,10 @@ async fn events(
 async fn metrics(State(ctx): State<Arc<Ctx>>, headers: axum::http::HeaderMap) -> Response {
     let load = ctx.router.load();
     crate::metrics::set_load(load.queued, load.active_tasks.len(), ctx.router.backlog());
+    if let Some(f) = ctx.router.fleet() {
+        let reached = f.status.as_ref().filter(|_| f.failing.is_none());
+        crate::metrics::set_fleet(reached, f.held, f.round_trip.map(|d| d.as_secs_f64()));
+    }
     let accept = headers
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok());
@@ -206,6 +210,9 @@ async fn healthz(State(ctx): State<Arc<Ctx>>) -> Response {
     let (dead, file) = ctx.router.dead_letters();
     if dead > 0 {
         body["dead_letters"] = json!({"reports": dead, "file": file});
+    }
+    if let Some(f) = ctx.router.fleet() {
+        body["fleet"] = super::health::fleet_json(&f);
     }
     if ctx.router.draining() {
         // Shutting down: a load balancer or a readiness probe sends nothing new here.

@@ -19,6 +19,7 @@ mod delivery;
 mod deploy;
 mod disk;
 mod exactly_once;
+mod fleet;
 mod git_support;
 mod github;
 mod github_answers;

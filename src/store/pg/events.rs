@@ -21,8 +21,6 @@ const CLAIM_LOCK: i64 = 0x7069_636f_636c_6169;
 #[derive(Debug, Clone)]
 pub(crate) struct Claimed {
     pub(crate) arrival: Arrival,
-    /// How many times its work was started, by any worker.
-    pub(crate) attempts: u32,
 }
 
 /// What the fleet is doing, as `/healthz` and `/metrics` show it.
@@ -267,7 +265,7 @@ impl Pg {
         let rows = self
             .run(|c| async move {
                 c.query(
-                    "SELECT arrival, attempts FROM events
+                    "SELECT arrival FROM events
                      WHERE done_at IS NULL AND task_id = ANY($1) ORDER BY seq",
                     &[&tasks],
                 )
@@ -282,10 +280,7 @@ impl Pg {
                         message: e.to_string(),
                     }
                 })?;
-                Ok(Claimed {
-                    arrival,
-                    attempts: r.get::<_, i32>(1).max(0) as u32,
-                })
+                Ok(Claimed { arrival })
             })
             .collect()
     }

@@ -28,7 +28,7 @@ mod reports;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use events::{Claimed, FleetStatus};
+pub(crate) use events::FleetStatus;
 pub(crate) use migrate::SCHEMA_VERSION;
 pub(crate) use reports::Queued;
 

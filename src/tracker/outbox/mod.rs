@@ -1,412 +1,215 @@
-//! The outbox: every report to the tracker (status change, comment) is written to
-//! `state/outbox.jsonl` before it is sent, then delivered in the order it was queued,
-//! task by task, so the reports of a task arrive in order (`review` only after the
-//! result comment was accepted) and survive tracker outages and daemon restarts.
-//! Different tasks' reports go out side by side (`LANES`), so a slow or refused report
-//! holds back only its own task. Connection errors, 429 and 5xx are retried with
-//! backoff (capped at 60 s) for as long as the daemon runs; a 404 or another 4xx that
-//! may pass is retried for a bounded time, and what the tracker refuses for good is kept
-//! in the dead-letter file (`dead_letter.rs`) so the next report proceeds and none is
-//! dropped in silence. A report waits `report_timeout` (5 min) for its answer before it
-//! is tried again: a slow tracker is not sent a repeat while it is still answering.
+//! The outbox: every report to the tracker (status change, comment) is stored before
+//! it is sent, then delivered in the order it was queued, task by task, so the reports
+//! of a task arrive in order (`review` only after the result comment was accepted) and
+//! survive tracker outages and daemon restarts. Different tasks' reports go out side by
+//! side (`LANES`), so a slow or refused report holds back only its own task. Connection
+//! errors, 429 and 5xx are retried with backoff (capped at 60 s) for as long as the
+//! daemon runs; a 404 or another 4xx that may pass is retried for a bounded time, and
+//! what the tracker refuses for good is kept among the dead letters so the next report
+//! proceeds and none is dropped in silence. A report waits `report_timeout` (5 min) for
+//! its answer before it is tried again: a slow tracker is not sent a repeat while it is
+//! still answering.
 //!
 //! Each report carries an `Idempotency-Key`, so a tracker that honours it drops the one
 //! repeat that can happen when the daemon dies between a send and its bookkeeping.
 //!
-//! Every write goes through the store's one log (`store::log`): reports queued
-//! together share one sync (group commit) on the log's job, and a delivery's record and
-//! a compaction (a rewrite from memory) are operations of that job too, never writes on
-//! the async runtime's threads.
+//! Where the queue is kept is the store's: `state/outbox.jsonl` (`files.rs`), or the
+//! fleet's PostgreSQL (`store::pg`), where any worker delivers a report it claimed,
+//! one worker at a time per task, its claim renewed while it is being delivered.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::dead_letter::DeadLetters;
 use super::seam::Tracker;
 use super::types::{Report, TaskId};
-use crate::store::log::{self, Log};
+use crate::store::pg::{Pg, StoreError};
 use crate::util::lock;
+
+mod files;
 
 /// Tasks whose reports are delivered at the same time.
 const LANES: usize = 8;
-/// Records written before the file is compacted, at least (see `commit`).
-const COMPACT_EVERY: usize = 1000;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "r", rename_all = "snake_case")]
-enum Record {
-    Add {
-        seq: u64,
-        key: String,
-        /// Read as text: a line from before task ids were checked, whose id is no
-        /// usable one, goes to the dead letters instead of failing to parse.
-        task_id: String,
-        report: Report,
-    },
-    Sent {
-        seq: u64,
-    },
-    /// The reports queued with it conclude this event: written in the same append as
-    /// those reports, so a task whose result is queued is never worked again, even
-    /// when the journal's `done` was lost (the journal asks here at replay).
-    Concluded {
-        event: String,
-        at: i64,
-    },
-}
-
-/// How long an event's conclusion is remembered once the journal no longer has the
-/// event pending (see `Outbox::concluded`).
-const REMEMBER_MS: i64 = 7 * 24 * 3600 * 1000;
+/// How often a fleet's worker looks for reports other workers queued.
+const FLEET_POLL: Duration = Duration::from_secs(1);
 
 /// Whether the journal still has an event pending.
 pub(crate) type PendingCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 #[derive(Debug, Clone)]
-struct Item {
+pub(super) struct Item {
     seq: u64,
     key: String,
     task_id: TaskId,
     report: Report,
 }
 
-struct State {
-    log: Log,
-    /// Queued and durable: what is delivered.
-    items: VecDeque<Item>,
-    /// Written, not yet durable: delivered once the log says they are, and part of
-    /// every compaction meanwhile (the rewrite supersedes their own write).
-    unsynced: Vec<Item>,
-    unsynced_concludes: Vec<String>,
-    /// Events whose concluding reports were queued (id → when), kept across
-    /// compactions for `REMEMBER_MS`.
-    concluded: std::collections::HashMap<String, i64>,
-    /// Until it is set (at open, before the journal was asked), no conclusion is
-    /// forgotten; then only those of events the journal no longer has pending.
-    pending: Option<PendingCheck>,
-    next_seq: u64,
-    appended: usize,
+/// Why reports could not be queued.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum QueueError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+impl QueueError {
+    /// The task is another worker's now: its reports are not this worker's to send.
+    pub(crate) fn lease_lost(&self) -> bool {
+        matches!(self, QueueError::Store(StoreError::LeaseLost(_)))
+    }
+}
+
+/// Where the queue is kept.
+#[derive(Clone)]
+enum Queue {
+    Files(files::Files),
+    Fleet {
+        pg: Arc<Pg>,
+        /// The fleet's unsent reports and dead letters, as last counted.
+        counts: Arc<Mutex<(i64, i64)>>,
+        /// How long a report is claimed for (`lease_sec`): renewed every third of it
+        /// while it is being delivered, another worker's once it runs out.
+        hold: Duration,
+    },
 }
 
 #[derive(Clone)]
 pub(crate) struct Outbox {
-    state: Arc<Mutex<State>>,
+    queue: Queue,
     notify: Arc<Notify>,
     /// Told when the last queued report was delivered (`emptied`).
     emptied: Arc<Notify>,
-    /// Where reports the tracker refused for good go.
-    dead: Arc<DeadLetters>,
     /// Why the last attempt failed, while the tracker is not taking reports.
     failing: Arc<Mutex<Option<String>>>,
     /// Why the tracker refused the last attempt (a 404 or another 4xx), while it does.
     refusing: Arc<Mutex<Option<String>>>,
 }
 
-impl State {
-    /// Records a delivery. Not synced: a lost `sent` record (power loss only) means one
-    /// repeat, which the idempotency key covers.
-    fn append_sent(&mut self, seq: u64) -> io::Result<()> {
-        let mut line = Vec::new();
-        crate::util::push_json_line(&mut line, &Record::Sent { seq })?;
-        self.append(&line)?;
-        self.appended += 1;
-        self.maybe_compact();
-        Ok(())
-    }
-
-    /// Hands bytes to the log. After a failure the log refuses every append until a
-    /// compaction rewrites the file from memory (dropping torn lines, and reports whose
-    /// write failed): that is tried first.
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if self.log.failed().is_some() {
-            self.compact()?;
-        }
-        Ok(self.log.append(bytes)?)
-    }
-
-    /// Compacts once the file holds twice what it must: proportional to what it
-    /// rewrites, since a rewrite every 1,000 records made a long backlog (a slow
-    /// tracker) cost its square.
-    fn maybe_compact(&mut self) {
-        let kept = self.items.len() + self.unsynced.len() + self.concluded.len();
-        if self.appended >= COMPACT_EVERY.max(2 * kept) {
-            if let Err(e) = self.compact() {
-                tracing::error!("cannot compact {}: {e}", self.log.path().display());
-            }
-        }
-    }
-
-    /// Writes reports, and the event they conclude, in one append (not synced); the
-    /// items to deliver once they are synced (kept in `unsynced` meanwhile).
-    fn write_adds(
-        &mut self,
-        task_id: &TaskId,
-        reports: Vec<Report>,
-        concludes: &[String],
-    ) -> io::Result<Vec<Item>> {
-        let mut items = Vec::with_capacity(reports.len());
-        let mut bytes = Vec::new();
-        for (n, report) in reports.into_iter().enumerate() {
-            let seq = self.next_seq.saturating_add(n as u64);
-            let key = format!(
-                "picogent-{}-{seq}-{}",
-                crate::util::now_millis(),
-                crate::util::random_hex(6)
-            );
-            let rec = Record::Add {
-                seq,
-                key: key.clone(),
-                task_id: task_id.as_str().to_string(),
-                report: report.clone(),
-            };
-            crate::util::push_json_line(&mut bytes, &rec)?;
-            items.push(Item {
-                seq,
-                key,
-                task_id: task_id.clone(),
-                report,
-            });
-        }
-        for event in concludes {
-            let rec = Record::Concluded {
-                event: event.clone(),
-                at: crate::util::now_millis(),
-            };
-            crate::util::push_json_line(&mut bytes, &rec)?;
-        }
-        self.append(&bytes)?;
-        self.appended += items.len() + concludes.len();
-        self.next_seq = self.next_seq.saturating_add(items.len() as u64);
-        self.unsynced.extend(items.iter().cloned());
-        self.unsynced_concludes.extend(concludes.iter().cloned());
-        Ok(items)
-    }
-
-    /// The log says whether a push's write is durable: its reports join the queue, or
-    /// leave the file at the next compaction. Whether any was queued.
-    fn settle(&mut self, items: Vec<Item>, concludes: Vec<String>, durable: bool) -> bool {
-        let seqs: HashSet<u64> = items.iter().map(|i| i.seq).collect();
-        self.unsynced.retain(|i| !seqs.contains(&i.seq));
-        for event in &concludes {
-            if let Some(n) = self.unsynced_concludes.iter().position(|e| e == event) {
-                self.unsynced_concludes.swap_remove(n);
-            }
-        }
-        if !durable {
-            return false;
-        }
-        let queued = !items.is_empty();
-        self.items.extend(items);
-        // In seq order: another push's reports may have settled first.
-        self.items.make_contiguous().sort_by_key(|i| i.seq);
-        for event in concludes {
-            self.concluded.insert(event, crate::util::now_millis());
-        }
-        self.maybe_compact();
-        queued
-    }
-
-    fn compact(&mut self) -> io::Result<()> {
-        // Age alone never drops one: a daemon down for weeks, or a clock set back to
-        // 1970 meanwhile, still finds it at the next start.
-        let cutoff = crate::util::now_millis() - REMEMBER_MS;
-        let pending = self.pending.clone();
-        self.concluded
-            .retain(|event, at| *at >= cutoff || pending.as_ref().is_none_or(|p| p(event)));
-        let buf = content(
-            &self.concluded,
-            &self.unsynced_concludes,
-            self.items.iter().chain(&self.unsynced),
-        )?;
-        self.log.rewrite(buf)?;
-        self.appended = 0;
-        Ok(())
-    }
-}
-
-/// What the file must hold: the conclusions remembered (and those on their way to the
-/// disk), then the reports not yet delivered.
-fn content<'a>(
-    concluded: &std::collections::HashMap<String, i64>,
-    unsynced_concludes: &[String],
-    items: impl Iterator<Item = &'a Item>,
-) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    let now = crate::util::now_millis();
-    let unsynced = unsynced_concludes.iter().map(|e| (e, &now));
-    for (event, at) in concluded.iter().chain(unsynced) {
-        let rec = Record::Concluded {
-            event: event.clone(),
-            at: *at,
-        };
-        crate::util::push_json_line(&mut buf, &rec)?;
-    }
-    for it in items {
-        let rec = Record::Add {
-            seq: it.seq,
-            key: it.key.clone(),
-            task_id: it.task_id.as_str().to_string(),
-            report: it.report.clone(),
-        };
-        crate::util::push_json_line(&mut buf, &rec)?;
-    }
-    Ok(buf)
-}
-
 impl Outbox {
-    pub(crate) fn open(dir: &Path) -> io::Result<Outbox> {
-        std::fs::create_dir_all(dir)?;
-        let path = dir.join("outbox.jsonl");
-        let mut items: Vec<Item> = Vec::new();
-        let mut concluded = std::collections::HashMap::new();
-        let mut next_seq = 1;
-        let dead = DeadLetters::open(dir)?;
-        {
-            for (n, line) in log::read(&path)?.lines().enumerate() {
-                match serde_json::from_str::<Record>(line) {
-                    Ok(Record::Add {
-                        seq,
-                        key,
-                        task_id,
-                        report,
-                    }) => {
-                        next_seq = next_seq.max(seq.saturating_add(1));
-                        match TaskId::new(task_id) {
-                            Ok(task_id) => items.push(Item {
-                                seq,
-                                key,
-                                task_id,
-                                report,
-                            }),
-                            Err(e) => dead.keep_blocking(e.id(), &key, &report, &e.to_string())?,
-                        }
-                    }
-                    Ok(Record::Sent { seq }) => items.retain(|i| i.seq != seq),
-                    Ok(Record::Concluded { event, at }) => {
-                        concluded.insert(event, at);
-                    }
-                    Err(e) => tracing::warn!("{}: line {} skipped: {e}", path.display(), n + 1),
-                }
-            }
-        }
-        items.sort_by_key(|i| i.seq);
-        // The file starts as what is still needed, written durably before any report.
-        let log = Log::replace(&path, &content(&concluded, &[], items.iter())?)?;
-        let state = State {
-            log,
-            items: items.into(),
-            unsynced: Vec::new(),
-            unsynced_concludes: Vec::new(),
-            concluded,
-            pending: None,
-            next_seq,
-            appended: 0,
-        };
-        if !state.items.is_empty() {
-            tracing::info!(
-                "{} unsent report(s) from before the restart will be delivered",
-                state.items.len()
-            );
-        }
-        Ok(Outbox {
-            state: Arc::new(Mutex::new(state)),
+    fn with(queue: Queue) -> Outbox {
+        Outbox {
+            queue,
             notify: Arc::new(Notify::new()),
             emptied: Arc::new(Notify::new()),
-            dead: Arc::new(dead),
             failing: Arc::new(Mutex::new(None)),
             refusing: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The outbox in `dir` (`outbox.jsonl`, `dead_letter.jsonl`), read and compacted.
+    pub(crate) fn open(dir: &Path) -> io::Result<Outbox> {
+        Ok(Outbox::with(Queue::Files(files::Files::open(dir)?)))
+    }
+
+    /// The fleet's outbox, in its store; a report is claimed for `hold`.
+    pub(crate) fn fleet(pg: Arc<Pg>, hold: Duration) -> Outbox {
+        Outbox::with(Queue::Fleet {
+            pg,
+            counts: Default::default(),
+            hold,
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+    fn is_fleet(&self) -> bool {
+        matches!(self.queue, Queue::Fleet { .. })
     }
 
-    /// Queues reports for a task durably (written and synced with any queued at the
-    /// same time), as the conclusion of the events `concludes`, recorded in the same
-    /// write (see `concluded`); they are delivered in this order, after every report
-    /// queued before for the same task.
+    /// Queues reports for a task durably, as the conclusion of the events `concludes`,
+    /// recorded with them (see `concluded`); they are delivered in this order, after
+    /// every report queued before for the same task. In a fleet, only under this
+    /// worker's lease on the task.
     pub(crate) async fn push_concluding(
         &self,
         task_id: &TaskId,
         reports: Vec<Report>,
         concludes: Vec<String>,
-    ) -> io::Result<()> {
-        let (reply, answer) = oneshot::channel();
-        {
-            let mut s = self.lock();
-            let items = s.write_adds(task_id, reports, &concludes)?;
-            let (state, notify) = (Arc::downgrade(&self.state), self.notify.clone());
-            // On the log's job, in the order of the writes.
-            s.log.sync_then(move |synced| {
-                let queued = state
-                    .upgrade()
-                    .is_some_and(|state| lock(&state).settle(items, concludes, synced.is_ok()));
-                if queued {
-                    notify.notify_one();
-                }
-                let _ = reply.send(synced.map_err(io::Error::from));
-            });
+    ) -> Result<(), QueueError> {
+        match &self.queue {
+            Queue::Files(f) => Ok(f
+                .push(task_id, reports, concludes, self.notify.clone())
+                .await?),
+            Queue::Fleet { pg, .. } => {
+                pg.push(task_id, &reports, &concludes).await?;
+                self.notify.notify_one();
+                Ok(())
+            }
         }
-        answer
-            .await
-            .map_err(|_| io::Error::other("the outbox stopped"))?
     }
 
     /// From now on, a conclusion may be forgotten once it is old and `pending` says the
     /// journal has its event done.
     pub(crate) fn keep_concluded_while(&self, pending: PendingCheck) {
-        self.lock().pending = Some(pending);
+        if let Queue::Files(f) = &self.queue {
+            f.keep_concluded_while(pending);
+        }
     }
 
-    /// Whether the event's concluding reports were queued (and synced): its work is
-    /// over even when the journal did not get to record that.
+    /// Whether the event's concluding reports were queued: its work is over even when
+    /// the journal did not get to record that. (A fleet's store marks the event done
+    /// in the same transaction.)
     pub(crate) fn concluded(&self, event: &str) -> bool {
-        self.lock().concluded.contains_key(event)
+        match &self.queue {
+            Queue::Files(f) => f.concluded(event),
+            Queue::Fleet { .. } => false,
+        }
     }
 
     /// Ends the outbox's log once everything handed over is durable (the daemon's
     /// last step: nothing is joined in a `Drop`).
     pub(crate) async fn close(&self) {
-        let log = self.lock().log.clone();
-        if let Err(e) = log.close().await {
-            tracing::error!("the outbox is not all on disk: {e}");
+        if let Queue::Files(f) = &self.queue {
+            f.close().await;
         }
     }
 
-    /// Reports not yet delivered.
+    /// Reports not yet delivered (a fleet's: as last counted, fleet-wide).
     pub(crate) fn len(&self) -> usize {
-        self.lock().items.len()
+        match &self.queue {
+            Queue::Files(f) => f.len(),
+            Queue::Fleet { counts, .. } => lock(counts).0.max(0) as usize,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Takes a delivered report off the queue now; its record is written after.
-    fn mark_sent(&self, seq: u64) {
-        let empty = {
-            let mut s = self.lock();
-            match s.items.front() {
-                Some(first) if first.seq == seq => {
-                    s.items.pop_front();
+    /// Takes a delivered report off the queue.
+    async fn mark_sent(&self, seq: u64) {
+        match &self.queue {
+            Queue::Files(f) => self.after_sent(f.mark_sent(seq)),
+            Queue::Fleet { pg, .. } => {
+                // Not recorded (the store is away): the claim runs out and the report
+                // goes once more, under the same idempotency key.
+                if let Err(e) = pg.sent(seq as i64).await {
+                    tracing::warn!(seq, "cannot record a delivered report: {e}");
                 }
-                _ => s.items.retain(|i| i.seq != seq),
+                self.count().await;
             }
-            s.items.is_empty()
-        };
+        }
+    }
+
+    fn after_sent(&self, empty: bool) {
         if empty {
             self.emptied.notify_waiters();
         }
-        if let Err(e) = self.lock().append_sent(seq) {
-            tracing::error!(seq, "cannot record a delivered report: {e}");
+    }
+
+    /// Counts a fleet's unsent reports and dead letters again.
+    async fn count(&self) {
+        if let Queue::Fleet { pg, counts, .. } = &self.queue {
+            if let Ok(c) = pg.report_counts().await {
+                *lock(counts) = c;
+                if c.0 == 0 {
+                    self.emptied.notify_waiters();
+                }
+            }
         }
     }
 
@@ -433,9 +236,15 @@ impl Outbox {
         lock(&self.refusing).clone()
     }
 
-    /// Reports the tracker refused for good, kept in the dead-letter file.
+    /// Reports the tracker refused for good, and where they are kept.
     pub(crate) fn dead_letters(&self) -> (usize, PathBuf) {
-        (self.dead.count(), self.dead.path().to_path_buf())
+        match &self.queue {
+            Queue::Files(f) => f.dead_letters(),
+            Queue::Fleet { counts, .. } => (
+                lock(counts).1.max(0) as usize,
+                PathBuf::from("the store's dead_letters table"),
+            ),
+        }
     }
 
     /// Delivers reports until `stop` is cancelled: one report at a time per task (its
@@ -459,9 +268,10 @@ impl Outbox {
             if stop.is_cancelled() {
                 break;
             }
-            let next = (lanes.len() < LANES)
-                .then(|| self.next_free(&busy))
-                .flatten();
+            let next = match lanes.len() < LANES {
+                true => self.next_free(&busy).await,
+                false => None,
+            };
             if let Some(item) = next {
                 busy.insert(item.task_id.clone());
                 let (me, tracker, stop) = (self.clone(), tracker.clone(), stop.clone());
@@ -476,6 +286,8 @@ impl Outbox {
             }
             tokio::select! {
                 _ = self.notify.notified() => {}
+                // Other workers queue reports too, and a claim that ran out frees one.
+                _ = tokio::time::sleep(FLEET_POLL), if self.is_fleet() => {}
                 done = lanes.join_next_with_id(), if !lanes.is_empty() => match done {
                     Some(Ok((id, Some(task)))) => {
                         serving.remove(&id);
@@ -497,16 +309,6 @@ impl Outbox {
         lanes.shutdown().await;
     }
 
-    /// The first queued report whose task has no report in flight: the earliest of
-    /// its task, since any earlier one would be in flight or found first.
-    fn next_free(&self, busy: &HashSet<TaskId>) -> Option<Item> {
-        self.lock()
-            .items
-            .iter()
-            .find(|i| !busy.contains(&i.task_id))
-            .cloned()
-    }
-
     /// Delivers one report, retrying what may pass; false when `stop` came first.
     async fn deliver(
         &self,
@@ -520,12 +322,18 @@ impl Outbox {
         // When the tracker first refused it (an outage before does not count).
         let mut first_refused: Option<std::time::Instant> = None;
         loop {
-            let e = match tracker.report(&item.task_id, &item.report, &item.key).await {
+            let sent = tracker.report(&item.task_id, &item.report, &item.key);
+            let e = match self.while_held(item, sent).await {
+                // Another worker has the report now.
+                None => return true,
+                Some(answer) => answer,
+            };
+            let e = match e {
                 Ok(()) => {
                     tracing::debug!(task = %item.task_id, seq = item.seq, "report delivered");
                     *lock(&self.failing) = None;
                     *lock(&self.refusing) = None;
-                    self.mark_sent(item.seq);
+                    self.mark_sent(item.seq).await;
                     return true;
                 }
                 Err(e) => e,
@@ -544,7 +352,9 @@ impl Outbox {
                 || refused_since.is_some_and(|t| t.elapsed() < refused_for);
             // Kept only once it is on disk: otherwise it stays queued and is tried again.
             if !retry && self.keep_dead(item, &e).await {
-                self.mark_sent(item.seq);
+                if let Queue::Files(f) = &self.queue {
+                    self.after_sent(f.mark_sent(item.seq));
+                }
                 return true;
             }
             tracing::warn!(task = %item.task_id, "report not delivered, retrying in {delay:?}: {e}");
@@ -556,32 +366,85 @@ impl Outbox {
         }
     }
 
-    /// Keeps a refused report in the dead-letter file (written by its log's job);
-    /// false when it could not be written.
+    /// The next report to deliver whose task has no report in flight here (in a
+    /// fleet: claimed for this worker, none of its task's in flight anywhere).
+    async fn next_free(&self, busy: &HashSet<TaskId>) -> Option<Item> {
+        match &self.queue {
+            Queue::Files(f) => f.next_free(busy),
+            Queue::Fleet { pg, hold, .. } => {
+                let busy: Vec<String> = busy.iter().map(|t| t.as_str().to_string()).collect();
+                let claimed = pg.claim_reports(1, &busy, *hold).await;
+                self.count().await;
+                match claimed {
+                    Ok(mut q) => q.pop().map(|q| Item {
+                        seq: q.seq.max(0) as u64,
+                        key: q.key,
+                        task_id: q.task_id,
+                        report: q.report,
+                    }),
+                    Err(e) => {
+                        tracing::debug!("no report claimed: {e}");
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Awaits a delivery attempt; in a fleet, renewing this worker's claim on the
+    /// report meanwhile. `None` when the claim is another worker's (it ran out while
+    /// the store was away): that worker delivers it.
+    async fn while_held<T>(&self, item: &Item, attempt: impl std::future::Future<Output = T>) -> Option<T> {
+        let Queue::Fleet { pg, hold, .. } = &self.queue else {
+            return Some(attempt.await);
+        };
+        let mut attempt = std::pin::pin!(attempt);
+        loop {
+            match pg.hold_report(item.seq as i64, *hold).await {
+                Ok(false) => {
+                    tracing::info!(task = %item.task_id, seq = item.seq, "another worker delivers this report now");
+                    return None;
+                }
+                Ok(true) => {}
+                // Tried again at the next renewal; the claim lasts a while yet.
+                Err(e) => tracing::warn!("cannot renew a report's claim: {e}"),
+            }
+            tokio::select! {
+                answer = &mut attempt => return Some(answer),
+                _ = tokio::time::sleep(*hold / 3) => {}
+            }
+        }
+    }
+
+    /// Keeps a refused report among the dead letters; false when it could not be.
     async fn keep_dead(&self, item: &Item, e: &super::client::TrackerError) -> bool {
-        let kept = self
-            .dead
-            .keep(
-                item.task_id.as_str(),
-                &item.key,
-                &item.report,
-                &e.to_string(),
-            )
-            .await;
+        let kept = match &self.queue {
+            Queue::Files(f) => f.keep_dead(item, &e.to_string()).await.map_err(|e| e.to_string()),
+            Queue::Fleet { pg, .. } => {
+                let q = crate::store::pg::Queued {
+                    seq: item.seq as i64,
+                    key: item.key.clone(),
+                    task_id: item.task_id.clone(),
+                    report: item.report.clone(),
+                };
+                pg.bury(&q, &e.to_string()).await.map_err(|e| e.to_string())
+            }
+        };
+        let (_, place) = self.dead_letters();
         match kept {
             Ok(()) => {
                 tracing::error!(
                     task = %item.task_id,
-                    file = %self.dead.path().display(),
-                    "the tracker refused a report for good; it is kept in the dead-letter file: {e}"
+                    place = %place.display(),
+                    "the tracker refused a report for good; it is kept among the dead letters: {e}"
                 );
                 true
             }
-            _ => {
+            Err(why) => {
                 tracing::error!(
                     task = %item.task_id,
-                    "the tracker refused a report for good, and it cannot be kept in {} yet; it stays queued: {e}",
-                    self.dead.path().display()
+                    "the tracker refused a report for good, and it cannot be kept in {} yet ({why}); it stays queued: {e}",
+                    place.display()
                 );
                 false
             }

@@ -2,8 +2,15 @@ use super::*;
 use crate::tracker::types::TaskStatus;
 
 impl Outbox {
-    async fn push(&self, task_id: &TaskId, reports: Vec<Report>) -> io::Result<()> {
+    async fn push(&self, task_id: &TaskId, reports: Vec<Report>) -> Result<(), QueueError> {
         self.push_concluding(task_id, reports, Vec::new()).await
+    }
+
+    fn files(&self) -> &files::Files {
+        match &self.queue {
+            Queue::Files(f) => f,
+            Queue::Fleet { .. } => panic!("a fleet's outbox"),
+        }
     }
 }
 
@@ -12,7 +19,7 @@ fn tid(id: impl Into<String>) -> TaskId {
 }
 
 fn contents(o: &Outbox) -> Vec<(TaskId, Report)> {
-    let s = o.lock();
+    let s = o.files().lock();
     s.items
         .iter()
         .map(|i| (i.task_id.clone(), i.report.clone()))
@@ -53,8 +60,8 @@ async fn concurrent_pushes_keep_each_tasks_order_and_survive_a_reopen() {
         }
     }
     // Delivered reports leave the queue at once and stay gone after a reopen.
-    let first = outbox.lock().items.front().map(|i| i.seq).unwrap();
-    outbox.mark_sent(first);
+    let first = outbox.files().lock().items.front().map(|i| i.seq).unwrap();
+    outbox.mark_sent(first).await;
     assert_eq!(outbox.len(), before.len() - 1);
     // The sent record is written by the log's job: closed (awaited) before a reopen.
     outbox.close().await;
@@ -68,7 +75,7 @@ async fn concurrent_pushes_keep_each_tasks_order_and_survive_a_reopen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conclusion_is_forgotten_only_once_its_event_is_done() {
     let dir = tempfile::tempdir().unwrap();
-    let old = crate::util::now_millis() - REMEMBER_MS - 1000;
+    let old = crate::util::now_millis() - files::REMEMBER_MS - 1000;
     let line =
         |event: &str| format!("{{\"r\":\"concluded\",\"event\":\"{event}\",\"at\":{old}}}\n");
     std::fs::write(
@@ -79,7 +86,7 @@ async fn a_conclusion_is_forgotten_only_once_its_event_is_done() {
     let outbox = Outbox::open(dir.path()).unwrap();
     assert!(outbox.concluded("still-pending") && outbox.concluded("done-long-ago"));
     outbox.keep_concluded_while(Arc::new(|id: &str| id == "still-pending"));
-    outbox.lock().compact().unwrap();
+    outbox.files().lock().compact().unwrap();
     assert!(outbox.concluded("still-pending"));
     assert!(!outbox.concluded("done-long-ago"));
     // Written with reports, in the same append; read back after a reopen.

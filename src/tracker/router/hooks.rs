@@ -20,7 +20,9 @@ impl Router {
     /// Whether a run of the task is going or waiting.
     pub(crate) fn has_work(&self, task_id: &TaskId) -> bool {
         let st = lock(&self.shared.state);
-        st.running.contains_key(task_id) || st.queue.iter().any(|j| j.task_id == *task_id)
+        st.running.contains_key(task_id)
+            || st.queue.iter().any(|j| j.task_id == *task_id)
+            || st.settling.contains_key(task_id)
     }
 
     /// Removes an idle task's worktree (its branch stays): the task ended without a
@@ -40,7 +42,7 @@ impl Router {
     pub(crate) fn let_go(&self, task_id: &TaskId) {
         let dropped = lock(&self.shared.state).drop_task(task_id);
         for id in &dropped {
-            self.shared.journal.done(id);
+            self.shared.journal.done(id, task_id);
         }
         self.forget_task(task_id);
     }

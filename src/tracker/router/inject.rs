@@ -38,7 +38,9 @@ impl Router {
         // The event is done only once the message is durably in the run's session; a
         // run that ends without reading it leaves it to be answered after, as a chat
         // job. A crash before either replays the event.
+        let settling = self.settling(task_id);
         self.shared.tasks.spawn(self.clone().settle_injection(
+            settling,
             receipt,
             event_id.to_string(),
             task_id.clone(),
@@ -52,13 +54,14 @@ impl Router {
     /// task's next chat job (or drops it, the task being cancelled).
     async fn settle_injection(
         self,
+        _settling: super::Settling,
         receipt: tokio::sync::oneshot::Receiver<()>,
         event_id: String,
         task_id: TaskId,
         message: ChatMessage,
     ) {
         if receipt.await.is_ok() {
-            let (done, event) = (self.clone(), event_id.clone());
+            let (done, event, task) = (self.clone(), event_id.clone(), task_id.clone());
             // Done once the answer is queued (a full disk delays it, never drops it).
             self.shared
                 .delivery
@@ -69,7 +72,7 @@ impl Router {
                         Some(message.id.clone()),
                     )],
                     vec![event_id.clone()],
-                    move || done.mark_done(&event),
+                    move || done.mark_done(&event, &task),
                 )
                 .await;
         } else {
@@ -77,7 +80,7 @@ impl Router {
             if st.cancelled.contains(&task_id) {
                 drop(st);
                 tracing::info!(task = %task_id, message = %message.id, "the task was cancelled before its run read the chat message");
-                self.mark_done(&event_id);
+                self.mark_done(&event_id, &task_id);
                 return;
             }
             tracing::info!(task = %task_id, message = %message.id, "the run ended before reading the chat message; it will be answered after");

@@ -13,6 +13,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+mod fleet;
+pub(crate) use fleet::{FleetSettings, FleetView};
 mod hooks;
 mod inject;
 mod run;
@@ -97,6 +99,9 @@ struct State {
     /// Tasks cancelled since they were last assigned: a chat message their run never
     /// read is not worked on after all.
     cancelled: std::collections::HashSet<TaskId>,
+    /// Tasks with work here besides their jobs (a result being queued, a chat
+    /// message's receipt awaited): how much.
+    settling: HashMap<TaskId, usize>,
 }
 
 impl State {
@@ -137,6 +142,28 @@ struct Shared {
     tracker: Arc<dyn Tracker>,
     /// The link to Team Board, for `/healthz`.
     link: crate::tracker::link::Link,
+    /// Wakes a fleet's worker loop: an event was accepted here.
+    fleet_wake: Notify,
+    /// What the fleet was doing when its worker loop last asked the store.
+    fleet_seen: Mutex<Option<crate::store::pg::FleetStatus>>,
+}
+
+/// Work for a task that is not one of its jobs; the task has work while it lives.
+pub(super) struct Settling {
+    router: Router,
+    task: TaskId,
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        let mut st = lock(&self.router.shared.state);
+        if let Some(n) = st.settling.get_mut(&self.task) {
+            *n -= 1;
+            if *n == 0 {
+                st.settling.remove(&self.task);
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -240,6 +267,8 @@ impl Router {
                 tasks: tokio_util::task::TaskTracker::new(),
                 tracker,
                 link: Default::default(),
+                fleet_wake: Notify::new(),
+                fleet_seen: Mutex::new(None),
             }),
         }
     }
@@ -286,19 +315,28 @@ impl Router {
             return Ok(Accepted::Duplicate);
         }
         tracing::info!(id = %arrival.id, kind = arrival.event.kind(), task = %arrival.task_id(), "event accepted");
+        if self.shared.journal.store().is_some() {
+            // A fleet's events are worked by whichever worker claims their task.
+            self.shared.fleet_wake.notify_one();
+            return Ok(Accepted::New);
+        }
         self.submit(&arrival.id, arrival.event);
         Ok(Accepted::New)
     }
 
     /// Re-queues the journal's unfinished events after a restart.
     pub(crate) fn resume_pending(&self) {
+        if self.shared.journal.store().is_some() {
+            // A fleet's worker claims them (`work_fleet`).
+            return;
+        }
         let pending = self.shared.journal.pending();
         for p in pending {
             let id = &p.arrival.id;
             if self.shared.delivery.concluded(id) {
                 // Its result was queued just before a crash took the journal's `done`.
                 tracing::info!(id = %id, "an event from before the restart was concluded already: not run again");
-                self.mark_done(id);
+                self.mark_done(id, p.arrival.task_id());
                 continue;
             }
             tracing::info!(id = %id, task = %p.arrival.task_id(), attempts = p.attempts, "resuming an event from before the restart");
@@ -359,7 +397,7 @@ impl Router {
         if running {
             // The running job concludes its own event; these never started.
             for id in &dropped {
-                self.mark_done(id);
+                self.mark_done(id, task_id);
             }
         }
         tracing::info!(
@@ -379,11 +417,13 @@ impl Router {
                 )
             };
             let (me, task, event) = (self.clone(), task_id.clone(), event_id.to_string());
+            let settling = self.settling(task_id);
             self.shared.tasks.spawn(async move {
+                let _settling = settling;
                 if let Some(w) = &me.shared.worktrees {
                     w.discard(&task).await;
                 }
-                let done = me.clone();
+                let (done, task_of) = (me.clone(), task.clone());
                 // Done once the comment is queued (a full disk delays it, never drops it).
                 // The dropped events are concluded with the cancellation: none of
                 // them can come back after a crash to run a cancelled task.
@@ -394,13 +434,13 @@ impl Router {
                     .delivery
                     .queue_or_retry(&task, report, concludes.clone(), move || {
                         for id in &concludes {
-                            done.mark_done(id);
+                            done.mark_done(id, &task_of);
                         }
                     })
                     .await;
             });
         } else {
-            self.mark_done(event_id);
+            self.mark_done(event_id, task_id);
         }
         self.shared.changed.notify_waiters();
     }
@@ -410,8 +450,20 @@ impl Router {
         self.shared.journal.close().await;
     }
 
-    fn mark_done(&self, event_id: &str) {
-        self.shared.journal.done(event_id);
+    /// Notes work for the task besides its jobs, until the guard is dropped.
+    pub(super) fn settling(&self, task: &TaskId) -> Settling {
+        *lock(&self.shared.state)
+            .settling
+            .entry(task.clone())
+            .or_default() += 1;
+        Settling {
+            router: self.clone(),
+            task: task.clone(),
+        }
+    }
+
+    fn mark_done(&self, event_id: &str, task: &TaskId) {
+        self.shared.journal.done(event_id, task);
     }
 
     /// Starts queued jobs while there is capacity, oldest first, one run per task.

@@ -157,13 +157,17 @@ impl Router {
         };
         // Without reports (a shutdown interrupted the run) the event stays pending.
         if let Some(reports) = reports {
-            let (me, event) = (self.clone(), job.event_id.clone());
+            let (me, event, t) = (self.clone(), job.event_id.clone(), task.clone());
+            // The task has work here until its result is queued (a fleet's worker
+            // keeps its lease meanwhile).
+            let settling = self.settling(&task);
             // Called when the reports are queued, now or after retries: the event is
             // marked done there, and the commit recorded as named.
             delivery
                 .queue_or_retry(&task, reports, vec![job.event_id.clone()], move || {
-                    me.mark_done(&event);
+                    me.mark_done(&event, &t);
                     record_named();
+                    drop(settling);
                 })
                 .await;
         }
@@ -173,14 +177,14 @@ impl Router {
     /// Queues a job's reports (the event is marked done once they are queued, now or
     /// after retries) and ends it.
     async fn report_and_end(&self, job: &Job, reports: Vec<Report>) {
-        let (me, event) = (self.clone(), job.event_id.clone());
+        let (me, event, task) = (self.clone(), job.event_id.clone(), job.task_id.clone());
         self.shared
             .delivery
             .queue_or_retry(
                 &job.task_id,
                 reports,
                 vec![job.event_id.clone()],
-                move || me.mark_done(&event),
+                move || me.mark_done(&event, &task),
             )
             .await;
         self.finish(job, false);
@@ -195,7 +199,7 @@ impl Router {
             .and_then(|r| r.why.take());
         match why {
             // Shutdown: pending for the next start.
-            Some(StopReason::Shutdown) | None => self.finish(&job, false),
+            Some(StopReason::Shutdown | StopReason::LeaseLost) | None => self.finish(&job, false),
             Some(StopReason::Cancelled(reason)) => {
                 // A worktree made before the wait goes, as a cancelled run's does.
                 if let Some(w) = &self.shared.worktrees {
@@ -261,7 +265,10 @@ impl Router {
         let (w, tree) = (self.shared.worktrees.as_ref()?, tree?);
         let interrupted = matches!(
             (outcome, why),
-            (Outcome::Cancelled { .. }, Some(StopReason::Shutdown))
+            (
+                Outcome::Cancelled { .. },
+                Some(StopReason::Shutdown | StopReason::LeaseLost)
+            )
         );
         if interrupted {
             return None;
@@ -306,7 +313,7 @@ impl Router {
 
     fn finish(&self, job: &Job, done: bool) {
         if done {
-            self.mark_done(&job.event_id);
+            self.mark_done(&job.event_id, &job.task_id);
         }
         lock(&self.shared.state).running.remove(&job.task_id);
         tracing::info!(task = %job.task_id, "run ended");
