@@ -4,8 +4,8 @@
 # password authentication, and `pg_stop` (the caller's EXIT trap) stops and removes it.
 #
 # Exports PICOGENT_TEST_PG_URL (a superuser's URL; each test makes a database of its own)
-# and PICOGENT_TEST_PG_CTL (pg_ctl for this cluster, which the tests that stop and start
-# the database use).
+# and PICOGENT_TEST_PG_BIN (the server's programs, for the tests that start a server of
+# their own to stop and start it).
 
 pg_bin() {
   local d
@@ -22,6 +22,7 @@ if ! pg_bin >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
 fi
 PG_BIN=$(pg_bin)
+export PICOGENT_TEST_PG_BIN=$PG_BIN
 
 # initdb refuses to run as root: the cluster belongs to the `postgres` user then.
 if [ "$(id -u)" -eq 0 ]; then
@@ -40,12 +41,12 @@ if [ "$(id -u)" -eq 0 ]; then chown -R postgres "$PG_DIR"; fi
 "${PG_AS[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U picogent --pwfile="$PG_DIR/pw" \
   --auth=scram-sha-256 --encoding=UTF8 --locale=C.UTF-8 >"$PG_DIR/initdb.log" 2>&1 ||
   { cat "$PG_DIR/initdb.log" >&2; exit 1; }
-export PICOGENT_TEST_PG_CTL="${PG_AS[*]} $PG_BIN/pg_ctl -D $PG_DIR/data -l $PG_DIR/server.log -w -o '-p $PG_PORT -c listen_addresses=127.0.0.1 -k $PG_DIR -c max_connections=300 -c fsync=on'"
-eval "$PICOGENT_TEST_PG_CTL start" >/dev/null
+PG_CTL="${PG_AS[*]} $PG_BIN/pg_ctl -D $PG_DIR/data -l $PG_DIR/server.log -w -o '-p $PG_PORT -c listen_addresses=127.0.0.1 -k $PG_DIR -c max_connections=300 -c fsync=on'"
+eval "$PG_CTL start" >/dev/null
 export PICOGENT_TEST_PG_URL="postgres://picogent:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres"
 echo "scripts/pg.sh: PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT ($PG_DIR)" >&2
 
 pg_stop() {
-  eval "$PICOGENT_TEST_PG_CTL stop -m immediate" >/dev/null 2>&1 || true
+  eval "$PG_CTL stop -m immediate" >/dev/null 2>&1 || true
   rm -rf "$PG_DIR"
 }

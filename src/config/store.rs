@@ -83,7 +83,9 @@ impl Sources<'_> {
             return Err(self.field_error("lease_sec", "must be between 2 and 3600".into()));
         }
         let fleet_max_tasks = match f.fleet_max_tasks {
-            Some(0) => return Err(self.field_error("fleet_max_tasks", "must be greater than 0".into())),
+            Some(0) => {
+                return Err(self.field_error("fleet_max_tasks", "must be greater than 0".into()))
+            }
             n => n,
         };
         if postgres.is_none() && fleet_max_tasks.is_some() {
@@ -113,8 +115,7 @@ impl Sources<'_> {
         };
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err(error(
-                "expected a postgres:// URL (leave it out to keep the state in local files)"
-                    .into(),
+                "expected a postgres:// URL (leave it out to keep the state in local files)".into(),
             ));
         }
         // The parser's own message may quote the URL, password and all.
@@ -122,7 +123,9 @@ impl Sources<'_> {
             .parse()
             .map_err(|_| error("not a valid postgres:// URL".into()))?;
         if config.get_dbname().is_none() {
-            return Err(error("names no database (postgres://user@host/DATABASE)".into()));
+            return Err(error(
+                "names no database (postgres://user@host/DATABASE)".into(),
+            ));
         }
         if config.get_password().is_none() {
             if let Some(file) = self.env.get("PICOGENT_STORE_PASSWORD_FILE") {

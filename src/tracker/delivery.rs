@@ -190,7 +190,10 @@ pub(super) fn outcome_reports(
             tracing::info!(task = %task, "run interrupted by shutdown; it resumes at the next start");
             return None;
         }
-        (Outcome::Completed { text, .. }, None | Some(StopReason::Shutdown | StopReason::LeaseLost)) => {
+        (
+            Outcome::Completed { text, .. },
+            None | Some(StopReason::Shutdown | StopReason::LeaseLost),
+        ) => {
             let content = if text.trim().is_empty() {
                 "(The agent finished without a written answer.)".to_string()
             } else {
@@ -216,9 +219,10 @@ pub(super) fn outcome_reports(
             );
             vec![Report::comment(content, reply_to)]
         }
-        (Outcome::Failed { error, .. }, None | Some(StopReason::Shutdown | StopReason::LeaseLost)) => {
-            failure(reply_to, session_id, &error)
-        }
+        (
+            Outcome::Failed { error, .. },
+            None | Some(StopReason::Shutdown | StopReason::LeaseLost),
+        ) => failure(reply_to, session_id, &error),
         (Outcome::Cancelled { .. }, None) => failure(reply_to, session_id, "the run was cancelled"),
     };
     Some(reports)

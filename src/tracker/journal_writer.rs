@@ -100,7 +100,8 @@ impl JournalWriter {
     pub(crate) fn done(&self, id: &str, task: &TaskId) {
         if let Some(f) = &self.fleet {
             let (pg, id, task) = (f.pg.clone(), id.to_string(), task.clone());
-            f.marks.spawn(async move { mark_done(&pg, &id, &task).await });
+            f.marks
+                .spawn(async move { mark_done(&pg, &id, &task).await });
             return;
         }
         if let Err(e) = lock(&self.journal).done(id) {

@@ -43,6 +43,11 @@ impl Fleet {
     /// A store, a scripted model whose every conversation runs `turns`, a tracker.
     async fn new(turns: Vec<Turn>, extra: Value) -> Fleet {
         let store = picogent_testkit::pg::database().await.url;
+        Fleet::on(store, turns, extra).await
+    }
+
+    /// The same on a store of the test's choosing.
+    async fn on(store: String, turns: Vec<Turn>, extra: Value) -> Fleet {
         let llm = ScriptedLlm::start(vec![]).await;
         llm.per_conversation(turns);
         let tracker = FakeTracker::start().await;
@@ -58,11 +63,17 @@ impl Fleet {
     /// Starts a worker (with more variables: a fault point) and waits until it
     /// registered.
     async fn start(&mut self, env: &[(&str, &str)]) -> usize {
+        let store = self.store.clone();
+        self.start_on(&store, env).await
+    }
+
+    /// Starts a worker that reaches the store at `store` (through a proxy, say).
+    async fn start_on(&mut self, store: &str, env: &[(&str, &str)]) -> usize {
         let sb = Sandbox::new();
         let port = free_port();
         let mut cfg = json!({"tracker_url": self.tracker.url(), "listen_port": port,
                              "allowed_paths": [sb.work], "max_concurrent_tasks": 2,
-                             "store": self.store, "lease_sec": 3});
+                             "store": store, "lease_sec": 3});
         for (k, v) in self.extra.as_object().cloned().unwrap_or_default() {
             cfg[k] = v;
         }
@@ -84,6 +95,39 @@ impl Fleet {
             .await
     }
 
+    /// Waits until the task is in review; the workers' logs when it never is.
+    async fn wait_review(&self, task: &str, secs: u64) {
+        let path = format!("/api/v1/tasks/{task}");
+        for _ in 0..secs * 50 {
+            let done = self
+                .tracker
+                .ok_calls(&path)
+                .iter()
+                .any(|c| c.body["status"] == "review");
+            if done {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let logs: Vec<String> = self
+            .workers
+            .iter()
+            .map(|w| {
+                let log = w.log();
+                let lines: Vec<&str> = log
+                    .lines()
+                    .filter(|l| !l.contains("cannot read the held"))
+                    .collect();
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            })
+            .collect();
+        panic!(
+            "{task} never reached review: {:?}\n{}",
+            self.tracker.timeline(task),
+            logs.join("\n-----\n")
+        );
+    }
+
     fn comments(&self, task: &str) -> usize {
         self.tracker.comments(task).len()
     }
@@ -99,9 +143,16 @@ impl Fleet {
 fn assert_once(tracker: &FakeTracker, task: &str) {
     let timeline = tracker.timeline(task);
     let reviews = timeline.iter().filter(|l| *l == "status:review").count();
-    let comments = timeline.iter().filter(|l| l.starts_with("comment:")).count();
+    let comments = timeline
+        .iter()
+        .filter(|l| l.starts_with("comment:"))
+        .count();
     assert_eq!((reviews, comments), (1, 1), "{task}: {timeline:?}");
-    assert_eq!(timeline.last().map(String::as_str), Some("status:review"), "{timeline:?}");
+    assert_eq!(
+        timeline.last().map(String::as_str),
+        Some("status:review"),
+        "{timeline:?}"
+    );
 }
 
 fn work_and_answer() -> Vec<Turn> {
@@ -124,7 +175,7 @@ async fn thirty_tasks_on_three_workers_are_each_worked_once() {
         assert_eq!(status, 202, "{body}");
     }
     for n in 0..30 {
-        fleet.tracker.wait_status(&format!("t{n}"), "review", 60).await;
+        fleet.wait_review(&format!("t{n}"), 60).await;
     }
     for n in 0..30 {
         assert_once(&fleet.tracker, &format!("t{n}"));
@@ -151,7 +202,7 @@ async fn one_event_delivered_to_two_workers_at_once_is_one_task() {
     let mut statuses = [a, b];
     statuses.sort();
     assert_eq!(statuses, [200, 202], "one accepted, one duplicate");
-    fleet.tracker.wait_status("s1", "review", 30).await;
+    fleet.wait_review("s1", 30).await;
     // A repeat later, to either worker, is still a duplicate.
     assert_eq!(fleet.deliver(1, &event).await.0, 200);
     assert_once(&fleet.tracker, "s1");
@@ -180,7 +231,10 @@ async fn a_worker_killed_mid_run_leaves_its_task_to_another() {
         if let Some(n) = (0..3).find(|n| fleet.workers[*n].sb.work.join("started").exists()) {
             break n;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "no worker ran the task");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no worker ran the task"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     fleet.workers[holder].child.start_kill().unwrap();
@@ -188,9 +242,13 @@ async fn a_worker_killed_mid_run_leaves_its_task_to_another() {
     assert_eq!(died.signal(), Some(9));
     std::fs::write(&open, "").unwrap();
     let killed = tokio::time::Instant::now();
-    fleet.tracker.wait_status("k1", "review", 30).await;
+    fleet.wait_review("k1", 30).await;
     // The lease (3 s) and a few seconds: not a restart's worth.
-    assert!(killed.elapsed() < Duration::from_secs(15), "{:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        killed.elapsed()
+    );
     assert_once(&fleet.tracker, "k1");
     let finisher = (0..3)
         .filter(|n| *n != holder)
@@ -215,7 +273,7 @@ async fn a_result_committed_before_a_kill_is_delivered_by_another_worker() {
     assert_eq!(died.signal(), Some(9));
     fleet.tracker.faults(|f| f.reports_down = 0);
     fleet.start(&[]).await;
-    fleet.tracker.wait_status("r1", "review", 30).await;
+    fleet.wait_review("r1", 30).await;
     assert_eq!(fleet.comments("r1"), 1);
     assert_eq!(fleet.llm.request_count(), 2, "the task was worked again");
     fleet.stop().await;
@@ -226,12 +284,19 @@ async fn healthz_and_metrics_describe_the_fleet() {
     let mut fleet = Fleet::new(work_and_answer(), json!({"fleet_max_tasks": 5})).await;
     let w = fleet.start(&[]).await;
     assert_eq!(fleet.deliver(w, &assigned("h1", "h1")).await.0, 202);
-    fleet.tracker.wait_status("h1", "review", 30).await;
+    fleet.wait_review("h1", 30).await;
     let base = format!("http://127.0.0.1:{}", fleet.workers[w].port);
     let client = reqwest::Client::new();
     let mut health = Value::Null;
     for _ in 0..100 {
-        health = client.get(format!("{base}/healthz")).send().await.unwrap().json().await.unwrap();
+        health = client
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if health["fleet"]["queued_tasks"].is_number() {
             break;
         }
@@ -240,7 +305,9 @@ async fn healthz_and_metrics_describe_the_fleet() {
     assert_eq!(health["status"], "ok", "{health}");
     assert_eq!(health["fleet"]["store"]["reachable"], true, "{health}");
     assert_eq!(health["fleet"]["queued_tasks"], 0, "{health}");
-    assert!(health["fleet"]["worker"].as_str().is_some_and(|w| !w.is_empty()));
+    assert!(health["fleet"]["worker"]
+        .as_str()
+        .is_some_and(|w| !w.is_empty()));
     let metrics = client
         .get(format!("{base}/metrics"))
         .bearer_auth(crate::common::tracker::TOKEN)
@@ -250,12 +317,187 @@ async fn healthz_and_metrics_describe_the_fleet() {
         .text()
         .await
         .unwrap();
-    for family in ["picogent_fleet_queued_tasks", "picogent_store_up 1", "picogent_fleet_lease_expiries"] {
+    for family in [
+        "picogent_fleet_queued_tasks",
+        "picogent_store_up 1",
+        "picogent_fleet_lease_expiries",
+    ] {
         assert!(metrics.contains(family), "{family} missing:\n{metrics}");
     }
     // The password is in no log line.
-    let password = fleet.store.split(':').nth(2).and_then(|s| s.split('@').next()).unwrap();
+    let password = fleet
+        .store
+        .split(':')
+        .nth(2)
+        .and_then(|s| s.split('@').next())
+        .unwrap();
     assert!(!fleet.workers[w].log().contains(password));
     assert!(fleet.workers[w].log().contains("a fleet's worker"));
+    fleet.stop().await;
+}
+
+/// A command that marks its start, waits at a gate (a file outside every worker's
+/// folder) and works: the sign of which worker runs a task, held until the test says.
+fn gated(gate: &std::path::Path, name: &str) -> String {
+    format!(
+        "touch started-{name}; for i in $(seq 3000); do [ -e {} ] && break; sleep 0.02; done; echo work >> work.txt",
+        gate.display()
+    )
+}
+
+async fn wait_started(fleet: &Fleet, worker: usize, name: &str) {
+    let marker = fleet.workers[worker]
+        .sb
+        .work
+        .join(format!("started-{name}"));
+    for _ in 0..1500 {
+        if marker.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("worker {worker} never started {name}");
+}
+
+async fn health(worker: &Worker) -> Value {
+    reqwest::get(format!("http://127.0.0.1:{}/healthz", worker.port))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// A worker cut off from the store (a partition: its packets go nowhere) stops
+/// claiming; its task moves on once its lease runs out; when the partition heals, the
+/// result it finished meanwhile is refused (another worker has the task) and it works
+/// again by itself.
+#[tokio::test]
+async fn a_worker_cut_off_from_the_store_never_reports_a_task_another_took() {
+    let gate = tempfile::tempdir().unwrap();
+    let open = gate.path().join("open");
+    let turns = vec![
+        tool("bash", json!({"command": gated(&open, "p")})),
+        text("Done."),
+    ];
+    let db = picogent_testkit::pg::database().await.url;
+    let (host_port, rest) = db
+        .split_once('@')
+        .map(|(_, r)| r.split_once('/').unwrap())
+        .unwrap();
+    let proxy = picogent_testkit::proxy::Proxy::start(host_port).await;
+    let through = db.replace(host_port, &format!("127.0.0.1:{}", proxy.port));
+    assert!(through.ends_with(rest));
+    let mut fleet = Fleet::on(db, turns, json!({"sandbox": "off"})).await;
+    let cut_off = fleet.start_on(&through, &[]).await;
+    assert_eq!(fleet.deliver(cut_off, &assigned("p1", "p1")).await.0, 202);
+    wait_started(&fleet, cut_off, "p").await;
+    let other = fleet.start(&[]).await;
+    proxy.cut();
+    // Its run finishes while it cannot reach the store.
+    std::fs::write(&open, "").unwrap();
+    fleet.wait_review("p1", 30).await;
+    assert!(
+        fleet.workers[other].sb.work.join("work.txt").exists(),
+        "the task did not move on"
+    );
+    // New work goes to the worker that can reach the store.
+    assert_eq!(fleet.deliver(other, &assigned("p2", "p2")).await.0, 202);
+    fleet.wait_review("p2", 30).await;
+    let h = health(&fleet.workers[cut_off]).await;
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert!(
+        h["reasons"].to_string().contains("store_unreachable"),
+        "{h}"
+    );
+    proxy.heal();
+    // It recovers by itself: its late result is refused, and it takes new work.
+    let log_has = |w: &Worker, s: &str| w.log().contains(s);
+    for _ in 0..500 {
+        if log_has(&fleet.workers[cut_off], "is another worker's now") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(log_has(&fleet.workers[cut_off], "is another worker's now"));
+    assert_once(&fleet.tracker, "p1");
+    for _ in 0..500 {
+        if health(&fleet.workers[cut_off]).await["status"] == "ok" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(health(&fleet.workers[cut_off]).await["status"], "ok");
+    fleet.workers[other].child.kill().await.unwrap();
+    assert_eq!(fleet.deliver(cut_off, &assigned("p3", "p3")).await.0, 202);
+    fleet.wait_review("p3", 30).await;
+    assert_once(&fleet.tracker, "p3");
+    fleet.stop().await;
+}
+
+/// The database stopped for 30 s in the middle of runs and started again: the runs
+/// finish, their reports wait and then go, nothing is lost or sent twice, and every
+/// worker carries on by itself.
+#[tokio::test]
+async fn the_store_stopped_for_thirty_seconds_loses_and_repeats_nothing() {
+    let cluster = picogent_testkit::pg::Cluster::start();
+    let store = cluster.database().await.url;
+    let gate = tempfile::tempdir().unwrap();
+    let open = gate.path().join("open");
+    let turns = vec![
+        tool("bash", json!({"command": gated(&open, "d")})),
+        text("Done."),
+    ];
+    // Leases outlast the outage: the runs keep their tasks.
+    let mut fleet = Fleet::on(store, turns, json!({"sandbox": "off", "lease_sec": 60})).await;
+    for _ in 0..2 {
+        fleet.start(&[]).await;
+    }
+    for n in 0..4 {
+        assert_eq!(
+            fleet
+                .deliver(n % 2, &assigned(&format!("d{n}"), &format!("d{n}")))
+                .await
+                .0,
+            202
+        );
+    }
+    for w in 0..2 {
+        wait_started(&fleet, w, "d").await;
+    }
+    cluster.stop();
+    std::fs::write(&open, "").unwrap();
+    // Events are refused while nothing can record them; the tracker sends them again.
+    let (status, _) = fleet.deliver(0, &assigned("d9", "d9")).await;
+    assert_eq!(status, 500);
+    let mut h = Value::Null;
+    for _ in 0..500 {
+        h = health(&fleet.workers[0]).await;
+        if h["reasons"].to_string().contains("store_unreachable") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        h["reasons"].to_string().contains("store_unreachable"),
+        "{h}"
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        fleet
+            .workers
+            .iter_mut()
+            .all(|w| w.child.try_wait().unwrap().is_none()),
+        "a worker died"
+    );
+    cluster.resume();
+    assert_eq!(fleet.deliver(1, &assigned("d9", "d9")).await.0, 202);
+    for n in [0, 1, 2, 3, 9] {
+        fleet.wait_review(&format!("d{n}"), 60).await;
+    }
+    for n in [0, 1, 2, 3, 9] {
+        assert_once(&fleet.tracker, &format!("d{n}"));
+    }
+    assert_eq!(fleet.llm.request_count(), 10, "a task was worked twice");
     fleet.stop().await;
 }

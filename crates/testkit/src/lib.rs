@@ -2,7 +2,8 @@
 //! scripted model server (`llm`, speaking the providers' wire formats byte-faithfully,
 //! with the APIs' prompt caching in `llm_cache`) and the fake Team Board tracker
 //! (`tracker`, speaking docs/tracker-protocol.md), and a database of its own for each
-//! test on the PostgreSQL server scripts/pg.sh starts (`pg`). Test code: it may panic on misuse.
+//! test on the PostgreSQL server scripts/pg.sh starts (`pg`), and a TCP proxy that
+//! cuts a worker off from it (`proxy`). Test code: it may panic on misuse.
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,4 +11,5 @@ pub mod llm;
 pub mod llm_cache;
 mod llm_wire;
 pub mod pg;
+pub mod proxy;
 pub mod tracker;

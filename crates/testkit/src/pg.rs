@@ -22,6 +22,10 @@ pub fn server_url() -> String {
 
 /// Makes a database no other test uses.
 pub async fn database() -> Database {
+    database_on(&server_url()).await
+}
+
+async fn database_on(server: &str) -> Database {
     static N: AtomicU32 = AtomicU32::new(0);
     let name = format!(
         "t_{}_{}_{}",
@@ -32,8 +36,7 @@ pub async fn database() -> Database {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0)
     );
-    let server = server_url();
-    let (client, conn) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+    let (client, conn) = tokio_postgres::connect(server, tokio_postgres::NoTls)
         .await
         .expect("the test PostgreSQL server answers");
     tokio::spawn(conn);
@@ -48,16 +51,105 @@ pub async fn database() -> Database {
     Database { url, name }
 }
 
-/// Runs `pg_ctl` on the test server (`"stop -m fast"`, `"start"`): the tests that
-/// stop the database under a running fleet.
-#[allow(clippy::disallowed_methods, reason = "a test's own pause while the database stops or starts")]
-pub fn pg_ctl(args: &str) {
-    let ctl = std::env::var("PICOGENT_TEST_PG_CTL").expect("PICOGENT_TEST_PG_CTL is set with the URL");
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("{ctl} {args}"))
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("pg_ctl runs");
-    assert!(status.success(), "pg_ctl {args} failed");
+/// A PostgreSQL server of a test's own (for the tests that stop it under a running
+/// fleet), made with the programs scripts/pg.sh found; stopped and removed on drop.
+pub struct Cluster {
+    dir: std::path::PathBuf,
+    port: u16,
+    /// The superuser's URL, to its `postgres` database.
+    pub url: String,
+}
+
+impl Cluster {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test's own server, made before the test runs"
+    )]
+    pub fn start() -> Cluster {
+        let bin = std::env::var("PICOGENT_TEST_PG_BIN").unwrap_or_else(|_| {
+            panic!("PICOGENT_TEST_PG_BIN is not set: run the tests through scripts/test.sh")
+        });
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "picogent-pgc-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("pw"), "cluster-pw\n").unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let cluster = Cluster {
+            url: format!("postgres://picogent:cluster-pw@127.0.0.1:{port}/postgres"),
+            dir,
+            port,
+        };
+        let d = cluster.dir.display();
+        cluster.sh(&format!(
+            "chmod 755 {d} && if [ $(id -u) -eq 0 ]; then chown -R postgres {d}; fi && \
+             $AS {bin}/initdb -D {d}/data -U picogent --pwfile={d}/pw --auth=scram-sha-256 \
+             --encoding=UTF8 --locale=C.UTF-8 >{d}/initdb.log 2>&1"
+        ));
+        cluster.ctl("start");
+        cluster
+    }
+
+    /// A database of its own on this server.
+    pub async fn database(&self) -> Database {
+        database_on(&self.url).await
+    }
+
+    /// Stops the server (its clients' connections end, new ones are refused).
+    pub fn stop(&self) {
+        self.ctl("stop -m fast");
+    }
+
+    /// Starts it again.
+    pub fn resume(&self) {
+        self.ctl("start");
+    }
+
+    fn ctl(&self, what: &str) {
+        let bin = std::env::var("PICOGENT_TEST_PG_BIN").unwrap_or_default();
+        let d = self.dir.display();
+        self.sh(&format!(
+            "$AS {bin}/pg_ctl -D {d}/data -l {d}/server.log -w -o '-p {} -c listen_addresses=127.0.0.1 -k {d}' {what} >/dev/null",
+            self.port
+        ));
+    }
+
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test's own server, stopped or started at the test's command"
+    )]
+    fn sh(&self, script: &str) {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "if [ $(id -u) -eq 0 ]; then AS='runuser -u postgres --'; else AS=''; fi; {script}"
+            ))
+            .status()
+            .expect("sh runs");
+        assert!(status.success(), "{script} failed");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let bin = std::env::var("PICOGENT_TEST_PG_BIN").unwrap_or_default();
+        let d = self.dir.display();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the test's own server goes with it"
+        )]
+        let _ = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "if [ $(id -u) -eq 0 ]; then AS='runuser -u postgres --'; else AS=''; fi; \
+                 $AS {bin}/pg_ctl -D {d}/data stop -m immediate >/dev/null 2>&1; rm -rf {d}"
+            ))
+            .status();
+    }
 }

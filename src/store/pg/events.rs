@@ -201,8 +201,10 @@ impl Pg {
     /// Renews every lease this worker holds; the tasks whose leases it lost (another
     /// worker took them after they ran out), which it forgets.
     pub(crate) async fn renew(&self, lease: Duration) -> Result<Vec<String>> {
-        let (tasks, fences): (Vec<String>, Vec<i64>) =
-            crate::util::lock(&self.held).iter().map(|(t, f)| (t.clone(), *f)).unzip();
+        let (tasks, fences): (Vec<String>, Vec<i64>) = crate::util::lock(&self.held)
+            .iter()
+            .map(|(t, f)| (t.clone(), *f))
+            .unzip();
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
@@ -235,7 +237,10 @@ impl Pg {
     /// Forgets every lease without telling the store (it could not be renewed in
     /// time: another worker may have the tasks by now).
     pub(crate) fn forget_leases(&self) -> Vec<String> {
-        crate::util::lock(&self.held).drain().map(|(t, _)| t).collect()
+        crate::util::lock(&self.held)
+            .drain()
+            .map(|(t, _)| t)
+            .collect()
     }
 
     /// Lets a task go: free at once for any worker (when it has events not done).
@@ -274,12 +279,11 @@ impl Pg {
             .await?;
         rows.iter()
             .map(|r| {
-                let arrival: Arrival = serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| {
-                    StoreError::Corrupt {
+                let arrival: Arrival =
+                    serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| StoreError::Corrupt {
                         what: "event",
                         message: e.to_string(),
-                    }
-                })?;
+                    })?;
                 Ok(Claimed { arrival })
             })
             .collect()

@@ -89,9 +89,12 @@ pub(super) async fn run(client: &mut Client) -> Result<()> {
         tx.execute("DELETE FROM picogent_schema", &[])
             .await
             .map_err(StoreError::from_pg)?;
-        tx.execute("INSERT INTO picogent_schema (version) VALUES ($1)", &[&version])
-            .await
-            .map_err(StoreError::from_pg)?;
+        tx.execute(
+            "INSERT INTO picogent_schema (version) VALUES ($1)",
+            &[&version],
+        )
+        .await
+        .map_err(StoreError::from_pg)?;
     }
     tx.commit().await.map_err(StoreError::from_pg)
 }

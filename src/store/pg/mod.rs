@@ -94,7 +94,11 @@ pub(crate) fn worker_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
-    let host: String = host.chars().filter(|c| c.is_ascii_graphic()).take(64).collect();
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(64)
+        .collect();
     format!(
         "{}-{}-{}",
         if host.is_empty() { "worker" } else { &host },
@@ -187,7 +191,9 @@ impl Pg {
             Err(_) => {
                 // A connection that stopped answering is not used again.
                 *self.shared.lock().await = None;
-                Err(StoreError::Unreachable("the store did not answer in time".into()))
+                Err(StoreError::Unreachable(
+                    "the store did not answer in time".into(),
+                ))
             }
         };
         self.timed(started, self.note(answer))
@@ -218,7 +224,9 @@ impl Pg {
             Ok(r) => r,
             Err(_) => {
                 *slot = None;
-                Err(StoreError::Unreachable("the store did not answer in time".into()))
+                Err(StoreError::Unreachable(
+                    "the store did not answer in time".into(),
+                ))
             }
         };
         self.timed(started, self.note(answer))
@@ -243,6 +251,11 @@ impl Pg {
             }
         }
         r
+    }
+
+    /// Notes that the store stopped answering (a wait given up before its own bound).
+    pub(crate) fn note_unreachable(&self, why: &str) {
+        crate::util::lock(&self.health).failing = Some(format!("the store is unreachable: {why}"));
     }
 
     /// The fence of this worker's lease on `task`, if it holds one.

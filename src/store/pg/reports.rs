@@ -96,7 +96,8 @@ impl Pg {
     }
 
     /// Claims, for `hold`, the first unsent report of up to `n` tasks that no other
-    /// worker is delivering and that are not in `busy` (this worker's own lanes).
+    /// worker is delivering and that are not in `busy` (this worker's own lanes: a
+    /// claim of its own outside them is stale, and taken again).
     pub(crate) async fn claim_reports(
         &self,
         n: usize,
@@ -117,10 +118,12 @@ impl Pg {
                         WHERE q.seq IN (SELECT DISTINCT ON (task_id) seq FROM reports
                                         WHERE sent_at IS NULL ORDER BY task_id, seq)
                           AND NOT (q.task_id = ANY($2))
-                          AND (q.claimed_until IS NULL OR q.claimed_until <= now())
+                          AND (q.claimed_until IS NULL OR q.claimed_until <= now()
+                               OR q.claimed_by = $1)
                         ORDER BY q.seq LIMIT $3 FOR UPDATE SKIP LOCKED)
                        AND r.sent_at IS NULL
-                       AND (r.claimed_until IS NULL OR r.claimed_until <= now())
+                       AND (r.claimed_until IS NULL OR r.claimed_until <= now()
+                            OR r.claimed_by = $1)
                      RETURNING r.seq, r.key, r.task_id, r.report",
                     &[&me, &busy, &limit, &hold.as_secs_f64()],
                 )

@@ -66,7 +66,9 @@ async fn migrations_apply_once_and_a_newer_schema_is_refused() {
     let Err(e) = Pg::open(db.url.parse().unwrap(), "old".into()).await else {
         panic!("a newer schema was accepted");
     };
-    assert!(matches!(e, StoreError::TooNew { found, known } if found == newer && known == SCHEMA_VERSION));
+    assert!(
+        matches!(e, StoreError::TooNew { found, known } if found == newer && known == SCHEMA_VERSION)
+    );
     assert!(e.to_string().contains("upgrade picogent"), "{e}");
 }
 
@@ -109,7 +111,11 @@ async fn a_task_is_claimed_by_one_worker_and_its_events_come_in_order() {
     let mut all: Vec<String> = ca.iter().chain(&cb).map(|t| t.to_string()).collect();
     all.sort();
     assert_eq!(all, ["t1", "t2"], "each task claimed once");
-    let holder = if ca.iter().any(|t| t.as_str() == "t1") { &a } else { &b };
+    let holder = if ca.iter().any(|t| t.as_str() == "t1") {
+        &a
+    } else {
+        &b
+    };
     let ids: Vec<String> = holder
         .pending_of_held()
         .await
@@ -129,7 +135,9 @@ async fn fleet_max_tasks_holds_across_workers() {
     let (url, a) = fresh().await;
     let b = open(&url, "w2").await;
     for n in 0..6 {
-        a.accept(&arrival(&format!("e{n}"), &format!("t{n}"))).await.unwrap();
+        a.accept(&arrival(&format!("e{n}"), &format!("t{n}")))
+            .await
+            .unwrap();
     }
     let (ca, cb) = tokio::join!(a.claim(3, LEASE, Some(4)), b.claim(3, LEASE, Some(4)));
     assert_eq!(ca.unwrap().len() + cb.unwrap().len(), 4);
@@ -151,7 +159,10 @@ async fn an_expired_lease_moves_on_and_its_old_holder_can_neither_conclude_nor_r
     let t1 = TaskId::new("t1").unwrap();
     let report = [Report::comment("late".to_string(), None)];
     let refused = a.push(&t1, &report, &["e1".into()]).await;
-    assert!(matches!(refused, Err(StoreError::LeaseLost(_))), "{refused:?}");
+    assert!(
+        matches!(refused, Err(StoreError::LeaseLost(_))),
+        "{refused:?}"
+    );
     assert_eq!(b.fleet_status().await.unwrap().lease_expiries, 1);
     // The new holder concludes it; the old one finds it lost.
     b.push(&t1, &report, &["e1".into()]).await.unwrap();
@@ -183,8 +194,17 @@ async fn a_released_task_with_new_events_is_claimed_again() {
     a.push(&t1, &[], &["e1".into()]).await.unwrap();
     b.accept(&arrival("e2", "t1")).await.unwrap();
     a.release(&t1).await.unwrap();
-    assert_eq!(b.claim(2, LEASE, None).await.unwrap(), [t1.clone()]);
-    let ids: Vec<_> = b.pending_of_held().await.unwrap().into_iter().map(|c| c.arrival.id).collect();
+    assert_eq!(
+        b.claim(2, LEASE, None).await.unwrap(),
+        std::slice::from_ref(&t1)
+    );
+    let ids: Vec<_> = b
+        .pending_of_held()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.arrival.id)
+        .collect();
     assert_eq!(ids, ["e2"]);
     assert_eq!(b.started("e2").await.unwrap(), 1);
     assert_eq!(b.started("e2").await.unwrap(), 2);
@@ -200,7 +220,9 @@ async fn a_tasks_reports_go_out_in_order_one_deliverer_at_a_time() {
     }
     a.claim(2, LEASE, None).await.unwrap();
     let comments = |n: usize| -> Vec<Report> {
-        (0..n).map(|i| Report::comment(format!("c{i}"), None)).collect()
+        (0..n)
+            .map(|i| Report::comment(format!("c{i}"), None))
+            .collect()
     };
     a.push(&t1, &comments(3), &["e1".into()]).await.unwrap();
     a.push(&t2, &comments(1), &["e2".into()]).await.unwrap();
@@ -208,15 +230,39 @@ async fn a_tasks_reports_go_out_in_order_one_deliverer_at_a_time() {
     let (ra, rb) = tokio::join!(a.claim_reports(8, &[], hold), b.claim_reports(8, &[], hold));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert_eq!(ra.len() + rb.len(), 2, "one report per task: {ra:?} {rb:?}");
-    let first_t1 = ra.iter().chain(&rb).find(|q| q.task_id == t1).unwrap().clone();
+    let first_t1 = ra
+        .iter()
+        .chain(&rb)
+        .find(|q| q.task_id == t1)
+        .unwrap()
+        .clone();
     assert_eq!(first_t1.report, Report::comment("c0".to_string(), None));
-    // Its next report waits until the first is sent.
-    assert!(a.claim_reports(8, &[], hold).await.unwrap().is_empty());
+    // Its next report waits until the first is sent: no worker, with its own lanes
+    // busy, gets another.
+    let lanes = ["t1".to_string(), "t2".to_string()];
+    assert!(a.claim_reports(8, &lanes, hold).await.unwrap().is_empty());
+    assert!(b.claim_reports(8, &lanes, hold).await.unwrap().is_empty());
+    // A worker's own claim outside its lanes is stale (a lane that ended without
+    // recording the report): taken again, by it alone.
+    let mut mine: Vec<i64> = ra.iter().map(|q| q.seq).collect();
+    let mut again: Vec<i64> = a
+        .claim_reports(8, &[], hold)
+        .await
+        .unwrap()
+        .iter()
+        .map(|q| q.seq)
+        .collect();
+    mine.sort();
+    again.sort();
+    assert_eq!(again, mine);
     a.sent(first_t1.seq).await.unwrap();
     let next = b.claim_reports(8, &[], hold).await.unwrap();
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].report, Report::comment("c1".to_string(), None));
-    assert!(!a.hold_report(next[0].seq, hold).await.unwrap(), "another worker's claim");
+    assert!(
+        !a.hold_report(next[0].seq, hold).await.unwrap(),
+        "another worker's claim"
+    );
     assert!(b.hold_report(next[0].seq, hold).await.unwrap());
     b.bury(&next[0], "410 gone").await.unwrap();
     assert_eq!(a.report_counts().await.unwrap(), (2, 1));
@@ -229,8 +275,13 @@ async fn a_report_claim_that_runs_out_is_taken_by_another_worker() {
     let t1 = TaskId::new("t1").unwrap();
     a.accept(&arrival("e1", "t1")).await.unwrap();
     a.claim(1, LEASE, None).await.unwrap();
-    a.push(&t1, &[Report::comment("c".to_string(), None)], &[]).await.unwrap();
-    let first = a.claim_reports(1, &[], Duration::from_millis(200)).await.unwrap();
+    a.push(&t1, &[Report::comment("c".to_string(), None)], &[])
+        .await
+        .unwrap();
+    let first = a
+        .claim_reports(1, &[], Duration::from_millis(200))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let again = b.claim_reports(1, &[], LEASE).await.unwrap();
     assert_eq!(again.len(), 1);

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Notify};
 
 use super::{Item, PendingCheck};
+use crate::store::log::{self, Log};
 use crate::tracker::dead_letter::DeadLetters;
 use crate::tracker::types::{Report, TaskId};
-use crate::store::log::{self, Log};
 use crate::util::lock;
 
 /// Records written before the file is compacted, at least (see `commit`).
@@ -65,7 +65,6 @@ pub(super) struct State {
     next_seq: u64,
     appended: usize,
 }
-
 
 impl State {
     /// Records a delivery. Not synced: a lost `sent` record (power loss only) means one
@@ -217,7 +216,6 @@ fn content<'a>(
     }
     Ok(buf)
 }
-
 
 /// The queue and its file.
 #[derive(Clone)]

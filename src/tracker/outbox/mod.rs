@@ -184,11 +184,19 @@ impl Outbox {
     async fn mark_sent(&self, seq: u64) {
         match &self.queue {
             Queue::Files(f) => self.after_sent(f.mark_sent(seq)),
-            Queue::Fleet { pg, .. } => {
-                // Not recorded (the store is away): the claim runs out and the report
-                // goes once more, under the same idempotency key.
-                if let Err(e) = pg.sent(seq as i64).await {
-                    tracing::warn!(seq, "cannot record a delivered report: {e}");
+            Queue::Fleet { pg, hold, .. } => {
+                // Tried while the claim lasts (the lane stays busy, so the task's next
+                // report waits); after that the report may go once more, under the
+                // same idempotency key.
+                let until = tokio::time::Instant::now() + *hold;
+                let mut delay = Duration::from_millis(100);
+                while let Err(e) = pg.sent(seq as i64).await {
+                    if tokio::time::Instant::now() + delay > until {
+                        tracing::warn!(seq, "cannot record a delivered report: {e}");
+                        break;
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
                 }
                 self.count().await;
             }
@@ -394,7 +402,11 @@ impl Outbox {
     /// Awaits a delivery attempt; in a fleet, renewing this worker's claim on the
     /// report meanwhile. `None` when the claim is another worker's (it ran out while
     /// the store was away): that worker delivers it.
-    async fn while_held<T>(&self, item: &Item, attempt: impl std::future::Future<Output = T>) -> Option<T> {
+    async fn while_held<T>(
+        &self,
+        item: &Item,
+        attempt: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
         let Queue::Fleet { pg, hold, .. } = &self.queue else {
             return Some(attempt.await);
         };
@@ -419,7 +431,10 @@ impl Outbox {
     /// Keeps a refused report among the dead letters; false when it could not be.
     async fn keep_dead(&self, item: &Item, e: &super::client::TrackerError) -> bool {
         let kept = match &self.queue {
-            Queue::Files(f) => f.keep_dead(item, &e.to_string()).await.map_err(|e| e.to_string()),
+            Queue::Files(f) => f
+                .keep_dead(item, &e.to_string())
+                .await
+                .map_err(|e| e.to_string()),
             Queue::Fleet { pg, .. } => {
                 let q = crate::store::pg::Queued {
                     seq: item.seq as i64,

@@ -39,17 +39,27 @@ pub(crate) struct FleetView {
     pub(crate) round_trip: Option<Duration>,
 }
 
-/// What the loop remembers between ticks.
+/// What the worker knows of the tasks it holds, shared by its two loops.
 #[derive(Default)]
-struct Worker {
+struct Held {
     /// Events handed to the router, per task held.
     submitted: HashMap<TaskId, HashSet<String>>,
     /// Since when a held task has had no work here while events of it are not done
     /// (left by a run that ended without concluding them).
     idle_since: HashMap<TaskId, Instant>,
-    last_renewed: Option<Instant>,
-    /// When the fleet's status was last read, and old events last forgotten.
-    looked: Option<Instant>,
+}
+
+impl Held {
+    fn forget(&mut self, task: &TaskId) {
+        self.submitted.remove(task);
+        self.idle_since.remove(task);
+    }
+}
+
+/// When the fleet's status was last read, and old events last forgotten.
+#[derive(Default)]
+struct Looked {
+    status: Option<Instant>,
     swept: Option<Instant>,
 }
 
@@ -63,24 +73,36 @@ pub(crate) struct FleetSettings {
 impl Router {
     /// Works the fleet's tasks until `stop`: claims nothing new once the router
     /// drains, but keeps the leases of the runs finishing until then.
+    /// The leases are kept by a loop of their own: a claim or a read that hangs on a
+    /// store gone silent must not keep them from being given up in time.
     pub(crate) async fn work_fleet(&self, pg: Arc<Pg>, s: FleetSettings, stop: CancellationToken) {
-        let mut w = Worker {
-            last_renewed: Some(Instant::now()),
-            ..Worker::default()
+        let held = std::sync::Mutex::new(Held::default());
+        let keep = async {
+            let mut last_renewed = Instant::now();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(TICK.min(s.lease / 3)) => {}
+                    _ = stop.cancelled() => break,
+                }
+                self.keep_leases(&pg, s, &mut last_renewed, &held).await;
+            }
         };
-        loop {
-            tokio::select! {
-                _ = self.shared.fleet_wake.notified() => {}
-                _ = tokio::time::sleep(TICK) => {}
-                _ = stop.cancelled() => break,
+        let work = async {
+            let mut looked = Looked::default();
+            loop {
+                tokio::select! {
+                    _ = self.shared.fleet_wake.notified() => {}
+                    _ = tokio::time::sleep(TICK) => {}
+                    _ = stop.cancelled() => break,
+                }
+                if !lock(&self.shared.state).draining {
+                    self.claim_more(&pg, s).await;
+                    self.take_events(&pg, s, &held).await;
+                }
+                self.look(&pg, &mut looked).await;
             }
-            self.keep_leases(&pg, s, &mut w).await;
-            if !lock(&self.shared.state).draining {
-                self.claim_more(&pg, s).await;
-                self.take_events(&pg, s, &mut w).await;
-            }
-            self.look(&pg, &mut w).await;
-        }
+        };
+        tokio::join!(keep, work);
         // Leases of tasks whose events are done go back at once; the rest run out.
         for task in pg.held() {
             if let Ok(t) = TaskId::new(task) {
@@ -93,42 +115,64 @@ impl Router {
 
     /// Renews the leases every third of their life; a lease lost, or not renewed for
     /// five sixths of it, is given up (its run stopped).
-    async fn keep_leases(&self, pg: &Pg, s: FleetSettings, w: &mut Worker) {
-        let due = w.last_renewed.is_none_or(|t| t.elapsed() >= s.lease / 3);
-        if !due {
+    async fn keep_leases(
+        &self,
+        pg: &Pg,
+        s: FleetSettings,
+        last_renewed: &mut Instant,
+        held: &std::sync::Mutex<Held>,
+    ) {
+        if last_renewed.elapsed() < s.lease / 3 {
             return;
         }
-        let lost = match pg.renew(s.lease).await {
+        // A store that stops answering (a partition) must not hold this past the
+        // moment the leases may be another worker's.
+        let deadline = s.lease * 5 / 6;
+        let since = last_renewed.elapsed();
+        let left = deadline
+            .saturating_sub(since)
+            .max(Duration::from_millis(100));
+        let renewed = match tokio::time::timeout(left, pg.renew(s.lease)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => {
+                pg.note_unreachable("the store did not answer in time");
+                Err("the store did not answer in time".into())
+            }
+        };
+        let lost = match renewed {
             Ok(lost) => {
-                w.last_renewed = Some(Instant::now());
+                *last_renewed = Instant::now();
                 lost
             }
             Err(e) => {
-                let since = w.last_renewed.map(|t| t.elapsed()).unwrap_or_default();
-                if since < s.lease * 5 / 6 {
+                if last_renewed.elapsed() < deadline {
                     tracing::warn!("cannot renew this worker's leases yet: {e}");
                     return;
                 }
-                tracing::error!("the leases could not be renewed in time: this worker's tasks are given up ({e})");
-                pg.forget_leases()
+                let given_up = pg.forget_leases();
+                if !given_up.is_empty() {
+                    tracing::error!("the leases could not be renewed in time: this worker's tasks are given up ({e})");
+                }
+                given_up
             }
         };
         for task in lost {
-            let Ok(task) = TaskId::new(task) else { continue };
+            let Ok(task) = TaskId::new(task) else {
+                continue;
+            };
             tracing::warn!(task = %task, "this worker's lease on the task ran out: its work here stops");
-            w.submitted.remove(&task);
-            w.idle_since.remove(&task);
+            lock(held).forget(&task);
             self.lose(&task);
         }
     }
 
     /// Reads what the fleet is doing (every few seconds, for `/healthz` and
     /// `/metrics`), and now and then forgets events done long ago.
-    async fn look(&self, pg: &Pg, w: &mut Worker) {
-        if w.looked.is_some_and(|t| t.elapsed() < LOOK_EVERY) {
+    async fn look(&self, pg: &Pg, w: &mut Looked) {
+        if w.status.is_some_and(|t| t.elapsed() < LOOK_EVERY) {
             return;
         }
-        w.looked = Some(Instant::now());
+        w.status = Some(Instant::now());
         let status = pg.fleet_status().await.ok();
         *lock(&self.shared.fleet_seen) = status;
         if w.swept.is_none_or(|t| t.elapsed() > SWEEP_EVERY) {
@@ -171,7 +215,7 @@ impl Router {
     }
 
     /// Hands the events of held tasks to the router (each once), and lets idle tasks go.
-    async fn take_events(&self, pg: &Pg, s: FleetSettings, w: &mut Worker) {
+    async fn take_events(&self, pg: &Pg, s: FleetSettings, book: &std::sync::Mutex<Held>) {
         let held: HashSet<String> = pg.held().into_iter().collect();
         if held.is_empty() {
             return;
@@ -184,30 +228,46 @@ impl Router {
             }
         };
         let mut with_events: HashSet<TaskId> = HashSet::new();
-        for p in pending {
-            let task = p.arrival.task_id().clone();
-            with_events.insert(task.clone());
-            let seen = w.submitted.entry(task).or_default();
-            if seen.insert(p.arrival.id.clone()) {
-                self.submit(&p.arrival.id, p.arrival.event);
+        let mut new = Vec::new();
+        {
+            let mut w = lock(book);
+            for p in pending {
+                let task = p.arrival.task_id().clone();
+                // A lease lost since the read: its events are another worker's.
+                if !held.contains(task.as_str()) || pg.fence(task.as_str()).is_none() {
+                    continue;
+                }
+                with_events.insert(task.clone());
+                if w.submitted
+                    .entry(task)
+                    .or_default()
+                    .insert(p.arrival.id.clone())
+                {
+                    new.push(p.arrival);
+                }
             }
+        }
+        for a in new {
+            self.submit(&a.id, a.event);
         }
         for t in held {
             let Ok(task) = TaskId::new(t) else { continue };
             if self.has_work(&task) {
-                w.idle_since.remove(&task);
+                lock(book).idle_since.remove(&task);
                 continue;
             }
             // Events not done with nothing here working on them: a run that ended
             // without concluding them. Let go after a while, for any worker to take.
             if with_events.contains(&task) {
-                let since = *w.idle_since.entry(task.clone()).or_insert_with(Instant::now);
+                let since = *lock(book)
+                    .idle_since
+                    .entry(task.clone())
+                    .or_insert_with(Instant::now);
                 if since.elapsed() < s.lease / 2 {
                     continue;
                 }
             }
-            w.submitted.remove(&task);
-            w.idle_since.remove(&task);
+            lock(book).forget(&task);
             if let Err(e) = pg.release(&task).await {
                 tracing::warn!(task = %task, "cannot let the task go: {e}");
             }
