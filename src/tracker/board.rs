@@ -148,7 +148,8 @@ fn callback_host(cfg: &Config) -> IpAddr {
 }
 
 impl Board {
-    /// Keeps a WebSocket to the tracker until `stop`.
+    /// Keeps a WebSocket to the tracker until `stop` (in a fleet, while this worker
+    /// holds the connection for the fleet: `fleet_ws`).
     async fn websocket(self, router: Router, stop: CancellationToken) -> Result<(), DaemonError> {
         let opts = super::ws::WsOptions {
             tracker_url: self.tracker_url,
@@ -157,6 +158,10 @@ impl Board {
             backoff: self.timing.ws_backoff,
         };
         let desc = super::types::describe(&self.cfg, None);
+        if let Some(pg) = router.store() {
+            let lease = self.cfg.store.lease;
+            return super::fleet_ws::run(opts, desc, router, pg, lease, stop).await;
+        }
         super::ws::run(opts, desc, router, stop)
             .await
             .map_err(DaemonError::from)
@@ -192,7 +197,7 @@ impl Board {
             &desc,
             interval,
             retry,
-            move || r.load(),
+            move || r.reported_load(),
             router.link(),
             stop,
         )

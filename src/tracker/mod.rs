@@ -17,6 +17,7 @@ mod dead_letter;
 mod defuse;
 mod delivery;
 mod door;
+mod fleet_ws;
 mod github;
 mod health;
 mod http;

@@ -415,7 +415,7 @@ impl Conn<'_> {
                 true,
             ));
         }
-        let load = router.load();
+        let load = router.reported_load();
         if self
             .send(AgentFrame::Heartbeat { load: &load })
             .await

@@ -501,3 +501,97 @@ async fn the_store_stopped_for_thirty_seconds_loses_and_repeats_nothing() {
     assert_eq!(fleet.llm.request_count(), 10, "a task was worked twice");
     fleet.stop().await;
 }
+
+/// Over Team Board's WebSocket the tracker keeps one connection per agent: exactly one
+/// worker holds it (no worker knocks another off), every worker works the events it
+/// brings, and when its holder dies another worker connects within the lease.
+#[tokio::test]
+async fn one_worker_holds_the_websocket_for_the_fleet_and_another_takes_over() {
+    let mut fleet = Fleet::new(
+        work_and_answer(),
+        json!({"transport": "ws", "fleet_max_tasks": 4}),
+    )
+    .await;
+    for _ in 0..3 {
+        let w = fleet.workers.len();
+        let sb = Sandbox::new();
+        let port = free_port();
+        let mut cfg = json!({"tracker_url": fleet.tracker.url(), "listen_port": port,
+                             "allowed_paths": [sb.work], "max_concurrent_tasks": 2,
+                             "store": fleet.store, "lease_sec": 3, "transport": "ws",
+                             "fleet_max_tasks": 4});
+        cfg["heartbeat_interval_sec"] = json!(1);
+        sb.write_config(&fleet.llm, Wire::Anthropic, cfg);
+        let child = spawn_daemon(&sb);
+        fleet.workers.push(Worker { sb, port, child });
+        assert_eq!(fleet.workers.len(), w + 1);
+    }
+    fleet
+        .tracker
+        .wait_for(30, "a connection", |t| {
+            !t.ws_acked().is_empty() || !t.ws_frames().is_empty()
+        })
+        .await;
+    for n in 0..6 {
+        fleet
+            .tracker
+            .ws_send(assigned(&format!("w{n}"), &format!("w{n}")));
+    }
+    for n in 0..6 {
+        fleet.wait_review(&format!("w{n}"), 60).await;
+    }
+    for n in 0..6 {
+        assert_once(&fleet.tracker, &format!("w{n}"));
+    }
+    assert_eq!(
+        fleet.tracker.ws_attempts().len(),
+        1,
+        "workers took the connection from each other"
+    );
+    let registration = fleet
+        .tracker
+        .ws_frames()
+        .into_iter()
+        .find(|f| f["type"] == "register")
+        .unwrap();
+    assert_eq!(
+        registration["agent"]["max_concurrent_tasks"], 4,
+        "{registration}"
+    );
+    let holder = (0..3)
+        .find(|n| {
+            fleet.workers[*n]
+                .log()
+                .contains("this worker holds the tracker's connection")
+        })
+        .unwrap();
+    for (n, w) in fleet.workers.iter().enumerate() {
+        assert!(
+            !w.log().contains("one picogent per agent identity"),
+            "worker {n}"
+        );
+    }
+    fleet.workers[holder].child.start_kill().unwrap();
+    fleet.workers[holder].child.wait().await.unwrap();
+    let killed = tokio::time::Instant::now();
+    for _ in 0..1500 {
+        if fleet.tracker.ws_attempts().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        fleet.tracker.ws_attempts().len(),
+        2,
+        "no other worker connected"
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        killed.elapsed()
+    );
+    fleet.tracker.ws_send(assigned("after", "after"));
+    fleet.wait_review("after", 60).await;
+    assert_once(&fleet.tracker, "after");
+    fleet.stop().await;
+}

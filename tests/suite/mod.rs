@@ -17,6 +17,7 @@ mod confinement;
 mod daemon_process;
 mod delivery;
 mod deploy;
+mod deploy_fleet;
 mod disk;
 mod exactly_once;
 mod fleet;

@@ -34,7 +34,13 @@ pub(crate) struct FleetStatus {
     pub(crate) leases: i64,
     /// Leases that ran out before their worker let them go, ever.
     pub(crate) lease_expiries: i64,
+    /// The tasks under a live lease (the first `ACTIVE_SHOWN`), for the tracker's
+    /// heartbeats: what the fleet is working on.
+    pub(crate) active: Vec<String>,
 }
+
+/// The most active tasks a status lists.
+const ACTIVE_SHOWN: i64 = 1000;
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
@@ -301,8 +307,10 @@ impl Pg {
                         FROM events e JOIN tasks t USING (task_id)
                         WHERE e.done_at IS NULL AND (t.owner IS NULL OR t.lease_until <= now())),
                        (SELECT count(*) FROM tasks WHERE owner IS NOT NULL AND lease_until > now()),
-                       (SELECT coalesce(sum(expiries), 0)::bigint FROM tasks)",
-                    &[],
+                       (SELECT coalesce(sum(expiries), 0)::bigint FROM tasks),
+                       ARRAY(SELECT task_id FROM tasks WHERE owner IS NOT NULL
+                             AND lease_until > now() ORDER BY task_id LIMIT $1)",
+                    &[&ACTIVE_SHOWN],
                 )
                 .await
             })
@@ -314,17 +322,25 @@ impl Pg {
                 .map(|s| Duration::from_secs_f64(s.max(0.0))),
             leases: row.get(2),
             lease_expiries: row.get(3),
+            active: row.get(4),
         })
     }
 
     /// Forgets the ids of events done long ago (a repeat after that is new again).
     pub(crate) async fn forget_old(&self) -> Result<u64> {
         self.run(|c| async move {
+            let events = c
+                .execute(
+                    &format!("DELETE FROM events WHERE done_at < now() - interval '{REMEMBER}'"),
+                    &[],
+                )
+                .await?;
             c.execute(
-                &format!("DELETE FROM events WHERE done_at < now() - interval '{REMEMBER}'"),
+                &format!("DELETE FROM reports WHERE sent_at < now() - interval '{REMEMBER}'"),
                 &[],
             )
-            .await
+            .await?;
+            Ok(events)
         })
         .await
     }

@@ -53,6 +53,15 @@ const MIGRATIONS: &[&str] = &[
         at       timestamptz NOT NULL DEFAULT now()
     );
     "#,
+    // 2: roles one worker of the fleet holds at a time (the tracker's WebSocket).
+    r#"
+    CREATE TABLE leaders (
+        role         text PRIMARY KEY,
+        owner        text NOT NULL,
+        lease_until  timestamptz NOT NULL,
+        fence        bigint NOT NULL DEFAULT 1
+    );
+    "#,
 ];
 
 /// The version this binary brings a database to.

@@ -23,6 +23,7 @@ use tokio_postgres::{Client, NoTls};
 use tokio_util::task::TaskTracker;
 
 mod events;
+mod leaders;
 mod migrate;
 mod reports;
 #[cfg(test)]

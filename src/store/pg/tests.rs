@@ -304,3 +304,21 @@ async fn an_unreachable_store_is_a_transient_error_not_a_hang() {
     assert!(e.is_transient(), "{e}");
     assert!(pg.health.lock().unwrap().failing.is_none());
 }
+
+#[tokio::test]
+async fn a_role_is_one_workers_until_its_lease_runs_out_or_it_resigns() {
+    let (url, a) = fresh().await;
+    let b = open(&url, "w2").await;
+    let short = Duration::from_millis(300);
+    assert!(a.lead("r", short).await.unwrap());
+    assert!(!b.lead("r", short).await.unwrap());
+    assert!(a.lead("r", short).await.unwrap(), "renewed by its holder");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(b.lead("r", LEASE).await.unwrap(), "taken once it ran out");
+    assert!(!a.lead("r", LEASE).await.unwrap());
+    b.resign("r").await.unwrap();
+    assert!(
+        a.lead("r", LEASE).await.unwrap(),
+        "free at once after a resignation"
+    );
+}

@@ -185,6 +185,11 @@ impl Router {
         }
     }
 
+    /// The fleet's store, when this worker is one of a fleet.
+    pub(crate) fn store(&self) -> Option<Arc<Pg>> {
+        self.shared.journal.store().cloned()
+    }
+
     /// What the fleet was doing when last read, and this worker's store.
     pub(crate) fn fleet(&self) -> Option<FleetView> {
         let pg = self.shared.journal.store()?;

@@ -89,6 +89,26 @@ impl Router {
         lock(&self.shared.state).draining
     }
 
+    /// What the tracker is told the agent is doing: in a fleet, the whole fleet (its
+    /// tasks under a lease, its tasks waiting), as last read from the store.
+    pub(crate) fn reported_load(&self) -> Load {
+        let Some(f) = self.fleet() else {
+            return self.load();
+        };
+        let Some(status) = f.status else {
+            return self.load();
+        };
+        Load {
+            status: if status.active.is_empty() {
+                LoadStatus::Idle
+            } else {
+                LoadStatus::Busy
+            },
+            queued: usize::try_from(status.queued_tasks).unwrap_or(0),
+            active_tasks: status.active,
+        }
+    }
+
     pub(crate) fn load(&self) -> Load {
         let st = lock(&self.shared.state);
         let mut active: Vec<String> = st.running.keys().map(|t| t.to_string()).collect();

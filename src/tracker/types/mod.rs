@@ -11,7 +11,12 @@ pub(crate) fn describe(config: &Config, callback_url: Option<String>) -> AgentDe
         name: config.name.clone(),
         slug: config.slug.clone(),
         capabilities: config.capabilities.clone(),
-        max_concurrent_tasks: config.limits.max_concurrent_tasks,
+        // A fleet says what the whole fleet takes, when it is bounded.
+        max_concurrent_tasks: config
+            .store
+            .fleet_max_tasks
+            .filter(|_| config.store.postgres.is_some())
+            .unwrap_or(config.limits.max_concurrent_tasks),
         transport: match config.transport {
             Transport::Http => "http",
             Transport::Ws => "ws",
