@@ -1,5 +1,5 @@
 //! The tests' scripted LLM server as a standalone program, for benchmarks:
-//! `scripted_llm SCRIPT.json [--per-conversation] [--cache]` serves the script's turns
+//! `scripted_llm SCRIPT.json [--per-conversation] [--cache] [--latency-ms N]` serves the script's turns
 //! over all three wire formats (starting over when it runs out) and prints
 //! `listening on ADDR` once ready. `GET /_stats` says how many requests came, each
 //! conversation's first request size, and the input tokens of all requests by how they
@@ -46,6 +46,15 @@ async fn main() {
         server.per_conversation(turns);
     } else {
         server.cycle(turns);
+    }
+    // --latency-ms N: every answer waits N ms, as a real model thinks.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(ms) = args
+        .iter()
+        .position(|a| a == "--latency-ms")
+        .and_then(|i| args.get(i + 1))
+    {
+        server.latency(std::time::Duration::from_millis(ms.parse().unwrap()));
     }
     println!("listening on {}", server.addr);
     tokio::signal::ctrl_c().await.unwrap();

@@ -6,7 +6,8 @@
 //!
 //! The password comes from the URL, else the file `PICOGENT_STORE_PASSWORD_FILE`
 //! names, else `PGPASSWORD`; it is never shown (`Debug` and the log print the URL
-//! without it).
+//! without it). TLS follows the URL's `sslmode`, with the CA file
+//! `PICOGENT_STORE_CA_FILE` names (`store::pg::tls`).
 
 use std::time::Duration;
 
@@ -17,6 +18,9 @@ use super::ConfigError;
 #[derive(Clone)]
 pub struct Postgres {
     pub(crate) config: tokio_postgres::Config,
+    /// CA certificates (PEM) the server's certificate may chain to, besides the web's
+    /// (`PICOGENT_STORE_CA_FILE`).
+    pub(crate) ca_file: Option<std::path::PathBuf>,
 }
 
 impl Postgres {
@@ -138,6 +142,10 @@ impl Sources<'_> {
                 config.password(pw);
             }
         }
-        Ok(Postgres { config })
+        let ca_file = self
+            .env
+            .get("PICOGENT_STORE_CA_FILE")
+            .map(std::path::PathBuf::from);
+        Ok(Postgres { config, ca_file })
     }
 }

@@ -138,14 +138,13 @@ impl Core {
             )));
         }
         let worker = crate::store::pg::worker_id();
-        let pg = crate::store::pg::Pg::open(target.config.clone(), worker.clone())
+        let pg = crate::store::pg::Pg::open(target, worker.clone())
             .await
             .map_err(|e| DaemonError::Store {
                 at: target.shown(),
                 message: e.to_string(),
             })?;
         tracing::info!(store = %target.shown(), worker, schema = crate::store::pg::SCHEMA_VERSION, "a fleet's worker: the state is in the store");
-        let pg = std::sync::Arc::new(pg);
         let Core { journal, _lock, .. } = self;
         Ok(Core {
             journal: journal.into_fleet(pg.clone()),

@@ -399,3 +399,81 @@ fn mcp_servers_pasted_from_claude_or_codex_load() {
         "{e}"
     );
 }
+
+/// The store: local files unless a postgres:// URL is given (the variable over the
+/// file); the password from the URL, a file or PGPASSWORD, never shown; each mistake
+/// names its field or variable.
+#[test]
+fn the_store_and_the_fleets_settings_are_checked_and_the_password_never_shown() {
+    let sb = Sandbox::new();
+    let load = |body: &str, env: &[(&str, &str)]| {
+        let file = write(&sb.home, "agent.json", body);
+        let env = Env::from_pairs(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Config::load(Some(&file), &env, &sb.work)
+    };
+    let c = load("{}", &[]).unwrap();
+    assert!(c.store.postgres.is_none());
+    assert_eq!(c.store.lease.as_secs(), 30);
+
+    let c = load(r#"{"store": "postgres://fleet:s3cret@db:5433/agents", "lease_sec": 10, "fleet_max_tasks": 6}"#, &[]).unwrap();
+    let pg = c.store.postgres.as_ref().unwrap();
+    assert_eq!(pg.shown(), "postgres://fleet@db:5433/agents");
+    assert!(
+        !format!("{c:?}").contains("s3cret"),
+        "Debug shows the password"
+    );
+    assert!(
+        c.secrets_in_file,
+        "a password in agent.json is warned about"
+    );
+    assert_eq!(
+        (c.store.lease.as_secs(), c.store.fleet_max_tasks),
+        (10, Some(6))
+    );
+
+    let pw = write(&sb.base(), "pw", "from-file\n");
+    let c = load(
+        r#"{"store": "postgres://old@db/x"}"#,
+        &[
+            ("PICOGENT_STORE_URL", "postgresql://fleet@db/agents"),
+            ("PICOGENT_STORE_PASSWORD_FILE", pw.to_str().unwrap()),
+            ("PGPASSWORD", "not-this"),
+        ],
+    )
+    .unwrap();
+    let pg = c.store.postgres.as_ref().unwrap();
+    assert_eq!(pg.shown(), "postgres://fleet@db:5432/agents");
+    assert!(!c.secrets_in_file);
+
+    let err = |body: &str, env: &[(&str, &str)]| load(body, env).err().unwrap().to_string();
+    let e = err(r#"{"store": "mysql://db/x"}"#, &[]);
+    assert!(
+        e.contains("field `store`") && e.contains("postgres://"),
+        "{e}"
+    );
+    let e = err(
+        "{}",
+        &[("PICOGENT_STORE_URL", "postgres://u:hunter2@db:notaport/x")],
+    );
+    assert!(
+        e.contains("PICOGENT_STORE_URL") && !e.contains("hunter2"),
+        "{e}"
+    );
+    let e = err(r#"{"store": "postgres://u@db"}"#, &[]);
+    assert!(e.contains("names no database"), "{e}");
+    let e = err(
+        r#"{"store": "postgres://u@db/x"}"#,
+        &[("PICOGENT_STORE_PASSWORD_FILE", "/nonexistent/pw")],
+    );
+    assert!(
+        e.contains("PICOGENT_STORE_PASSWORD_FILE") && e.contains("/nonexistent/pw"),
+        "{e}"
+    );
+    let e = err(r#"{"fleet_max_tasks": 4}"#, &[]);
+    assert!(
+        e.contains("field `fleet_max_tasks`") && e.contains("shared store"),
+        "{e}"
+    );
+    let e = err(r#"{"store": "postgres://u@db/x", "lease_sec": 1}"#, &[]);
+    assert!(e.contains("field `lease_sec`"), "{e}");
+}

@@ -595,3 +595,47 @@ async fn one_worker_holds_the_websocket_for_the_fleet_and_another_takes_over() {
     assert_once(&fleet.tracker, "after");
     fleet.stop().await;
 }
+
+/// Work a single daemon left unfinished in its local files is not left behind where no
+/// worker of a fleet would see it: with `store` set, the start is refused and says why.
+#[tokio::test]
+async fn a_store_is_refused_while_local_files_hold_unfinished_work() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.per_conversation(work_and_answer());
+    let tracker = FakeTracker::start().await;
+    // The reports stay in the local outbox.
+    tracker.faults(|f| f.reports_down = usize::MAX);
+    let d = sb.daemon(&llm, &tracker, json!({"allowed_paths": [sb.work]}));
+    let cb = tracker.callback_url().await;
+    assert_eq!(tracker.deliver(&cb, &assigned("u1", "u1")).await.0, 202);
+    let outbox = sb.home.join("state/outbox.jsonl");
+    for _ in 0..1500 {
+        if std::fs::read_to_string(&outbox)
+            .unwrap_or_default()
+            .contains("review")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    d.stop().await.unwrap();
+    let store = picogent_testkit::pg::database().await.url;
+    let d = sb.daemon(
+        &llm,
+        &tracker,
+        json!({"allowed_paths": [sb.work], "store": store}),
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(30), d.task)
+        .await
+        .expect("the start was not refused")
+        .unwrap();
+    let e = ended
+        .err()
+        .expect("a store over unfinished local work")
+        .to_string();
+    assert!(
+        e.contains("unsent report(s)") && e.contains("without `store`"),
+        "{e}"
+    );
+}

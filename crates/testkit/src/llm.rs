@@ -153,6 +153,8 @@ struct Script {
     /// Answers being streamed now, and the most there ever were at once.
     in_flight: usize,
     max_in_flight: usize,
+    /// How long every answer waits before it starts (benchmarks: a model's think time).
+    latency: Duration,
 }
 
 /// Counts an answer as in flight until its stream is dropped (sent or cut).
@@ -193,6 +195,7 @@ impl ScriptedLlm {
             .route("/api/chat", post(ollama))
             .route("/v1/responses", post(responses))
             .route("/_stats", axum::routing::get(stats))
+            .layer(axum::middleware::from_fn_with_state(state.clone(), think))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -208,6 +211,11 @@ impl ScriptedLlm {
             Wire::OpenAi => format!("http://{}/v1", self.addr),
             _ => format!("http://{}", self.addr),
         }
+    }
+
+    /// Every answer waits `d` before it starts, as a real model thinks.
+    pub fn latency(&self, d: Duration) {
+        self.state.lock().unwrap().latency = d;
     }
 
     pub fn light(&self) {
@@ -484,6 +492,19 @@ async fn ollama(State(s): Shared, headers: HeaderMap, raw: Bytes) -> Response {
     let usage = cache_use(&s, Wire::Ollama, &raw, &body, tokens).unwrap_or_default();
     let (turn, seq) = ScriptedLlm::next(&s, "/api/chat", headers, body, usage);
     respond(&s, Wire::Ollama, turn, seq, usage)
+}
+
+/// The model's think time, before any answer.
+async fn think(
+    State(s): Shared,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let wait = s.lock().unwrap().latency;
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    next.run(req).await
 }
 
 /// `tokens` is how the request's size in tokens (4 bytes each) splits under prompt

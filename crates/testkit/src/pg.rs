@@ -58,6 +58,8 @@ pub struct Cluster {
     port: u16,
     /// The superuser's URL, to its `postgres` database.
     pub url: String,
+    /// With TLS: the CA certificate (PEM) the server's certificate is signed by.
+    pub ca: Option<std::path::PathBuf>,
 }
 
 impl Cluster {
@@ -66,6 +68,16 @@ impl Cluster {
         reason = "a test's own server, made before the test runs"
     )]
     pub fn start() -> Cluster {
+        Cluster::make(false)
+    }
+
+    /// A server that speaks TLS too, with a certificate for 127.0.0.1 and localhost
+    /// signed by a CA of its own (`ca`).
+    pub fn start_tls() -> Cluster {
+        Cluster::make(true)
+    }
+
+    fn make(tls: bool) -> Cluster {
         let bin = std::env::var("PICOGENT_TEST_PG_BIN").unwrap_or_else(|_| {
             panic!("PICOGENT_TEST_PG_BIN is not set: run the tests through scripts/test.sh")
         });
@@ -83,6 +95,7 @@ impl Cluster {
             .unwrap();
         let cluster = Cluster {
             url: format!("postgres://picogent:cluster-pw@127.0.0.1:{port}/postgres"),
+            ca: tls.then(|| dir.join("ca.crt")),
             dir,
             port,
         };
@@ -92,6 +105,21 @@ impl Cluster {
              $AS {bin}/initdb -D {d}/data -U picogent --pwfile={d}/pw --auth=scram-sha-256 \
              --encoding=UTF8 --locale=C.UTF-8 >{d}/initdb.log 2>&1"
         ));
+        if tls {
+            cluster.sh(&format!(
+                "cd {d} && \
+                 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=picogent-test-ca \
+                   -keyout ca.key -out ca.crt 2>/dev/null && \
+                 openssl req -newkey rsa:2048 -nodes -subj /CN=localhost \
+                   -keyout data/server.key -out server.csr 2>/dev/null && \
+                 printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > ext && \
+                 openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+                   -days 2 -extfile ext -out data/server.crt 2>/dev/null && \
+                 chmod 600 data/server.key && chmod 644 ca.crt && \
+                 if [ $(id -u) -eq 0 ]; then chown postgres data/server.key data/server.crt; fi && \
+                 echo 'ssl = on' >> data/postgresql.conf"
+            ));
+        }
         cluster.ctl("start");
         cluster
     }

@@ -47,33 +47,6 @@ fn secs(d: Duration) -> f64 {
 }
 
 impl Pg {
-    /// Journals an accepted event: `Ok(true)` once committed, `Ok(false)` when its id
-    /// was accepted before (by any worker).
-    pub(crate) async fn accept(&self, arrival: &Arrival) -> Result<bool> {
-        let body = serde_json::to_string(arrival).map_err(|e| StoreError::Corrupt {
-            what: "event",
-            message: e.to_string(),
-        })?;
-        let task = arrival.task_id().as_str().to_string();
-        let id = arrival.id.clone();
-        let rows = self
-            .run(|c| async move {
-                c.query(
-                    "WITH e AS (
-                        INSERT INTO events (id, task_id, arrival) VALUES ($1, $2, $3)
-                        ON CONFLICT (id) DO NOTHING RETURNING task_id),
-                     t AS (
-                        INSERT INTO tasks (task_id) SELECT task_id FROM e
-                        ON CONFLICT (task_id) DO NOTHING)
-                     SELECT 1 FROM e",
-                    &[&id, &task, &body],
-                )
-                .await
-            })
-            .await?;
-        Ok(!rows.is_empty())
-    }
-
     /// Whether the id was accepted (and committed) by any worker.
     pub(crate) async fn is_seen(&self, id: &str) -> Result<bool> {
         let id = id.to_string();

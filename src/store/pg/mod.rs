@@ -19,15 +19,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use tokio_util::task::TaskTracker;
 
+mod accepts;
 mod events;
 mod leaders;
 mod migrate;
 mod reports;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 pub(crate) use events::FleetStatus;
 pub(crate) use migrate::SCHEMA_VERSION;
@@ -113,11 +115,14 @@ type Held = Mutex<HashMap<String, i64>>;
 
 pub(crate) struct Pg {
     config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     pub(crate) worker: String,
     shared: tokio::sync::Mutex<Option<Arc<Client>>>,
     serial: tokio::sync::Mutex<Option<Client>>,
     held: Held,
-    /// The connections' tasks.
+    /// Accepts waiting for their group commit (`accepts.rs`); `None` once closed.
+    accepts: Mutex<Option<accepts::Queue>>,
+    /// The connections' tasks, and the accepts' writer.
     tasks: TaskTracker,
     /// The last statement's round trip, and when the store last answered.
     pub(crate) health: Mutex<Health>,
@@ -133,19 +138,24 @@ pub(crate) struct Health {
 impl Pg {
     /// Connects and brings the schema up to this binary's version (one worker at a
     /// time: the migration holds a lock of the database's).
-    pub(crate) async fn open(config: tokio_postgres::Config, worker: String) -> Result<Pg> {
+    pub(crate) async fn open(target: &crate::config::Postgres, worker: String) -> Result<Arc<Pg>> {
         let pg = Pg {
-            config,
+            config: target.config.clone(),
+            tls: tls::connector(target.ca_file.as_deref())?,
             worker,
             shared: Default::default(),
             serial: Default::default(),
             held: Default::default(),
+            accepts: Mutex::new(None),
             tasks: TaskTracker::new(),
             health: Default::default(),
         };
         let mut serial = pg.connect().await?;
         migrate::run(&mut serial).await?;
         *pg.serial.lock().await = Some(serial);
+        let pg = Arc::new(pg);
+        let queue = accepts::start(Arc::downgrade(&pg), &pg.tasks);
+        *crate::util::lock(&pg.accepts) = Some(queue);
         Ok(pg)
     }
 
@@ -156,7 +166,7 @@ impl Pg {
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10))
             .application_name("picogent");
-        let connecting = config.connect(NoTls);
+        let connecting = config.connect(self.tls.clone());
         let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
             .await
             .map_err(|_| StoreError::Unreachable("connecting timed out".into()))?
@@ -271,6 +281,8 @@ impl Pg {
 
     /// Ends the connections (at the daemon's end).
     pub(crate) async fn close(&self) {
+        // The accepts' writer ends once the queue is gone and its last batch written.
+        crate::util::lock(&self.accepts).take();
         *self.shared.lock().await = None;
         *self.serial.lock().await = None;
         self.tasks.close();

@@ -21,11 +21,18 @@ fn arrival(id: &str, task: &str) -> Arrival {
     }
 }
 
-async fn open(url: &str, worker: &str) -> Pg {
-    Pg::open(url.parse().unwrap(), worker.into()).await.unwrap()
+fn target(url: &str) -> crate::config::Postgres {
+    crate::config::Postgres {
+        config: url.parse().unwrap(),
+        ca_file: None,
+    }
 }
 
-async fn fresh() -> (String, Pg) {
+async fn open(url: &str, worker: &str) -> Arc<Pg> {
+    Pg::open(&target(url), worker.into()).await.unwrap()
+}
+
+async fn fresh() -> (String, Arc<Pg>) {
     let db = picogent_testkit::pg::database().await;
     let pg = open(&db.url, "w1").await;
     (db.url, pg)
@@ -40,7 +47,7 @@ async fn migrations_apply_once_and_a_newer_schema_is_refused() {
     let opens: Vec<_> = (0..4)
         .map(|n| {
             let url = db.url.clone();
-            tokio::spawn(async move { Pg::open(url.parse().unwrap(), format!("w{n}")).await })
+            tokio::spawn(async move { Pg::open(&target(&url), format!("w{n}")).await })
         })
         .collect();
     for o in opens {
@@ -63,7 +70,7 @@ async fn migrations_apply_once_and_a_newer_schema_is_refused() {
     })
     .await
     .unwrap();
-    let Err(e) = Pg::open(db.url.parse().unwrap(), "old".into()).await else {
+    let Err(e) = Pg::open(&target(&db.url), "old".into()).await else {
         panic!("a newer schema was accepted");
     };
     assert!(
@@ -77,7 +84,7 @@ async fn an_event_accepted_by_many_workers_at_once_is_new_once() {
     let (url, _) = fresh().await;
     let mut workers = Vec::new();
     for n in 0..3 {
-        workers.push(Arc::new(open(&url, &format!("w{n}")).await));
+        workers.push(open(&url, &format!("w{n}")).await);
     }
     let mut tries = Vec::new();
     for round in 0..20 {
@@ -290,15 +297,9 @@ async fn a_report_claim_that_runs_out_is_taken_by_another_worker() {
 
 #[tokio::test]
 async fn an_unreachable_store_is_a_transient_error_not_a_hang() {
-    let pg = Pg::open(
-        picogent_testkit::pg::database().await.url.parse().unwrap(),
-        "w".into(),
-    )
-    .await
-    .unwrap();
+    let pg = open(&picogent_testkit::pg::database().await.url, "w").await;
     // A port nothing listens on.
-    let dead: tokio_postgres::Config = "postgres://u:p@127.0.0.1:1/db".parse().unwrap();
-    let Err(e) = Pg::open(dead, "w".into()).await else {
+    let Err(e) = Pg::open(&target("postgres://u:p@127.0.0.1:1/db"), "w".into()).await else {
         panic!("connected to nothing");
     };
     assert!(e.is_transient(), "{e}");
@@ -321,4 +322,49 @@ async fn a_role_is_one_workers_until_its_lease_runs_out_or_it_resigns() {
         a.lead("r", LEASE).await.unwrap(),
         "free at once after a resignation"
     );
+}
+
+/// TLS as the URL's `sslmode` asks, the server's certificate checked against the CA
+/// file: used when the server offers it, refused when nothing vouches for it.
+#[tokio::test]
+async fn tls_follows_sslmode_and_checks_the_servers_certificate() {
+    let cluster = picogent_testkit::pg::Cluster::start_tls();
+    let db = cluster.database().await.url;
+    let ca = cluster.ca.clone();
+    let with = |url: String, ca_file: Option<std::path::PathBuf>| crate::config::Postgres {
+        config: url.parse().unwrap(),
+        ca_file,
+    };
+    let uses_tls = |pg: Arc<Pg>| async move {
+        pg.run(|c| async move {
+            c.query_one(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .await
+        })
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    };
+    for url in [format!("{db}?sslmode=require"), db.clone()] {
+        let pg = Pg::open(&with(url.clone(), ca.clone()), "w".into())
+            .await
+            .unwrap();
+        assert!(uses_tls(pg).await, "{url}");
+    }
+    let Err(e) = Pg::open(&with(format!("{db}?sslmode=require"), None), "w".into()).await else {
+        panic!("a certificate nothing vouches for was taken");
+    };
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+    let pg = Pg::open(&with(format!("{db}?sslmode=disable"), None), "w".into())
+        .await
+        .unwrap();
+    assert!(!uses_tls(pg).await);
+    let bad = std::env::temp_dir().join(format!("not-a-ca-{}", std::process::id()));
+    std::fs::write(&bad, "no certificate here").unwrap();
+    let Err(e) = Pg::open(&with(db, Some(bad.clone())), "w".into()).await else {
+        panic!("a CA file without certificates was taken");
+    };
+    assert!(e.to_string().contains(&bad.display().to_string()), "{e}");
 }

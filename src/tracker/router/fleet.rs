@@ -96,8 +96,11 @@ impl Router {
                     _ = stop.cancelled() => break,
                 }
                 if !lock(&self.shared.state).draining {
-                    self.claim_more(&pg, s).await;
+                    // Idle tasks go first, so their slots are claimed again at once.
                     self.take_events(&pg, s, &held).await;
+                    if self.claim_more(&pg, s).await {
+                        self.take_events(&pg, s, &held).await;
+                    }
                 }
                 self.look(&pg, &mut looked).await;
             }
@@ -203,19 +206,23 @@ impl Router {
         })
     }
 
-    /// Claims tasks while this worker has room.
-    async fn claim_more(&self, pg: &Pg, s: FleetSettings) {
+    /// Claims tasks while this worker has room; whether it claimed any.
+    async fn claim_more(&self, pg: &Pg, s: FleetSettings) -> bool {
         let room = self.shared.max.saturating_sub(pg.held().len());
         if room == 0 {
-            return;
+            return false;
         }
         match pg.claim(room, s.lease, s.fleet_max).await {
             Ok(tasks) => {
-                for t in tasks {
+                for t in &tasks {
                     tracing::info!(task = %t, "task claimed");
                 }
+                !tasks.is_empty()
             }
-            Err(e) => tracing::warn!("cannot claim tasks: {e}"),
+            Err(e) => {
+                tracing::warn!("cannot claim tasks: {e}");
+                false
+            }
         }
     }
 

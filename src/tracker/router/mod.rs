@@ -163,6 +163,8 @@ impl Drop for Settling {
                 st.settling.remove(&self.task);
             }
         }
+        drop(st);
+        self.router.shared.fleet_wake.notify_one();
     }
 }
 

@@ -318,6 +318,8 @@ impl Router {
         lock(&self.shared.state).running.remove(&job.task_id);
         tracing::info!(task = %job.task_id, "run ended");
         self.shared.changed.notify_waiters();
+        // A fleet's worker lets the task go and claims the next at once.
+        self.shared.fleet_wake.notify_one();
         self.schedule();
     }
 }
