@@ -631,8 +631,7 @@ async fn a_store_is_refused_while_local_files_hold_unfinished_work() {
         .expect("the start was not refused")
         .unwrap();
     let e = ended
-        .err()
-        .expect("a store over unfinished local work")
+        .expect_err("a store over unfinished local work")
         .to_string();
     assert!(
         e.contains("unsent report(s)") && e.contains("without `store`"),
