@@ -131,6 +131,20 @@ impl Sources<'_> {
                 "names no database (postgres://user@host/DATABASE)".into(),
             ));
         }
+        // tokio-postgres's `prefer` lets anyone between here and another machine say
+        // "no TLS" and read the password: another machine's database needs TLS unless
+        // the URL says otherwise (`sslmode=disable` or `prefer`).
+        let local = config.get_hosts().iter().all(|h| match h {
+            tokio_postgres::config::Host::Unix(_) => true,
+            tokio_postgres::config::Host::Tcp(h) => {
+                h == "localhost"
+                    || h.parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            }
+        });
+        if !local && !url.contains("sslmode=") {
+            config.ssl_mode(tokio_postgres::config::SslMode::Require);
+        }
         if config.get_password().is_none() {
             if let Some(file) = self.env.get("PICOGENT_STORE_PASSWORD_FILE") {
                 let pw = std::fs::read_to_string(file).map_err(|e| ConfigError::Env {
@@ -147,5 +161,35 @@ impl Sources<'_> {
             .get("PICOGENT_STORE_CA_FILE")
             .map(std::path::PathBuf::from);
         Ok(Postgres { config, ca_file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, Env};
+
+    fn ssl(url: &str) -> tokio_postgres::config::SslMode {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env::from_pairs([("PICOGENT_STORE_URL".to_string(), url.to_string())]);
+        let c = Config::load(None, &env, dir.path()).unwrap();
+        c.store.postgres.unwrap().config.get_ssl_mode()
+    }
+
+    /// Another machine's database needs TLS unless the URL says otherwise: nobody in
+    /// between can say "no TLS" and read the password.
+    #[test]
+    fn another_machines_database_needs_tls_unless_the_url_says_otherwise() {
+        use tokio_postgres::config::SslMode;
+        assert_eq!(ssl("postgres://u:p@db.internal/x"), SslMode::Require);
+        assert_eq!(
+            ssl("postgres://u:p@db.internal/x?sslmode=disable"),
+            SslMode::Disable
+        );
+        assert_eq!(
+            ssl("postgres://u:p@db.internal/x?sslmode=prefer"),
+            SslMode::Prefer
+        );
+        assert_eq!(ssl("postgres://u:p@127.0.0.1:5432/x"), SslMode::Prefer);
+        assert_eq!(ssl("postgres://u:p@localhost/x"), SslMode::Prefer);
     }
 }

@@ -28,12 +28,12 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) -> Result<(), DaemonError> {
     loop {
-        if !elected(&pg, lease, &stop).await {
+        let Some(won) = elected(&pg, lease, &stop).await else {
             return Ok(());
-        }
+        };
         tracing::info!("this worker holds the tracker's connection for the fleet");
         let held = stop.child_token();
-        let keeper = tokio::spawn(keep(pg.clone(), lease, held.clone()));
+        let keeper = tokio::spawn(keep(pg.clone(), lease, won, held.clone()));
         let opts = WsOptions {
             tracker_url: opts.tracker_url.clone(),
             token: opts.token.clone(),
@@ -55,12 +55,14 @@ pub(crate) async fn run(
     }
 }
 
-/// Waits until this worker holds the role; false when stopped first.
-async fn elected(pg: &Pg, lease: Duration, stop: &CancellationToken) -> bool {
+/// Waits until this worker holds the role: when the winning statement was sent;
+/// `None` when stopped first.
+async fn elected(pg: &Pg, lease: Duration, stop: &CancellationToken) -> Option<Instant> {
     let mut said = false;
     loop {
+        let sent = Instant::now();
         match pg.lead(ROLE, lease).await {
-            Ok(true) => return true,
+            Ok(true) => return Some(sent),
             Ok(false) if !said => {
                 tracing::info!(
                     "another worker holds the tracker's connection: this one works from the store"
@@ -74,16 +76,16 @@ async fn elected(pg: &Pg, lease: Duration, stop: &CancellationToken) -> bool {
         }
         tokio::select! {
             _ = tokio::time::sleep(lease / 3) => {}
-            _ = stop.cancelled() => return false,
+            _ = stop.cancelled() => return None,
         }
     }
 }
 
 /// Renews the role every third of the lease; ends `held` once it is another worker's
 /// or could not be renewed for five sixths of the lease.
-async fn keep(pg: Arc<Pg>, lease: Duration, held: CancellationToken) {
+async fn keep(pg: Arc<Pg>, lease: Duration, won: Instant, held: CancellationToken) {
     let deadline = lease * 5 / 6;
-    let mut renewed = Instant::now();
+    let mut renewed = won;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(lease / 3) => {}
@@ -92,8 +94,10 @@ async fn keep(pg: Arc<Pg>, lease: Duration, held: CancellationToken) {
         let left = deadline
             .saturating_sub(renewed.elapsed())
             .max(Duration::from_millis(100));
+        // Counted from the sending, as the database counts it from the statement.
+        let sent = Instant::now();
         match tokio::time::timeout(left, pg.lead(ROLE, lease)).await {
-            Ok(Ok(true)) => renewed = Instant::now(),
+            Ok(Ok(true)) => renewed = sent,
             Ok(Ok(false)) => break,
             Ok(Err(e)) => tracing::warn!("cannot renew the tracker's connection's lease: {e}"),
             Err(_) => {}

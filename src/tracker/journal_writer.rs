@@ -152,8 +152,9 @@ impl JournalWriter {
     }
 }
 
-/// Marks a fleet's event done, trying again while the store is away (for as long as
-/// the lease could last: after that the task is another worker's to decide).
+/// Marks a fleet's event done, trying again while the store is away (about 40 s; an
+/// event left undone is worked again by whoever holds its task next, its start
+/// counted).
 async fn mark_done(pg: &Pg, id: &str, task: &TaskId) {
     let mut delay = std::time::Duration::from_millis(200);
     for _ in 0..12 {

@@ -21,6 +21,7 @@ mod deploy_fleet;
 mod disk;
 mod exactly_once;
 mod fleet;
+mod fleet_faults;
 mod git_support;
 mod github;
 mod github_answers;

@@ -4,7 +4,6 @@
 //! trip (no prepare first). An id twice in one batch is new once.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::Type;
@@ -39,7 +38,35 @@ pub(super) fn start(pg: std::sync::Weak<Pg>, tasks: &tokio_util::task::TaskTrack
     tx
 }
 
+/// Writes a batch; a batch the database refuses (one event it cannot store) is written
+/// again one event at a time, so only that event is refused.
 async fn write(pg: &Pg, batch: Vec<Accept>) {
+    if batch.len() == 1 {
+        return write_batch(pg, batch).await;
+    }
+    let Some(refused) = write_batch_or_return(pg, batch).await else {
+        return;
+    };
+    for one in refused {
+        write_batch(pg, vec![one]).await;
+    }
+}
+
+async fn write_batch(pg: &Pg, batch: Vec<Accept>) {
+    if let Some(refused) = write_batch_or_return(pg, batch).await {
+        answer_all(refused, StoreError::Refused, "refused");
+    }
+}
+
+fn answer_all(batch: Vec<Accept>, kind: fn(String) -> StoreError, why: &str) {
+    for a in batch {
+        let _ = a.answer.send(Err(kind(why.to_string())));
+    }
+}
+
+/// Commits the batch and answers it; a batch the database refused comes back
+/// unanswered (`Some`).
+async fn write_batch_or_return(pg: &Pg, batch: Vec<Accept>) -> Option<Vec<Accept>> {
     let ids: Vec<&str> = batch.iter().map(|a| a.id.as_str()).collect();
     let tasks: Vec<&str> = batch.iter().map(|a| a.task.as_str()).collect();
     let arrivals: Vec<&str> = batch.iter().map(|a| a.arrival.as_str()).collect();
@@ -70,18 +97,18 @@ async fn write(pg: &Pg, batch: Vec<Accept>) {
                 // The first of one id in the batch is the new one.
                 let _ = a.answer.send(Ok(new.remove(&a.id)));
             }
+            None
+        }
+        Err(e) if e.is_transient() => {
+            answer_all(batch, StoreError::Unreachable, &e.to_string());
+            None
         }
         Err(e) => {
-            let shared = Arc::new(e.to_string());
-            let transient = e.is_transient();
-            for a in batch {
-                let e = if transient {
-                    StoreError::Unreachable(shared.to_string())
-                } else {
-                    StoreError::Refused(shared.to_string())
-                };
-                let _ = a.answer.send(Err(e));
-            }
+            tracing::warn!(
+                events = batch.len(),
+                "the store refused a batch of accepted events: {e}"
+            );
+            Some(batch)
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use picogent_protocol::tracker::{Arrival, TaskId};
 
-use super::{Pg, Result, StoreError};
+use super::{Pg, Result, Slot, StoreError};
 
 /// How long accepted ids are remembered once their work is done.
 const REMEMBER: &str = "7 days";
@@ -82,41 +82,24 @@ impl Pg {
             .ok_or_else(|| StoreError::LeaseLost(task.to_string()))?;
         let (id, me) = (id.to_string(), self.worker.clone());
         let task = task.as_str().to_string();
-        let t = task.clone();
-        let n = self
-            .run(|c| async move {
-                c.execute(
-                    "UPDATE events e SET done_at = now() FROM tasks t
-                     WHERE e.id = $1 AND e.done_at IS NULL AND t.task_id = $2
-                       AND e.task_id = t.task_id AND t.owner = $3 AND t.fence = $4",
-                    &[&id, &t, &me, &fence],
+        self.transaction(move |tx| {
+            Box::pin(async move {
+                // The task's row locked under this worker's live lease: a claim by
+                // another worker waits for this, or this finds it gone.
+                if !super::reports::ours(tx, &task, &me, fence).await? {
+                    return Err(StoreError::LeaseLost(task));
+                }
+                tx.execute(
+                    "UPDATE events SET done_at = now()
+                     WHERE id = $1 AND task_id = $2 AND done_at IS NULL",
+                    &[&id, &task],
                 )
                 .await
+                .map_err(StoreError::from_pg)?;
+                Ok(())
             })
-            .await?;
-        if n == 0 && !self.holds(&task).await? {
-            return Err(StoreError::LeaseLost(task));
-        }
-        Ok(())
-    }
-
-    /// Whether this worker's lease on the task is still the live one.
-    async fn holds(&self, task: &str) -> Result<bool> {
-        let Some(fence) = self.fence(task) else {
-            return Ok(false);
-        };
-        let (task, me) = (task.to_string(), self.worker.clone());
-        let row = self
-            .run(|c| async move {
-                c.query_opt(
-                    "SELECT 1 FROM tasks WHERE task_id = $1 AND owner = $2 AND fence = $3
-                       AND lease_until > now()",
-                    &[&task, &me, &fence],
-                )
-                .await
-            })
-            .await?;
-        Ok(row.is_some())
+        })
+        .await
     }
 
     /// Claims up to `n` tasks that have events not done and no live lease, oldest
@@ -190,7 +173,7 @@ impl Pg {
         let me = self.worker.clone();
         let (t, f) = (tasks.clone(), fences.clone());
         let rows = self
-            .run(|c| async move {
+            .run_on(Slot::Lease, |c| async move {
                 c.query(
                     "UPDATE tasks SET lease_until = now() + make_interval(secs => $4)
                      FROM unnest($2::text[], $3::bigint[]) AS h(task_id, fence)
@@ -203,11 +186,14 @@ impl Pg {
             })
             .await?;
         let kept: std::collections::HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
-        let lost: Vec<String> = tasks.into_iter().filter(|t| !kept.contains(t)).collect();
+        // Lost: a lease not renewed that is still held under the fence asked about
+        // (one let go, or claimed anew, while the renewal was on its way is not).
         let mut held = crate::util::lock(&self.held);
-        for (t, f) in lost.iter().zip(fences) {
-            if held.get(t) == Some(&f) {
-                held.remove(t);
+        let mut lost = Vec::new();
+        for (t, f) in tasks.into_iter().zip(fences) {
+            if !kept.contains(&t) && held.get(&t) == Some(&f) {
+                held.remove(&t);
+                lost.push(t);
             }
         }
         Ok(lost)
@@ -310,6 +296,13 @@ impl Pg {
                 .await?;
             c.execute(
                 &format!("DELETE FROM reports WHERE sent_at < now() - interval '{REMEMBER}'"),
+                &[],
+            )
+            .await?;
+            // A task nobody holds and no event names is nobody's business any more.
+            c.execute(
+                "DELETE FROM tasks t WHERE t.owner IS NULL
+                 AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = t.task_id)",
                 &[],
             )
             .await?;

@@ -12,7 +12,7 @@ impl Pg {
     pub(crate) async fn lead(&self, role: &str, lease: Duration) -> Result<bool> {
         let (role, me) = (role.to_string(), self.worker.clone());
         let row = self
-            .run(|c| async move {
+            .run_on(super::Slot::Lease, |c| async move {
                 c.query_opt(
                     "INSERT INTO leaders (role, owner, lease_until)
                      VALUES ($1, $2, now() + make_interval(secs => $3))

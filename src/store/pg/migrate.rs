@@ -61,6 +61,7 @@ const MIGRATIONS: &[&str] = &[
         lease_until  timestamptz NOT NULL,
         fence        bigint NOT NULL DEFAULT 1
     );
+    CREATE INDEX tasks_leased ON tasks (lease_until) WHERE owner IS NOT NULL;
     "#,
 ];
 
@@ -73,6 +74,10 @@ const MIGRATION_LOCK: i64 = 0x7069_636f_6765_6e74;
 /// Brings the schema to `SCHEMA_VERSION`; refuses a newer one.
 pub(super) async fn run(client: &mut Client) -> Result<()> {
     let tx = client.transaction().await.map_err(StoreError::from_pg)?;
+    // Workers starting together wait for the one migrating, however long it takes.
+    tx.batch_execute("SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0")
+        .await
+        .map_err(StoreError::from_pg)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(StoreError::from_pg)?;

@@ -1,10 +1,13 @@
 //! PostgreSQL, the store a fleet of workers shares (`store: "postgres://…"`).
 //!
-//! Each worker keeps two connections: one for single statements, which tokio-postgres
-//! pipelines (accepts from many requests at once share it), and one for the few
-//! transactions (a claim, a conclusion), taken one at a time. Both are made again when
-//! they break; every statement is bounded in time, so a store that stops answering
-//! (a partition) is an error after `STATEMENT_TIMEOUT`, never a hang. The schema's
+//! Each worker keeps three connections: one for single statements, which
+//! tokio-postgres pipelines (accept batches, reads), one for the renewal of leases
+//! alone (never queued behind other work), and one for the few transactions (a claim,
+//! a conclusion), taken one at a time. All are made again when they break; every
+//! statement is bounded in time here, so a store that stops answering (a partition) is
+//! an error after `STATEMENT_TIMEOUT`, never a hang, and on the server too (statement,
+//! lock and idle-in-transaction timeouts, TCP's own timeout): a worker cut off in the
+//! middle of a transaction never holds its locks for longer than a few seconds. The schema's
 //! versions are in `migrate.rs`, the journal and the tasks' leases in `events.rs`, the
 //! outbox and the dead letters in `reports.rs`.
 //!
@@ -68,9 +71,16 @@ impl StoreError {
 
     fn from_pg(e: tokio_postgres::Error) -> StoreError {
         match e.code().map(|c| c.code()) {
-            // Connection exceptions, and a server shutting down or starting.
-            Some(code) if code.starts_with("08") || code.starts_with("57P") => {
-                StoreError::Unreachable(e.to_string())
+            // Connection exceptions, a server shutting down or starting, one out of
+            // connections or memory (53), and the server-side bounds (a lock or a
+            // statement timed out: 55P03, 57014; an idle transaction ended: 25P03).
+            Some(code)
+                if code.starts_with("08")
+                    || code.starts_with("57P")
+                    || code.starts_with("53")
+                    || matches!(code, "55P03" | "57014" | "25P03") =>
+            {
+                StoreError::Unreachable(describe(&e))
             }
             Some(_) => StoreError::Refused(describe(&e)),
             None => StoreError::Unreachable(describe(&e)),
@@ -90,6 +100,15 @@ fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 pub(crate) type Result<T> = std::result::Result<T, StoreError>;
+
+/// Which pipelined connection a statement goes on.
+#[derive(Clone, Copy)]
+pub(super) enum Slot {
+    /// Everything but the leases' renewal.
+    Shared,
+    /// The renewal of task leases and roles alone.
+    Lease,
+}
 
 /// Which worker this is, unique to this process's life: a worker that restarts is a
 /// new one, whose predecessor's leases run out by themselves.
@@ -118,6 +137,7 @@ pub(crate) struct Pg {
     tls: tokio_postgres_rustls::MakeRustlsConnect,
     pub(crate) worker: String,
     shared: tokio::sync::Mutex<Option<Arc<Client>>>,
+    lease: tokio::sync::Mutex<Option<Arc<Client>>>,
     serial: tokio::sync::Mutex<Option<Client>>,
     held: Held,
     /// Accepts waiting for their group commit (`accepts.rs`); `None` once closed.
@@ -144,6 +164,7 @@ impl Pg {
             tls: tls::connector(target.ca_file.as_deref())?,
             worker,
             shared: Default::default(),
+            lease: Default::default(),
             serial: Default::default(),
             held: Default::default(),
             accepts: Mutex::new(None),
@@ -166,6 +187,16 @@ impl Pg {
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10))
             .application_name("picogent");
+        // The server's side of the bounds: what a worker gone silent mid-transaction
+        // holds is let go within seconds (a connection of the user's own `options`
+        // keeps them, after these).
+        let ours = "-c statement_timeout=10000 -c lock_timeout=5000 \
+                    -c idle_in_transaction_session_timeout=5000 -c tcp_user_timeout=10000";
+        let options = match config.get_options() {
+            Some(theirs) => format!("{ours} {theirs}"),
+            None => ours.to_string(),
+        };
+        config.options(&options);
         let connecting = config.connect(self.tls.clone());
         let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
             .await
@@ -179,9 +210,9 @@ impl Pg {
         Ok(client)
     }
 
-    /// The shared connection (made again when it broke).
-    async fn client(&self) -> Result<Arc<Client>> {
-        let mut slot = self.shared.lock().await;
+    /// A pipelined connection (made again when it broke).
+    async fn client(&self, which: Slot) -> Result<Arc<Client>> {
+        let mut slot = self.slot(which).lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
@@ -190,18 +221,33 @@ impl Pg {
         Ok(c)
     }
 
+    fn slot(&self, which: Slot) -> &tokio::sync::Mutex<Option<Arc<Client>>> {
+        match which {
+            Slot::Shared => &self.shared,
+            Slot::Lease => &self.lease,
+        }
+    }
+
     /// Runs one statement-level operation on the shared connection, bounded in time.
     async fn run<T, F>(&self, op: impl FnOnce(Arc<Client>) -> F) -> Result<T>
     where
         F: std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     {
-        let client = self.client().await?;
+        self.run_on(Slot::Shared, op).await
+    }
+
+    /// Runs one statement-level operation on a pipelined connection, bounded in time.
+    async fn run_on<T, F>(&self, which: Slot, op: impl FnOnce(Arc<Client>) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    {
+        let client = self.client(which).await?;
         let started = Instant::now();
         let answer = match tokio::time::timeout(STATEMENT_TIMEOUT, op(client)).await {
             Ok(r) => r.map_err(StoreError::from_pg),
             Err(_) => {
                 // A connection that stopped answering is not used again.
-                *self.shared.lock().await = None;
+                *self.slot(which).lock().await = None;
                 Err(StoreError::Unreachable(
                     "the store did not answer in time".into(),
                 ))
@@ -284,6 +330,7 @@ impl Pg {
         // The accepts' writer ends once the queue is gone and its last batch written.
         crate::util::lock(&self.accepts).take();
         *self.shared.lock().await = None;
+        *self.lease.lock().await = None;
         *self.serial.lock().await = None;
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(2), self.tasks.wait()).await;

@@ -28,6 +28,25 @@ fn corrupt(e: serde_json::Error) -> StoreError {
     }
 }
 
+/// Whether the task's lease is `me`'s under `fence` and live; its row stays locked
+/// until the transaction ends.
+pub(super) async fn ours(
+    tx: &tokio_postgres::Transaction<'_>,
+    task: &str,
+    me: &str,
+    fence: i64,
+) -> Result<bool> {
+    let row = tx
+        .query_opt(
+            "SELECT 1 FROM tasks WHERE task_id = $1 AND owner = $2 AND fence = $3
+               AND lease_until > now() FOR UPDATE",
+            &[&task, &me, &fence],
+        )
+        .await
+        .map_err(StoreError::from_pg)?;
+    Ok(row.is_some())
+}
+
 impl Pg {
     /// Queues reports for a task, in order, as the conclusion of the events
     /// `concludes` (marked done in the same transaction); refused with `LeaseLost`
@@ -58,15 +77,7 @@ impl Pg {
         );
         self.transaction(move |tx| {
             Box::pin(async move {
-                let ours = tx
-                    .query_opt(
-                        "SELECT 1 FROM tasks WHERE task_id = $1 AND owner = $2 AND fence = $3
-                           AND lease_until > now() FOR UPDATE",
-                        &[&task_s, &me, &fence],
-                    )
-                    .await
-                    .map_err(StoreError::from_pg)?;
-                if ours.is_none() {
+                if !ours(tx, &task_s, &me, fence).await? {
                     return Err(StoreError::LeaseLost(task_s));
                 }
                 tx.execute(
@@ -181,6 +192,7 @@ impl Pg {
     /// it off the queue, in one statement.
     pub(crate) async fn bury(&self, item: &Queued, error: &str) -> Result<()> {
         let report = serde_json::to_string(&item.report).map_err(corrupt)?;
+        let me = self.worker.clone();
         let (seq, task, key, error) = (
             item.seq,
             item.task_id.as_str().to_string(),
@@ -189,10 +201,12 @@ impl Pg {
         );
         self.run(|c| async move {
             c.execute(
-                "WITH s AS (UPDATE reports SET sent_at = now() WHERE seq = $1 RETURNING 1)
+                "WITH s AS (UPDATE reports SET sent_at = now()
+                            WHERE seq = $1 AND sent_at IS NULL AND claimed_by = $6
+                            RETURNING 1)
                  INSERT INTO dead_letters (task_id, key, report, error)
                  SELECT $2, $3, $4, $5 FROM s",
-                &[&seq, &task, &key, &report, &error],
+                &[&seq, &task, &key, &report, &error, &me],
             )
             .await
         })

@@ -368,3 +368,27 @@ async fn tls_follows_sslmode_and_checks_the_servers_certificate() {
     };
     assert!(e.to_string().contains(&bad.display().to_string()), "{e}");
 }
+
+/// Renewing finds exactly the leases lost, each judged by its own fence.
+#[tokio::test]
+async fn renewing_loses_only_the_leases_another_worker_took() {
+    let (_, a) = fresh().await;
+    for (id, task) in [("e1", "t1"), ("e2", "t2")] {
+        a.accept(&arrival(id, task)).await.unwrap();
+    }
+    assert_eq!(a.claim(2, LEASE, None).await.unwrap().len(), 2);
+    // t2 claimed again later (a higher fence); t1 taken by another worker since.
+    a.run(|c| async move {
+        c.batch_execute(
+            "UPDATE tasks SET fence = 5 WHERE task_id = 't2';
+             UPDATE tasks SET owner = 'w2', fence = fence + 1 WHERE task_id = 't1'",
+        )
+        .await
+    })
+    .await
+    .unwrap();
+    a.held.lock().unwrap().insert("t2".into(), 5);
+    assert_eq!(a.renew(LEASE).await.unwrap(), ["t1"]);
+    assert_eq!((a.fence("t1"), a.fence("t2")), (None, Some(5)));
+    assert!(a.renew(LEASE).await.unwrap().is_empty());
+}

@@ -185,9 +185,10 @@ impl Outbox {
         match &self.queue {
             Queue::Files(f) => self.after_sent(f.mark_sent(seq)),
             Queue::Fleet { pg, hold, .. } => {
-                // Tried while the claim lasts (the lane stays busy, so the task's next
-                // report waits); after that the report may go once more, under the
-                // same idempotency key.
+                // Tried for a claim's length after the delivery (the lane stays busy,
+                // so the task's next report waits); after that the claim may be
+                // another worker's and the report may go once more, under the same
+                // idempotency key.
                 let until = tokio::time::Instant::now() + *hold;
                 let mut delay = Duration::from_millis(100);
                 while let Err(e) = pg.sent(seq as i64).await {
@@ -329,9 +330,11 @@ impl Outbox {
         let mut delay = start;
         // When the tracker first refused it (an outage before does not count).
         let mut first_refused: Option<std::time::Instant> = None;
+        // When this worker's claim on the report was last known to be renewed.
+        let mut held_at = tokio::time::Instant::now();
         loop {
             let sent = tracker.report(&item.task_id, &item.report, &item.key);
-            let e = match self.while_held(item, sent).await {
+            let e = match self.while_held(item, sent, &mut held_at).await {
                 // Another worker has the report now.
                 None => return true,
                 Some(answer) => answer,
@@ -366,8 +369,14 @@ impl Outbox {
                 return true;
             }
             tracing::warn!(task = %item.task_id, "report not delivered, retrying in {delay:?}: {e}");
+            // The claim is kept through the wait too: the report stays this worker's,
+            // and so does its count of refusals.
             tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
+                kept = self.while_held(item, tokio::time::sleep(delay), &mut held_at) => {
+                    if kept.is_none() {
+                        return true;
+                    }
+                }
                 _ = stop.cancelled() => return false,
             }
             delay = (delay * 2).min(cap);
@@ -399,31 +408,42 @@ impl Outbox {
         }
     }
 
-    /// Awaits a delivery attempt; in a fleet, renewing this worker's claim on the
-    /// report meanwhile. `None` when the claim is another worker's (it ran out while
-    /// the store was away): that worker delivers it.
+    /// Awaits `work` (a delivery attempt, a wait before the next); in a fleet,
+    /// renewing this worker's claim on the report meanwhile. `None` when the claim is
+    /// another worker's, or may be (not renewed for five sixths of it: the store is
+    /// away): that worker delivers it, and this one lets go of it.
     async fn while_held<T>(
         &self,
         item: &Item,
-        attempt: impl std::future::Future<Output = T>,
+        work: impl std::future::Future<Output = T>,
+        held_at: &mut tokio::time::Instant,
     ) -> Option<T> {
         let Queue::Fleet { pg, hold, .. } = &self.queue else {
-            return Some(attempt.await);
+            return Some(work.await);
         };
-        let mut attempt = std::pin::pin!(attempt);
+        let deadline = *hold * 5 / 6;
+        let mut work = std::pin::pin!(work);
         loop {
-            match pg.hold_report(item.seq as i64, *hold).await {
-                Ok(false) => {
+            let sent = tokio::time::Instant::now();
+            let left = (*held_at + deadline).saturating_duration_since(sent);
+            match tokio::time::timeout(left, pg.hold_report(item.seq as i64, *hold)).await {
+                Ok(Ok(false)) => {
                     tracing::info!(task = %item.task_id, seq = item.seq, "another worker delivers this report now");
                     return None;
                 }
-                Ok(true) => {}
-                // Tried again at the next renewal; the claim lasts a while yet.
-                Err(e) => tracing::warn!("cannot renew a report's claim: {e}"),
+                Ok(Ok(true)) => *held_at = sent,
+                // Tried again at the next renewal, while the claim lasts.
+                Ok(Err(e)) => tracing::warn!("cannot renew a report's claim: {e}"),
+                Err(_) => {}
+            }
+            let left = (*held_at + deadline).saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!(task = %item.task_id, seq = item.seq, "this worker's claim on a report ran out: it is left to the worker that takes it");
+                return None;
             }
             tokio::select! {
-                answer = &mut attempt => return Some(answer),
-                _ = tokio::time::sleep(*hold / 3) => {}
+                answer = &mut work => return Some(answer),
+                _ = tokio::time::sleep((*hold / 3).min(left)) => {}
             }
         }
     }

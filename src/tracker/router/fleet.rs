@@ -135,6 +135,9 @@ impl Router {
         let left = deadline
             .saturating_sub(since)
             .max(Duration::from_millis(100));
+        // The database counts the lease from when the statement runs, no earlier
+        // than it is sent: the deadline counts from the sending too.
+        let sent = Instant::now();
         let renewed = match tokio::time::timeout(left, pg.renew(s.lease)).await {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => {
@@ -144,7 +147,7 @@ impl Router {
         };
         let lost = match renewed {
             Ok(lost) => {
-                *last_renewed = Instant::now();
+                *last_renewed = sent;
                 lost
             }
             Err(e) => {
