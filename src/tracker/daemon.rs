@@ -111,13 +111,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     ));
     router.resume_pending();
     if let Some(pg) = &core.store {
-        let settings = crate::tracker::router::FleetSettings {
-            lease: cfg.store.lease,
-            fleet_max: cfg.store.fleet_max_tasks,
-        };
-        let (r, pg) = (router.clone(), pg.clone());
-        let stop = background.clone();
-        owned.spawn(async move { r.work_fleet(pg, settings, stop).await });
+        work_fleet(&cfg, &router, pg, &owned, &background);
     }
 
     let server_stop = CancellationToken::new();
@@ -141,6 +135,23 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
     }
     tracing::info!("stopped");
     result
+}
+
+/// A fleet's worker loop (claims, leases, the events of the tasks held), owned by the
+/// daemon until the background stops, after the router drained.
+fn work_fleet(
+    cfg: &crate::config::Config,
+    router: &Router,
+    pg: &std::sync::Arc<crate::store::pg::Pg>,
+    owned: &TaskTracker,
+    background: &CancellationToken,
+) {
+    let settings = crate::tracker::router::FleetSettings {
+        lease: cfg.store.lease,
+        fleet_max: cfg.store.fleet_max_tasks,
+    };
+    let (r, pg, stop) = (router.clone(), pg.clone(), background.clone());
+    owned.spawn(async move { r.work_fleet(pg, settings, stop).await });
 }
 
 /// Stops the doors' background work and waits a bounded while for what they started.

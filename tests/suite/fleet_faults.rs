@@ -174,29 +174,27 @@ async fn the_store_stopped_for_thirty_seconds_loses_and_repeats_nothing() {
     fleet.stop().await;
 }
 
+/// A worker over Team Board's WebSocket (not waited for: only one will register).
+fn start_ws(fleet: &mut Fleet) {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = json!({"tracker_url": fleet.tracker.url(), "listen_port": port,
+                     "allowed_paths": [sb.work], "max_concurrent_tasks": 2,
+                     "store": fleet.store, "lease_sec": 3, "transport": "ws",
+                     "fleet_max_tasks": 4, "heartbeat_interval_sec": 1});
+    sb.write_config(&fleet.llm, Wire::Anthropic, cfg);
+    let child = spawn_daemon(&sb);
+    fleet.workers.push(Worker { sb, port, child });
+}
+
 /// Over Team Board's WebSocket the tracker keeps one connection per agent: exactly one
 /// worker holds it (no worker knocks another off), every worker works the events it
 /// brings, and when its holder dies another worker connects within the lease.
 #[tokio::test]
 async fn one_worker_holds_the_websocket_for_the_fleet_and_another_takes_over() {
-    let mut fleet = Fleet::new(
-        work_and_answer(),
-        json!({"transport": "ws", "fleet_max_tasks": 4}),
-    )
-    .await;
+    let mut fleet = Fleet::new(work_and_answer(), json!({})).await;
     for _ in 0..3 {
-        let w = fleet.workers.len();
-        let sb = Sandbox::new();
-        let port = free_port();
-        let mut cfg = json!({"tracker_url": fleet.tracker.url(), "listen_port": port,
-                             "allowed_paths": [sb.work], "max_concurrent_tasks": 2,
-                             "store": fleet.store, "lease_sec": 3, "transport": "ws",
-                             "fleet_max_tasks": 4});
-        cfg["heartbeat_interval_sec"] = json!(1);
-        sb.write_config(&fleet.llm, Wire::Anthropic, cfg);
-        let child = spawn_daemon(&sb);
-        fleet.workers.push(Worker { sb, port, child });
-        assert_eq!(fleet.workers.len(), w + 1);
+        start_ws(&mut fleet);
     }
     fleet
         .tracker
