@@ -49,6 +49,11 @@ BENCHMARKS = [
      "bench/bigsession.mjs"),
     ("Build times", r"Build times\b", "bash bench/build_times.sh CHECKOUT [LABEL] (then report.py emit --record)",
      "bench/build_times.sh"),
+    ("Fleet: tasks per minute", r"Fleet: tasks per minute\b", "bash bench/fleet.sh --record", "bench/fleet.py"),
+    ("Fleet: /events acknowledgement", r"Fleet: /events acknowledgement\b", "bash bench/fleet.sh --record",
+     "bench/fleet.py"),
+    ("Fleet: a worker's idle memory", r"Fleet: a worker's idle memory\b", "bash bench/fleet.sh --record",
+     "bench/fleet.py"),
 ]
 
 DATE = r"\d{4}-\d{2}-\d{2}"

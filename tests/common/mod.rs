@@ -619,6 +619,19 @@ pub fn mkfifo(path: &Path) {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
 }
 
+/// `GET http://127.0.0.1:<port><path>` once something answers there (at most 10 s):
+/// its status and JSON body.
+pub async fn get_when_up(port: u16, path: &str) -> (u16, Value) {
+    let url = format!("http://127.0.0.1:{port}{path}");
+    for _ in 0..500 {
+        if let Ok(r) = reqwest::get(&url).await {
+            return (r.status().as_u16(), r.json().await.unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("nothing answers {url}");
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

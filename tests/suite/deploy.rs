@@ -200,14 +200,7 @@ fn the_systemd_units_hardening_keeps_the_namespace_level() {
 
 /// `/healthz` of an agent on `port`, once it answers (at most 10 s).
 async fn health_on(port: u16) -> (u16, Value) {
-    let url = format!("http://127.0.0.1:{port}/healthz");
-    for _ in 0..500 {
-        if let Ok(r) = reqwest::get(&url).await {
-            return (r.status().as_u16(), r.json().await.unwrap_or_default());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("nothing answers {url}");
+    get_when_up(port, "/healthz").await
 }
 
 fn concern_kinds(body: &Value, field: &str) -> Vec<String> {

@@ -46,17 +46,6 @@ fn spawn(sb: &Sandbox, env: &[(&str, String)]) -> tokio::process::Child {
         .unwrap()
 }
 
-async fn get(port: u16, path: &str) -> (u16, Value) {
-    let url = format!("http://127.0.0.1:{port}{path}");
-    for _ in 0..500 {
-        if let Ok(r) = reqwest::get(&url).await {
-            return (r.status().as_u16(), r.json().await.unwrap_or_default());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("nothing answers {url}");
-}
-
 #[test]
 fn the_fleet_manifest_validates_strictly_and_scales() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/fleet.yaml");
@@ -132,7 +121,7 @@ async fn the_fleet_manifests_probes_pass_on_every_replica() {
         for path in &probes {
             let mut last = (0, Value::Null);
             for _ in 0..250 {
-                last = get(*port, path).await;
+                last = get_when_up(*port, path).await;
                 if last.0 == 200 {
                     break;
                 }
@@ -141,7 +130,7 @@ async fn the_fleet_manifests_probes_pass_on_every_replica() {
             let log = std::fs::read_to_string(sb.base().join("daemon.log")).unwrap_or_default();
             assert_eq!(last.0, 200, "{path}: {}\n{log}", last.1);
         }
-        let (_, health) = get(*port, "/healthz").await;
+        let (_, health) = get_when_up(*port, "/healthz").await;
         assert_eq!(health["fleet"]["store"]["reachable"], true, "{health}");
     }
 }
@@ -189,7 +178,7 @@ async fn the_systemd_drop_in_logs_in_with_the_password_file() {
         );
         let log = || std::fs::read_to_string(sb.base().join("daemon.log")).unwrap_or_default();
         if works {
-            let (code, health) = get(port, "/livez").await;
+            let (code, health) = get_when_up(port, "/livez").await;
             assert_eq!(code, 200, "{health}\n{}", log());
             assert!(log().contains("a fleet's worker"), "{}", log());
             child.kill().await.unwrap();

@@ -32,12 +32,7 @@ async fn wait_started(fleet: &Fleet, worker: usize, name: &str) {
 }
 
 async fn health(worker: &Worker) -> Value {
-    reqwest::get(format!("http://127.0.0.1:{}/healthz", worker.port))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_when_up(worker.port, "/healthz").await.1
 }
 
 /// A worker cut off from the store (a partition: its packets go nowhere) stops
