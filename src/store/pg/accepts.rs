@@ -71,7 +71,7 @@ async fn write_batch_or_return(pg: &Pg, batch: Vec<Accept>) -> Option<Vec<Accept
     let tasks: Vec<&str> = batch.iter().map(|a| a.task.as_str()).collect();
     let arrivals: Vec<&str> = batch.iter().map(|a| a.arrival.as_str()).collect();
     let inserted = pg
-        .run(|c| async move {
+        .run_on(super::Slot::Accept, |c| async move {
             c.query_typed(
                 "WITH e AS (
                     INSERT INTO events (id, task_id, arrival)

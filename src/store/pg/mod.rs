@@ -1,9 +1,9 @@
 //! PostgreSQL, the store a fleet of workers shares (`store: "postgres://…"`).
 //!
-//! Each worker keeps three connections: one for single statements, which
-//! tokio-postgres pipelines (accept batches, reads), one for the renewal of leases
-//! alone (never queued behind other work), and one for the few transactions (a claim,
-//! a conclusion), taken one at a time. All are made again when they break; every
+//! Each worker keeps four connections: one for single statements, which
+//! tokio-postgres pipelines (reads, marks), one for the group commits of accepted
+//! events and one for the renewal of leases (neither queued behind other work), and
+//! one for the few transactions (a claim, a conclusion), taken one at a time. All are made again when they break; every
 //! statement is bounded in time here, so a store that stops answering (a partition) is
 //! an error after `STATEMENT_TIMEOUT`, never a hang, and on the server too (statement,
 //! lock and idle-in-transaction timeouts, TCP's own timeout): a worker cut off in the
@@ -108,6 +108,9 @@ pub(super) enum Slot {
     Shared,
     /// The renewal of task leases and roles alone.
     Lease,
+    /// The accepts' group commits alone: an event's answer never waits behind the
+    /// worker's own reads.
+    Accept,
 }
 
 /// Which worker this is, unique to this process's life: a worker that restarts is a
@@ -138,6 +141,7 @@ pub(crate) struct Pg {
     pub(crate) worker: String,
     shared: tokio::sync::Mutex<Option<Arc<Client>>>,
     lease: tokio::sync::Mutex<Option<Arc<Client>>>,
+    accept: tokio::sync::Mutex<Option<Arc<Client>>>,
     serial: tokio::sync::Mutex<Option<Client>>,
     held: Held,
     /// Accepts waiting for their group commit (`accepts.rs`); `None` once closed.
@@ -165,6 +169,7 @@ impl Pg {
             worker,
             shared: Default::default(),
             lease: Default::default(),
+            accept: Default::default(),
             serial: Default::default(),
             held: Default::default(),
             accepts: Mutex::new(None),
@@ -225,6 +230,7 @@ impl Pg {
         match which {
             Slot::Shared => &self.shared,
             Slot::Lease => &self.lease,
+            Slot::Accept => &self.accept,
         }
     }
 
@@ -331,6 +337,7 @@ impl Pg {
         crate::util::lock(&self.accepts).take();
         *self.shared.lock().await = None;
         *self.lease.lock().await = None;
+        *self.accept.lock().await = None;
         *self.serial.lock().await = None;
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(2), self.tasks.wait()).await;
