@@ -34,13 +34,7 @@ pub(crate) async fn run(
         tracing::info!("this worker holds the tracker's connection for the fleet");
         let held = stop.child_token();
         let keeper = tokio::spawn(keep(pg.clone(), lease, won, held.clone()));
-        let opts = WsOptions {
-            tracker_url: opts.tracker_url.clone(),
-            token: opts.token.clone(),
-            heartbeat: opts.heartbeat,
-            backoff: opts.backoff,
-        };
-        let ended = ws::run(opts, desc.clone(), router.clone(), held.clone()).await;
+        let ended = ws::run(opts.clone(), desc.clone(), router.clone(), held.clone()).await;
         held.cancel();
         let _ = keeper.await;
         if stop.is_cancelled() || ended.is_err() {

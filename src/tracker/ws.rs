@@ -21,6 +21,7 @@ use crate::tracker::router::Router;
 use crate::tracker::types::{AgentDescription, AgentFrame, Arrival, Envelope, TrackerFrame};
 use crate::tracker::TrackerError;
 
+#[derive(Clone)]
 pub(crate) struct WsOptions {
     pub(crate) tracker_url: String,
     pub(crate) token: String,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::tracker::{FakeTracker, TOKEN};
+use crate::common::tracker::FakeTracker;
 use crate::common::*;
 
 fn read(file: &str) -> String {
@@ -28,22 +28,10 @@ fn fleet_agent_json(manifest: &str) -> Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("agent.json: {e}\n{body}"))
 }
 
+/// The binary on `sb` with the kit's environment and `env` (daemon.log its stderr).
 fn spawn(sb: &Sandbox, env: &[(&str, String)]) -> tokio::process::Child {
-    let log = std::fs::File::create(sb.base().join("daemon.log")).unwrap();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .arg(&sb.home)
-        .current_dir(sb.base())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &sb.user_home)
-        .env("AGENT_TOKEN", TOKEN)
-        .env("PICOGENT_API_KEY", llm::API_KEY)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    spawn_daemon_with(sb, &env)
 }
 
 #[test]

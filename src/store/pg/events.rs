@@ -17,12 +17,6 @@ const REMEMBER: &str = "7 days";
 /// The lock that serialises claims, so `fleet_max_tasks` holds across the fleet.
 const CLAIM_LOCK: i64 = 0x7069_636f_636c_6169;
 
-/// An event not yet done, of a task this worker holds.
-#[derive(Debug, Clone)]
-pub(crate) struct Claimed {
-    pub(crate) arrival: Arrival,
-}
-
 /// What the fleet is doing, as `/healthz` and `/metrics` show it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FleetStatus {
@@ -227,7 +221,7 @@ impl Pg {
     }
 
     /// The events not done of the tasks this worker holds, oldest first.
-    pub(crate) async fn pending_of_held(&self) -> Result<Vec<Claimed>> {
+    pub(crate) async fn pending_of_held(&self) -> Result<Vec<Arrival>> {
         let tasks = self.held();
         if tasks.is_empty() {
             return Ok(Vec::new());
@@ -244,12 +238,10 @@ impl Pg {
             .await?;
         rows.iter()
             .map(|r| {
-                let arrival: Arrival =
-                    serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| StoreError::Corrupt {
-                        what: "event",
-                        message: e.to_string(),
-                    })?;
-                Ok(Claimed { arrival })
+                serde_json::from_str(r.get::<_, &str>(0)).map_err(|e| StoreError::Corrupt {
+                    what: "event",
+                    message: e.to_string(),
+                })
             })
             .collect()
     }

@@ -128,8 +128,8 @@ async fn a_task_is_claimed_by_one_worker_and_its_events_come_in_order() {
         .await
         .unwrap()
         .into_iter()
-        .filter(|c| c.arrival.task_id().as_str() == "t1")
-        .map(|c| c.arrival.id)
+        .filter(|c| c.task_id().as_str() == "t1")
+        .map(|c| c.id)
         .collect();
     assert_eq!(ids, ["e1", "e3"]);
     // Nothing is left to claim while the leases live.
@@ -210,7 +210,7 @@ async fn a_released_task_with_new_events_is_claimed_again() {
         .await
         .unwrap()
         .into_iter()
-        .map(|c| c.arrival.id)
+        .map(|c| c.id)
         .collect();
     assert_eq!(ids, ["e2"]);
     assert_eq!(b.started("e2").await.unwrap(), 1);

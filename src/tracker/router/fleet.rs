@@ -247,18 +247,14 @@ impl Router {
         {
             let mut w = lock(book);
             for p in pending {
-                let task = p.arrival.task_id().clone();
+                let task = p.task_id().clone();
                 // A lease lost since the read: its events are another worker's.
                 if !held.contains(task.as_str()) || pg.fence(task.as_str()).is_none() {
                     continue;
                 }
                 with_events.insert(task.clone());
-                if w.submitted
-                    .entry(task)
-                    .or_default()
-                    .insert(p.arrival.id.clone())
-                {
-                    new.push(p.arrival);
+                if w.submitted.entry(task).or_default().insert(p.id.clone()) {
+                    new.push(p);
                 }
             }
         }
