@@ -30,13 +30,6 @@ impl Prepared {
         stop: &CancellationToken,
     ) -> Result<Prepared, DaemonError> {
         Ok(match &cfg.tracker {
-            // GitHub's record of issues and its polling marks are still this machine's
-            // files: two workers would each decide alone what an issue means.
-            Some(crate::config::Tracker::Github(_)) if cfg.store.postgres.is_some() => {
-                return Err(DaemonError::Config(
-                    "`store`: a fleet works Team Board's tasks for now; GitHub mode keeps its state in local files (leave `store` out, and run one picogent per repository)".into(),
-                ));
-            }
             Some(crate::config::Tracker::Github(gh)) => {
                 Prepared::Github(crate::tracker::github::prepare(gh, stop)?)
             }
@@ -65,6 +58,7 @@ pub async fn run(agent: Agent, timing: Timing, stop: CancellationToken) -> Resul
         stop: &stop,
         owned: &owned,
         background: &background,
+        store: core.store.as_ref(),
     };
     let opened = match prepared {
         Prepared::Board(p) => crate::tracker::board::open(p, &opening).await.map(Some),

@@ -55,4 +55,6 @@ pub(crate) struct Opening<'a> {
     pub(crate) stop: &'a CancellationToken,
     pub(crate) owned: &'a TaskTracker,
     pub(crate) background: &'a CancellationToken,
+    /// The fleet's store, when the configuration names one.
+    pub(crate) store: Option<&'a std::sync::Arc<crate::store::pg::Pg>>,
 }

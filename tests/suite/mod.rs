@@ -22,6 +22,7 @@ mod disk;
 mod exactly_once;
 mod fleet;
 mod fleet_faults;
+mod fleet_github;
 mod git_support;
 mod github;
 mod github_answers;

@@ -63,6 +63,29 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX tasks_leased ON tasks (lease_until) WHERE owner IS NOT NULL;
     "#,
+    // 3: GitHub mode's book of issues and its polling marks, per repository.
+    r#"
+    CREATE TABLE github_issues (
+        repo        text NOT NULL,
+        issue       bigint NOT NULL,
+        active      boolean NOT NULL DEFAULT false,
+        generation  integer NOT NULL DEFAULT 0,
+        pull        bigint,
+        by_mention  boolean NOT NULL DEFAULT false,
+        working     boolean NOT NULL DEFAULT false,
+        unproposed  text,
+        PRIMARY KEY (repo, issue)
+    );
+    CREATE INDEX github_issues_pull ON github_issues (repo, pull) WHERE pull IS NOT NULL;
+    CREATE INDEX github_issues_open ON github_issues (repo) WHERE active OR working;
+
+    CREATE TABLE github_marks (
+        repo   text NOT NULL,
+        list   text NOT NULL,
+        since  text NOT NULL,
+        PRIMARY KEY (repo, list)
+    );
+    "#,
 ];
 
 /// The version this binary brings a database to.

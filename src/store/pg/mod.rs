@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 
 mod accepts;
 mod events;
+mod github;
 mod leaders;
 mod migrate;
 mod reports;
@@ -35,6 +36,7 @@ mod tests;
 mod tls;
 
 pub(crate) use events::FleetStatus;
+pub(crate) use github::{Locked, Which};
 pub(crate) use migrate::SCHEMA_VERSION;
 pub(crate) use reports::Queued;
 
@@ -143,6 +145,8 @@ pub(crate) struct Pg {
     lease: tokio::sync::Mutex<Option<Arc<Client>>>,
     accept: tokio::sync::Mutex<Option<Arc<Client>>>,
     serial: tokio::sync::Mutex<Option<Client>>,
+    /// GitHub's decisions, each a transaction under its repository's lock.
+    book: tokio::sync::Mutex<Option<Client>>,
     held: Held,
     /// Accepts waiting for their group commit (`accepts.rs`); `None` once closed.
     accepts: Mutex<Option<accepts::Queue>>,
@@ -171,6 +175,7 @@ impl Pg {
             lease: Default::default(),
             accept: Default::default(),
             serial: Default::default(),
+            book: Default::default(),
             held: Default::default(),
             accepts: Mutex::new(None),
             tasks: TaskTracker::new(),
@@ -339,6 +344,7 @@ impl Pg {
         *self.lease.lock().await = None;
         *self.accept.lock().await = None;
         *self.serial.lock().await = None;
+        *self.book.lock().await = None;
         self.tasks.close();
         let _ = tokio::time::timeout(Duration::from_secs(2), self.tasks.wait()).await;
     }

@@ -11,45 +11,29 @@
 //! The journal stays the truth about events: at start, an accepted task start or
 //! cancellation that the record missed (a crash between the two writes) is applied
 //! again from the journal's unfinished events.
+//!
+//! In a fleet the book is the store's (`store::pg::github`), shared by every worker;
+//! what is in memory here is a copy of the entries read last. Decisions read the
+//! entries they need afresh and write them back in their own transaction, under the
+//! repository's lock (`Locked`); other changes (`update`, `change`) read, change and
+//! write the entry under the same lock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use crate::store::log::Log;
+use crate::store::pg::{Locked, Pg, StoreError, Which};
 use crate::util::lock;
 
 /// The book's mark of the last webhook delivery handled (GitHub's time).
 pub(crate) const HEARD: &str = "webhook";
 
-/// One issue's entry.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Entry {
-    /// It is a task now: later comments are chat, and later triggers do nothing.
-    pub(crate) active: bool,
-    /// How many times it became a task.
-    pub(crate) generation: u32,
-    /// The pull request its branch became.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) pull: Option<u64>,
-    /// What made it a task this time: it ends when that no longer holds.
-    #[serde(default)]
-    pub(crate) by: By,
-    /// Its progress comment says picogent is working: a task let go without a run to
-    /// report (its issue closed while picogent was down) must still say it stopped.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) working: bool,
-    /// Why GitHub would not open the pull request of its branch (the progress comment
-    /// says so, not "finished"), until one is opened.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) unproposed: Option<String>,
-}
-
-pub(crate) use crate::tracker::types::By;
+pub(crate) use crate::store::issues::{By, Entry};
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct File {
@@ -60,8 +44,20 @@ struct File {
     marks: BTreeMap<String, String>,
 }
 
+/// Where the book is kept.
+enum Keeper {
+    /// `state/github.json`, rewritten whole.
+    File(Log),
+    /// A fleet's store, with the entries changed in memory and not yet written.
+    Store {
+        pg: Arc<Pg>,
+        repo: String,
+        dirty: Mutex<BTreeSet<u64>>,
+    },
+}
+
 pub(crate) struct Book {
-    log: Log,
+    keeper: Keeper,
     file: Mutex<File>,
     /// Changes made in memory, and how many of them the file holds.
     changes: AtomicU64,
@@ -88,13 +84,115 @@ impl Book {
             Err(e) => return Err(e),
         };
         let log = Log::replace(&path, &serde_json::to_vec_pretty(&file)?)?;
-        Ok(Book {
-            log,
+        Ok(Book::with(Keeper::File(log), file))
+    }
+
+    fn with(keeper: Keeper, file: File) -> Book {
+        Book {
+            keeper,
             file: Mutex::new(file),
             changes: AtomicU64::new(0),
             written: AtomicU64::new(0),
             flushed_marks: Mutex::new(BTreeMap::new()),
-        })
+        }
+    }
+
+    /// A fleet's book of `repo`, in its store: the open entries and the marks read.
+    pub(crate) async fn open_fleet(pg: Arc<Pg>, repo: &str) -> Result<Book, StoreError> {
+        let issues = pg
+            .github_entries(repo, Which::Open)
+            .await?
+            .into_iter()
+            .collect();
+        let marks = pg.github_marks(repo).await?.into_iter().collect();
+        let keeper = Keeper::Store {
+            pg,
+            repo: repo.to_string(),
+            dirty: Mutex::new(BTreeSet::new()),
+        };
+        Ok(Book::with(keeper, File { issues, marks }))
+    }
+
+    /// The fleet's store and the repository, when the book is there.
+    pub(crate) fn fleet(&self) -> Option<(&Arc<Pg>, &str)> {
+        match &self.keeper {
+            Keeper::Store { pg, repo, .. } => Some((pg, repo)),
+            Keeper::File(_) => None,
+        }
+    }
+
+    /// Takes the entries read in the store (a fleet's), over what memory had.
+    fn take(&self, entries: Vec<(u64, Entry)>, asked: &[u64]) {
+        let mut f = lock(&self.file);
+        for n in asked {
+            f.issues.remove(n);
+        }
+        for (n, e) in entries {
+            f.issues.insert(n, e);
+        }
+    }
+
+    /// Reads entries afresh from a fleet's store (a no-op on one machine); `Open`
+    /// replaces every open entry known here.
+    pub(crate) async fn refresh(&self, which: Which<'_>) -> Result<(), StoreError> {
+        let Some((pg, repo)) = self.fleet() else {
+            return Ok(());
+        };
+        let found = pg.github_entries(repo, which).await?;
+        self.refreshed(which, found);
+        Ok(())
+    }
+
+    fn refreshed(&self, which: Which<'_>, found: Vec<(u64, Entry)>) {
+        match which {
+            Which::Issues(ns) => self.take(found, ns),
+            Which::Pull(_) => self.take(found, &[]),
+            Which::Open => {
+                let stale: Vec<u64> = lock(&self.file)
+                    .issues
+                    .iter()
+                    .filter(|(_, e)| e.active || e.working)
+                    .map(|(n, _)| *n)
+                    .collect();
+                self.take(found, &stale);
+            }
+        }
+    }
+
+    /// A fleet's decision begins: changes a failed one left in memory (never written)
+    /// are forgotten, to be read again.
+    pub(crate) fn begin(&self) {
+        let Keeper::Store { dirty, .. } = &self.keeper else {
+            return;
+        };
+        let left = std::mem::take(&mut *lock(dirty));
+        let mut f = lock(&self.file);
+        for n in left {
+            f.issues.remove(&n);
+        }
+    }
+
+    /// In a decision (a fleet's): reads the entries it needs.
+    pub(crate) async fn load(
+        &self,
+        locked: &Locked<'_>,
+        which: Which<'_>,
+    ) -> Result<(), StoreError> {
+        let found = locked.entries(which).await?;
+        self.refreshed(which, found);
+        Ok(())
+    }
+
+    /// In a decision (a fleet's): writes the entries it changed.
+    pub(crate) async fn write(&self, locked: &Locked<'_>) -> Result<(), StoreError> {
+        let Keeper::Store { dirty, .. } = &self.keeper else {
+            return Ok(());
+        };
+        let changed: Vec<u64> = std::mem::take(&mut *lock(dirty)).into_iter().collect();
+        for n in changed {
+            locked.put(n, &self.get(n)).await?;
+        }
+        Ok(())
     }
 
     pub(crate) fn get(&self, issue: u64) -> Entry {
@@ -141,6 +239,10 @@ impl Book {
         issue: u64,
         change: impl FnOnce(&mut Entry),
     ) -> io::Result<()> {
+        if self.fleet().is_some() {
+            // The entry as the store has it now decides whether anything changes.
+            return self.update(issue, change).await;
+        }
         let before = self.get(issue);
         let mut after = before.clone();
         change(&mut after);
@@ -156,6 +258,18 @@ impl Book {
         issue: u64,
         change: impl FnOnce(&mut Entry),
     ) -> io::Result<()> {
+        if let Some((pg, repo)) = self.fleet() {
+            // Read, changed and written under the repository's lock: another worker's
+            // decision about the issue is not undone.
+            let stored = async {
+                let locked = pg.github_lock(repo).await?;
+                self.load(&locked, Which::Issues(&[issue])).await?;
+                self.apply(issue, change);
+                self.write(&locked).await?;
+                locked.commit().await
+            };
+            return stored.await.map_err(io::Error::other);
+        }
         self.apply(issue, change);
         self.persist().await
     }
@@ -167,10 +281,19 @@ impl Book {
         let mut f = lock(&self.file);
         change(f.issues.entry(issue).or_default());
         self.changes.fetch_add(1, Ordering::SeqCst);
+        if let Keeper::Store { dirty, .. } = &self.keeper {
+            lock(dirty).insert(issue);
+        }
     }
 
     /// Writes every change made so far (synced), unless a write since already did.
     pub(crate) async fn persist(&self) -> io::Result<()> {
+        let log = match &self.keeper {
+            Keeper::File(log) => log,
+            // A fleet's entries are written by the decision that changed them, the
+            // marks by `set_mark`.
+            Keeper::Store { .. } => return Ok(()),
+        };
         let (synced, upto) = {
             let f = lock(&self.file);
             let upto = self.changes.load(Ordering::SeqCst);
@@ -178,11 +301,21 @@ impl Book {
                 return Ok(());
             }
             // Under the lock: the log's rewrites follow the changes' order.
-            self.log.rewrite(serde_json::to_vec_pretty(&*f)?)?;
-            (self.log.sync(), upto)
+            log.rewrite(serde_json::to_vec_pretty(&*f)?)?;
+            (log.sync(), upto)
         };
         synced.await?;
         self.written.fetch_max(upto, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Reads a fleet's marks afresh (another worker polled until now).
+    pub(crate) async fn reload_marks(&self) -> Result<(), StoreError> {
+        let Some((pg, repo)) = self.fleet() else {
+            return Ok(());
+        };
+        let marks = pg.github_marks(repo).await?;
+        lock(&self.file).marks.extend(marks);
         Ok(())
     }
 
@@ -206,7 +339,25 @@ impl Book {
         true
     }
 
+    /// Writes the mark `note_mark` recorded (with every other change, on one machine).
+    pub(crate) async fn write_mark(&self, list: &str) -> io::Result<()> {
+        match (self.fleet(), self.mark(list)) {
+            (Some(_), Some(since)) => self.set_mark(list, &since).await,
+            (Some(_), None) => Ok(()),
+            (None, _) => self.persist().await,
+        }
+    }
+
     pub(crate) async fn set_mark(&self, list: &str, since: &str) -> io::Result<()> {
+        if let Some((pg, repo)) = self.fleet() {
+            lock(&self.file)
+                .marks
+                .insert(list.to_string(), since.to_string());
+            return pg
+                .github_set_mark(repo, list, since)
+                .await
+                .map_err(io::Error::other);
+        }
         {
             let mut f = lock(&self.file);
             f.marks.insert(list.to_string(), since.to_string());

@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use super::api::{Api, ApiError};
 use super::book::{Book, By};
+pub(super) use super::ledger::Ledger;
 use super::payload::{self, Comment, CommentKind, Incoming, Issue};
 use super::progress::Progress;
 use crate::config::Trigger;
@@ -53,7 +54,7 @@ pub(crate) enum Decision {
 pub(crate) struct Intake {
     api: Arc<Api>,
     progress: Arc<Progress>,
-    book: Arc<Book>,
+    pub(super) book: Arc<Book>,
     /// picogent's own login (its comments never count).
     login: String,
     trigger: Trigger,
@@ -61,8 +62,8 @@ pub(crate) struct Intake {
     /// Whose comments (and issues) may start or steer a task besides the repository's
     /// owners, members and collaborators (`github.trusted_users`).
     trusted_users: Vec<String>,
-    /// One decision at a time.
-    gate: tokio::sync::Mutex<()>,
+    /// One decision at a time (a fleet's take turns on the store's lock instead).
+    pub(super) gate: tokio::sync::Mutex<()>,
     /// The work it starts after answering (the book's writes, reactions, progress
     /// comments told that work stopped, webhook deliveries): the daemon waits for it.
     owned: TaskTracker,
@@ -232,18 +233,34 @@ impl Intake {
         incoming: Incoming,
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
+        if let Some((pg, repo)) = self.book.fleet() {
+            return self
+                .handle_in_store(pg, repo, router, &incoming, delivery)
+                .await;
+        }
         let _one = self.gate.lock().await;
         let decision = self.decide(&incoming);
+        self.act(Ledger::Journal(router), decision, delivery).await
+    }
+
+    /// Takes what the decision says: the event to the router (or the store), and the
+    /// book's change.
+    pub(super) async fn act(
+        &self,
+        ledger: Ledger<'_, '_>,
+        decision: Decision,
+        delivery: Option<&str>,
+    ) -> Result<Accepted, AcceptError> {
         match decision {
             Decision::Ignore(why) => {
                 tracing::debug!(delivery, "GitHub event ignored: {why}");
                 Ok(Accepted::Ignored)
             }
             Decision::Start { issue, comment, by } => {
-                self.start(router, (issue, comment, by), delivery).await
+                self.start(ledger, (issue, comment, by), delivery).await
             }
-            Decision::Chat { number, comment } => self.chat(router, number, comment).await,
-            Decision::Stop { number, why } => self.stop(router, number, why, delivery).await,
+            Decision::Chat { number, comment } => self.chat(ledger, number, comment).await,
+            Decision::Stop { number, why } => self.stop(ledger, number, why, delivery).await,
         }
     }
 
@@ -254,9 +271,15 @@ impl Intake {
     pub(crate) async fn still_wanted(&self, n: u64) -> bool {
         // Read under the gate: the start that queued this run notes its generation
         // after the router took the event, and may not have yet.
-        let asked_for = {
-            let _one = self.gate.lock().await;
-            self.book.get(n).generation
+        let asked_for = match self.section(n, || self.book.get(n).generation).await {
+            Ok(generation) => generation,
+            Err(e) => {
+                tracing::warn!(
+                    issue = n,
+                    "cannot read the GitHub record before the run: {e}"
+                );
+                return true;
+            }
         };
         let path = self.api.repo(&format!("/issues/{n}"));
         let now = match self.api.call(reqwest::Method::GET, &path, None).await {
@@ -276,19 +299,34 @@ impl Intake {
                 return true;
             }
         };
-        let _one = self.gate.lock().await;
-        let entry = self.book.get(n);
-        let wanted = now.as_ref().is_some_and(|now| match entry.by {
-            By::Trigger => self.wants(now, "").is_some(),
-            By::Mention => now.open && !now.is_pull,
+        let judged = self.section(n, || {
+            let entry = self.book.get(n);
+            let wanted = now.as_ref().is_some_and(|now| match entry.by {
+                By::Trigger => self.wants(now, "").is_some(),
+                By::Mention => now.open && !now.is_pull,
+            });
+            // A newer start meanwhile (reopened, assigned again) owns the record now.
+            let unwanted = !wanted && entry.generation == asked_for;
+            if unwanted {
+                self.note(n, |e| e.active = false);
+            }
+            (wanted, unwanted)
         });
-        // A newer start meanwhile (reopened, assigned again) owns the record now.
-        if !wanted && entry.generation == asked_for {
+        let (wanted, unwanted) = match judged.await {
+            Ok(judged) => judged,
+            Err(e) => {
+                tracing::warn!(
+                    issue = n,
+                    "cannot read the GitHub record before the run: {e}"
+                );
+                return true;
+            }
+        };
+        if unwanted {
             tracing::info!(
                 issue = n,
                 "not started: the issue no longer asks for picogent"
             );
-            self.note(n, |e| e.active = false);
             let why = match &now {
                 Some(i) if !i.open => "the issue was closed",
                 None => "the issue is gone",
@@ -301,7 +339,7 @@ impl Intake {
 
     async fn start(
         &self,
-        router: &Router,
+        ledger: Ledger<'_, '_>,
         (issue, comment, by): (Issue, Option<Comment>, By),
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
@@ -326,7 +364,7 @@ impl Intake {
                 by: Some(by),
             },
         };
-        let accepted = router.accept(arrival, ()).await?;
+        let accepted = ledger.accept(arrival).await?;
         if accepted == Accepted::Duplicate && delivery.is_none() && comment.is_none() {
             // This start's id was used before, and the record did not keep it (a crash
             // before its write): the next start gets a new one.
@@ -346,7 +384,7 @@ impl Intake {
 
     async fn chat(
         &self,
-        router: &Router,
+        ledger: Ledger<'_, '_>,
         number: u64,
         comment: Comment,
     ) -> Result<Accepted, AcceptError> {
@@ -371,7 +409,7 @@ impl Intake {
                 by: None,
             },
         };
-        let accepted = router.accept(arrival, ()).await?;
+        let accepted = ledger.accept(arrival).await?;
         if accepted == Accepted::New {
             self.react(number, Some(&comment));
         }
@@ -380,16 +418,16 @@ impl Intake {
 
     async fn stop(
         &self,
-        router: &Router,
+        ledger: Ledger<'_, '_>,
         number: u64,
         why: &'static str,
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
         let task = TaskId::of_issue(number);
-        if !router.has_work(&task) {
+        if !ledger.has_work(&task).await {
             // Nothing to stop (a merged pull request closed it, say): no comment.
             self.note(number, |e| e.active = false);
-            router.forget_task(&task);
+            ledger.router().forget_task(&task);
             self.say_stopped(number, why);
             tracing::info!(issue = number, "GitHub issue is no task any more ({why})");
             return Ok(Accepted::New);
@@ -410,7 +448,7 @@ impl Intake {
                 by: None,
             },
         };
-        let accepted = router.accept(arrival, ()).await?;
+        let accepted = ledger.accept(arrival).await?;
         if accepted == Accepted::New {
             self.note(number, |e| e.active = false);
         }
@@ -448,7 +486,7 @@ impl Intake {
         {
             let book = self.book.clone();
             self.owned.spawn(async move {
-                if let Err(e) = book.persist().await {
+                if let Err(e) = book.write_mark(super::book::HEARD).await {
                     tracing::warn!("cannot record when the last webhook delivery came: {e}");
                 }
             });

@@ -11,6 +11,7 @@ mod auth;
 mod book;
 mod clock;
 mod intake;
+mod ledger;
 mod payload;
 mod poll;
 mod progress;
@@ -401,13 +402,28 @@ pub(crate) async fn open(p: Prepared, o: &Opening<'_>) -> Result<Option<Door>, D
     let trigger = gh.trigger.for_login(&met.0);
     tracing::info!(repository = %gh.repo(), login = %met.0, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, trigger = ?trigger, "GitHub mode: issues become tasks");
     let (decided, gh_for, default) = (cfg.clone(), gh.clone(), met.1.clone());
+    // A fleet's book is the store's, shared; one machine's is a file of its state.
+    let shared = match o.store {
+        Some(pg) => Some(
+            book::Book::open_fleet(pg.clone(), &gh.repo())
+                .await
+                .map_err(|e| DaemonError::Store {
+                    at: "github_issues".into(),
+                    message: e.to_string(),
+                })?,
+        ),
+        None => None,
+    };
     // The repository found and the book read off the runtime.
     let (worktrees, book) = tokio::task::spawn_blocking(move || {
         let state = decided.state_dir();
-        let book = book::Book::open(&state).map_err(|source| DaemonError::State {
-            path: state.display().to_string(),
-            source,
-        })?;
+        let book = match shared {
+            Some(book) => book,
+            None => book::Book::open(&state).map_err(|source| DaemonError::State {
+                path: state.display().to_string(),
+                source,
+            })?,
+        };
         Ok::<_, DaemonError>((worktrees(&decided, &gh_for, &auth, &default)?, book))
     })
     .await

@@ -48,6 +48,11 @@ fn written_since(c: &Value, mark: Option<Time>) -> bool {
     }
 }
 
+/// The fleet's role of polling `repo`.
+fn poll_role(repo: &str) -> String {
+    format!("github-poll:{repo}")
+}
+
 pub(crate) struct Poller {
     pub(crate) intake: Arc<Intake>,
     /// Where what the intake takes goes.
@@ -78,6 +83,9 @@ impl Poller {
         let swept_at = self.api.clock().now();
         // Let go before this start: what the sweep below lets go says why itself
         // (`the issue was closed`), and must not be raced by the generic word.
+        if let Err(e) = self.book.refresh(crate::store::pg::Which::Open).await {
+            tracing::warn!("cannot read the fleet's GitHub record: {e}");
+        }
         let stale = self.intake.still_working();
         let mut queries = Vec::new();
         if let Some(a) = assignee {
@@ -169,13 +177,52 @@ impl Poller {
 
     /// Polls every `every` until `stop`.
     pub(crate) async fn run(mut self, every: Duration, stop: CancellationToken) {
+        let mut leading = false;
         loop {
-            if let Err(e) = self.once().await {
-                tracing::warn!("polling GitHub: {e}");
+            leading = self.leads(every, leading).await;
+            if leading {
+                if let Err(e) = self.once().await {
+                    tracing::warn!("polling GitHub: {e}");
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => break,
+            }
+        }
+        if let (true, Some((pg, repo))) = (leading, self.book.fleet()) {
+            if let Err(e) = pg.resign(&poll_role(repo)).await {
+                tracing::debug!("cannot give up polling for the fleet: {e}");
+            }
+        }
+    }
+
+    /// Whether this worker polls now: always on one machine; in a fleet, the one
+    /// worker that holds the repository's polling (a lease of a few intervals, so a
+    /// dead poller's successor takes over), starting from the marks the last left.
+    async fn leads(&mut self, every: Duration, was: bool) -> bool {
+        let Some((pg, repo)) = self.book.fleet() else {
+            return true;
+        };
+        let lease = every * 3 + Duration::from_secs(10);
+        match pg.lead(&poll_role(repo), lease).await {
+            Ok(true) if !was => {
+                if let Err(e) = self.book.reload_marks().await {
+                    tracing::warn!("cannot read where the fleet's polling got to: {e}");
+                    return false;
+                }
+                for list in ["/issues", "/issues/comments", "/pulls/comments"] {
+                    if let Some(mark) = self.book.mark(list) {
+                        self.marks.insert(list, mark);
+                    }
+                }
+                tracing::info!(repository = repo, "this worker polls GitHub for the fleet");
+                true
+            }
+            Ok(leads) => leads,
+            Err(e) => {
+                tracing::warn!("cannot tell which worker polls GitHub: {e}");
+                false
             }
         }
     }

@@ -158,7 +158,15 @@ impl Progress {
     pub(crate) async fn stopped(&self, issue: u64, why: &str) {
         let view = self.view(issue);
         let _turn = view.sending.lock().await;
-        // Asked in the turn: another call may have said it meanwhile.
+        // Asked in the turn: another call (another worker) may have said it meanwhile.
+        if let Err(e) = self
+            .book
+            .refresh(crate::store::pg::Which::Issues(&[issue]))
+            .await
+        {
+            tracing::warn!(issue, "cannot read the fleet's GitHub record: {e}");
+            return;
+        }
         if !self.book.get(issue).working {
             return;
         }

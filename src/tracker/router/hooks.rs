@@ -17,6 +17,12 @@ impl Router {
             .collect()
     }
 
+    /// Tells a fleet's worker loop to look for work: a door committed an event to the
+    /// store itself (in a transaction of its own, with what it decided).
+    pub(crate) fn wake_fleet(&self) {
+        self.shared.fleet_wake.notify_one();
+    }
+
     /// Whether a run of the task is going or waiting.
     pub(crate) fn has_work(&self, task_id: &TaskId) -> bool {
         let st = lock(&self.shared.state);

@@ -168,11 +168,15 @@ impl Worktrees {
         ]);
         let mut cmd = self.repo_git();
         cmd.args(["worktree", "add", "--quiet", "--no-checkout"]);
-        if let Some(tip) = self.verify(exists)? {
-            let short: String = tip.chars().take(12).collect();
-            notes.push(format!(
-                "The branch `{branch}` existed from an earlier run of this task; work continued from its tip `{short}`."
-            ));
+        let local = self.verify(exists)?;
+        let pushed = self.take_pushed(branch, local.as_deref(), notes);
+        if let Some(tip) = pushed.as_ref().or(local.as_ref()) {
+            if pushed.is_none() {
+                let short: String = tip.chars().take(12).collect();
+                notes.push(format!(
+                    "The branch `{branch}` existed from an earlier run of this task; work continued from its tip `{short}`."
+                ));
+            }
             cmd.arg(path).arg(branch);
         } else {
             let base = self.base.clone().unwrap_or_else(|| "HEAD".into());
@@ -193,6 +197,47 @@ impl Worktrees {
             notes.extend(self.checkout_notes());
         }
         self.run(cmd).map(|_| ())
+    }
+
+    /// The work already pushed on the task's branch (another worker's, or a person's
+    /// since): the branch is made at the pushed tip, or moved forward to it, when the
+    /// pushed tip holds everything the branch here does. Its new tip, when it moved.
+    /// A remote that cannot be asked leaves the branch as it is (the push says so).
+    fn take_pushed(
+        &self,
+        branch: &str,
+        local: Option<&str>,
+        notes: &mut Vec<String>,
+    ) -> Option<String> {
+        let pushed = match self.fetch_pushed(branch) {
+            Ok(Some(pushed)) => pushed,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(branch, "cannot fetch the task's pushed branch: {e}");
+                return None;
+            }
+        };
+        if let Some(local) = local {
+            let mut behind = self.repo_git();
+            behind.args(["merge-base", "--is-ancestor", local, &pushed]);
+            if local == pushed || self.run(behind).is_err() {
+                return None;
+            }
+        }
+        let mut moved = self.repo_git();
+        moved.args(["update-ref", "-m", "picogent: the pushed branch"]);
+        moved.arg(format!("refs/heads/{branch}")).arg(&pushed);
+        moved.arg(local.unwrap_or(""));
+        if let Err(e) = self.run(moved) {
+            tracing::warn!(branch, "cannot take the task's pushed branch: {e}");
+            return None;
+        }
+        let short: String = pushed.chars().take(12).collect();
+        tracing::info!(branch, tip = %short, "the task's branch continues from its pushed tip");
+        notes.push(format!(
+            "The branch `{branch}` had been pushed with earlier work on this task; work continued from its pushed tip `{short}`."
+        ));
+        Some(pushed)
     }
 
     /// A `rev-parse --verify --quiet`: what it names, `None` when it names nothing (git

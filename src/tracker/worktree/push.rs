@@ -54,6 +54,14 @@ fn clear_remote_lock(urls: &[String], branch: &str, seen: &mut Vec<(u64, u64, i6
     }
 }
 
+/// Where a push's git runs: a task's worktree, or the repository itself (a fetch
+/// before the worktree is made).
+#[derive(Clone, Copy)]
+pub(super) enum GitAt<'a> {
+    Tree(&'a TaskTree),
+    Repo,
+}
+
 /// Why a task's branch was not pushed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum PushError {
@@ -68,6 +76,7 @@ pub(crate) enum PushError {
     #[error("cannot hand the push's token to git: {0}")]
     Credential(String),
 }
+
 impl Worktrees {
     /// Pushes the task's branch with the operator's own git credentials (their global
     /// configuration, when no command of the agent's could have written it; programs
@@ -85,7 +94,7 @@ impl Worktrees {
             // `pushInsteadOf`, a `ProxyCommand`): none of it is read.
             tracing::warn!("push: HOME lies inside the agent's allowed paths (or nothing is restricted), so picogent pushes without the global git and ssh configuration found there");
         }
-        let urls = self.check_remote(tree, remote, home.as_deref())?;
+        let urls = self.check_remote(GitAt::Tree(tree), remote, home.as_deref())?;
         // Read at the first failure: a push that works needs no check.
         let mut tip: Option<Option<String>> = None;
         let mut delay = PUSH_BACKOFF;
@@ -120,14 +129,58 @@ impl Worktrees {
         unreachable!("the attempts end in a return")
     }
 
+    /// The tip of `branch` where the task's pushes go, fetched into the repository
+    /// (`refs/picogent/pushed/…`): the work pushed by another worker of a fleet, or by
+    /// a person, that a new worktree starts from. `None` when nothing pushes, or the
+    /// remote has no such branch. The fetch goes to the push's first URL, checked as
+    /// the push is, with the same configuration and token.
+    pub(super) fn fetch_pushed(&self, branch: &str) -> Result<Option<String>, PushError> {
+        let Some(remote) = self.push.as_deref() else {
+            return Ok(None);
+        };
+        let home = crate::sandbox::programs::trusted_home(self.home.as_deref(), &self.allowed);
+        let urls = self.check_remote(GitAt::Repo, remote, home.as_deref())?;
+        let Some(url) = urls.first() else {
+            return Ok(None);
+        };
+        let head = format!("refs/heads/{branch}");
+        let mut ask = self.authorized_git(GitAt::Repo, (remote, home.as_deref()), &urls)?;
+        ask.args(["ls-remote", "--quiet", "--upload-pack=git-upload-pack", url])
+            .arg(&head);
+        let listed = self.run(ask).map_err(|e| PushError::Git(e.to_string()))?;
+        let named = listed
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .any(|(_, name)| name == head);
+        if !named {
+            return Ok(None);
+        }
+        let private = format!("refs/picogent/pushed/{branch}");
+        let mut fetch = self.authorized_git(GitAt::Repo, (remote, home.as_deref()), &urls)?;
+        fetch
+            .args([
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-recurse-submodules",
+                "--upload-pack=git-upload-pack",
+                url,
+            ])
+            .arg(format!("+{head}:{private}"));
+        self.run(fetch).map_err(|e| PushError::Git(e.to_string()))?;
+        let mut tip = self.repo_git();
+        tip.args(["rev-parse", "--verify", "--quiet", &private]);
+        Ok(self.run(tip).ok().filter(|t| !t.is_empty()))
+    }
+
     /// The git that pushes, with the token for `urls` (the push and its check).
     fn authorized_git(
         &self,
-        tree: &TaskTree,
+        at: GitAt<'_>,
         (remote, home): (&str, Option<&std::path::Path>),
         urls: &[String],
     ) -> Result<std::process::Command, PushError> {
-        let mut cmd = self.push_git(tree, remote, home);
+        let mut cmd = self.push_git(at, remote, home);
         self.authorize(&mut cmd, urls)?;
         Ok(cmd)
     }
@@ -140,7 +193,7 @@ impl Worktrees {
         home: Option<&std::path::Path>,
         urls: &[String],
     ) -> Result<(), PushError> {
-        let mut cmd = self.authorized_git(tree, (remote, home), urls)?;
+        let mut cmd = self.authorized_git(GitAt::Tree(tree), (remote, home), urls)?;
         let refspec = format!("refs/heads/{0}:refs/heads/{0}", tree.branch);
         cmd.args(["push", "--quiet", "--no-verify", remote, &refspec]);
         self.run(cmd)
@@ -173,7 +226,8 @@ impl Worktrees {
         let branch = format!("refs/heads/{}", tree.branch);
         !urls.is_empty()
             && urls.iter().all(|url| {
-                let Ok(mut cmd) = self.authorized_git(tree, (remote, home), urls) else {
+                let Ok(mut cmd) = self.authorized_git(GitAt::Tree(tree), (remote, home), urls)
+                else {
                     return false;
                 };
                 cmd.args(["ls-remote", "--quiet", "--upload-pack=git-upload-pack", url])
@@ -191,11 +245,14 @@ impl Worktrees {
     /// `home` is the operator's, when it is trusted (`programs::trusted_home`).
     pub(super) fn push_git(
         &self,
-        tree: &TaskTree,
+        at: GitAt<'_>,
         remote: &str,
         home: Option<&std::path::Path>,
     ) -> std::process::Command {
-        let mut cmd = self.tree_git(tree);
+        let mut cmd = match at {
+            GitAt::Tree(tree) => self.tree_git(tree),
+            GitAt::Repo => self.repo_git(),
+        };
         let mut ssh = "ssh -o BatchMode=yes -o ConnectTimeout=30".to_string();
         match home {
             Some(home) => {
@@ -249,18 +306,18 @@ impl Worktrees {
     /// which is the agent's), or a transport other than https, http, ssh, git or file.
     fn check_remote(
         &self,
-        tree: &TaskTree,
+        at: GitAt<'_>,
         remote: &str,
         home: Option<&std::path::Path>,
     ) -> Result<Vec<String>, PushError> {
         if self.push_url.as_deref() == Some(remote) {
             // A URL (GitHub mode's `remote_url`): no remote's settings apply, and no
             // rewrite may either.
-            self.check_rewrites(tree, remote, home)?;
+            self.check_rewrites(at, remote, home)?;
             self.check_url(remote, remote)?;
             return Ok(vec![remote.to_string()]);
         }
-        let mut cmd = self.push_git(tree, remote, home);
+        let mut cmd = self.push_git(at, remote, home);
         // Every URL: a push goes to each of a remote's push URLs.
         cmd.args(["remote", "get-url", "--push", "--all", remote]);
         let urls = self.run(cmd).map_err(|e| PushError::Git(e.to_string()))?;
@@ -275,11 +332,11 @@ impl Worktrees {
     /// the push's configuration would send elsewhere.
     fn check_rewrites(
         &self,
-        tree: &TaskTree,
+        at: GitAt<'_>,
         url: &str,
         home: Option<&std::path::Path>,
     ) -> Result<(), PushError> {
-        let mut cmd = self.push_git(tree, "origin", home);
+        let mut cmd = self.push_git(at, "origin", home);
         // NUL-separated entries, each `key\nvalue`: a value may hold spaces.
         cmd.args(["config", "-z", "--get-regexp", r"^(url|remote)\."]);
         // Exit 1: no such setting.
