@@ -180,6 +180,23 @@ pub(crate) async fn remove_tree_blocking(path: std::path::PathBuf, what: &'stati
     }
 }
 
+/// The bytes the files under `path` take (symbolic links are not followed); what
+/// cannot be read counts nothing.
+pub(crate) fn tree_size(path: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(entry.path()),
+                Ok(t) if t.is_file() => total += entry.metadata().map_or(0, |m| m.len()),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
 /// Compares secrets in time that depends only on their length.
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {

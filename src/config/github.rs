@@ -79,11 +79,40 @@ impl Trigger {
     }
 }
 
+/// One entry of `github.repos`: the repositories it names (one, or a pattern's), and
+/// the settings they take instead of the block's.
+#[derive(Debug, Clone)]
+pub struct RepoRule {
+    /// `owner/name`, either part possibly with `*`.
+    pub pattern: String,
+    matcher: globset::GlobMatcher,
+    pub base_branch: Option<String>,
+    pub trigger: Option<Trigger>,
+    pub remote_url: Option<String>,
+}
+
+impl RepoRule {
+    /// Whether the rule names `repo` (`owner/name`, in any case).
+    pub fn matches(&self, repo: &str) -> bool {
+        self.matcher.is_match(repo)
+    }
+
+    /// Whether it names one repository, not a pattern.
+    pub fn is_name(&self) -> bool {
+        !self.pattern.contains('*')
+    }
+}
+
 /// The resolved `github` block.
 #[derive(Debug, Clone)]
 pub struct GithubConfig {
+    /// The one repository (`repo`); empty when `repos` lists them.
     pub owner: String,
     pub name: String,
+    /// `repos`: the repositories one deployment serves (empty: just `repo`).
+    pub repos: Vec<RepoRule>,
+    /// The most the clones of `repos` may take on disk together.
+    pub clone_cache_bytes: u64,
     pub api_url: String,
     pub auth: GithubAuth,
     /// `X-Hub-Signature-256` is checked with it; without it no webhook is served.
@@ -103,7 +132,15 @@ impl GithubConfig {
     pub fn repo(&self) -> String {
         format!("{}/{}", self.owner, self.name)
     }
+
+    /// The first rule of `repos` that names `repo`.
+    pub fn rule_for(&self, repo: &str) -> Option<&RepoRule> {
+        self.repos.iter().find(|r| r.matches(repo))
+    }
 }
+
+/// The clones' size limit without `clone_cache_mb`: 10 GiB.
+const CLONE_CACHE_MB: u64 = 10_240;
 
 /// A login as GitHub allows it (letters, digits, single hyphens; a bot's `[bot]`).
 fn valid_login(s: &str) -> bool {
@@ -155,7 +192,8 @@ impl Sources<'_> {
             return Ok(None);
         }
         let f = block.unwrap_or_default();
-        let (owner, name, api_url) = self.github_repo(&f)?;
+        let repos = self.repo_rules(&f)?;
+        let (owner, name, api_url) = self.github_repo(&f, !repos.is_empty())?;
         let auth = self.github_auth(&f, resolve_path)?;
         let (webhook_secret, poll_interval) = self.github_events(&f)?;
         let trusted_users = f.trusted_users.clone().unwrap_or_default();
@@ -170,9 +208,21 @@ impl Sources<'_> {
                 return Err(self.field_error("github.remote_url", "is empty".into()));
             }
         }
+        let clone_cache_mb = match f.clone_cache_mb {
+            Some(0) => {
+                return Err(self.field_error(
+                    "github.clone_cache_mb",
+                    "must be at least 1 (megabytes the clones may take)".into(),
+                ))
+            }
+            Some(mb) => mb,
+            None => CLONE_CACHE_MB,
+        };
         Ok(Some(GithubConfig {
             owner,
             name,
+            repos,
+            clone_cache_bytes: clone_cache_mb.saturating_mul(1 << 20),
             api_url,
             auth,
             webhook_secret,
@@ -183,28 +233,44 @@ impl Sources<'_> {
         }))
     }
 
-    /// `repo` (or GITHUB_REPOSITORY) as owner and name, and the API's URL.
-    fn github_repo(&self, f: &FileGithub) -> Result<(String, String, String), ConfigError> {
+    /// `repo` (or GITHUB_REPOSITORY) as owner and name (none with `repos`), and the
+    /// API's URL.
+    fn github_repo(
+        &self,
+        f: &FileGithub,
+        listed: bool,
+    ) -> Result<(String, String, String), ConfigError> {
         let repo = self
             .env
             .get("GITHUB_REPOSITORY")
             .map(str::to_string)
-            .or(f.repo.clone())
-            .ok_or_else(|| {
-                self.field_error(
+            .or(f.repo.clone());
+        let (owner, name) = match (repo, listed) {
+            (Some(_), true) if f.repo.is_some() => {
+                return Err(self.field_error(
                     "github.repo",
-                    "is required with \"tracker\": \"github\" (\"owner/name\", or GITHUB_REPOSITORY)".into(),
-                )
-            })?;
-        let (owner, name) = repo
-            .split_once('/')
-            .filter(|(o, n)| valid_login(o) && valid_repo_part(n))
-            .ok_or_else(|| {
-                self.field_error(
+                    "and github.repos are both set: list every repository in `repos`".into(),
+                ))
+            }
+            (None, false) => {
+                return Err(self.field_error(
                     "github.repo",
-                    format!("expected \"owner/name\", got {repo:?}"),
-                )
-            })?;
+                    "is required with \"tracker\": \"github\" (\"owner/name\", or GITHUB_REPOSITORY), unless github.repos lists the repositories".into(),
+                ))
+            }
+            // GITHUB_REPOSITORY (set in every Actions job) does not narrow a list.
+            (_, true) => (String::new(), String::new()),
+            (Some(repo), false) => repo
+                .split_once('/')
+                .filter(|(o, n)| valid_login(o) && valid_repo_part(n))
+                .map(|(o, n)| (o.to_string(), n.to_string()))
+                .ok_or_else(|| {
+                    self.field_error(
+                        "github.repo",
+                        format!("expected \"owner/name\", got {repo:?}"),
+                    )
+                })?,
+        };
         let api_url = match self.env.get("GITHUB_API_URL") {
             Some(u) => check_url(u, "GITHUB_API_URL", "environment")?,
             None => match &f.api_url {
@@ -212,7 +278,60 @@ impl Sources<'_> {
                 None => "https://api.github.com".to_string(),
             },
         };
-        Ok((owner.to_string(), name.to_string(), api_url))
+        Ok((owner, name, api_url))
+    }
+
+    /// `repos`: each entry a repository or a pattern (`*` within a part), with its
+    /// own settings when it is an object.
+    fn repo_rules(&self, f: &FileGithub) -> Result<Vec<RepoRule>, ConfigError> {
+        use super::types::FileRepoRule;
+        let Some(list) = &f.repos else {
+            return Ok(Vec::new());
+        };
+        if list.is_empty() {
+            return Err(self.field_error(
+                "github.repos",
+                "is empty: list repositories (\"owner/name\", or a pattern such as \"acme/*\"), or use `repo`".into(),
+            ));
+        }
+        list.iter()
+            .enumerate()
+            .map(|(i, entry)| {
+                let at = format!("github.repos[{i}]");
+                let (pattern, settings) = match entry {
+                    FileRepoRule::Name(n) => (n.clone(), None),
+                    FileRepoRule::With(w) => (w.repo.clone(), Some(w)),
+                };
+                let plain = |p: &str| p.replace('*', "x");
+                let usable = pattern.split_once('/').is_some_and(|(o, n)| {
+                    valid_login(&plain(o)) && valid_repo_part(&plain(n)) && !n.contains('/')
+                });
+                if !usable {
+                    return Err(self.field_error(
+                        &at,
+                        format!("expected \"owner/name\" or a pattern such as \"acme/*\", got {pattern:?}"),
+                    ));
+                }
+                let matcher = globset::GlobBuilder::new(&pattern)
+                    .case_insensitive(true)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|e| self.field_error(&at, e.to_string()))?
+                    .compile_matcher();
+                let trigger = match settings.and_then(|s| s.trigger.as_ref()) {
+                    Some(t) => Some(self.trigger(Some(t))?),
+                    None => None,
+                };
+                let nonempty = |v: Option<&String>| v.filter(|s| !s.trim().is_empty()).cloned();
+                Ok(RepoRule {
+                    pattern,
+                    matcher,
+                    base_branch: nonempty(settings.and_then(|s| s.base_branch.as_ref())),
+                    trigger,
+                    remote_url: nonempty(settings.and_then(|s| s.remote_url.as_ref())),
+                })
+            })
+            .collect()
     }
 
     /// How events arrive: the webhook's secret, polling, or both; one is required.

@@ -43,6 +43,26 @@ pub(crate) struct FileGithub {
     pub(super) trigger: Option<FileTrigger>,
     pub(super) app: Option<FileApp>,
     pub(super) trusted_users: Option<Vec<String>>,
+    pub(super) repos: Option<Vec<FileRepoRule>>,
+    pub(super) clone_cache_mb: Option<u64>,
+}
+
+/// One entry of `github.repos`: a repository or a pattern (`"acme/*"`), or one with
+/// settings of its own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum FileRepoRule {
+    Name(String),
+    With(FileRepoSettings),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileRepoSettings {
+    pub(super) repo: String,
+    pub(super) base_branch: Option<String>,
+    pub(super) trigger: Option<FileTrigger>,
+    pub(super) remote_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -137,13 +137,14 @@ pub(crate) struct Api {
     repo_path: String,
     auth: Arc<Auth>,
     /// URL → (ETag, body) of conditional GETs.
-    etags: Mutex<HashMap<String, (String, Value)>>,
-    /// No request before this (a rate limit said so).
-    not_before: Mutex<Option<Instant>>,
+    etags: Arc<Mutex<HashMap<String, (String, Value)>>>,
+    /// No request before this (a rate limit said so): one for every repository the
+    /// token serves.
+    not_before: Arc<Mutex<Option<Instant>>>,
     /// The daemon's stop: a wait for a rate limit ends with it.
     stop: tokio_util::sync::CancellationToken,
     /// GitHub's clock, from its answers' `Date`.
-    clock: Clock,
+    clock: Arc<Clock>,
 }
 
 fn message_of(body: &Value, text: &str) -> String {
@@ -266,11 +267,25 @@ impl Api {
             base: base.trim_end_matches('/').to_string(),
             repo_path: format!("/repos/{repo}"),
             auth,
-            etags: Mutex::new(HashMap::new()),
-            not_before: Mutex::new(None),
+            etags: Default::default(),
+            not_before: Default::default(),
             stop,
-            clock: Clock::default(),
+            clock: Default::default(),
         })
+    }
+
+    /// The same client, token, rate limit and clock, for another repository.
+    pub(crate) fn for_repo(&self, repo: &str) -> Api {
+        Api {
+            http: self.http.clone(),
+            base: self.base.clone(),
+            repo_path: format!("/repos/{repo}"),
+            auth: self.auth.clone(),
+            etags: self.etags.clone(),
+            not_before: self.not_before.clone(),
+            stop: self.stop.clone(),
+            clock: self.clock.clone(),
+        }
     }
 
     /// GitHub's clock, as its answers' `Date` says.
@@ -532,14 +547,34 @@ impl Api {
 
     /// Every page of a list (at most `max_pages`), items in order.
     pub(crate) async fn list(&self, path: &str, max_pages: usize) -> Result<Vec<Value>, ApiError> {
+        self.list_in(path, None, max_pages).await
+    }
+
+    /// `list` for pages that are objects holding the list in `field` (an App's
+    /// `/installation/repositories`), or arrays when `field` is `None`.
+    pub(crate) async fn list_in(
+        &self,
+        path: &str,
+        field: Option<&str>,
+        max_pages: usize,
+    ) -> Result<Vec<Value>, ApiError> {
         let mut out = Vec::new();
         let mut next = Some(path.to_string());
         let mut pages = 0;
         while let Some(p) = next.take() {
-            let answer = self.call(Method::GET, &p, None).await?;
-            match answer.body {
+            let mut answer = self.call(Method::GET, &p, None).await?;
+            let page = match field {
+                Some(f) => answer.body[f].take(),
+                None => answer.body,
+            };
+            match page {
                 Value::Array(items) => out.extend(items),
-                _ => return Err(ApiError::lacking(format!("GET {p}"), "list")),
+                _ => {
+                    return Err(ApiError::lacking(
+                        format!("GET {p}"),
+                        field.unwrap_or("list"),
+                    ))
+                }
             }
             pages += 1;
             if pages < max_pages {

@@ -62,6 +62,8 @@ pub(crate) struct Intake {
     /// Whose comments (and issues) may start or steer a task besides the repository's
     /// owners, members and collaborators (`github.trusted_users`).
     trusted_users: Vec<String>,
+    /// Its tasks' ids name the repository (one of `github.repos`): `acme:api:issue-7`.
+    qualified: bool,
     /// One decision at a time (a fleet's take turns on the store's lock instead).
     pub(super) gate: tokio::sync::Mutex<()>,
     /// The work it starts after answering (the book's writes, reactions, progress
@@ -80,7 +82,7 @@ impl Intake {
         book: Arc<Book>,
         login: String,
         trigger: Trigger,
-        repo: String,
+        (repo, qualified): (String, bool),
         trusted_users: Vec<String>,
     ) -> Intake {
         Intake {
@@ -92,12 +94,28 @@ impl Intake {
             trigger,
             repo,
             trusted_users,
+            qualified,
             gate: tokio::sync::Mutex::new(()),
         }
     }
 
-    pub(crate) fn repo(&self) -> &str {
-        &self.repo
+    /// The task of issue `n`.
+    pub(crate) fn task_of(&self, n: u64) -> TaskId {
+        if self.qualified {
+            TaskId::of_repo_issue(&self.repo, n)
+        } else {
+            TaskId::of_issue(n)
+        }
+    }
+
+    /// The issue of one of this repository's tasks.
+    pub(crate) fn issue_of(&self, task: &TaskId) -> Option<u64> {
+        if !self.qualified {
+            return task.issue();
+        }
+        task.repo_issue()
+            .filter(|(repo, _)| repo.eq_ignore_ascii_case(&self.repo))
+            .map(|(_, n)| n)
     }
 
     /// Whether someone may start or steer a task: the repository's owners, members
@@ -354,7 +372,7 @@ impl Intake {
             id,
             event: Event::TaskAssigned {
                 task: Task {
-                    id: TaskId::of_issue(n),
+                    id: self.task_of(n),
                     title: issue.title.clone(),
                     description: Some(self.description(&issue, comment.as_ref())),
                 },
@@ -395,7 +413,7 @@ impl Intake {
         let arrival = Arrival {
             id,
             event: Event::ChatMessage {
-                task_id: TaskId::of_issue(number),
+                task_id: self.task_of(number),
                 message: ChatMessage {
                     id: comment.message_id(),
                     content: crate::util::truncate_bytes(&comment.body, MAX_TEXT).to_string(),
@@ -423,7 +441,7 @@ impl Intake {
         why: &'static str,
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
-        let task = TaskId::of_issue(number);
+        let task = self.task_of(number);
         if !ledger.has_work(&task).await {
             // Nothing to stop (a merged pull request closed it, say): no comment.
             self.note(number, |e| e.active = false);
@@ -555,7 +573,8 @@ impl Intake {
     /// (a crash between the two writes).
     pub(crate) fn mend_from_journal(&self, pending: Vec<Arrival>) {
         for a in pending {
-            let (Some(n), Origin::Github { generation, by }) = (a.task_id().issue(), &a.origin)
+            let (Some(n), Origin::Github { generation, by }) =
+                (self.issue_of(a.task_id()), &a.origin)
             else {
                 continue;
             };

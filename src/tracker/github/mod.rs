@@ -10,6 +10,8 @@ mod api;
 mod auth;
 mod book;
 mod clock;
+mod clones;
+mod desks;
 mod intake;
 mod ledger;
 mod payload;
@@ -40,13 +42,11 @@ use auth::Auth;
 
 pub(crate) use crate::tracker::client::urlencode;
 
-/// GitHub as the router's tracker: reports through the sink, steps to the progress
-/// comment, finished branches proposed as pull requests, and a task's issue looked at
-/// again right before its run.
+/// GitHub as the router's tracker: each task's reports through its repository's
+/// sink, steps to its progress comment, finished branches proposed as pull requests,
+/// and a task's issue looked at again right before its run.
 struct Github {
-    sink: sink::Sink,
-    progress: Arc<progress::Progress>,
-    intake: Arc<intake::Intake>,
+    desks: Arc<desks::Desks>,
 }
 
 impl Tracker for Github {
@@ -56,12 +56,17 @@ impl Tracker for Github {
         report: &'a Report,
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), TrackerError>> {
-        Box::pin(self.sink.report(task, report, key))
+        Box::pin(async move {
+            let Some((desk, n)) = self.desks.of_task(task).await else {
+                return Err(sink::not_an_issue(task));
+            };
+            desk.sink.report(n, report, key).await
+        })
     }
 
     fn step(&self, task: &TaskId, summary: &str) {
-        if let Some(n) = task.issue() {
-            self.progress.step(n, summary);
+        if let Some((desk, n)) = self.desks.known_task(task) {
+            desk.progress.step(n, summary);
         }
     }
 
@@ -70,10 +75,10 @@ impl Tracker for Github {
     }
 
     fn admit(&self, task: &TaskId) -> BoxFuture<'static, bool> {
-        let (intake, issue) = (self.intake.clone(), task.issue());
+        let (desks, task) = (self.desks.clone(), task.clone());
         Box::pin(async move {
-            match issue {
-                Some(n) => intake.still_wanted(n).await,
+            match desks.of_task(&task).await {
+                Some((desk, n)) => desk.intake.still_wanted(n).await,
                 None => true,
             }
         })
@@ -164,6 +169,10 @@ async fn meet(
             "GitHub did not say picogent's login (GET /user)".into(),
         ));
     }
+    if !gh.repos.is_empty() {
+        // Each repository's desk asks for its own.
+        return Ok(Some((login, String::new())));
+    }
     let what = format!("github.repo {}", gh.repo());
     let repo_path = api.repo("");
     let Some(repo) = ask(&what, retry, stop, || {
@@ -210,74 +219,31 @@ fn worktrees(
     Ok(worktrees)
 }
 
-/// GitHub mode's door once GitHub answered: the tracker the router reports through
-/// (with the intake it asks before a run), and what takes events (webhook, polling).
+/// GitHub mode's door once GitHub answered: the tracker the router reports through,
+/// the tasks' worktrees, and what takes events (webhook, polling).
 fn assemble(
     o: &Opening<'_>,
     gh: GithubConfig,
     api: &Arc<Api>,
-    (login, default_branch): (String, String),
-    (worktrees, book): (crate::tracker::worktree::Worktrees, Arc<book::Book>),
-) -> Result<Door, DaemonError> {
-    let cfg = o.agent.config();
-    let progress = progress::Progress::new(api.clone(), book.clone(), login.clone());
-    let sink = sink::Sink {
-        api: api.clone(),
-        progress: progress.clone(),
-        book: book.clone(),
-        owner: gh.owner.clone(),
-        // Into the branch the task branches start from.
-        base: cfg
-            .git
-            .base_branch
-            .as_deref()
-            .map(|b| b.strip_prefix("origin/").unwrap_or(b).to_string())
-            .unwrap_or(default_branch),
-        login: login.clone(),
-    };
-    let intake = Arc::new(intake::Intake::new(
-        o.owned.clone(),
-        (api.clone(), progress.clone()),
-        book.clone(),
-        login.clone(),
-        gh.trigger.for_login(&login),
-        gh.repo(),
-        gh.trusted_users.clone(),
-    ));
-    // Where the last run's polls stopped; a first run looks a minute back.
-    let marks = ["/issues", "/issues/comments", "/pulls/comments"]
-        .into_iter()
-        .map(|l| {
-            let mark = book.mark(l);
-            (
-                l,
-                mark.unwrap_or_else(|| started_minus(api, Duration::from_secs(60))),
-            )
-        })
-        .collect();
-    o.owned.spawn(progress.clone().run(o.background.clone()));
+    desks: Arc<desks::Desks>,
+    workspace: crate::tracker::worktree::Workspace,
+) -> Door {
     if matches!(&**api.auth(), Auth::App(_)) {
         o.owned
             .spawn(keep_token_fresh(api.clone(), o.background.clone()));
     }
     let tracker = Github {
-        sink,
-        progress,
-        intake: intake.clone(),
+        desks: desks.clone(),
     };
-    Ok(Door {
+    Door {
         tracker: Arc::new(tracker),
-        workspace: crate::tracker::worktree::Workspace::Worktrees(worktrees),
+        workspace,
         front: Box::new(Intakes {
-            token: cfg.token.clone(),
-            trigger: gh.trigger.for_login(&login),
+            token: o.agent.config().token.clone(),
             gh,
-            intake,
-            api: api.clone(),
-            book,
-            marks,
+            desks,
         }),
-    })
+    }
 }
 
 /// How GitHub's events come in: the webhook, the sweep at start and polling.
@@ -285,17 +251,13 @@ struct Intakes {
     /// `/metrics`' token (AGENT_TOKEN), when one is set.
     token: Option<String>,
     gh: GithubConfig,
-    trigger: crate::config::Trigger,
-    intake: Arc<intake::Intake>,
-    api: Arc<Api>,
-    book: Arc<book::Book>,
-    marks: std::collections::HashMap<&'static str, String>,
+    desks: Arc<desks::Desks>,
 }
 
 impl Front for Intakes {
-    /// The book takes back what the journal accepted and it missed.
+    /// The books take back what the journal accepted and they missed.
     fn attach(&mut self, router: &Router) {
-        self.intake.mend_from_journal(router.pending_arrivals());
+        self.desks.mend_from_journal(router.pending_arrivals());
     }
 
     fn listen(&self, router: &Router) -> Listen {
@@ -312,7 +274,7 @@ impl Front for Intakes {
                 .gh
                 .webhook_secret
                 .as_deref()
-                .map(|secret| webhook::routes(self.intake.clone(), router.clone(), secret)),
+                .map(|secret| webhook::routes(self.desks.clone(), router.clone(), secret)),
             required: true,
         }
     }
@@ -331,35 +293,12 @@ impl Front for Intakes {
                     "listening: /github/webhook, /healthz, /livez, /metrics"
                 );
             }
-            let poller = poll::Poller {
-                intake: self.intake,
-                router,
-                api: self.api,
-                marks: self.marks,
-                book: self.book,
-            };
             // Polling stops first at shutdown: what it would find now could not be taken.
             let polling = CancellationToken::new();
-            let (every, poll_stop, trigger) =
-                (self.gh.poll_interval, polling.clone(), self.trigger);
-            owned.spawn(async move {
-                let sweep_then_poll = async {
-                    // Without polling, only the sweep reads what was said while picogent
-                    // was down.
-                    poller
-                        .sweep(
-                            (trigger.assignee.as_deref(), trigger.label.as_deref()),
-                            every.is_none(),
-                        )
-                        .await;
-                    if let Some(every) = every {
-                        poller.run(every, poll_stop.clone()).await;
-                    }
-                };
-                tokio::select! {
-                    _ = sweep_then_poll => {}
-                    _ = poll_stop.cancelled() => {}
-                }
+            self.desks.poll(desks::Polling {
+                router,
+                stop: polling.clone(),
+                owned,
             });
             stop.cancelled().await;
             polling.cancel();
@@ -391,44 +330,46 @@ pub(crate) fn prepare(
     Ok(Prepared { gh, auth, api })
 }
 
-/// GitHub mode's door: GitHub met (picogent's login, the default branch), the clone's
-/// worktrees, the book. `None` when `stop` came while GitHub was still being asked.
+/// GitHub mode's door: GitHub met (picogent's login, the default branch), the
+/// repositories' desks, the worktrees. `None` when `stop` came while GitHub was still
+/// being asked.
 pub(crate) async fn open(p: Prepared, o: &Opening<'_>) -> Result<Option<Door>, DaemonError> {
     let Prepared { gh, auth, api } = p;
     let cfg = o.agent.config().clone();
-    let Some(met) = meet(&api, &gh, o.timing, o.stop).await? else {
+    let Some((login, default)) = meet(&api, &gh, o.timing, o.stop).await? else {
         return Ok(None);
     };
-    let trigger = gh.trigger.for_login(&met.0);
-    tracing::info!(repository = %gh.repo(), login = %met.0, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, trigger = ?trigger, "GitHub mode: issues become tasks");
-    let (decided, gh_for, default) = (cfg.clone(), gh.clone(), met.1.clone());
-    // A fleet's book is the store's, shared; one machine's is a file of its state.
-    let shared = match o.store {
-        Some(pg) => Some(
-            book::Book::open_fleet(pg.clone(), &gh.repo())
-                .await
-                .map_err(|e| DaemonError::Store {
-                    at: "github_issues".into(),
-                    message: e.to_string(),
-                })?,
-        ),
-        None => None,
+    let kit = desks::Kit {
+        api: api.clone(),
+        gh: gh.clone(),
+        cfg: cfg.clone(),
+        login: login.clone(),
+        owned: o.owned.clone(),
+        background: o.background.clone(),
+        store: o.store.cloned(),
     };
-    // The repository found and the book read off the runtime.
-    let (worktrees, book) = tokio::task::spawn_blocking(move || {
-        let state = decided.state_dir();
-        let book = match shared {
-            Some(book) => book,
-            None => book::Book::open(&state).map_err(|source| DaemonError::State {
-                path: state.display().to_string(),
-                source,
-            })?,
-        };
-        Ok::<_, DaemonError>((worktrees(&decided, &gh_for, &auth, &default)?, book))
-    })
-    .await
-    .map_err(|e| DaemonError::Config(format!("finding the repository failed: {e}")))??;
-    assemble(o, gh, &api, met, (worktrees, Arc::new(book))).map(Some)
+    let desks = Arc::new(desks::Desks::new(kit));
+    if desks.many {
+        let names: Vec<&str> = gh.repos.iter().map(|r| r.pattern.as_str()).collect();
+        tracing::info!(repositories = ?names, login = %login, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, "GitHub mode: issues of many repositories become tasks");
+        desks.open_listed().await;
+        let workspace = crate::tracker::worktree::Workspace::PerRepo(desks.clone());
+        return Ok(Some(assemble(o, gh, &api, desks, workspace)));
+    }
+    let trigger = gh.trigger.for_login(&login);
+    tracing::info!(repository = %gh.repo(), login = %login, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, trigger = ?trigger, "GitHub mode: issues become tasks");
+    desks.desk(&gh.repo()).await.map_err(|e| match e {
+        desks::DeskError::Setup(m) => DaemonError::Config(m),
+        other => DaemonError::Config(format!("github.repo {}: {other}", gh.repo())),
+    })?;
+    let (decided, gh_for) = (cfg.clone(), gh.clone());
+    // The repository found off the runtime.
+    let worktrees =
+        tokio::task::spawn_blocking(move || worktrees(&decided, &gh_for, &auth, &default))
+            .await
+            .map_err(|e| DaemonError::Config(format!("finding the repository failed: {e}")))??;
+    let workspace = crate::tracker::worktree::Workspace::Worktrees(worktrees);
+    Ok(Some(assemble(o, gh, &api, desks, workspace)))
 }
 
 /// The host a repository's git URLs name for an API at `api_url`: `github.com` for

@@ -39,13 +39,13 @@ pub(crate) struct Sink {
     pub(crate) login: String,
 }
 
-/// The issue a task id names; another id is no GitHub task's.
-fn issue_of(task_id: &TaskId) -> Result<u64, TrackerError> {
-    task_id.issue().ok_or_else(|| TrackerError::Rejected {
+/// A task id that is no GitHub issue's (of a repository served here).
+pub(crate) fn not_an_issue(task_id: &TaskId) -> TrackerError {
+    TrackerError::Rejected {
         status: 400,
         url: task_id.to_string(),
         message: "not a GitHub issue's task".into(),
-    })
+    }
 }
 
 /// How much earlier than its queueing a report's copy is looked for: the local clock
@@ -75,11 +75,10 @@ impl Sink {
     /// Delivers one report from the outbox (`Tracker::report`).
     pub(crate) async fn report(
         &self,
-        task_id: &TaskId,
+        issue: u64,
         report: &Report,
         key: &str,
     ) -> Result<(), TrackerError> {
-        let issue = issue_of(task_id)?;
         let done = match report {
             Report::Status {
                 status: TaskStatus::InProgress,
@@ -296,8 +295,5 @@ mod tests {
         let s = super::since_of("picogent-1767225600000-3-abcdef", &clock).unwrap();
         assert_eq!(s, "2025-12-31T23:50:00Z");
         assert_eq!(super::since_of("other", &clock), None);
-        use crate::tracker::types::TaskId;
-        assert!(super::issue_of(&TaskId::of_issue(12)).is_ok_and(|n| n == 12));
-        assert!(super::issue_of(&TaskId::new("t1").unwrap()).is_err());
     }
 }

@@ -17,7 +17,7 @@ use axum::routing::post;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::intake::Intake;
+use super::desks::Desks;
 use super::payload;
 use crate::tracker::router::{AcceptError, Accepted, Router};
 
@@ -32,15 +32,15 @@ const MAX_IN_FLIGHT: usize = 64;
 const ANSWER_WITHIN: Duration = Duration::from_secs(9);
 
 struct Ctx {
-    intake: Arc<Intake>,
+    desks: Arc<Desks>,
     router: Router,
     key: ring::hmac::Key,
     in_flight: Arc<tokio::sync::Semaphore>,
 }
 
-pub(crate) fn routes(intake: Arc<Intake>, router: Router, secret: &str) -> axum::Router {
+pub(crate) fn routes(desks: Arc<Desks>, router: Router, secret: &str) -> axum::Router {
     let ctx = Arc::new(Ctx {
-        intake,
+        desks,
         router,
         key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes()),
         in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
@@ -152,18 +152,31 @@ async fn webhook(
         return answer(StatusCode::OK, json!({"pong": true}));
     }
     let repo = payload::repository(&d.payload);
-    if !repo.eq_ignore_ascii_case(ctx.intake.repo()) {
-        tracing::warn!(delivery = %d.id, repository = %repo, "a delivery about another repository was ignored");
+    if !ctx.desks.serves(&repo) {
+        tracing::warn!(delivery = %d.id, repository = %repo, "a delivery about a repository picogent does not serve was ignored");
         return answer(StatusCode::OK, json!({"ignored": "another repository"}));
     }
     let Some(incoming) = payload::from_webhook(&d.event, &d.payload) else {
         let why = format!("{} is not acted on", d.event);
         return answer(StatusCode::OK, json!({ "ignored": why }));
     };
-    let (intake, router, id) = (ctx.intake.clone(), ctx.router.clone(), d.id);
+    // A repository a pattern of `repos` names gets its desk at its first delivery.
+    let desk = match tokio::time::timeout_at(started + ANSWER_WITHIN, ctx.desks.desk(&repo)).await {
+        Ok(Ok(desk)) => desk,
+        Ok(Err(e)) => {
+            tracing::warn!(delivery = %d.id, repository = %repo, "cannot serve the repository yet: {e}");
+            let why = format!("cannot serve {repo} yet ({e}); redeliver");
+            return refuse(StatusCode::SERVICE_UNAVAILABLE, "repository", &why);
+        }
+        Err(_) => {
+            let why = "the repository could not be looked up in time; redeliver it";
+            return refuse(StatusCode::SERVICE_UNAVAILABLE, "slow", why);
+        }
+    };
+    let (intake, router, id) = (desk.intake.clone(), ctx.router.clone(), d.id);
     // In a task of its own: GitHub stops waiting after ten seconds, but an event that
     // reached the journal must still be scheduled and booked.
-    let handled = ctx.intake.spawn_owned(async move {
+    let handled = desk.intake.spawn_owned(async move {
         let r = intake.handle(&router, incoming, Some(&id)).await;
         if r.is_ok() {
             intake.heard();

@@ -29,7 +29,7 @@ use crate::tracker::outbox::Outbox;
 use crate::tracker::room::Room;
 use crate::tracker::seam::Tracker;
 use crate::tracker::types::{Arrival, Event, Report, TaskId};
-use crate::tracker::worktree::{SharedFolder, Workspace, Worktrees};
+use crate::tracker::worktree::{SharedFolder, Trees, Workspace};
 
 /// After this many starts without finishing (the daemon died each time), a task is
 /// reported as blocked instead of being run again.
@@ -125,7 +125,7 @@ struct Shared {
     journal: JournalWriter,
     delivery: Arc<Delivery>,
     /// Each task's git worktree, when tasks do not share the working folder.
-    worktrees: Option<Arc<Worktrees>>,
+    worktrees: Option<Trees>,
     /// Otherwise the repository the shared folder is in, to name what a run changed.
     shared_folder: Option<Arc<SharedFolder>>,
     max: usize,
@@ -250,7 +250,11 @@ impl Router {
         let (worktrees, shared_folder) = match workspace {
             Workspace::Worktrees(w) => {
                 dirs.push(w.root().to_path_buf());
-                (Some(w), None)
+                (Some(Trees::One(Arc::new(w))), None)
+            }
+            Workspace::PerRepo(repos) => {
+                dirs.push(repos.root());
+                (Some(Trees::PerRepo(repos)), None)
             }
             Workspace::Shared(folder) => (None, folder.map(Arc::new)),
         };
@@ -260,7 +264,7 @@ impl Router {
                 journal,
                 delivery: Arc::new(Delivery::new(outbox)),
                 shared_folder,
-                worktrees: worktrees.map(Arc::new),
+                worktrees,
                 max,
                 state: Mutex::new(State::default()),
                 changed: Notify::new(),

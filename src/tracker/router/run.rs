@@ -9,7 +9,10 @@ use super::{lock, session_for, Job, JobKind, Router, StopReason, MAX_ATTEMPTS};
 use crate::agent::{AgentEvent, FailureKind, Outcome, RunRequest, WorktreeRun};
 use crate::tracker::delivery;
 use crate::tracker::types::{Report, TaskStatus};
-use crate::tracker::worktree::{FolderStatus, TaskTree};
+use crate::tracker::worktree::{FolderStatus, TaskTree, Worktrees};
+
+/// A task's worktree, with the repository's worktrees it is one of.
+type Opened = (std::sync::Arc<Worktrees>, TaskTree);
 
 impl Router {
     pub(super) async fn run_job(self, job: Job, cancel: CancellationToken) {
@@ -42,7 +45,7 @@ impl Router {
             Err(Some(reports)) => return self.report_and_end(&job, reports).await,
             Err(None) => return self.never_started(job).await,
         };
-        if let (Some(t), Some(w)) = (&tree, &self.shared.worktrees) {
+        if let Some((w, t)) = &tree {
             request.work_dir = Some(t.work_dir.clone());
             request.worktree = Some(WorktreeRun {
                 checkout: w.checkout().to_path_buf(),
@@ -101,7 +104,7 @@ impl Router {
         job: &Job,
         session_id: &str,
         outcome: Outcome,
-        (tree, before): (Option<TaskTree>, Option<FolderStatus>),
+        (tree, before): (Option<Opened>, Option<FolderStatus>),
     ) {
         let task = job.task_id.clone();
         let delivery = self.shared.delivery.clone();
@@ -147,9 +150,10 @@ impl Router {
             reports.insert(0, p);
         }
         let record_named = {
-            let (trees, tasks) = (self.shared.worktrees.clone(), self.shared.tasks.clone());
+            let trees = (self.shared.worktrees.as_ref()).and_then(|t| t.known(&task));
+            let tasks = self.shared.tasks.clone();
             move || {
-                if let (Some(w), Some((slug, commit))) = (trees, named) {
+                if let (Some((w, _)), Some((slug, commit))) = (trees, named) {
                     // A small synced write, off the runtime's threads, owned by the router.
                     tasks.spawn_blocking(move || w.reported(&slug, &commit));
                 }
@@ -227,7 +231,7 @@ impl Router {
         job: &Job,
         session_id: &str,
         cancel: &CancellationToken,
-    ) -> Result<Option<TaskTree>, Option<Vec<Report>>> {
+    ) -> Result<Option<Opened>, Option<Vec<Report>>> {
         let Some(w) = &self.shared.worktrees else {
             return Ok(None);
         };
@@ -258,11 +262,11 @@ impl Router {
     async fn close_tree(
         &self,
         job: &Job,
-        tree: Option<TaskTree>,
+        tree: Option<Opened>,
         outcome: &Outcome,
         why: &Option<StopReason>,
     ) -> Option<crate::tracker::worktree::Closed> {
-        let (w, tree) = (self.shared.worktrees.as_ref()?, tree?);
+        let (w, tree) = tree?;
         let interrupted = matches!(
             (outcome, why),
             (

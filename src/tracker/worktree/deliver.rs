@@ -65,6 +65,11 @@ impl Worktrees {
         self.push_token = credential;
     }
 
+    /// The default branch `branch` is fetched before each new task branches from it.
+    pub(crate) fn fetch_before_branching(&mut self, branch: &str) {
+        self.fetch_default = Some(branch.to_string());
+    }
+
     /// Tasks start from the remote's default branch `branch` unless `base_branch`
     /// says otherwise. Blocking (git): call off the runtime.
     pub(crate) fn start_from_default(&mut self, branch: &str) {

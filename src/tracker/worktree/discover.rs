@@ -51,7 +51,7 @@ impl Worktrees {
         }
         let forced = cfg.git.workspace == Some(Workspace::Worktree);
         let found = match git {
-            Ok(_) => Worktrees::find(cfg, allowed),
+            Ok(_) => Worktrees::find(cfg, allowed, true),
             Err(missing) => Err(NoWorktrees::Absent(missing.to_string())),
         };
         match found {
@@ -85,9 +85,56 @@ impl Worktrees {
         }
     }
 
+    /// The worktrees of a clone picogent keeps (GitHub's `repos`): the clone at
+    /// `clone`, its worktrees and their records in folders of their own (`key`, the
+    /// repository's `owner/name`). Blocking (git).
+    /// The clone is made (an empty repository, then `branch` fetched from `remote`
+    /// with `credential`) when it is not there yet; tasks branch from `branch`,
+    /// fetched again before each new one.
+    pub(crate) fn of_clone(
+        cfg: &Config,
+        (clone, key): (&Path, &str),
+        (remote, credential): (String, Option<super::Credential>),
+        branch: &str,
+    ) -> Result<Worktrees, String> {
+        let allowed = cfg.policy.real_allowed_paths();
+        if !clone.join(".git").is_dir() {
+            std::fs::create_dir_all(clone).map_err(|e| format!("{}: {e}", clone.display()))?;
+            let mut init = git(clone, &allowed);
+            init.args(["init", "--quiet"]);
+            run(init, cfg.git.timeout).map_err(|e| e.to_string())?;
+        }
+        let mut at = cfg.clone();
+        at.work_dir = clone.to_path_buf();
+        let mut w = Worktrees::find(&at, allowed, false).map_err(|e| match e {
+            NoWorktrees::Absent(m) | NoWorktrees::Unusable(m) => {
+                format!("{}: {m}", clone.display())
+            }
+        })?;
+        w.root = w.root.join(key);
+        w.records = w.records.join(key);
+        for dir in [&w.root, &w.records] {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        w.push_every_branch(Some(remote), credential);
+        match w.fetch_default(branch) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(format!("the remote has no branch {branch:?}")),
+            Err(e) => return Err(format!("cannot fetch {branch:?}: {e}")),
+        }
+        w.base = None;
+        w.fetch_before_branching(branch);
+        w.start_from_default(branch);
+        Ok(w)
+    }
+
     /// The repository `work_dir` is in, and where worktrees go.
     /// `allowed`: the allowed paths, resolved.
-    fn find(cfg: &Config, allowed: Vec<PathBuf>) -> Result<Worktrees, NoWorktrees> {
+    fn find(
+        cfg: &Config,
+        allowed: Vec<PathBuf>,
+        with_commit: bool,
+    ) -> Result<Worktrees, NoWorktrees> {
         use NoWorktrees::{Absent, Unusable};
         let cwd = std::fs::canonicalize(&cfg.work_dir)
             .map_err(|e| Unusable(format!("{}: {e}", cfg.work_dir.display())))?;
@@ -103,6 +150,8 @@ impl Worktrees {
         ]);
         match run(cmd, cfg.git.timeout) {
             Ok(_) => {}
+            // A clone of the cache's is made empty and fetched into.
+            Err(WorktreeError::Git { message, .. }) if message.is_empty() && !with_commit => {}
             Err(WorktreeError::Git { message, .. }) if message.is_empty() => {
                 return Err(Absent("the repository has no commit yet".into()))
             }
@@ -140,6 +189,7 @@ impl Worktrees {
             push: cfg.git.push.then(|| cfg.git.remote.clone()),
             push_url: None,
             push_token: None,
+            fetch_default: None,
             retention: Duration::from_secs(cfg.git.worktree_retention_days.saturating_mul(86_400)),
             lock: Mutex::new(()),
             swept: AtomicU64::new(now_secs()),

@@ -179,6 +179,11 @@ impl Worktrees {
             }
             cmd.arg(path).arg(branch);
         } else {
+            if let Some(default) = &self.fetch_default {
+                if let Err(e) = self.fetch_default(default) {
+                    tracing::warn!(branch = %default, "cannot fetch the default branch before branching; the task starts from the last fetch: {e}");
+                }
+            }
             let base = self.base.clone().unwrap_or_else(|| "HEAD".into());
             let mut check = self.repo_git();
             check.args([

@@ -133,6 +133,9 @@ pub(crate) struct Worktrees {
     push_url: Option<String>,
     /// What a push over HTTPS sends, and the only host it goes to (GitHub's token).
     push_token: Option<Credential>,
+    /// The default branch, fetched before a new task branches from it (a clone of the
+    /// cache's, which nobody else fetches).
+    fetch_default: Option<String>,
     retention: Duration,
     /// git locks the repository's worktree list: one change at a time.
     lock: Mutex<()>,
@@ -409,13 +412,17 @@ mod discover;
 mod lifecycle;
 mod push;
 mod shared;
+mod trees;
 pub(crate) use shared::{SharedFolder, Status as FolderStatus};
+pub(crate) use trees::{RepoTrees, Trees};
 
 /// Where a daemon's tasks work: each in a worktree of its own, or all in the shared
 /// working folder (with the repository it is in, when it is one, to name what a run
 /// changed).
 pub(crate) enum Workspace {
     Worktrees(Worktrees),
+    /// Each task's repository's (GitHub's `repos`).
+    PerRepo(Arc<dyn RepoTrees>),
     Shared(Option<SharedFolder>),
 }
 

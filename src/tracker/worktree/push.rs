@@ -135,6 +135,24 @@ impl Worktrees {
     /// remote has no such branch. The fetch goes to the push's first URL, checked as
     /// the push is, with the same configuration and token.
     pub(super) fn fetch_pushed(&self, branch: &str) -> Result<Option<String>, PushError> {
+        self.fetch_ref(
+            &format!("refs/heads/{branch}"),
+            &format!("refs/picogent/pushed/{branch}"),
+        )
+    }
+
+    /// Fetches the default branch `branch` into `refs/remotes/origin/…` (a clone of
+    /// the cache's, before a new task branches from it); its tip, when it has one.
+    pub(super) fn fetch_default(&self, branch: &str) -> Result<Option<String>, PushError> {
+        self.fetch_ref(
+            &format!("refs/heads/{branch}"),
+            &format!("refs/remotes/origin/{branch}"),
+        )
+    }
+
+    /// Fetches the remote's `head` into `into`, from the push's first URL: its tip, or
+    /// `None` when nothing pushes or the remote has no such ref.
+    fn fetch_ref(&self, head: &str, into: &str) -> Result<Option<String>, PushError> {
         let Some(remote) = self.push.as_deref() else {
             return Ok(None);
         };
@@ -143,10 +161,9 @@ impl Worktrees {
         let Some(url) = urls.first() else {
             return Ok(None);
         };
-        let head = format!("refs/heads/{branch}");
         let mut ask = self.authorized_git(GitAt::Repo, (remote, home.as_deref()), &urls)?;
         ask.args(["ls-remote", "--quiet", "--upload-pack=git-upload-pack", url])
-            .arg(&head);
+            .arg(head);
         let listed = self.run(ask).map_err(|e| PushError::Git(e.to_string()))?;
         let named = listed
             .lines()
@@ -155,7 +172,6 @@ impl Worktrees {
         if !named {
             return Ok(None);
         }
-        let private = format!("refs/picogent/pushed/{branch}");
         let mut fetch = self.authorized_git(GitAt::Repo, (remote, home.as_deref()), &urls)?;
         fetch
             .args([
@@ -166,10 +182,10 @@ impl Worktrees {
                 "--upload-pack=git-upload-pack",
                 url,
             ])
-            .arg(format!("+{head}:{private}"));
+            .arg(format!("+{head}:{into}"));
         self.run(fetch).map_err(|e| PushError::Git(e.to_string()))?;
         let mut tip = self.repo_git();
-        tip.args(["rev-parse", "--verify", "--quiet", &private]);
+        tip.args(["rev-parse", "--verify", "--quiet", into]);
         Ok(self.run(tip).ok().filter(|t| !t.is_empty()))
     }
 

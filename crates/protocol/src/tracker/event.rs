@@ -96,6 +96,23 @@ impl TaskId {
         n.parse().ok().filter(|v: &u64| v.to_string() == n)
     }
 
+    /// An issue's task in one of several repositories (`github.repos`):
+    /// `<owner>:<name>:issue-<n>` (neither part of a repository's name holds `:`).
+    pub fn of_repo_issue(repo: &str, number: u64) -> TaskId {
+        TaskId(format!("{}:issue-{number}", repo.replacen('/', ":", 1)))
+    }
+
+    /// The repository (`owner/name`) and the issue of an `of_repo_issue` id.
+    pub fn repo_issue(&self) -> Option<(String, u64)> {
+        let (repo, issue) = self.0.rsplit_once(':')?;
+        let (owner, name) = repo.split_once(':')?;
+        if owner.is_empty() || name.is_empty() || name.contains(':') {
+            return None;
+        }
+        let n = TaskId(issue.to_string()).issue()?;
+        Some((format!("{owner}/{name}"), n))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -313,6 +330,18 @@ impl Arrival {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn repository_issues_name_their_repository() {
+        let t = TaskId::of_repo_issue("acme/api.rs", 7);
+        assert_eq!(t.as_str(), "acme:api.rs:issue-7");
+        assert_eq!(t.repo_issue(), Some(("acme/api.rs".to_string(), 7)));
+        assert_eq!(t.issue(), None);
+        assert_eq!(TaskId::of_issue(7).repo_issue(), None);
+        for bad in ["a:b:c:issue-1", ":b:issue-1", "a::issue-1", "a:b:issue-01"] {
+            assert_eq!(TaskId::new(bad).unwrap().repo_issue(), None, "{bad}");
+        }
+    }
 
     #[test]
     fn envelopes_are_validated_field_by_field() {

@@ -1,0 +1,198 @@
+//! The clones of `github.repos`, one per repository on each worker, made on a task's
+//! first use (`state/repos/<owner>/<name>`), fetched before each new task branches,
+//! their tasks' worktrees beside the agent's others. Together they stay under
+//! `github.clone_cache_mb`: when a new clone passes it, the clones used longest ago
+//! that hold no task's worktree are removed (made again when a task needs them).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures_util::future::BoxFuture;
+
+use super::desks::{Desk, Desks};
+use crate::tracker::types::TaskId;
+use crate::tracker::worktree::{Credential, RepoTrees, WorktreeError, Worktrees};
+
+/// Touched at each use: the clone's last use, for the eviction's order.
+const USED: &str = ".git/picogent-used";
+
+impl Desks {
+    fn clones_root(&self) -> PathBuf {
+        self.kit.cfg.state_dir().join("repos")
+    }
+
+    /// The desk's clone's worktrees: made (cloned) on first use; its use noted.
+    async fn clone_of(&self, desk: &Arc<Desk>) -> Result<Arc<Worktrees>, WorktreeError> {
+        let mut trees = desk.trees.lock().await;
+        if let Some(w) = trees.as_ref() {
+            let dir = self.clones_root().join(key_of(&desk.repo));
+            tokio::task::spawn_blocking(move || touch(&dir)).await.ok();
+            return Ok(w.clone());
+        }
+        let key = key_of(&desk.repo);
+        let dir = self.clones_root().join(&key);
+        let cfg = self.kit.cfg.clone();
+        let auth = self.kit.api.auth().clone();
+        let credential = Credential {
+            user: "x-access-token",
+            token: Arc::new(move || auth.current()),
+            host: super::web_host(&self.kit.gh.api_url),
+        };
+        let (remote, base) = (desk.remote.clone(), desk.base.clone());
+        let made = tokio::task::spawn_blocking(move || {
+            let w = Worktrees::of_clone(&cfg, (&dir, &key), (remote, Some(credential)), &base);
+            touch(&dir);
+            w
+        })
+        .await
+        .map_err(|e| WorktreeError::Setup(format!("the clone's task failed: {e}")))?
+        .map_err(|e| WorktreeError::Setup(format!("cannot clone {}: {e}", desk.repo)))?;
+        let made = Arc::new(made);
+        *trees = Some(made.clone());
+        drop(trees);
+        tracing::info!(repository = %desk.repo, "cloned for its tasks");
+        self.keep_under_limit(&desk.repo).await;
+        Ok(made)
+    }
+
+    /// Removes the clones used longest ago, holding no task's worktree, until all of
+    /// them take at most `clone_cache_mb` (never `keep`'s, just made).
+    async fn keep_under_limit(&self, keep: &str) {
+        let limit = self.kit.gh.clone_cache_bytes;
+        let (root, trees_root) = (self.clones_root(), self.trees_root());
+        let sized = tokio::task::spawn_blocking(move || sizes(&root, &trees_root))
+            .await
+            .unwrap_or_default();
+        let mut total: u64 = sized.iter().map(|c| c.bytes).sum();
+        for c in sized {
+            if total <= limit {
+                break;
+            }
+            if c.key == key_of(keep) || c.busy {
+                continue;
+            }
+            // The desk's clone is let go first: no task opens it while it goes.
+            let desk = self.known(&c.key);
+            let mut held = match &desk {
+                Some(d) => Some(d.trees.lock().await),
+                None => None,
+            };
+            if let Some(h) = held.as_mut() {
+                **h = None;
+            }
+            let (dir, trees) = (c.dir.clone(), self.trees_root().join(&c.key));
+            let removed = tokio::task::spawn_blocking(move || {
+                crate::util::remove_tree(&dir)?;
+                if trees.exists() {
+                    crate::util::remove_tree(&trees)?;
+                }
+                Ok::<_, crate::util::RemoveTreeError>(())
+            })
+            .await;
+            match removed {
+                Ok(Ok(())) => {
+                    tracing::info!(repository = %c.key, bytes = c.bytes, limit, "a clone unused the longest was removed to keep the clones under github.clone_cache_mb");
+                    total = total.saturating_sub(c.bytes);
+                }
+                Ok(Err(e)) => tracing::warn!(repository = %c.key, "cannot remove a clone: {e}"),
+                Err(e) => tracing::warn!(repository = %c.key, "cannot remove a clone: {e}"),
+            }
+        }
+        if total > limit {
+            tracing::warn!(
+                bytes = total,
+                limit,
+                "the clones take more than github.clone_cache_mb, and each left holds a task's worktree"
+            );
+        }
+    }
+
+    /// Where the clones' worktrees go (the agent's worktree folder, one per clone).
+    fn trees_root(&self) -> PathBuf {
+        match &self.kit.cfg.agent_home {
+            Some(h) => h.join("worktrees"),
+            None => self.clones_root().join(".worktrees"),
+        }
+    }
+}
+
+/// A repository's folder under the cache: `owner/name`, in lower case.
+fn key_of(repo: &str) -> String {
+    repo.to_ascii_lowercase()
+}
+
+fn touch(dir: &Path) {
+    let _ = std::fs::write(dir.join(USED), b"");
+}
+
+struct Sized {
+    key: String,
+    dir: PathBuf,
+    bytes: u64,
+    used: SystemTime,
+    /// A task's worktree is in it.
+    busy: bool,
+}
+
+/// Every clone under `root` (`owner/name`), least recently used first.
+fn sizes(root: &Path, trees_root: &Path) -> Vec<Sized> {
+    let mut out = Vec::new();
+    let owners = std::fs::read_dir(root).into_iter().flatten().flatten();
+    for owner in owners {
+        for repo in std::fs::read_dir(owner.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let dir = repo.path();
+            let key = format!(
+                "{}/{}",
+                owner.file_name().to_string_lossy(),
+                repo.file_name().to_string_lossy()
+            );
+            let used = std::fs::metadata(dir.join(USED))
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            let trees = trees_root.join(&key);
+            let busy = std::fs::read_dir(&trees).is_ok_and(|mut d| d.next().is_some());
+            let bytes = crate::util::tree_size(&dir) + crate::util::tree_size(&trees);
+            out.push(Sized {
+                key,
+                dir,
+                bytes,
+                used,
+                busy,
+            });
+        }
+    }
+    out.sort_by_key(|c| c.used);
+    out
+}
+
+impl RepoTrees for Desks {
+    fn ready<'a>(
+        &'a self,
+        task: &'a TaskId,
+    ) -> BoxFuture<'a, Result<(Arc<Worktrees>, TaskId), WorktreeError>> {
+        Box::pin(async move {
+            let (desk, n) = self.of_task(task).await.ok_or_else(|| {
+                WorktreeError::Setup(format!(
+                    "task {task} is no issue of a repository github.repos names"
+                ))
+            })?;
+            let w = self.clone_of(&desk).await?;
+            Ok((w, TaskId::of_issue(n)))
+        })
+    }
+
+    fn known(&self, task: &TaskId) -> Option<(Arc<Worktrees>, TaskId)> {
+        let (desk, n) = self.known_task(task)?;
+        let w = desk.trees.try_lock().ok()?.clone()?;
+        Some((w, TaskId::of_issue(n)))
+    }
+
+    fn root(&self) -> PathBuf {
+        self.clones_root()
+    }
+}
