@@ -67,6 +67,9 @@ pub(crate) struct WorktreeRun {
     pub(crate) repository: PathBuf,
     /// The worktree's top folder (canonical).
     pub(crate) worktree: PathBuf,
+    /// The checkout is a clone picogent made (GitHub's `repos`), outside the allowed
+    /// paths: the run writes its worktree alone.
+    pub(crate) own_clone: bool,
 }
 
 impl RunRequest {

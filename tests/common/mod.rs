@@ -5,6 +5,7 @@
 pub mod chat;
 pub mod git_https;
 pub mod github;
+pub mod github_many;
 pub mod mcp;
 pub mod repo;
 pub mod slow_git;

@@ -30,6 +30,7 @@ mod github_clock;
 mod github_defuse;
 mod github_fake;
 mod github_push;
+mod github_repos;
 mod hostile_input;
 mod listing_bounds;
 mod live;

@@ -298,6 +298,17 @@ impl Sandbox {
         s
     }
 
+    /// `for_worktree` for a checkout picogent cloned itself (GitHub's `repos`), which
+    /// no allowed path names: when anything is restricted, the run writes its worktree
+    /// alone.
+    pub fn for_own_clone(&self, top: &Path, common: &Path, tree: &Path) -> Sandbox {
+        let mut s = self.clone();
+        if !s.allowed.is_empty() {
+            s.allowed = vec![top.to_path_buf()];
+        }
+        s.for_worktree(top, common, tree)
+    }
+
     /// picogent's own files and folders (configuration, `.env`, state, sessions).
     pub fn own_paths(&self) -> impl Iterator<Item = &PathBuf> {
         self.protected.iter().chain(&self.read_only)

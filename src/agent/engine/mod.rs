@@ -155,6 +155,11 @@ async fn locked(
         .clone()
         .unwrap_or_else(|| config.work_dir.clone());
     let sandbox = match &req.worktree {
+        Some(w) if w.own_clone => Arc::new(inner.sandbox.for_own_clone(
+            &w.checkout,
+            &w.repository,
+            &w.worktree,
+        )),
         Some(w) => Arc::new(
             inner
                 .sandbox

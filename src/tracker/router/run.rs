@@ -51,6 +51,7 @@ impl Router {
                 checkout: w.checkout().to_path_buf(),
                 repository: w.repository().to_path_buf(),
                 worktree: t.path.clone(),
+                own_clone: w.own_clone(),
             });
         }
         let before = match &self.shared.shared_folder {

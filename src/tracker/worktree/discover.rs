@@ -123,6 +123,7 @@ impl Worktrees {
             Err(e) => return Err(format!("cannot fetch {branch:?}: {e}")),
         }
         w.base = None;
+        w.own_clone = true;
         w.fetch_before_branching(branch);
         w.start_from_default(branch);
         Ok(w)
@@ -190,6 +191,7 @@ impl Worktrees {
             push_url: None,
             push_token: None,
             fetch_default: None,
+            own_clone: false,
             retention: Duration::from_secs(cfg.git.worktree_retention_days.saturating_mul(86_400)),
             lock: Mutex::new(()),
             swept: AtomicU64::new(now_secs()),

@@ -136,6 +136,8 @@ pub(crate) struct Worktrees {
     /// The default branch, fetched before a new task branches from it (a clone of the
     /// cache's, which nobody else fetches).
     fetch_default: Option<String>,
+    /// The checkout is picogent's own clone (GitHub's `repos`).
+    own_clone: bool,
     retention: Duration,
     /// git locks the repository's worktree list: one change at a time.
     lock: Mutex<()>,
@@ -240,6 +242,11 @@ impl Worktrees {
     /// The checkout's top folder.
     pub(crate) fn checkout(&self) -> &Path {
         &self.top
+    }
+
+    /// Whether the checkout is picogent's own clone (GitHub's `repos`).
+    pub(crate) fn own_clone(&self) -> bool {
+        self.own_clone
     }
 
     /// The repository's common git folder.

@@ -360,6 +360,10 @@ pub(super) fn route(
             json!({"token": s.token, "expires_at": ts(s.now() + 3600), "repository_selection": "selected",
                    "permissions": {"issues": "write", "pull_requests": "write", "contents": "write", "metadata": "read"}}),
         ),
+        ("GET", "/user/repos") => ok(json!([s.repo_json()])),
+        ("GET", "/installation/repositories") => ok(
+            json!({"total_count": 1, "repository_selection": "selected", "repositories": [s.repo_json()]}),
+        ),
         ("GET", "/repos/{owner}/{repo}") => ok(s.repo_json()),
         ("GET", "/repos/{owner}/{repo}/issues") => s.list_issues(q, path),
         ("GET", "/repos/{owner}/{repo}/issues/{issue_number}") => match s.issue_ix(n) {
