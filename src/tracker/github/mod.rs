@@ -368,7 +368,7 @@ pub(crate) async fn open(p: Prepared, o: &Opening<'_>) -> Result<Option<Door>, D
         tokio::task::spawn_blocking(move || worktrees(&decided, &gh_for, &auth, &default))
             .await
             .map_err(|e| DaemonError::Config(format!("finding the repository failed: {e}")))??;
-    let workspace = crate::tracker::worktree::Workspace::Worktrees(worktrees);
+    let workspace = crate::tracker::worktree::Workspace::Worktrees(Arc::new(worktrees));
     Ok(Some(assemble(o, gh, &api, desks, workspace)))
 }
 

@@ -250,7 +250,7 @@ impl Router {
         let (worktrees, shared_folder) = match workspace {
             Workspace::Worktrees(w) => {
                 dirs.push(w.root().to_path_buf());
-                (Some(Trees::One(Arc::new(w))), None)
+                (Some(Trees::One(w)), None)
             }
             Workspace::PerRepo(repos) => {
                 dirs.push(repos.root());

@@ -427,7 +427,7 @@ pub(crate) use trees::{RepoTrees, Trees};
 /// working folder (with the repository it is in, when it is one, to name what a run
 /// changed).
 pub(crate) enum Workspace {
-    Worktrees(Worktrees),
+    Worktrees(Arc<Worktrees>),
     /// Each task's repository's (GitHub's `repos`).
     PerRepo(Arc<dyn RepoTrees>),
     Shared(Option<SharedFolder>),
@@ -440,7 +440,7 @@ impl Workspace {
         sandbox: &crate::sandbox::Sandbox,
     ) -> Result<Workspace, String> {
         Ok(match Worktrees::decide(cfg)? {
-            Some(w) => Workspace::Worktrees(w),
+            Some(w) => Workspace::Worktrees(Arc::new(w)),
             None => Workspace::Shared(SharedFolder::find(&cfg.work_dir, sandbox, cfg.git.timeout)),
         })
     }
