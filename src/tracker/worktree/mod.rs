@@ -426,6 +426,10 @@ pub(crate) use trees::{RepoTrees, Trees};
 /// Where a daemon's tasks work: each in a worktree of its own, or all in the shared
 /// working folder (with the repository it is in, when it is one, to name what a run
 /// changed).
+#[allow(
+    clippy::large_enum_variant,
+    reason = "made once at start and moved into the router"
+)]
 pub(crate) enum Workspace {
     Worktrees(Arc<Worktrees>),
     /// Each task's repository's (GitHub's `repos`).
