@@ -22,6 +22,8 @@ struct GhFleet {
     w: World,
     store: String,
     workers: Vec<Worker>,
+    /// Workers poll every second (else only the webhook and the sweep at start).
+    poll: bool,
 }
 
 impl GhFleet {
@@ -31,6 +33,7 @@ impl GhFleet {
             w: World::new(turns).await,
             store,
             workers: Vec::new(),
+            poll: true,
         }
     }
 
@@ -50,7 +53,8 @@ impl GhFleet {
             ],
         );
         let port = free_port();
-        let mut cfg = self.w.config(json!({"poll_interval_sec": 1}));
+        let poll = if self.poll { json!(1) } else { Value::Null };
+        let mut cfg = self.w.config(json!({"poll_interval_sec": poll}));
         cfg["listen_port"] = json!(port);
         cfg["allowed_paths"] = json!([sb.work]);
         cfg["store"] = json!(self.store);
@@ -244,5 +248,60 @@ async fn workers_killed_at_each_delivery_step_leave_one_of_everything() {
     assert_eq!(f.commits_on(&branch), 2, "{}", f.logs());
     assert_eq!(f.w.remote_file(&branch, "widget.txt"), "fixed");
     assert_eq!(f.w.remote_file(&branch, "notes.txt"), "again");
+    f.w.assert_valid();
+}
+
+/// One worker's answer says the token's rate limit is spent: no worker sends GitHub a
+/// request before the limit resets (the other has not asked GitHub since, and learns
+/// it from the store), and every task goes on after it.
+#[tokio::test]
+async fn a_spent_rate_limit_holds_every_worker_until_it_resets() {
+    let mut f = GhFleet::new(fix()).await;
+    f.poll = false;
+    f.start(&[]).await;
+    f.start(&[]).await;
+    let a = f.w.gh.add_issue("First", "", "alice");
+    let b = f.w.gh.add_issue("Second", "", "alice");
+    f.w.gh.assign(a, BOT);
+    f.w.gh.fail_next(
+        "POST",
+        "/reactions",
+        crate::common::github::Fault::RateLimited { reset_in_secs: 6 },
+    );
+    let status = f.deliver(0, "r-1", &f.w.issue_payload("assigned", a)).await;
+    assert!((200..300).contains(&status), "{status}");
+    let spent = |g: &crate::common::github::FakeGithub| {
+        g.requests().iter().find(|r| r.status == 403).map(|r| r.at)
+    };
+    f.w.gh
+        .wait_for(30, "the rate limit's refusal", |g| spent(g).is_some())
+        .await;
+    let at = spent(&f.w.gh).unwrap();
+    for _ in 0..500 {
+        if f.log(0)
+            .contains("the token's rate limit is spent until its reset")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    f.w.gh.assign(b, BOT);
+    let status = f.deliver(1, "r-2", &f.w.issue_payload("assigned", b)).await;
+    assert!((200..300).contains(&status), "{status}");
+    f.wait_finished(a).await;
+    f.wait_finished(b).await;
+    let early: Vec<String> =
+        f.w.gh
+            .requests()
+            .iter()
+            .filter(|r| r.at > at && r.at < at + std::time::Duration::from_secs(4))
+            .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+            .collect();
+    assert!(
+        early.is_empty(),
+        "sent while the limit was spent: {early:#?}\n{}",
+        f.logs()
+    );
+    assert_eq!(f.w.gh.pulls().len(), 2);
     f.w.assert_valid();
 }

@@ -310,3 +310,58 @@ fn which_owned(which: Which<'_>) -> Owned {
         Which::Open => Owned::Open,
     }
 }
+
+/// A token's rate-limit window: the most it may send, what is left, when the window
+/// resets (seconds since the epoch, GitHub's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RateWindow {
+    pub(crate) limit: i64,
+    pub(crate) remaining: i64,
+    pub(crate) reset: i64,
+}
+
+impl Pg {
+    /// Merges what an answer said of a token's window into the fleet's.
+    pub(crate) async fn rate_note(&self, key: &str, w: RateWindow) -> Result<()> {
+        let key = key.to_string();
+        self.run(|c| async move {
+            c.execute(
+                "INSERT INTO github_budgets (key, lim, remaining, reset_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (key) DO UPDATE SET
+                    lim = excluded.lim,
+                    remaining = CASE
+                        WHEN excluded.remaining = 0 THEN 0
+                        WHEN excluded.reset_at > github_budgets.reset_at THEN excluded.remaining
+                        WHEN excluded.reset_at = github_budgets.reset_at
+                            THEN LEAST(github_budgets.remaining, excluded.remaining)
+                        ELSE github_budgets.remaining END,
+                    reset_at = CASE WHEN excluded.remaining = 0 THEN excluded.reset_at
+                        ELSE GREATEST(github_budgets.reset_at, excluded.reset_at) END,
+                    updated_at = now()",
+                &[&key, &w.limit, &w.remaining, &w.reset],
+            )
+            .await
+            .map(|_| ())
+        })
+        .await
+    }
+
+    /// The fleet's view of a token's window.
+    pub(crate) async fn rate_read(&self, key: &str) -> Result<Option<RateWindow>> {
+        let key = key.to_string();
+        self.run(|c| async move {
+            let row = c
+                .query_opt(
+                    "SELECT lim, remaining, reset_at FROM github_budgets WHERE key = $1",
+                    &[&key],
+                )
+                .await?;
+            Ok(row.map(|r| RateWindow {
+                limit: r.get(0),
+                remaining: r.get(1),
+                reset: r.get(2),
+            }))
+        })
+        .await
+    }
+}

@@ -86,6 +86,16 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (repo, list)
     );
     "#,
+    // 4: each GitHub token's rate-limit window, as its answers last said it.
+    r#"
+    CREATE TABLE github_budgets (
+        key         text PRIMARY KEY,
+        lim         bigint NOT NULL,
+        remaining   bigint NOT NULL,
+        reset_at    bigint NOT NULL,
+        updated_at  timestamptz NOT NULL DEFAULT now()
+    );
+    "#,
 ];
 
 /// The version this binary brings a database to.

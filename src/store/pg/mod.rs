@@ -36,7 +36,7 @@ mod tests;
 mod tls;
 
 pub(crate) use events::FleetStatus;
-pub(crate) use github::{Locked, Which};
+pub(crate) use github::{Locked, RateWindow, Which};
 pub(crate) use migrate::SCHEMA_VERSION;
 pub(crate) use reports::Queued;
 

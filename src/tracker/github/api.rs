@@ -145,6 +145,8 @@ pub(crate) struct Api {
     stop: tokio_util::sync::CancellationToken,
     /// GitHub's clock, from its answers' `Date`.
     clock: Arc<Clock>,
+    /// The token's rate-limit window (the fleet's, when it has a store).
+    budget: Arc<super::budget::Budget>,
 }
 
 fn message_of(body: &Value, text: &str) -> String {
@@ -271,7 +273,13 @@ impl Api {
             not_before: Default::default(),
             stop,
             clock: Default::default(),
+            budget: Arc::new(super::budget::Budget::new()),
         })
+    }
+
+    /// The token's rate-limit budget.
+    pub(crate) fn budget(&self) -> &Arc<super::budget::Budget> {
+        &self.budget
     }
 
     /// The same client, token, rate limit and clock, for another repository.
@@ -285,6 +293,7 @@ impl Api {
             not_before: self.not_before.clone(),
             stop: self.stop.clone(),
             clock: self.clock.clone(),
+            budget: self.budget.clone(),
         }
     }
 
@@ -420,6 +429,10 @@ impl Api {
     ) -> Result<Answer, ApiError> {
         let what = format!("{method} {path}");
         self.wait_turn(&what).await?;
+        let clock = self.clock.clone();
+        self.budget
+            .before(&what, move || clock.epoch() as i64, &self.stop)
+            .await?;
         let url = if path.starts_with("http") {
             // A `Link` header's next page: followed only on the API itself, since the
             // token goes with it.
@@ -454,6 +467,7 @@ impl Api {
         let headers = resp.headers().clone();
         self.clock
             .learn(headers.get("date").and_then(|v| v.to_str().ok()));
+        self.budget.learn(&headers).await;
         if let Some(r) = header_u64(&headers, "x-ratelimit-remaining").filter(|r| *r < 50) {
             tracing::warn!(
                 remaining = r,

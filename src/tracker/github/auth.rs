@@ -69,6 +69,22 @@ fn read_key(path: &Path) -> Result<RsaKeyPair, AuthError> {
 }
 
 impl Auth {
+    /// What names the token's rate limit in a fleet's store: the App's installation,
+    /// or a hash of the token (never the token itself).
+    pub(crate) fn budget_key(&self) -> String {
+        match self {
+            Auth::App(app) => format!("app-{}-installation-{}", app.app_id, app.installation_id),
+            Auth::Token(t) => {
+                let digest = ring::digest::digest(&ring::digest::SHA256, t.as_bytes());
+                let hex: String = digest.as_ref()[..12]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                format!("token-{hex}")
+            }
+        }
+    }
+
     pub(crate) fn from_config(auth: &crate::config::GithubAuth) -> Result<Auth, AuthError> {
         Ok(match auth {
             crate::config::GithubAuth::Token(t) => Auth::Token(t.clone()),

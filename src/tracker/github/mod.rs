@@ -9,6 +9,7 @@
 mod api;
 mod auth;
 mod book;
+mod budget;
 mod clock;
 mod clones;
 mod desks;
@@ -336,6 +337,10 @@ pub(crate) fn prepare(
 pub(crate) async fn open(p: Prepared, o: &Opening<'_>) -> Result<Option<Door>, DaemonError> {
     let Prepared { gh, auth, api } = p;
     let cfg = o.agent.config().clone();
+    if let Some(pg) = o.store {
+        // One token's rate limit, whichever worker spends it.
+        api.budget().share(pg.clone(), auth.budget_key());
+    }
     let Some((login, default)) = meet(&api, &gh, o.timing, o.stop).await? else {
         return Ok(None);
     };

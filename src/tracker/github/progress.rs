@@ -326,9 +326,19 @@ impl Progress {
                     tracing::warn!(issue, "cannot update the progress comment: {e}");
                 }
             }
+            // Slower as the token's rate limit runs low; none at all near its end
+            // (the start and the outcome still go out).
+            let (pace, paused) = match self.api.budget().pace() {
+                Some(p) => (p, false),
+                None => (EVERY * 10, true),
+            };
             tokio::select! {
-                _ = tokio::time::sleep(EVERY) => {}
+                _ = tokio::time::sleep(pace) => {}
                 _ = stop.cancelled() => return,
+            }
+            if paused {
+                // Still dirty: edited in once the window leaves room again.
+                self.dirty.notify_one();
             }
         }
     }
