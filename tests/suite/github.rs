@@ -625,6 +625,15 @@ async fn wrong_or_missing_settings_are_start_up_errors_naming_the_field() {
         ),
         (json!({"trigger": {}}), "github.trigger"),
         (json!({"tirgger": {}}), "tirgger"),
+        // `repos` instead of `repo`: each entry checked, by its place.
+        (json!({"repos": ["acme/api"]}), "github.repo"),
+        (json!({"repo": null, "repos": []}), "github.repos"),
+        (
+            json!({"repo": null, "repos": ["acme/api", "no-slash"]}),
+            "github.repos[1]",
+        ),
+        (json!({"repo": null, "repos": ["a/b/c"]}), "github.repos[0]"),
+        (json!({"clone_cache_mb": 0}), "github.clone_cache_mb"),
     ];
     for (github, field) in cases {
         let err = load(github.clone(), w.env());

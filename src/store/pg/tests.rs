@@ -393,3 +393,91 @@ async fn renewing_loses_only_the_leases_another_worker_took() {
     assert_eq!((a.fence("t1"), a.fence("t2")), (None, Some(5)));
     assert!(a.renew(LEASE).await.unwrap().is_empty());
 }
+
+/// A decision holds its repository's lock until it commits: another worker's waits,
+/// then reads what the first wrote; one dropped unfinished leaves nothing (its event
+/// and its entry roll back together).
+#[tokio::test]
+async fn github_decisions_take_turns_and_a_dropped_one_leaves_nothing() {
+    use crate::store::issues::Entry;
+    use super::Which;
+    let (url, a) = fresh().await;
+    let b = open(&url, "w2").await;
+    let first = a.github_lock("acme/api").await.unwrap();
+    assert!(first.accept(&arrival("e1", "acme:api:issue-1")).await.unwrap());
+    let active = Entry {
+        active: true,
+        generation: 1,
+        ..Entry::default()
+    };
+    first.put(1, &active).await.unwrap();
+    // Another repository's decisions do not wait.
+    let other = b.github_lock("acme/web").await.unwrap();
+    other.commit().await.unwrap();
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let second = b.github_lock("acme/api").await.unwrap();
+            let seen = second.entries(Which::Issues(&[1])).await.unwrap();
+            let again = second.accept(&arrival("e1", "acme:api:issue-1")).await.unwrap();
+            second.commit().await.unwrap();
+            (seen, again)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the second decision waits for the first");
+    first.commit().await.unwrap();
+    let (seen, again) = waiting.await.unwrap();
+    assert_eq!(seen, vec![(1, active.clone())]);
+    assert!(!again, "the event is the first decision's");
+
+    let dropped = a.github_lock("acme/api").await.unwrap();
+    assert!(dropped.accept(&arrival("e2", "acme:api:issue-2")).await.unwrap());
+    dropped.put(2, &active).await.unwrap();
+    drop(dropped);
+    let after = b.github_lock("acme/api").await.unwrap();
+    assert!(after.entries(Which::Issues(&[2])).await.unwrap().is_empty());
+    assert!(after.accept(&arrival("e2", "acme:api:issue-2")).await.unwrap());
+    after.commit().await.unwrap();
+    // The open entries, and an entry found by its pull request.
+    let mut pulled = active.clone();
+    pulled.pull = Some(9);
+    let l = a.github_lock("acme/api").await.unwrap();
+    l.put(3, &pulled).await.unwrap();
+    l.commit().await.unwrap();
+    let open_now = a.github_entries("acme/api", Which::Open).await.unwrap();
+    assert_eq!(open_now.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1, 3]);
+    let by_pull = a.github_entries("acme/api", Which::Pull(9)).await.unwrap();
+    assert_eq!(by_pull, vec![(3, pulled)]);
+}
+
+/// Marks only move forward; a token's spent window is the fleet's until a later one.
+#[tokio::test]
+async fn github_marks_and_rate_windows_are_shared() {
+    use super::RateWindow;
+    let (url, a) = fresh().await;
+    let b = open(&url, "w2").await;
+    a.github_set_mark("acme/api", "/issues", "2026-01-02T00:00:00Z")
+        .await
+        .unwrap();
+    b.github_set_mark("acme/api", "/issues", "2026-01-01T00:00:00Z")
+        .await
+        .unwrap();
+    assert_eq!(
+        a.github_marks("acme/api").await.unwrap(),
+        [("/issues".to_string(), "2026-01-02T00:00:00Z".to_string())]
+    );
+    let w = |remaining, reset| RateWindow {
+        limit: 5000,
+        remaining,
+        reset,
+    };
+    a.rate_note("t", w(4000, 100)).await.unwrap();
+    b.rate_note("t", w(4100, 100)).await.unwrap();
+    assert_eq!(b.rate_read("t").await.unwrap(), Some(w(4000, 100)));
+    a.rate_note("t", w(0, 60)).await.unwrap();
+    assert_eq!(b.rate_read("t").await.unwrap(), Some(w(0, 60)));
+    b.rate_note("t", w(4999, 200)).await.unwrap();
+    assert_eq!(a.rate_read("t").await.unwrap(), Some(w(4999, 200)));
+    assert_eq!(a.rate_read("other").await.unwrap(), None);
+}
