@@ -189,3 +189,118 @@ async fn one_deployment_serves_many_repositories() {
     assert_eq!(made, ["gadgets", "widgets"]);
     assert!(gh.violations().is_empty(), "{:#?}", gh.violations());
 }
+
+/// Clones together over `clone_cache_mb`: the one used longest ago that holds no
+/// task's worktree is removed when another is made, and made again when a task of
+/// its repository comes.
+#[tokio::test]
+async fn clones_over_the_limit_are_removed_and_made_again() {
+    let sb = Sandbox::new();
+    let (widgets, gadgets) = ("acme/widgets", "acme/gadgets");
+    let gh = ManyGithub::start(&[widgets, gadgets], BOT, TOKEN).await;
+    for r in [widgets, gadgets] {
+        gh.repo(r).set_association("alice", "COLLABORATOR");
+    }
+    let rw = remote(&sb.base(), "widgets", &[]);
+    // Two megabytes that do not compress: the widgets' clone is over the limit alone.
+    push_blob(&sb.base(), &rw, 2 << 20);
+    let rg = remote(&sb.base(), "gadgets", &[]);
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.per_conversation(vec![
+        tool("bash", json!({"command": "echo fixed > widget.txt"})),
+        text("Fixed."),
+    ]);
+    let port = free_port();
+    let cfg = json!({"tracker": "github", "listen_port": port, "shutdown_grace_sec": 5,
+        "allowed_paths": [sb.work],
+        "github": {"api_url": gh.url(), "webhook_secret": SECRET, "clone_cache_mb": 1,
+            "repos": [{"repo": widgets, "remote_url": rw}, {"repo": gadgets, "remote_url": rg}]}});
+    sb.write_config(&llm, Wire::Anthropic, cfg);
+    let _d = spawn_daemon_with(&sb, &[("GITHUB_TOKEN", TOKEN)]);
+    get_when_up(port, "/livez").await;
+    let hook = format!("http://127.0.0.1:{port}/github/webhook");
+    let clone = sb.home.join("state/repos/acme/widgets");
+    let (fw, fg) = (gh.repo(widgets), gh.repo(gadgets));
+
+    let n = fw.add_issue("Fix", "", "alice");
+    fw.assign(n, BOT);
+    let p = payload(fw, widgets, "assigned", n);
+    assert_eq!(
+        deliver(&hook, "issues", "c-1", Some(SECRET), &p).await.0,
+        202
+    );
+    fw.wait_for(60, "the pull request", |g| g.pulls().len() == 1)
+        .await;
+    assert!(clone.is_dir());
+    // Closed once done: its worktree goes, so the clone holds none.
+    fw.close_issue(n);
+    let p = payload(fw, widgets, "closed", n);
+    assert!(deliver(&hook, "issues", "c-2", Some(SECRET), &p).await.0 < 300);
+    let trees = sb.home.join("worktrees/acme/widgets");
+    wait_until(30, "the closed task's worktree removed", || {
+        std::fs::read_dir(&trees).is_ok_and(|mut d| d.next().is_none())
+    })
+    .await;
+
+    let g = fg.add_issue("Fix", "", "alice");
+    fg.assign(g, BOT);
+    let p = payload(fg, gadgets, "assigned", g);
+    assert_eq!(
+        deliver(&hook, "issues", "c-3", Some(SECRET), &p).await.0,
+        202
+    );
+    fg.wait_for(60, "the gadgets' pull request", |g| g.pulls().len() == 1)
+        .await;
+    wait_until(30, "the widgets' clone removed", || !clone.exists()).await;
+    assert!(sb.home.join("state/repos/acme/gadgets").is_dir());
+
+    let n2 = fw.add_issue("Again", "", "alice");
+    fw.assign(n2, BOT);
+    let p = payload(fw, widgets, "assigned", n2);
+    assert_eq!(
+        deliver(&hook, "issues", "c-4", Some(SECRET), &p).await.0,
+        202
+    );
+    fw.wait_for(60, "the second pull request", |g| g.pulls().len() == 2)
+        .await;
+    assert!(clone.is_dir(), "cloned again");
+    assert!(gh.violations().is_empty(), "{:#?}", gh.violations());
+}
+
+/// Adds `bytes` random bytes as `blob.bin` on `main` of the bare repository `bare`.
+fn push_blob(at: &Path, bare: &Path, bytes: usize) {
+    let work = at.join("blob-seed");
+    git(
+        at,
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "main",
+            bare.to_str().unwrap(),
+            work.to_str().unwrap(),
+        ],
+    );
+    let data: Vec<u8> = (0..bytes)
+        .scan(0x9e37_79b9_7f4a_7c15u64, |s, _| {
+            *s ^= *s << 13;
+            *s ^= *s >> 7;
+            *s ^= *s << 17;
+            Some(*s as u8)
+        })
+        .collect();
+    std::fs::write(work.join("blob.bin"), data).unwrap();
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "blob"]);
+    git(&work, &["push", "-q", "origin", "main"]);
+}
+
+async fn wait_until(secs: u64, what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..secs * 50 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}

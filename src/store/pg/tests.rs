@@ -399,12 +399,15 @@ async fn renewing_loses_only_the_leases_another_worker_took() {
 /// and its entry roll back together).
 #[tokio::test]
 async fn github_decisions_take_turns_and_a_dropped_one_leaves_nothing() {
-    use crate::store::issues::Entry;
     use super::Which;
+    use crate::store::issues::Entry;
     let (url, a) = fresh().await;
     let b = open(&url, "w2").await;
     let first = a.github_lock("acme/api").await.unwrap();
-    assert!(first.accept(&arrival("e1", "acme:api:issue-1")).await.unwrap());
+    assert!(first
+        .accept(&arrival("e1", "acme:api:issue-1"))
+        .await
+        .unwrap());
     let active = Entry {
         active: true,
         generation: 1,
@@ -419,25 +422,37 @@ async fn github_decisions_take_turns_and_a_dropped_one_leaves_nothing() {
         async move {
             let second = b.github_lock("acme/api").await.unwrap();
             let seen = second.entries(Which::Issues(&[1])).await.unwrap();
-            let again = second.accept(&arrival("e1", "acme:api:issue-1")).await.unwrap();
+            let again = second
+                .accept(&arrival("e1", "acme:api:issue-1"))
+                .await
+                .unwrap();
             second.commit().await.unwrap();
             (seen, again)
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "the second decision waits for the first");
+    assert!(
+        !waiting.is_finished(),
+        "the second decision waits for the first"
+    );
     first.commit().await.unwrap();
     let (seen, again) = waiting.await.unwrap();
     assert_eq!(seen, vec![(1, active.clone())]);
     assert!(!again, "the event is the first decision's");
 
     let dropped = a.github_lock("acme/api").await.unwrap();
-    assert!(dropped.accept(&arrival("e2", "acme:api:issue-2")).await.unwrap());
+    assert!(dropped
+        .accept(&arrival("e2", "acme:api:issue-2"))
+        .await
+        .unwrap());
     dropped.put(2, &active).await.unwrap();
     drop(dropped);
     let after = b.github_lock("acme/api").await.unwrap();
     assert!(after.entries(Which::Issues(&[2])).await.unwrap().is_empty());
-    assert!(after.accept(&arrival("e2", "acme:api:issue-2")).await.unwrap());
+    assert!(after
+        .accept(&arrival("e2", "acme:api:issue-2"))
+        .await
+        .unwrap());
     after.commit().await.unwrap();
     // The open entries, and an entry found by its pull request.
     let mut pulled = active.clone();
