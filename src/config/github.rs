@@ -151,6 +151,13 @@ fn valid_login(s: &str) -> bool {
         && !base.starts_with('-')
 }
 
+/// Whether `repo` is a repository's `owner/name` as GitHub allows them (what may
+/// become a folder's name: never `.` or `..`, no other `/`).
+pub fn valid_repo_name(repo: &str) -> bool {
+    repo.split_once('/')
+        .is_some_and(|(o, n)| valid_login(o) && !o.ends_with("[bot]") && valid_repo_part(n))
+}
+
 fn valid_repo_part(s: &str) -> bool {
     !s.is_empty()
         && s != "."
@@ -302,7 +309,11 @@ impl Sources<'_> {
                     FileRepoRule::Name(n) => (n.clone(), None),
                     FileRepoRule::With(w) => (w.repo.clone(), Some(w)),
                 };
+                // `*` stands for part of a name; `**` would cross the `/`.
                 let plain = |p: &str| p.replace('*', "x");
+                if pattern.contains("**") {
+                    return Err(self.field_error(&at, format!("{pattern:?}: `**` is not a pattern of one part; use `*`")));
+                }
                 let usable = pattern.split_once('/').is_some_and(|(o, n)| {
                     valid_login(&plain(o)) && valid_repo_part(&plain(n)) && !n.contains('/')
                 });

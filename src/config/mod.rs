@@ -21,7 +21,7 @@ pub mod secrets;
 mod store;
 mod types;
 pub use chat_git::NeedsGit;
-pub use github::{GithubAuth, GithubConfig, Trigger};
+pub use github::{valid_repo_name, GithubAuth, GithubConfig, Trigger};
 pub use mcp::{McpServerConfig, McpTransport};
 pub use store::{Postgres, StoreSettings};
 pub use types::{Engine, Env, ProviderKind, TrackerKind, Transport};
@@ -396,6 +396,18 @@ impl Config {
         let mut seen = std::collections::HashSet::new();
         dirs.retain(|d| seen.insert(d.clone()));
         dirs
+    }
+
+    /// Where GitHub's `repos` are cloned: beside the worktrees (a run reads its clone's
+    /// git folder as it reads a checkout's), never in the state (which no tool may
+    /// open) nor in the working folder (which a tool may write). `None` without an
+    /// agent home or a home folder.
+    pub(crate) fn clones_dir(&self) -> Option<PathBuf> {
+        match (&self.agent_home, &self.home_dir) {
+            (Some(h), _) => Some(h.join("repos")),
+            (None, Some(home)) => Some(home.join(".picogent").join("repos").join(&self.slug)),
+            (None, None) => None,
+        }
     }
 
     /// Files and folders no tool may open: the configuration, the loaded `.env`, the

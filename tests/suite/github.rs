@@ -861,6 +861,17 @@ async fn a_github_app_mints_installation_tokens_with_a_signed_jwt() {
         assert_eq!(auth, format!("Bearer {TOKEN}"), "{} {}", r.method, r.path);
     }
     assert_eq!(w.gh.pulls().len(), 1);
+    // Another installation of the App (a stranger's) signs with the same secret: its
+    // deliveries are not served, whatever they say.
+    let m = w.gh.add_issue("Stranger's", "", "alice");
+    w.gh.add_label(m, "picogent");
+    let mut p = w.issue_payload("labeled", m);
+    p["installation"] = json!({"id": 999, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uOTk5"});
+    let (status, answer) = deliver(&w.hook_url(), "issues", "inst-1", Some(SECRET), &p).await;
+    assert_eq!(
+        (status, &answer["ignored"]),
+        (200, &json!("another installation"))
+    );
     d.stop().await.unwrap();
     w.assert_valid();
 }

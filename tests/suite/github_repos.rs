@@ -89,8 +89,12 @@ async fn one_deployment_serves_many_repositories() {
         remote(&sb.base(), "gadgets", &["develop"]),
     );
     let llm = ScriptedLlm::start(vec![]).await;
+    // git works in the run's worktree (it reads the clone's git folder).
     llm.per_conversation(vec![
-        tool("bash", json!({"command": "echo fixed > widget.txt"})),
+        tool(
+            "bash",
+            json!({"command": "git log --oneline -1 >/dev/null && echo fixed > widget.txt"}),
+        ),
         text("Fixed the widget."),
     ]);
     let port = free_port();
@@ -179,8 +183,8 @@ async fn one_deployment_serves_many_repositories() {
         .await;
     let later = files_on(&rg, &format!("picogent/issue-{n2}"));
     assert!(later.contains("later.txt"), "{later}\n{}", log());
-    // One clone per repository, in the state folder.
-    let clones = sb.home.join("state").join("repos").join("acme");
+    // One clone per repository, beside the worktrees.
+    let clones = sb.home.join("repos").join("acme");
     let mut made: Vec<String> = std::fs::read_dir(&clones)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -219,7 +223,7 @@ async fn clones_over_the_limit_are_removed_and_made_again() {
     let _d = spawn_daemon_with(&sb, &[("GITHUB_TOKEN", TOKEN)]);
     get_when_up(port, "/livez").await;
     let hook = format!("http://127.0.0.1:{port}/github/webhook");
-    let clone = sb.home.join("state/repos/acme/widgets");
+    let clone = sb.home.join("repos/acme/widgets");
     let (fw, fg) = (gh.repo(widgets), gh.repo(gadgets));
 
     let n = fw.add_issue("Fix", "", "alice");
@@ -252,7 +256,7 @@ async fn clones_over_the_limit_are_removed_and_made_again() {
     fg.wait_for(60, "the gadgets' pull request", |g| g.pulls().len() == 1)
         .await;
     wait_until(30, "the widgets' clone removed", || !clone.exists()).await;
-    assert!(sb.home.join("state/repos/acme/gadgets").is_dir());
+    assert!(sb.home.join("repos/acme/gadgets").is_dir());
 
     let n2 = fw.add_issue("Again", "", "alice");
     fw.assign(n2, BOT);

@@ -58,6 +58,9 @@ enum Keeper {
 
 pub(crate) struct Book {
     keeper: Keeper,
+    /// A fleet's decisions, changes and refreshes take turns here: a read from the
+    /// store never lands in the middle of a decision's.
+    turn: tokio::sync::Mutex<()>,
     file: Mutex<File>,
     /// Changes made in memory, and how many of them the file holds.
     changes: AtomicU64,
@@ -90,6 +93,7 @@ impl Book {
     fn with(keeper: Keeper, file: File) -> Book {
         Book {
             keeper,
+            turn: tokio::sync::Mutex::new(()),
             file: Mutex::new(file),
             changes: AtomicU64::new(0),
             written: AtomicU64::new(0),
@@ -138,9 +142,15 @@ impl Book {
         let Some((pg, repo)) = self.fleet() else {
             return Ok(());
         };
+        let _turn = self.turn().await;
         let found = pg.github_entries(repo, which).await?;
         self.refreshed(which, found);
         Ok(())
+    }
+
+    /// This book's turn for a fleet's decision or change (see `turn`).
+    pub(crate) async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.turn.lock().await
     }
 
     fn refreshed(&self, which: Which<'_>, found: Vec<(u64, Entry)>) {
@@ -262,7 +272,9 @@ impl Book {
             // Read, changed and written under the repository's lock: another worker's
             // decision about the issue is not undone.
             let stored = async {
+                let _turn = self.turn().await;
                 let locked = pg.github_lock(repo).await?;
+                self.begin();
                 self.load(&locked, Which::Issues(&[issue])).await?;
                 self.apply(issue, change);
                 self.write(&locked).await?;

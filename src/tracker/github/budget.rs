@@ -24,6 +24,10 @@ const PACE: Duration = Duration::from_secs(3);
 const PACE_LOW: Duration = Duration::from_secs(30);
 /// ...and not at all below this share (the start and the outcome still are).
 const STOP_EDITS: f64 = 0.05;
+/// GitHub's windows last an hour: a reset further off than this is not believed.
+const LONGEST_WAIT: i64 = 3600;
+/// The store is asked (and told) within this, or the worker goes on with what it knows.
+const STORE_WITHIN: Duration = Duration::from_secs(1);
 
 pub(crate) struct Budget {
     local: Mutex<Option<RateWindow>>,
@@ -74,8 +78,12 @@ impl Budget {
         };
         *lock(&self.local) = Some(w);
         if let Some((pg, key)) = self.store() {
-            if let Err(e) = pg.rate_note(&key, w).await {
-                tracing::debug!("cannot share the token's rate limit with the fleet: {e}");
+            match tokio::time::timeout(STORE_WITHIN, pg.rate_note(&key, w)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!("cannot share the token's rate limit with the fleet: {e}")
+                }
+                Err(_) => tracing::debug!("the store did not take the token's rate limit in time"),
             }
         }
         if w.remaining == 0 {
@@ -93,16 +101,17 @@ impl Budget {
         let Some((pg, key)) = self.store() else {
             return local;
         };
-        match pg.rate_read(&key).await {
-            Ok(Some(shared)) if shared.remaining == 0 => Some(match local {
+        match tokio::time::timeout(STORE_WITHIN, pg.rate_read(&key)).await {
+            Ok(Ok(Some(shared))) if shared.remaining == 0 => Some(match local {
                 Some(l) if l.remaining == 0 && l.reset > shared.reset => l,
                 _ => shared,
             }),
-            Ok(_) => local,
-            Err(e) => {
+            Ok(Ok(_)) => local,
+            Ok(Err(e)) => {
                 tracing::debug!("cannot read the fleet's rate limit: {e}");
                 local
             }
+            Err(_) => local,
         }
     }
 
@@ -119,7 +128,7 @@ impl Budget {
                 return Ok(());
             };
             let left = w.reset - epoch();
-            if w.remaining > 0 || left < 0 {
+            if w.remaining > 0 || !(0..=LONGEST_WAIT).contains(&left) {
                 return Ok(());
             }
             // A second past the reset: GitHub's `Date` is cut to the second.

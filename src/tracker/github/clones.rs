@@ -1,8 +1,9 @@
 //! The clones of `github.repos`, one per repository on each worker, made on a task's
-//! first use (`state/repos/<owner>/<name>`), fetched before each new task branches,
-//! their tasks' worktrees beside the agent's others. Together they stay under
-//! `github.clone_cache_mb`: when a new clone passes it, the clones used longest ago
-//! that hold no task's worktree are removed (made again when a task needs them).
+//! first use (`<agent home>/repos/<owner>/<name>`, beside the worktrees: a run reads
+//! its clone's git folder as it reads a checkout's), fetched before each new task
+//! branches. Together they stay under `github.clone_cache_mb`: when a new clone passes
+//! it, the clones used longest ago that hold no task's worktree and that no run has
+//! open are removed (made again when a task needs them).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,20 +19,23 @@ use crate::tracker::worktree::{Credential, RepoTrees, WorktreeError, Worktrees};
 const USED: &str = ".git/picogent-used";
 
 impl Desks {
-    fn clones_root(&self) -> PathBuf {
-        self.kit.cfg.state_dir().join("repos")
+    fn clones_root(&self) -> Result<PathBuf, WorktreeError> {
+        self.kit.cfg.clones_dir().ok_or_else(|| {
+            WorktreeError::Setup(
+                "github.repos needs a folder for its clones: run from an agent directory, or set HOME".into(),
+            )
+        })
     }
 
     /// The desk's clone's worktrees: made (cloned) on first use; its use noted.
     async fn clone_of(&self, desk: &Arc<Desk>) -> Result<Arc<Worktrees>, WorktreeError> {
         let mut trees = desk.trees.lock().await;
+        let key = key_of(&desk.repo);
+        let dir = self.clones_root()?.join(&key);
         if let Some(w) = trees.as_ref() {
-            let dir = self.clones_root().join(key_of(&desk.repo));
             tokio::task::spawn_blocking(move || touch(&dir)).await.ok();
             return Ok(w.clone());
         }
-        let key = key_of(&desk.repo);
-        let dir = self.clones_root().join(&key);
         let cfg = self.kit.cfg.clone();
         let auth = self.kit.api.auth().clone();
         let credential = Credential {
@@ -49,6 +53,10 @@ impl Desks {
         .map_err(|e| WorktreeError::Setup(format!("the clone's task failed: {e}")))?
         .map_err(|e| WorktreeError::Setup(format!("cannot clone {}: {e}", desk.repo)))?;
         let made = Arc::new(made);
+        // Where the clones' worktrees go: `<root>/<owner>/<name>`.
+        if let Some(base) = made.root().parent().and_then(Path::parent) {
+            let _ = self.trees_base.set(base.to_path_buf());
+        }
         *trees = Some(made.clone());
         drop(trees);
         tracing::info!(repository = %desk.repo, "cloned for its tasks");
@@ -60,8 +68,12 @@ impl Desks {
     /// them take at most `clone_cache_mb` (never `keep`'s, just made).
     async fn keep_under_limit(&self, keep: &str) {
         let limit = self.kit.gh.clone_cache_bytes;
-        let (root, trees_root) = (self.clones_root(), self.trees_root());
-        let sized = tokio::task::spawn_blocking(move || sizes(&root, &trees_root))
+        let (Ok(root), Some(trees_root)) = (self.clones_root(), self.trees_base.get().cloned())
+        else {
+            return;
+        };
+        let listed = trees_root.clone();
+        let sized = tokio::task::spawn_blocking(move || sizes(&root, &listed))
             .await
             .unwrap_or_default();
         let mut total: u64 = sized.iter().map(|c| c.bytes).sum();
@@ -72,20 +84,31 @@ impl Desks {
             if c.key == key_of(keep) || c.busy {
                 continue;
             }
-            // The desk's clone is let go first: no task opens it while it goes.
+            // The desk's clone is let go first, under its lock, unless a run holds it
+            // (or a task's worktree appeared since): no task opens it while it goes.
             let desk = self.known(&c.key);
             let mut held = match &desk {
                 Some(d) => Some(d.trees.lock().await),
                 None => None,
             };
+            let in_use = held
+                .as_ref()
+                .and_then(|h| h.as_ref())
+                .is_some_and(|w| Arc::strong_count(w) > 1);
+            let trees = trees_root.join(&c.key);
+            if in_use || has_entries(&trees) {
+                continue;
+            }
             if let Some(h) = held.as_mut() {
                 **h = None;
             }
-            let (dir, trees) = (c.dir.clone(), self.trees_root().join(&c.key));
+            let records = self.kit.cfg.state_dir().join("worktrees").join(&c.key);
+            let dir = c.dir.clone();
             let removed = tokio::task::spawn_blocking(move || {
-                crate::util::remove_tree(&dir)?;
-                if trees.exists() {
-                    crate::util::remove_tree(&trees)?;
+                for d in [&dir, &trees, &records] {
+                    if d.exists() {
+                        crate::util::remove_tree(d)?;
+                    }
                 }
                 Ok::<_, crate::util::RemoveTreeError>(())
             })
@@ -107,14 +130,10 @@ impl Desks {
             );
         }
     }
+}
 
-    /// Where the clones' worktrees go (the agent's worktree folder, one per clone).
-    fn trees_root(&self) -> PathBuf {
-        match &self.kit.cfg.agent_home {
-            Some(h) => h.join("worktrees"),
-            None => self.clones_root().join(".worktrees"),
-        }
-    }
+fn has_entries(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
 }
 
 /// A repository's folder under the cache: `owner/name`, in lower case.
@@ -155,7 +174,7 @@ fn sizes(root: &Path, trees_root: &Path) -> Vec<Sized> {
                 .and_then(|m| m.modified())
                 .unwrap_or(SystemTime::UNIX_EPOCH);
             let trees = trees_root.join(&key);
-            let busy = std::fs::read_dir(&trees).is_ok_and(|mut d| d.next().is_some());
+            let busy = has_entries(&trees);
             let bytes = crate::util::tree_size(&dir) + crate::util::tree_size(&trees);
             out.push(Sized {
                 key,
@@ -186,13 +205,24 @@ impl RepoTrees for Desks {
         })
     }
 
-    fn known(&self, task: &TaskId) -> Option<(Arc<Worktrees>, TaskId)> {
-        let (desk, n) = self.known_task(task)?;
-        let w = desk.trees.try_lock().ok()?.clone()?;
-        Some((w, TaskId::of_issue(n)))
+    fn known<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Option<(Arc<Worktrees>, TaskId)>> {
+        Box::pin(async move {
+            let (desk, n) = self.of_task(task).await?;
+            let open = desk.trees.lock().await.clone();
+            let w = match open {
+                Some(w) => w,
+                // A clone from before a restart is opened again; none is made.
+                None if self.clones_root().ok()?.join(key_of(&desk.repo)).is_dir() => {
+                    self.clone_of(&desk).await.ok()?
+                }
+                None => return None,
+            };
+            Some((w, TaskId::of_issue(n)))
+        })
     }
 
     fn root(&self) -> PathBuf {
         self.clones_root()
+            .unwrap_or_else(|_| self.kit.cfg.state_dir())
     }
 }

@@ -26,6 +26,10 @@ use crate::tracker::router::Router;
 use crate::tracker::types::{Arrival, TaskId};
 use crate::util::lock;
 
+/// The most repositories one deployment serves: each has a desk in memory, and
+/// deliveries could otherwise name ever more of them.
+const MAX_DESKS: usize = 2000;
+
 /// One repository's part of GitHub mode.
 pub(crate) struct Desk {
     /// `owner/name` as GitHub spells it.
@@ -91,6 +95,8 @@ pub(crate) struct Desks {
     /// The journal's unfinished events at start, for the books of desks made later.
     pending: Mutex<Vec<Arrival>>,
     polling: Mutex<Option<Polling>>,
+    /// Where the clones' worktrees go (`<root>/<owner>/<name>`), once one is made.
+    pub(crate) trees_base: std::sync::OnceLock<PathBuf>,
 }
 
 /// Why a repository has no desk.
@@ -113,6 +119,7 @@ impl Desks {
             making: tokio::sync::Mutex::new(()),
             pending: Mutex::new(Vec::new()),
             polling: Mutex::new(None),
+            trees_base: std::sync::OnceLock::new(),
         }
     }
 
@@ -127,13 +134,30 @@ impl Desks {
         lock(&self.desks).get(&repo.to_ascii_lowercase()).cloned()
     }
 
-    /// Whether `repo` is one this deployment serves.
+    /// Whether `repo` is one this deployment serves (a name GitHub allows: it
+    /// becomes a folder's).
     pub(crate) fn serves(&self, repo: &str) -> bool {
+        if !crate::config::valid_repo_name(repo) {
+            return false;
+        }
         if self.many {
             self.kit.gh.rule_for(repo).is_some()
         } else {
             repo.eq_ignore_ascii_case(&self.kit.gh.repo())
         }
+    }
+
+    /// Whether a delivery comes from picogent's own App installation (every
+    /// installation's deliveries are signed with the App's one secret: a stranger
+    /// who installs the App must not be served). Deliveries without one, and a
+    /// token's, pass.
+    pub(crate) fn our_installation(&self, payload: &serde_json::Value) -> bool {
+        let super::auth::Auth::App(app) = &**self.kit.api.auth() else {
+            return true;
+        };
+        payload["installation"]["id"]
+            .as_u64()
+            .is_none_or(|id| id == app.installation_id)
     }
 
     /// The task's desk and issue, when its repository's desk is made.
@@ -174,6 +198,11 @@ impl Desks {
         if let Some(d) = self.known(repo) {
             return Ok(d);
         }
+        if lock(&self.desks).len() >= MAX_DESKS {
+            return Err(DeskError::Setup(format!(
+                "{repo}: picogent serves {MAX_DESKS} repositories at most"
+            )));
+        }
         let desk = Arc::new(self.make(repo).await?);
         lock(&self.desks).insert(desk.repo.to_ascii_lowercase(), desk.clone());
         if !desk.repo.eq_ignore_ascii_case(repo) {
@@ -193,9 +222,10 @@ impl Desks {
         let k = &self.kit;
         let api = Arc::new(k.api.for_repo(repo));
         let answer = api.call(Method::GET, &api.repo(""), None).await?;
+        // GitHub's spelling, when it is the same name (another is not believed).
         let full = answer.body["full_name"]
             .as_str()
-            .filter(|f| f.eq_ignore_ascii_case(repo))
+            .filter(|f| f.eq_ignore_ascii_case(repo) && crate::config::valid_repo_name(f))
             .unwrap_or(repo)
             .to_string();
         let api = Arc::new(k.api.for_repo(&full));
@@ -278,6 +308,10 @@ impl Desks {
     /// Keeps the journal's unfinished events for desks made later, and gives them to
     /// the desks made.
     pub(crate) fn mend_from_journal(&self, pending: Vec<Arrival>) {
+        if self.kit.store.is_some() {
+            // A fleet's book is written with its events, in one transaction.
+            return;
+        }
         for d in self.all() {
             d.intake.mend_from_journal(pending.clone());
         }

@@ -91,6 +91,7 @@ impl Intake {
         incoming: &Incoming,
         delivery: Option<&str>,
     ) -> Result<Accepted, AcceptError> {
+        let _turn = self.book.turn().await;
         let locked = pg.github_lock(repo).await.map_err(refused)?;
         self.book.begin();
         let (issues, pull) = asked(incoming);
@@ -122,6 +123,7 @@ impl Intake {
             let _one = self.gate.lock().await;
             return Ok(f());
         };
+        let _turn = self.book.turn().await;
         let locked = pg.github_lock(repo).await?;
         self.book.begin();
         self.book.load(&locked, Which::Issues(&[n])).await?;

@@ -357,7 +357,10 @@ pub(crate) async fn open(p: Prepared, o: &Opening<'_>) -> Result<Option<Door>, D
     if desks.many {
         let names: Vec<&str> = gh.repos.iter().map(|r| r.pattern.as_str()).collect();
         tracing::info!(repositories = ?names, login = %login, webhook = gh.webhook_secret.is_some(), poll = ?gh.poll_interval, "GitHub mode: issues of many repositories become tasks");
-        desks.open_listed().await;
+        // In the background: a pattern may list many repositories, and webhook
+        // deliveries make their desks meanwhile.
+        let listing = desks.clone();
+        o.owned.spawn(async move { listing.open_listed().await });
         let workspace = crate::tracker::worktree::Workspace::PerRepo(desks.clone());
         return Ok(Some(assemble(o, gh, &api, desks, workspace)));
     }

@@ -152,6 +152,10 @@ async fn webhook(
         return answer(StatusCode::OK, json!({"pong": true}));
     }
     let repo = payload::repository(&d.payload);
+    if !ctx.desks.our_installation(&d.payload) {
+        tracing::warn!(delivery = %d.id, repository = %repo, "a delivery from another installation of the App was ignored");
+        return answer(StatusCode::OK, json!({"ignored": "another installation"}));
+    }
     if !ctx.desks.serves(&repo) {
         tracing::warn!(delivery = %d.id, repository = %repo, "a delivery about a repository picogent does not serve was ignored");
         return answer(StatusCode::OK, json!({"ignored": "another repository"}));

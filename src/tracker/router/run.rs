@@ -151,7 +151,10 @@ impl Router {
             reports.insert(0, p);
         }
         let record_named = {
-            let trees = (self.shared.worktrees.as_ref()).and_then(|t| t.known(&task));
+            let trees = match (&self.shared.worktrees, &named) {
+                (Some(t), Some(_)) => t.known(&task).await,
+                _ => None,
+            };
             let tasks = self.shared.tasks.clone();
             move || {
                 if let (Some((w, _)), Some((slug, commit))) = (trees, named) {

@@ -98,7 +98,8 @@ impl Worktrees {
         branch: &str,
     ) -> Result<Worktrees, String> {
         let allowed = cfg.policy.real_allowed_paths();
-        if !clone.join(".git").is_dir() {
+        let existed = clone.join(".git").is_dir();
+        if !existed {
             std::fs::create_dir_all(clone).map_err(|e| format!("{}: {e}", clone.display()))?;
             let mut init = git(clone, &allowed);
             init.args(["init", "--quiet"]);
@@ -120,6 +121,10 @@ impl Worktrees {
         match w.fetch_default(branch) {
             Ok(Some(_)) => {}
             Ok(None) => return Err(format!("the remote has no branch {branch:?}")),
+            // A clone from before (a restart) still serves; the next task fetches again.
+            Err(e) if existed => {
+                tracing::warn!(clone = %clone.display(), "cannot fetch {branch:?}; the clone serves as it is: {e}");
+            }
             Err(e) => return Err(format!("cannot fetch {branch:?}: {e}")),
         }
         w.base = None;

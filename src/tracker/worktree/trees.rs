@@ -18,8 +18,8 @@ pub(crate) trait RepoTrees: Send + Sync {
         &'a self,
         task: &'a TaskId,
     ) -> BoxFuture<'a, Result<(Arc<Worktrees>, TaskId), WorktreeError>>;
-    /// The same, when that repository is open here already (nothing is cloned).
-    fn known(&self, task: &TaskId) -> Option<(Arc<Worktrees>, TaskId)>;
+    /// The same, when that repository has a clone here already (nothing is cloned).
+    fn known<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Option<(Arc<Worktrees>, TaskId)>>;
     /// Where the clones and their worktrees go.
     fn root(&self) -> PathBuf;
 }
@@ -45,17 +45,17 @@ impl Trees {
         Ok((w, tree))
     }
 
-    /// The task's repository's worktrees and its id there, when they are open here.
-    pub(crate) fn known(&self, task: &TaskId) -> Option<(Arc<Worktrees>, TaskId)> {
+    /// The task's repository's worktrees and its id there, when they are here.
+    pub(crate) async fn known(&self, task: &TaskId) -> Option<(Arc<Worktrees>, TaskId)> {
         match self {
             Trees::One(w) => Some((w.clone(), task.clone())),
-            Trees::PerRepo(repos) => repos.known(task),
+            Trees::PerRepo(repos) => repos.known(task).await,
         }
     }
 
     /// Removes a task's worktree (its branch stays), when it has one here.
     pub(crate) async fn discard(&self, task: &TaskId) {
-        if let Some((w, local)) = self.known(task) {
+        if let Some((w, local)) = self.known(task).await {
             w.discard(&local).await;
         }
     }
