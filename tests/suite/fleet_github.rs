@@ -62,11 +62,20 @@ impl GhFleet {
         sb.write_config(&self.w.llm, Wire::Anthropic, cfg);
         let mut vars = vec![("GITHUB_TOKEN", TOKEN)];
         vars.extend_from_slice(env);
+        // Up once it listens and its start-up sweep has listed the issues.
+        let sweeps = |g: &crate::common::github::FakeGithub| {
+            g.requests()
+                .iter()
+                .filter(|r| r.path.ends_with("/issues") && r.query.contains("state=open"))
+                .count()
+        };
+        let before = sweeps(&self.w.gh);
         let child = spawn_daemon_with(&sb, &vars);
         self.workers.push(Worker { sb, port, child });
         let url = format!("http://127.0.0.1:{port}/livez");
         for _ in 0..1500 {
-            if reqwest::get(&url).await.is_ok_and(|r| r.status() == 200) {
+            let up = reqwest::get(&url).await.is_ok_and(|r| r.status() == 200);
+            if up && sweeps(&self.w.gh) > before {
                 return self.workers.len() - 1;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;

@@ -161,15 +161,22 @@ impl World {
         panic!("no free port for GitHub mode after three tries");
     }
 
+    /// Waits until GitHub mode listens and its start-up sweep has listed the issues (a
+    /// change made after that is the test's to deliver, not the sweep's to find).
     pub(crate) async fn listening(&self) {
         let url = format!("http://127.0.0.1:{}/livez", self.port());
+        let swept = |g: &FakeGithub| {
+            g.requests()
+                .iter()
+                .any(|r| r.path.ends_with("/issues") && r.query.contains("state=open"))
+        };
         for _ in 0..1500 {
-            if reqwest::get(&url).await.is_ok_and(|r| r.status() == 200) {
+            if reqwest::get(&url).await.is_ok_and(|r| r.status() == 200) && swept(&self.gh) {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        panic!("GitHub mode never listened on {}", self.port());
+        panic!("GitHub mode never listened on {} and swept", self.port());
     }
 
     pub(crate) fn hook_url(&self) -> String {
