@@ -48,6 +48,17 @@ fn entry_of(row: &Row) -> (u64, Entry) {
     (u64::try_from(n).unwrap_or(0), entry)
 }
 
+/// The key of a repository's decisions' lock: FNV-1a of its name in lower case,
+/// beside the other locks' fixed keys.
+fn lock_key(repo: &str) -> i64 {
+    let hash = format!("picogent-github:{}", repo.to_ascii_lowercase())
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    hash as i64
+}
+
 fn number(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -163,22 +174,21 @@ impl Locked<'_> {
         let client = self.client()?;
         let task = arrival.task_id().as_str();
         let r = bounded(async {
-            let new = client
-                .execute(
-                    "INSERT INTO events (id, task_id, arrival) VALUES ($1, $2, $3)
-                     ON CONFLICT (id) DO NOTHING",
+            // One statement, one round trip: the event, and its task's row when new.
+            let rows = client
+                .query(
+                    "WITH e AS (
+                        INSERT INTO events (id, task_id, arrival) VALUES ($1, $2, $3)
+                        ON CONFLICT (id) DO NOTHING RETURNING task_id),
+                     t AS (
+                        INSERT INTO tasks (task_id) SELECT task_id FROM e
+                        ON CONFLICT (task_id) DO NOTHING)
+                     SELECT 1 FROM e",
                     &[&arrival.id, &task, &body],
                 )
                 .await
                 .map_err(StoreError::from_pg)?;
-            client
-                .execute(
-                    "INSERT INTO tasks (task_id) VALUES ($1) ON CONFLICT (task_id) DO NOTHING",
-                    &[&task],
-                )
-                .await
-                .map_err(StoreError::from_pg)?;
-            Ok(new == 1)
+            Ok(rows.len() == 1)
         })
         .await;
         self.pg.note(r)
@@ -227,30 +237,24 @@ impl Pg {
         if slot.as_ref().is_none_or(|c| c.is_closed()) {
             *slot = Some(self.note(self.connect().await)?);
         }
-        let mut locked = Locked {
+        let locked = Locked {
             pg: self,
             repo: repo.to_string(),
             client: slot,
             finished: false,
         };
         let client = locked.client()?;
+        // One round trip: the transaction and the lock, whose key is a number made
+        // here (nothing of the name reaches the statement's text).
+        let begin = format!("BEGIN; SELECT pg_advisory_xact_lock({})", lock_key(repo));
         let r = bounded(async {
             client
-                .batch_execute("BEGIN")
+                .batch_execute(&begin)
                 .await
-                .map_err(StoreError::from_pg)?;
-            client
-                .execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended('picogent-github:' || $1, 0))",
-                    &[&repo],
-                )
-                .await
-                .map_err(StoreError::from_pg)?;
-            Ok(())
+                .map_err(StoreError::from_pg)
         })
         .await;
         self.note(r)?;
-        locked.finished = false;
         Ok(locked)
     }
 
