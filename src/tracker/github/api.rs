@@ -19,8 +19,6 @@ use super::auth::Auth;
 use super::clock::Clock;
 use crate::util::lock;
 
-/// The longest picogent waits for a rate limit before it tries again anyway.
-const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// Conditional GETs remembered (their ETag and body), at most.
 const MAX_CACHED: usize = 64;
 
@@ -167,35 +165,6 @@ fn message_of(body: &Value, text: &str) -> String {
 
 fn header_u64(h: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
     h.get(name)?.to_str().ok()?.trim().parse().ok()
-}
-
-/// How long a rate-limited answer says to wait, if it is one: `retry-after` (a
-/// secondary limit, or 429), else a spent primary limit until `x-ratelimit-reset`, an
-/// epoch time on GitHub's clock (`now`, GitHub's time in seconds).
-fn rate_wait(
-    status: u16,
-    h: &reqwest::header::HeaderMap,
-    message: &str,
-    now: u64,
-) -> Option<Duration> {
-    if !matches!(status, 403 | 429) {
-        return None;
-    }
-    if let Some(secs) = header_u64(h, "retry-after") {
-        return Some(Duration::from_secs(secs.min(MAX_WAIT.as_secs())));
-    }
-    if header_u64(h, "x-ratelimit-remaining") == Some(0) {
-        let reset = header_u64(h, "x-ratelimit-reset").unwrap_or(now + 60);
-        return Some(Duration::from_secs(
-            reset.saturating_sub(now).clamp(1, MAX_WAIT.as_secs()),
-        ));
-    }
-    // A secondary limit without a header: GitHub says to wait at least a minute.
-    (status == 429
-        || message
-            .to_ascii_lowercase()
-            .contains("secondary rate limit"))
-    .then_some(Duration::from_secs(60))
 }
 
 /// The most of one answer read: GitHub's pages of 100 items are far smaller.
@@ -528,7 +497,8 @@ impl Api {
         what: String,
         message: String,
     ) -> ApiError {
-        if let Some(wait) = rate_wait(status, headers, &message, self.clock.epoch()) {
+        if let Some(wait) = super::budget::rate_wait(status, headers, &message, self.clock.epoch())
+        {
             *lock(&self.not_before) = Some(Instant::now() + wait);
             tracing::warn!("GitHub rate limit ({what}): {message}; no request for {wait:?}");
             return ApiError::RateLimited {
@@ -605,21 +575,7 @@ mod tests {
     use reqwest::header::{HeaderMap, HeaderValue};
 
     #[test]
-    fn rate_limits_are_read_from_the_headers() {
-        let mut h = HeaderMap::new();
-        h.insert("retry-after", HeaderValue::from_static("7"));
-        assert_eq!(rate_wait(403, &h, "", 1000), Some(Duration::from_secs(7)));
-        assert_eq!(rate_wait(500, &h, "", 1000), None);
-        let mut h = HeaderMap::new();
-        h.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
-        h.insert("x-ratelimit-reset", HeaderValue::from_static("99999999999"));
-        assert_eq!(rate_wait(403, &h, "", 1000), Some(MAX_WAIT));
-        let h = HeaderMap::new();
-        assert_eq!(rate_wait(403, &h, "Bad credentials", 1000), None);
-        assert_eq!(
-            rate_wait(403, &h, "You have exceeded a secondary rate limit", 1000),
-            Some(Duration::from_secs(60))
-        );
+    fn the_next_page_is_read_from_the_link_header() {
         let mut h = HeaderMap::new();
         h.insert(
             "link",

@@ -7,7 +7,8 @@
 //! In a fleet the budget is the store's (`github_budgets`, one row per token, keyed by
 //! a hash of it, never the token): each worker writes what its answers said and reads
 //! the row before each request, so a worker that has not asked GitHub for a while
-//! still knows the token another worker spent.
+//! still knows the token another worker spent. `rate_wait` reads a refusal's own
+//! wait (a secondary limit's `retry-after`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,8 +25,9 @@ const PACE: Duration = Duration::from_secs(3);
 const PACE_LOW: Duration = Duration::from_secs(30);
 /// ...and not at all below this share (the start and the outcome still are).
 const STOP_EDITS: f64 = 0.05;
-/// GitHub's windows last an hour: a reset further off than this is not believed.
-const LONGEST_WAIT: i64 = 3600;
+/// The longest picogent waits for a rate limit before it tries again anyway: GitHub's
+/// windows last an hour, and a reset further off is not believed.
+const MAX_WAIT: Duration = Duration::from_secs(3600);
 /// The store is asked (and told) within this, or the worker goes on with what it knows.
 const STORE_WITHIN: Duration = Duration::from_secs(1);
 
@@ -128,7 +130,7 @@ impl Budget {
                 return Ok(());
             };
             let left = w.reset - epoch();
-            if w.remaining > 0 || !(0..=LONGEST_WAIT).contains(&left) {
+            if w.remaining > 0 || !(0..=MAX_WAIT.as_secs() as i64).contains(&left) {
                 return Ok(());
             }
             // A second past the reset: GitHub's `Date` is cut to the second.
@@ -162,6 +164,34 @@ impl Budget {
     }
 }
 
+fn header_u64(h: &HeaderMap, name: &str) -> Option<u64> {
+    h.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// How long a rate-limited answer says to wait, if it is one: `retry-after` (a
+/// secondary limit, or 429), else a spent primary limit until `x-ratelimit-reset`, an
+/// epoch time on GitHub's clock (`now`, GitHub's time in seconds).
+pub(super) fn rate_wait(status: u16, h: &HeaderMap, message: &str, now: u64) -> Option<Duration> {
+    if !matches!(status, 403 | 429) {
+        return None;
+    }
+    if let Some(secs) = header_u64(h, "retry-after") {
+        return Some(Duration::from_secs(secs.min(MAX_WAIT.as_secs())));
+    }
+    if header_u64(h, "x-ratelimit-remaining") == Some(0) {
+        let reset = header_u64(h, "x-ratelimit-reset").unwrap_or(now + 60);
+        return Some(Duration::from_secs(
+            reset.saturating_sub(now).clamp(1, MAX_WAIT.as_secs()),
+        ));
+    }
+    // A secondary limit without a header: GitHub says to wait at least a minute.
+    (status == 429
+        || message
+            .to_ascii_lowercase()
+            .contains("secondary rate limit"))
+    .then_some(Duration::from_secs(60))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +206,24 @@ mod tests {
         );
         h.insert("x-ratelimit-reset", HeaderValue::from_str(reset).unwrap());
         h
+    }
+
+    #[test]
+    fn rate_limits_are_read_from_the_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(rate_wait(403, &h, "", 1000), Some(Duration::from_secs(7)));
+        assert_eq!(rate_wait(500, &h, "", 1000), None);
+        let mut h = HeaderMap::new();
+        h.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+        h.insert("x-ratelimit-reset", HeaderValue::from_static("99999999999"));
+        assert_eq!(rate_wait(403, &h, "", 1000), Some(MAX_WAIT));
+        let h = HeaderMap::new();
+        assert_eq!(rate_wait(403, &h, "Bad credentials", 1000), None);
+        assert_eq!(
+            rate_wait(403, &h, "You have exceeded a secondary rate limit", 1000),
+            Some(Duration::from_secs(60))
+        );
     }
 
     #[tokio::test]
