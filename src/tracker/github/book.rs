@@ -198,11 +198,20 @@ impl Book {
         let Keeper::Store { dirty, .. } = &self.keeper else {
             return Ok(());
         };
-        let changed: Vec<u64> = std::mem::take(&mut *lock(dirty)).into_iter().collect();
+        // Still dirty until the transaction commits (`committed`): a failure after
+        // this leaves them to be forgotten by the next decision's `begin`.
+        let changed: Vec<u64> = lock(dirty).iter().copied().collect();
         for n in changed {
             locked.put(n, &self.get(n)).await?;
         }
         Ok(())
+    }
+
+    /// A fleet's decision committed: what it wrote is the store's now.
+    pub(crate) fn committed(&self) {
+        if let Keeper::Store { dirty, .. } = &self.keeper {
+            lock(dirty).clear();
+        }
     }
 
     pub(crate) fn get(&self, issue: u64) -> Entry {
@@ -278,7 +287,9 @@ impl Book {
                 self.load(&locked, Which::Issues(&[issue])).await?;
                 self.apply(issue, change);
                 self.write(&locked).await?;
-                locked.commit().await
+                locked.commit().await?;
+                self.committed();
+                Ok::<_, StoreError>(())
             };
             return stored.await.map_err(io::Error::other);
         }

@@ -85,23 +85,18 @@ impl Desks {
                 continue;
             }
             // The desk's clone is let go first, under its lock, unless a run holds it
-            // (or a task's worktree appeared since): no task opens it while it goes.
-            let desk = self.known(&c.key);
-            let mut held = match &desk {
-                Some(d) => Some(d.trees.lock().await),
-                None => None,
+            // (or a task's worktree appeared since): no task opens it while it goes. A
+            // clone whose desk is not made (yet) is left: nothing could hold it off.
+            let Some(desk) = self.known(&c.key) else {
+                continue;
             };
-            let in_use = held
-                .as_ref()
-                .and_then(|h| h.as_ref())
-                .is_some_and(|w| Arc::strong_count(w) > 1);
+            let mut held = desk.trees.lock().await;
+            let in_use = held.as_ref().is_some_and(|w| Arc::strong_count(w) > 1);
             let trees = trees_root.join(&c.key);
             if in_use || has_entries(&trees) {
                 continue;
             }
-            if let Some(h) = held.as_mut() {
-                **h = None;
-            }
+            *held = None;
             let records = self.kit.cfg.state_dir().join("worktrees").join(&c.key);
             let dir = c.dir.clone();
             let removed = tokio::task::spawn_blocking(move || {
@@ -208,14 +203,17 @@ impl RepoTrees for Desks {
     fn known<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Option<(Arc<Worktrees>, TaskId)>> {
         Box::pin(async move {
             let (desk, n) = self.of_task(task).await?;
-            let open = desk.trees.lock().await.clone();
+            let dir = self.clones_root().ok()?.join(key_of(&desk.repo));
+            let open = {
+                let trees = desk.trees.lock().await;
+                // Looked at under the lock the eviction takes.
+                (trees.clone(), dir.is_dir())
+            };
             let w = match open {
-                Some(w) => w,
+                (Some(w), _) => w,
                 // A clone from before a restart is opened again; none is made.
-                None if self.clones_root().ok()?.join(key_of(&desk.repo)).is_dir() => {
-                    self.clone_of(&desk).await.ok()?
-                }
-                None => return None,
+                (None, true) => self.clone_of(&desk).await.ok()?,
+                (None, false) => return None,
             };
             Some((w, TaskId::of_issue(n)))
         })

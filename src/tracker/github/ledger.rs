@@ -110,6 +110,7 @@ impl Intake {
         let accepted = self.act(ledger, decision, delivery).await?;
         self.book.write(&locked).await.map_err(refused)?;
         locked.commit().await.map_err(refused)?;
+        self.book.committed();
         if accepted == Accepted::New {
             router.wake_fleet();
         }
@@ -130,6 +131,7 @@ impl Intake {
         let out = f();
         self.book.write(&locked).await?;
         locked.commit().await?;
+        self.book.committed();
         Ok(out)
     }
 }

@@ -120,6 +120,8 @@ impl Router {
             Outcome::Completed { text, .. } => Some(text.clone()),
             _ => None,
         };
+        // The repository's worktrees the commit it names is recorded in.
+        let opened = tree.as_ref().map(|(w, _)| w.clone());
         let appendix = match (&self.shared.shared_folder, before) {
             (Some(f), Some(before)) => f.changed_since(before).await,
             _ => self
@@ -151,13 +153,9 @@ impl Router {
             reports.insert(0, p);
         }
         let record_named = {
-            let trees = match (&self.shared.worktrees, &named) {
-                (Some(t), Some(_)) => t.known(&task).await,
-                _ => None,
-            };
             let tasks = self.shared.tasks.clone();
             move || {
-                if let (Some((w, _)), Some((slug, commit))) = (trees, named) {
+                if let (Some(w), Some((slug, commit))) = (opened, named) {
                     // A small synced write, off the runtime's threads, owned by the router.
                     tasks.spawn_blocking(move || w.reported(&slug, &commit));
                 }

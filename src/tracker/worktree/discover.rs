@@ -121,8 +121,9 @@ impl Worktrees {
         match w.fetch_default(branch) {
             Ok(Some(_)) => {}
             Ok(None) => return Err(format!("the remote has no branch {branch:?}")),
-            // A clone from before (a restart) still serves; the next task fetches again.
-            Err(e) if existed => {
+            // A clone from before (a restart) that holds the branch still serves; the
+            // next task fetches again. One whose first fetch never landed does not.
+            Err(e) if existed && w.has_ref(&format!("refs/remotes/origin/{branch}")) => {
                 tracing::warn!(clone = %clone.display(), "cannot fetch {branch:?}; the clone serves as it is: {e}");
             }
             Err(e) => return Err(format!("cannot fetch {branch:?}: {e}")),

@@ -245,6 +245,13 @@ impl Worktrees {
         Some(pushed)
     }
 
+    /// Whether the repository has `name` (a full ref name).
+    pub(super) fn has_ref(&self, name: &str) -> bool {
+        let mut cmd = self.repo_git();
+        cmd.args(["rev-parse", "--verify", "--quiet", name]);
+        self.verify(cmd).is_ok_and(|found| found.is_some())
+    }
+
     /// A `rev-parse --verify --quiet`: what it names, `None` when it names nothing (git
     /// fails without a word), or git's own error when git failed for another reason.
     fn verify(&self, cmd: std::process::Command) -> Result<Option<String>, WorktreeError> {
