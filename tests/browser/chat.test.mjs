@@ -472,6 +472,12 @@ test("rollback waits for a pause, Pause says pausing at once, Escape in a field 
   assert.equal(await page.inputValue("#input"), "a draft");
   await page.click("#pause"); // resume
   await page.waitForSelector('.msg.assistant[data-paused="false"]');
+  // Escape closes the shortcuts' help, and stops nothing while it does.
+  await page.keyboard.press("?");
+  assert.equal(await page.isHidden("#shortcuts"), false);
+  await page.keyboard.press("Escape");
+  assert.equal(await page.isHidden("#shortcuts"), true);
+  assert.equal(await page.getAttribute(".msg.assistant", "data-state"), "running");
   await page.keyboard.press("Escape"); // not in a field: stop
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
   assert.equal(await page.locator(".msg.assistant .notice.stopped").count(), 1);
