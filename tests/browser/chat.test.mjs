@@ -628,6 +628,8 @@ test("axe-core finds no WCAG A/AA violations, light or dark, wide or phone-width
   const { url } = await startPicogent([
     { tool: "bash", args: { command: "echo ok" } },
     { tool: "read", args: { path: "missing.txt" } },
+    { tool: "bash", args: { command: "printf 'old line\\n' > x.txt" } },
+    { tool: "edit", args: { path: "x.txt", edits: [{ oldText: "old line", newText: "new line" }] } },
     { text: "## Result\n\nA `code` span, a [link](https://example.com), and a table:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```js\nconst x = 1;\n```\n- [x] done" },
   ]);
   const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
@@ -637,6 +639,9 @@ test("axe-core finds no WCAG A/AA violations, light or dark, wide or phone-width
   await page.press("#input", "Enter");
   await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
   await page.click(".step summary >> nth=0");
+  // An edit's diff, removed lines and added ones, is checked too.
+  await page.click(".step summary >> nth=3");
+  await page.waitForSelector(".diff .del");
   await page.click("#show-shortcuts");
   for (const colorScheme of ["light", "dark"]) {
     for (const viewport of [{ width: 1200, height: 800 }, { width: 390, height: 760 }]) {

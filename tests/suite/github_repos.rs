@@ -126,7 +126,9 @@ async fn one_deployment_serves_many_repositories() {
         deliver(&hook, "issues", "w-1", Some(SECRET), &pw),
         deliver(&hook, "issues", "g-1", Some(SECRET), &pg),
     );
-    assert_eq!((a.0, b.0), (202, 202), "{a:?} {b:?}\n{}", log());
+    // A repository's desk sweeps its issues when it is made: the sweep or the delivery
+    // makes the task, whichever comes first (the other is answered 200).
+    assert!(a.0 < 300 && b.0 < 300, "{a:?} {b:?}\n{}", log());
     let other = gh.repo("other/thing");
     let no = other.add_issue("Not ours", "", "alice");
     other.assign(no, BOT);
@@ -229,10 +231,8 @@ async fn clones_over_the_limit_are_removed_and_made_again() {
     let n = fw.add_issue("Fix", "", "alice");
     fw.assign(n, BOT);
     let p = payload(fw, widgets, "assigned", n);
-    assert_eq!(
-        deliver(&hook, "issues", "c-1", Some(SECRET), &p).await.0,
-        202
-    );
+    // The sweep of a desk being made may take it first (then 200).
+    assert!(deliver(&hook, "issues", "c-1", Some(SECRET), &p).await.0 < 300);
     fw.wait_for(60, "the pull request", |g| g.pulls().len() == 1)
         .await;
     assert!(clone.is_dir());
@@ -249,10 +249,8 @@ async fn clones_over_the_limit_are_removed_and_made_again() {
     let g = fg.add_issue("Fix", "", "alice");
     fg.assign(g, BOT);
     let p = payload(fg, gadgets, "assigned", g);
-    assert_eq!(
-        deliver(&hook, "issues", "c-3", Some(SECRET), &p).await.0,
-        202
-    );
+    // The sweep of a desk being made may take it first (then 200).
+    assert!(deliver(&hook, "issues", "c-3", Some(SECRET), &p).await.0 < 300);
     fg.wait_for(60, "the gadgets' pull request", |g| g.pulls().len() == 1)
         .await;
     wait_until(30, "the widgets' clone removed", || !clone.exists()).await;
