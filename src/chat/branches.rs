@@ -119,7 +119,7 @@ fn list(s: &Session) -> Vec<BranchSummary> {
     branches::branches(s)
         .into_iter()
         .map(|b| BranchSummary {
-            steps: branches::steps(s, &b.path).len(),
+            steps: branches::tool_steps(&branches::steps(s, &b.path)),
             name: b.name,
         })
         .collect()

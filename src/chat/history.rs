@@ -1,7 +1,6 @@
 //! A session read back for a client: `history` (the conversation on the session's
 //! current branch as the items a page renders, and the `keepAlive` requests running in
-//! it, to `subscribe` to), `sessions` (the server's sessions, newest first) and
-//! `delete`.
+//! it, to `subscribe` to) and `delete`.
 //!
 //! The invariant that makes a reload exact: `history` stops where the first running
 //! request's prompt is in the file, and that request's log holds every frame from its
@@ -9,16 +8,12 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
-use super::protocol::{History, HistoryItem, RunningRequest, ServerFrame, SessionInfo, Shown};
+use super::protocol::{History, HistoryItem, RunningRequest, ServerFrame, Shown};
 use super::runs::{tool_output, RunLog, Runs};
 use crate::message::{blocks_text, Content, Message};
 use crate::session::records::Intervention;
 use crate::session::{branches, Body, Known, Record, Session};
-
-/// Sessions listed at most.
-const MAX_SESSIONS: usize = 100;
 
 /// Waits until no request of the server is running (one that starts meanwhile is
 /// waited for too).
@@ -131,7 +126,12 @@ fn items(s: &Session, end: usize) -> Vec<HistoryItem> {
         .enumerate()
         .map(|(i, e)| (e.id(), i))
         .collect();
-    let mut conv = Converter::default();
+    let mut conv = Converter {
+        work_dir: crate::session::find::header(s.file_path())
+            .and_then(|h| h["cwd"].as_str().map(str::to_string))
+            .unwrap_or_default(),
+        ..Converter::default()
+    };
     // Undone entries already shown (a later rollback may lead back through them).
     let mut shown: HashSet<usize> = HashSet::new();
     for (n, &i) in path.iter().enumerate() {
@@ -176,6 +176,10 @@ struct Converter {
     /// When the message that made each tool call was written: its result's time less
     /// that is how long the call took.
     called_at: std::collections::HashMap<String, i64>,
+    /// The folder the session was made in, and the model last named: a `context` item
+    /// when the model changes, so a page shows them after a reload as during the run.
+    work_dir: String,
+    model: String,
 }
 
 impl Converter {
@@ -197,6 +201,18 @@ impl Converter {
                     content: blocks_text(&u.content),
                 }),
                 Message::Assistant(a) => {
+                    if !a.model.is_empty() && a.model != self.model {
+                        self.model = a.model.clone();
+                        out.push(frame(ServerFrame::Context {
+                            provider: a.provider.clone(),
+                            model: a.model.clone(),
+                            work_dir: self.work_dir.clone(),
+                        }));
+                    }
+                    out.push(frame(ServerFrame::Usage {
+                        content: a.usage.clone(),
+                        step: 0,
+                    }));
                     for block in &a.content {
                         if let Content::ToolCall { id, .. } = block {
                             self.called_at.insert(id.clone(), a.timestamp);
@@ -292,63 +308,6 @@ fn record_item(r: Record) -> Option<HistoryItem> {
         },
         Record::Preference(_) | Record::ClaudeCodeSession(_) => return None,
     })
-}
-
-/// The server's sessions, newest first: their first prompt as the title.
-pub(super) fn sessions(agent: &crate::agent::Agent, runs: &Runs) -> Vec<SessionInfo> {
-    let dir = agent.config().sessions_dir();
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut found: Vec<(String, u64)> = rd
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let id = name.strip_suffix(".jsonl")?.to_string();
-            let modified = e
-                .metadata()
-                .ok()?
-                .modified()
-                .ok()?
-                .duration_since(UNIX_EPOCH)
-                .ok()?
-                .as_millis();
-            crate::session::valid_id(&id).then_some((id, modified as u64))
-        })
-        .collect();
-    found.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    found.truncate(MAX_SESSIONS);
-    found
-        .into_iter()
-        .filter_map(|(id, modified)| {
-            let s = agent.sessions().snapshot(&id).ok()?;
-            Some(SessionInfo {
-                title: title(&s).unwrap_or_else(|| id.clone()),
-                name: name(&s),
-                running: !running(runs, &id).is_empty(),
-                id,
-                modified,
-            })
-        })
-        .collect()
-}
-
-/// The session's first prompt, on one line.
-fn title(s: &Session) -> Option<String> {
-    s.entries().iter().find_map(|e| match &e.body {
-        Body::Known(Known::Message {
-            message: Message::User(u),
-        }) => Some(crate::util::one_line(&blocks_text(&u.content), 80)),
-        _ => None,
-    })
-}
-
-/// The session's newest name (pi's `session_info` entries, on any branch).
-fn name(s: &Session) -> Option<String> {
-    s.entries().iter().rev().find_map(|e| match &e.body {
-        Body::Known(Known::SessionInfo { name }) => Some(name.clone()),
-        _ => None,
-    })?
 }
 
 /// Deletes a session, unless a request of this server runs in it.

@@ -15,6 +15,8 @@
 mod branches;
 mod history;
 mod inflight;
+mod listing;
+mod page;
 mod refused;
 /// The chat WebSocket's frames, parsed and built in the protocol crate.
 use picogent_protocol::chat as protocol;
@@ -30,7 +32,7 @@ use std::sync::Arc;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Json;
 use futures_util::{SinkExt, StreamExt};
@@ -43,9 +45,6 @@ use protocol::{ClientFrame, Outgoing};
 use runs::{Outbound, Runs};
 
 pub(crate) use protocol::MAX_FRAME_BYTES;
-
-/// The browser client, served as-is.
-const CLIENT_HTML: &str = include_str!("../../client.html");
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
@@ -84,6 +83,8 @@ struct ChatState {
     inflight: Arc<inflight::InFlight>,
     /// The session each connection shows.
     watchers: watchers::Watchers,
+    /// What the sessions list knows of each session file.
+    listing: Arc<listing::Listing>,
 }
 
 /// Binds the chat port, refusing a non-loopback address without a token.
@@ -194,11 +195,13 @@ fn app(
         stop,
         inflight,
         watchers: watchers::Watchers::default(),
+        listing: Arc::default(),
         tasks,
     });
     axum::Router::new()
         .route("/", get(entry))
         .route("/ws", get(entry))
+        .route("/client/{name}", get(page::asset))
         .route("/healthz", get(healthz))
         .route("/livez", get(livez))
         .route("/metrics", get(metrics))
@@ -356,15 +359,7 @@ async fn entry(State(st): State<Arc<ChatState>>, req: Request) -> Response {
             )
                 .into_response();
         }
-        // Another origin may not frame the page and drive its buttons.
-        return (
-            [
-                (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'self'"),
-                (header::X_FRAME_OPTIONS, "SAMEORIGIN"),
-            ],
-            Html(CLIENT_HTML),
-        )
-            .into_response();
+        return page::index();
     }
     let (mut parts, _) = req.into_parts();
     // One readable Origin or none: two, or one that is not text, is refused rather
@@ -434,17 +429,27 @@ enum Asked {
 }
 
 /// Answers one question about sessions.
-async fn answer(agent: crate::agent::Agent, runs: runs::Runs, asked: Asked, tx: Outbound) {
+async fn answer(
+    agent: crate::agent::Agent,
+    runs: runs::Runs,
+    listing: Arc<listing::Listing>,
+    asked: Asked,
+    tx: Outbound,
+) {
     match asked {
         Asked::Session(f) => branches::answer(agent, runs, f, tx).await,
         Asked::List(q) => {
-            let list = tokio::task::spawn_blocking(move || history::sessions(&agent, &runs))
+            let id = q.id.clone();
+            let (list, more) = tokio::task::spawn_blocking(move || listing.page(&agent, &runs, &q))
                 .await
                 .unwrap_or_default();
             tx.send(&Outgoing::new(
-                q.id,
+                id,
                 None,
-                protocol::ServerFrame::Sessions { content: list },
+                protocol::ServerFrame::Sessions {
+                    content: list,
+                    more,
+                },
             ));
         }
     }
@@ -525,13 +530,20 @@ fn spawn_session_worker(
 ) {
     let (sessions, mut session_rx) = tokio::sync::mpsc::channel(SESSION_FRAMES);
     let (agent, runs, session_tx) = (st.agent.clone(), st.runs.clone(), tx.clone());
+    let listing = st.listing.clone();
     // Several at a time: a label or a rename for a session whose run is busy waits
     // for that run's next step, and must not hold this tab's other questions.
     let session_worker = tokio::spawn(async move {
         let frames = futures_util::stream::poll_fn(|cx| session_rx.poll_recv(cx));
         frames
             .for_each_concurrent(SESSION_ANSWERS, |asked| {
-                answer(agent.clone(), runs.clone(), asked, session_tx.clone())
+                answer(
+                    agent.clone(),
+                    runs.clone(),
+                    listing.clone(),
+                    asked,
+                    session_tx.clone(),
+                )
             })
             .await;
     });

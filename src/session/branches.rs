@@ -70,6 +70,14 @@ pub fn branches(session: &Session) -> Vec<Branch> {
     out
 }
 
+/// How many of `steps` are tool calls: what a person counts as steps.
+pub(crate) fn tool_steps(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .filter(|s| matches!(s, Step::Tool { .. }))
+        .count()
+}
+
 /// One step of a branch: a tool call with its result, or the final text.
 pub(crate) fn steps(session: &Session, path: &[usize]) -> Vec<Step> {
     let entries = session.entries();
@@ -242,7 +250,7 @@ pub(crate) fn compare(session: &Session, a: &str, b: &str) -> Result<Comparison,
     };
     Ok(Comparison {
         branch_point: point,
-        shared_steps: steps(session, ba.path.get(..common).unwrap_or_default()).len(),
+        shared_steps: tool_steps(&steps(session, ba.path.get(..common).unwrap_or_default())),
         a: side(a, ba),
         b: side(b, bb),
         diff: None,
@@ -437,12 +445,14 @@ fn annotations(session: &Session, all: &[Branch]) -> Vec<Value> {
     for (e, r) in session.records() {
         match r {
             Record::StepLabel(l) => {
+                // Numbered as a person sees them: the branch's tool steps, from 1.
                 let found = all.iter().find_map(|b| {
                     steps(session, &b.path)
                         .into_iter()
+                        .filter(|s| matches!(s, Step::Tool { .. }))
                         .enumerate()
                         .find(|(_, s)| matches!(s, Step::Tool { call_id, .. } if *call_id == l.call_id))
-                        .map(|(n, s)| (b.name.clone(), n, s))
+                        .map(|(n, s)| (b.name.clone(), n + 1, s))
                 });
                 let (branch, step, content) = match found {
                     Some((b, n, s)) => (json!(b), json!(n), json!(s)),

@@ -25,6 +25,7 @@ pub mod find;
 mod lock;
 mod migrate;
 mod model;
+pub mod summary;
 /// picogent's own records in pi `custom` entries.
 pub use picogent_protocol::session::records;
 mod repair;
@@ -304,6 +305,11 @@ pub struct Session {
 }
 
 impl Session {
+    /// The session's file.
+    pub(crate) fn file_path(&self) -> &Path {
+        &self.path
+    }
+
     /// Reads the file, opening it for appending and repairing a torn last line: the
     /// lock's holder is its writer.
     fn load(path: &Path, lock: Option<SessionLock>) -> Result<Session, SessionError> {

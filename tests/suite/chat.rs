@@ -587,7 +587,8 @@ async fn branch_compare_prefer_and_every_export_format() {
     let list = next(&mut ws).await;
     assert_eq!(
         list["content"],
-        json!([{"name": "main", "steps": 2}, {"name": "try-b", "steps": 3}]),
+        // Tool steps, as the page counts them (the final text is not a step).
+        json!([{"name": "main", "steps": 2}, {"name": "try-b", "steps": 2}]),
         "{list}"
     );
     send(
@@ -1128,10 +1129,18 @@ async fn history_renders_a_session_and_a_running_request_reattaches_from_its_sta
     let h = next_of(&mut ws, "history").await;
     let items = h["content"]["items"].as_array().unwrap();
     let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["user", "tool_use", "tool_output", "text"], "{h}");
+    // The model, folder and tokens too, as a page shows them during the run.
+    assert_eq!(
+        kinds,
+        ["user", "context", "usage", "tool_use", "tool_output", "usage", "text"],
+        "{h}"
+    );
     assert_eq!(items[0]["content"], "one");
-    assert!(items[2]["details"]["diff"].as_str().unwrap().contains("+A"));
-    assert_eq!(items[3]["content"], "first answer");
+    assert_eq!(items[1]["model"], "claude-scripted");
+    assert_eq!(items[1]["workDir"], sb.work.display().to_string());
+    assert!(items[2]["content"]["input"].as_u64().unwrap() > 0, "{h}");
+    assert!(items[4]["details"]["diff"].as_str().unwrap().contains("+A"));
+    assert_eq!(items[6]["content"], "first answer");
     // The running request is not in the items: it is replayed from its start.
     let running = &h["content"]["running"][0];
     assert_eq!(
@@ -1289,7 +1298,7 @@ async fn a_person_labels_steps_and_rates_a_run_and_the_exports_use_them() {
     assert_eq!(ann[0]["call_id"], calls[0].as_str());
     assert_eq!(ann[0]["note"], "wrong content");
     assert_eq!(ann[0]["branch"], "main");
-    assert_eq!(ann[0]["step"], 0);
+    assert_eq!(ann[0]["step"], 1, "numbered as the page numbers steps");
     assert_eq!(ann[0]["content"]["args_summary"], "Write: g.txt");
     assert_eq!(
         (ann[3]["run"].as_str(), ann[3]["note"].as_str()),

@@ -7,6 +7,7 @@ mod chat;
 mod chat_annotate;
 mod chat_crash;
 mod chat_rewind;
+mod chat_sessions;
 mod chat_stream;
 mod checkpoints;
 mod claude_code;

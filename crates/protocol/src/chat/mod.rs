@@ -43,7 +43,9 @@ pub enum ClientFrame {
     Rewind(Rewind),
 }
 
-/// `{type: "sessions", id?}`.
+/// `{type: "sessions", id?, query?, before?, limit?}`: a page of the server's sessions,
+/// newest first; with `query`, only those whose title, first prompt or name holds it
+/// (any case); `before` continues after the last one of the page before.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sessions {
     #[serde(
@@ -52,6 +54,56 @@ pub struct Sessions {
         skip_serializing_if = "Option::is_none"
     )]
     pub id: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "search_query"
+    )]
+    pub query: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<SessionCursor>,
+    /// At most this many (1 to [`MAX_SESSIONS_PAGE`]; none: [`SESSIONS_PAGE`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "page_size"
+    )]
+    pub limit: Option<usize>,
+}
+
+/// Where a page of sessions ends: the last session's `modified` and `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SessionCursor {
+    pub modified: u64,
+    pub id: String,
+}
+
+/// Sessions in a page when the frame does not say.
+pub const SESSIONS_PAGE: usize = 100;
+/// Sessions in a page at most.
+pub const MAX_SESSIONS_PAGE: usize = 500;
+/// A search's text at most, in characters.
+pub const MAX_SESSION_QUERY: usize = 200;
+
+fn search_query<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let q = Option::<String>::deserialize(d)?;
+    match q {
+        Some(q) if q.chars().count() > MAX_SESSION_QUERY => Err(D::Error::custom(format!(
+            "`query` is longer than {MAX_SESSION_QUERY} characters"
+        ))),
+        Some(q) if q.trim().is_empty() => Ok(None),
+        q => Ok(q),
+    }
+}
+
+fn page_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    let n = Option::<usize>::deserialize(d)?;
+    match n {
+        Some(n) if n == 0 || n > MAX_SESSIONS_PAGE => Err(D::Error::custom(format!(
+            "`limit` is from 1 to {MAX_SESSIONS_PAGE}"
+        ))),
+        n => Ok(n),
+    }
 }
 
 /// `{id, content, sessionId?, workDir?, systemPrompt?, keepAlive?}`.

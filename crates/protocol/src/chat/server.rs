@@ -132,8 +132,13 @@ pub enum ServerFrame {
     Annotated { content: String },
     /// The answer to `history`.
     History { content: History },
-    /// The answer to `sessions`.
-    Sessions { content: Vec<SessionInfo> },
+    /// The answer to `sessions`: a page of sessions, newest first, and whether more
+    /// follow it (ask again with `before` set to the last one's `modified` and `id`).
+    Sessions {
+        content: Vec<SessionInfo>,
+        #[serde(default)]
+        more: bool,
+    },
     /// The answer to `delete`: `"deleted"`.
     Deleted { content: String },
     /// The answer to `rename`: the name now in force (`null`: none).
@@ -205,7 +210,7 @@ pub struct RunningRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionInfo {
     pub id: String,
-    /// The first prompt, on one line.
+    /// The first prompt as typed, on one line (at most 200 characters).
     pub title: String,
     /// The name a person gave it (`rename`, or pi's `/name`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +225,7 @@ pub struct SessionInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BranchSummary {
     pub name: String,
+    /// Its tool steps (the final texts are not counted).
     pub steps: usize,
 }
 

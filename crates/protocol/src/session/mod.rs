@@ -76,6 +76,7 @@ pub enum Step {
 pub struct Comparison {
     /// The last entry both share (`None`: they share nothing).
     pub branch_point: Option<String>,
+    /// The tool steps both share.
     pub shared_steps: usize,
     pub a: Compared,
     pub b: Compared,
