@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test command: every Rust test, then the real-browser test of client.html.
-# The browser test needs Debian's Chromium and the npm packages playwright-core and
-# axe-core (the accessibility check); this
-# script installs them when they are missing (Chromium through apt-get, as root).
+# The test command: every Rust test, then the page's type check and its tests (the
+# Markdown renderer under Node, the page in real Chromium). They need Debian's Chromium
+# and tests/browser's npm packages (playwright-core, axe-core, typescript,
+# json-schema-to-typescript, linkedom); this script installs them when they are
+# missing (Chromium through apt-get, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,8 +45,17 @@ if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
-if [ ! -d tests/browser/node_modules/playwright-core ] || [ ! -d tests/browser/node_modules/axe-core ]; then
-  echo "scripts/test.sh: installing playwright-core and axe-core for the browser test" >&2
+missing=""
+for p in playwright-core axe-core typescript json-schema-to-typescript linkedom; do
+  [ -d "tests/browser/node_modules/$p" ] || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "scripts/test.sh: installing the browser test's npm packages (missing:$missing)" >&2
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The page's scripts, type-checked against the frames the server sends (their types
+# generated from docs/chat-frames.schema.json, which a Rust test holds to the server's).
+node tests/browser/gen-frames.mjs
+tests/browser/node_modules/.bin/tsc -p client
+# The Markdown renderer under Node, and the page in real Chromium.
 node --test tests/browser/
