@@ -238,11 +238,16 @@ function highlight(code, lang, into) {
   }
   if (last < code.length) into.appendChild(doc.createTextNode(code.slice(last)));
 }
-function codeBlock(lang, code) {
+/**
+ * A code block: its text coloured for `lang`. `text` says what its Copy copies (a
+ * block still streaming grows after it is made).
+ * @param {string} lang @param {string} code @param {() => string} [text]
+ */
+function codeBlock(lang, code, text) {
   const wrap = el("div", "codeblock");
   const pre = el("pre"); const c = el("code"); highlight(code, lang, c); pre.appendChild(c); wrap.appendChild(pre);
   if (lang) { wrap.appendChild(el("span", "lang", lang)); c.dataset.lang = lang; }
-  if (api.onCodeBlock) api.onCodeBlock(wrap, code, c);
+  if (api.onCodeBlock) api.onCodeBlock(wrap, text || (() => code), c);
   return wrap;
 }
 
@@ -382,11 +387,13 @@ function markdown(src) {
 }
 
 const api = {
-  markdown, blocks, highlight, safeHref,
+  markdown, blocks, highlight, safeHref, codeBlock,
+  /** A fenced code block's opening line: [_, indent, fence, lang]. */
+  fence: RE.fence,
   /** Builds nodes in `d` from now on. @param {Document} d */
   use(d) { doc = d; },
   /** Called with each code block made (the page adds its Copy button).
-   * @type {((wrap: HTMLElement, code: string, codeEl: HTMLElement) => void) | null} */
+   * @type {((wrap: HTMLElement, text: () => string, codeEl: HTMLElement) => void) | null} */
   onCodeBlock: null,
 };
 return api;

@@ -1,8 +1,8 @@
 // @ts-check
 /**
  * The page's state, in one object (`app`), and the small helpers every view uses. The
- * page's scripts are classic scripts loaded in order (state, markdown, steps, thread,
- * sessions, dialogs, connection, app): the page also opens from disk, where modules do
+ * page's scripts are classic scripts loaded in order (state, markdown, steps, verdicts,
+ * stream, thread, sessions, dialogs, connection, app): the page also opens from disk, where modules do
  * not load. Nothing else keeps state between events; a step's own state is in
  * `app.steps`, keyed by its element, never on the element.
  *

@@ -1,8 +1,8 @@
 // @ts-check
 /**
- * The conversation: streaming Markdown text (a frame's budget at a time), the requests
- * shown, one frame rendered into its request (live, replayed or from a history), a
- * request's end, and a session's history shown and reattached.
+ * The conversation: the requests shown, one frame rendered into its request (live,
+ * replayed or from a history), a request's end, and a session's history shown and
+ * reattached. Streaming text is stream.js's.
  */
 "use strict";
 const thread = $("thread"), log = $("log");
@@ -16,77 +16,7 @@ function copyButton(getText, selectNode) {
   });
   return btn;
 }
-PicoMarkdown.onCodeBlock = (wrap, code, c) => wrap.appendChild(copyButton(() => code, () => c));
-
-/**
- * Streaming text: blocks before the last are final once a later block has begun, so
- * they are rendered once and kept; each render re-parses only the last block. Renders
- * are batched to one per animation frame, so a long answer costs linear time, and a
- * frame takes in at most TEXT_BUDGET new characters (up to a line's end; the rest goes
- * on in the next frame), so a burst of text never makes one long main-thread task.
- * The budget counts from what is already shown, not from the last final block: a
- * single block longer than the budget (a long code block, table or list) still grows
- * every frame and ends.
- */
-const TEXT_BUDGET = 2000;
-class TextSeg {
-  constructor(parent, before) {
-    this.src = ""; this.frozenOff = 0; this.shown = 0; this.tail = [];
-    this.root = el("div", "md"); parent.insertBefore(this.root, before || null);
-  }
-  // Line ends are made "\n" as text comes, so offsets in `src` are offsets in what is
-  // parsed; a "\r" that ends a piece waits for the next one (a "\r\n" split in two).
-  add(text) {
-    if (this.cr) text = "\r" + text;
-    this.cr = text.endsWith("\r");
-    if (this.cr) text = text.slice(0, -1);
-    this.src += text.replace(/\r\n?/g, "\n"); schedule(this);
-  }
-  /** Where this frame's render ends: a line's end after at most TEXT_BUDGET new characters. */
-  frameEnd(all) {
-    const end = this.src.length, limit = this.shown + TEXT_BUDGET;
-    if (all || end <= limit) return end;
-    const cut = this.src.lastIndexOf("\n", limit);
-    if (cut >= this.shown) return cut + 1;
-    // One line longer than the budget: all of it, in this frame.
-    const next = this.src.indexOf("\n", limit);
-    return next < 0 ? end : next + 1;
-  }
-  /** Renders what has come (`all`: everything now, as when the text ends). */
-  render(all) {
-    if (all && this.cr) { this.cr = false; this.src += "\n"; }
-    const end = this.frameEnd(all), more = end < this.src.length;
-    this.shown = end;
-    const lines = this.src.slice(this.frozenOff, end).split("\n");
-    const bs = PicoMarkdown.blocks(lines);
-    for (const n of this.tail) n.remove();
-    this.tail = [];
-    for (const b of bs) this.root.appendChild(b.node);
-    if (bs.length > 1) {
-      const last = bs[bs.length - 1];
-      let off = 0; for (let k = 0; k < last.start; k++) off += lines[k].length + 1;
-      this.frozenOff += off;
-      this.tail = [last.node];
-    } else this.tail = bs.map((b) => b.node);
-    if (more) schedule(this);
-    else if (this.then) { const then = this.then; this.then = null; then(); }
-  }
-  /** More has come than has been shown. */
-  behind() { return this.shown < this.src.length; }
-}
-function schedule(seg) {
-  app.pending.add(seg);
-  if (app.scheduled) return;
-  app.scheduled = true;
-  const run = () => { app.scheduled = false; flushText(); };
-  if (document.hidden) setTimeout(run, 100); else requestAnimationFrame(run);
-}
-function flushText() {
-  const stick = nearBottom();
-  const segs = [...app.pending]; app.pending.clear();
-  for (const s of segs) s.render();
-  if (stick) toBottom(); else updateJump();
-}
+PicoMarkdown.onCodeBlock = (wrap, text, c) => wrap.appendChild(copyButton(text, () => c));
 
 // ==== Conversation view ====
 function nearBottom() { return log.scrollHeight - log.scrollTop - log.clientHeight < 160; }
@@ -115,7 +45,8 @@ function addAssistant(id) {
   const r = { id, runId: null, seq: 0, box, seg: null, steps: new Map(), last: null, done: false, text: "", history: !!app.historyInto };
   app.requests.set(id, r); return r;
 }
-function endText(r) { if (r.seg) { app.pending.delete(r.seg); r.seg.render(true); r.seg = null; } }
+/** The request's text so far ends (a step or a notice follows it): it is shown to its end. @param {Req} r */
+function endText(r) { if (r.seg) { r.seg.end(); r.seg = null; } }
 function put(r, node) { endText(r); r.box.appendChild(node); return node; }
 
 

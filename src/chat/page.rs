@@ -19,6 +19,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("markdown.js", JS, include_str!("../../client/markdown.js")),
     ("steps.js", JS, include_str!("../../client/steps.js")),
     ("verdicts.js", JS, include_str!("../../client/verdicts.js")),
+    ("stream.js", JS, include_str!("../../client/stream.js")),
     ("thread.js", JS, include_str!("../../client/thread.js")),
     ("sessions.js", JS, include_str!("../../client/sessions.js")),
     ("dialogs.js", JS, include_str!("../../client/dialogs.js")),

@@ -1132,7 +1132,15 @@ async fn history_renders_a_session_and_a_running_request_reattaches_from_its_sta
     // The model, folder and tokens too, as a page shows them during the run.
     assert_eq!(
         kinds,
-        ["user", "context", "usage", "tool_use", "tool_output", "usage", "text"],
+        [
+            "user",
+            "context",
+            "usage",
+            "tool_use",
+            "tool_output",
+            "usage",
+            "text"
+        ],
         "{h}"
     );
     assert_eq!(items[0]["content"], "one");
