@@ -592,6 +592,8 @@ test("the sessions sidebar: titles by day, search, keyboard, a rename stored in 
   assert.equal(await page.evaluate(() => document.activeElement.id), "input");
   await page.fill("#session-search", "");
   // Rename: stored on the server, so a browser that never saw it shows it too.
+  // Rename shows over the row's end when the pointer is on the row.
+  await page.hover('#session-list .item[aria-current="true"]');
   await page.click('#session-list .item[aria-current="true"] button[aria-label^="Rename"]');
   assert.equal(await page.evaluate(() => document.activeElement.getAttribute("aria-label")), "New name for # Fix **the** `parser` bug");
   await page.keyboard.press("Control+A");
@@ -675,6 +677,14 @@ test("axe-core finds no WCAG A/AA violations, light or dark, wide or phone-width
       }
       await page.click(".msg.assistant .rate-success");
       assert.deepEqual(await axeViolations(page), [], where + ", a dialog open");
+      await page.keyboard.press("Escape");
+      // The verdict-and-note dialog (its choices), and Compare.
+      await page.click(".step >> nth=0 >> button.label-note");
+      assert.deepEqual(await axeViolations(page), [], where + ", the note dialog open");
+      await page.keyboard.press("Escape");
+      await page.click("#compare");
+      await page.waitForSelector("#compare-view .branch-list");
+      assert.deepEqual(await axeViolations(page), [], where + ", Compare open");
       await page.keyboard.press("Escape");
     }
   }

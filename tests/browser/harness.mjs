@@ -40,12 +40,14 @@ async function waitHttp(url, ms) {
 }
 
 /** Starts the scripted model with `script` and picogent's chat mode in a fresh folder
- * (`build`: another cargo target folder's binaries, to compare two builds). */
-export async function startPicogent(script, extraEnv = {}, build = target) {
+ * (`build`: another cargo target folder's binaries, to compare two builds; `files`:
+ * more files in the working folder, by name). */
+export async function startPicogent(script, extraEnv = {}, build = target, files = {}) {
   const tmp = mkdtempSync(join(tmpdir(), "picogent-browser-"));
   const work = join(tmp, "work");
   mkdirSync(work);
   writeFileSync(join(work, "notes.txt"), "hello from the notes\n");
+  for (const [name, text] of Object.entries(files)) writeFileSync(join(work, name), text);
   writeFileSync(join(tmp, "script.json"), JSON.stringify(script));
   const llm = spawn(join(build, profile, "examples/scripted_llm"), [join(tmp, "script.json")], { stdio: ["ignore", "pipe", "inherit"] });
   children.push(llm);
