@@ -123,7 +123,7 @@ for (let run = 0; run < runs; run++) {
     wrap("flushText"); wrap("onFrame"); wrap("finish");
     new PerformanceObserver((l) => { for (const e of l.getEntries()) { window.bench.tasks++; window.bench.longest = Math.max(window.bench.longest, e.duration); window.bench.entries.push([Math.round(e.startTime), Math.round(e.duration)]); } })
       .observe({ type: "longtask", buffered: false });
-    app.ws.addEventListener("message", (m) => {
+    (window.app ? app.ws : ws).addEventListener("message", (m) => {
       const b = window.bench;
       if (b.first === undefined) b.first = performance.now();
       // The last fragment is the frame before `done`.

@@ -52,7 +52,7 @@ function send() {
   sendControl(frame);
   // The sidebar shows the session running until its run ends.
   const listed = app.sessions.find((x) => x.id === app.session);
-  if (listed) { listed.running = true; listed.modified = Date.now(); renderSessions(); }
+  if (listed) { listed.running = true; renderSessions(); }
   input.value = ""; autosize(); busy();
   u.scrollIntoView({ block: "start" }); updateJump();
 }
@@ -108,13 +108,14 @@ const VERDICT_KEYS = { KeyA: "correct", KeyR: "incorrect", KeyU: "unsure" };
 function nextFailure() { nextStep(".step.error:not(.rolled-back)"); }
 document.addEventListener("keydown", (e) => {
   if (!$("modal").hidden) return;
+  // Compare is a dialog: its own keys (Escape closes it), none of the page's.
+  if (!$("compare-view").hidden) { if (e.key === "Escape") { e.preventDefault(); closeCompare(); } return; }
   const plain = !e.altKey && !e.ctrlKey && !e.metaKey;
   // Escape in a field leaves the field; elsewhere it closes the shortcuts' help or the
   // comparison, and only then stops.
   if (e.key === "Escape") {
     if (typing(e)) /** @type {HTMLElement} */ (e.target).blur();
     else if (!$("shortcuts").hidden) $("shortcuts").hidden = true;
-    else if (!$("compare-view").hidden) closeCompare();
     else stop();
     return;
   }

@@ -81,10 +81,12 @@ function ask(title, fields, okText, onOk) {
     if (missing && missing.name) { inputs[missing.name].focus(); return; }
     closeModal(); onOk(v);
   };
-  card.addEventListener("keydown", (e) => {
+  // One handler, this dialog's (the card is reused: a listener added per dialog would
+  // press every earlier dialog's OK too).
+  card.onkeydown = (e) => {
     const t = /** @type {HTMLElement} */ (e.target);
     if (e.key === "Enter" && !e.shiftKey && t.tagName === "INPUT") { e.preventDefault(); ok.click(); }
-  });
+  };
   row.append(cancel, ok); card.appendChild(row);
   // A field to fill when there is one; otherwise the safe choice, Cancel.
   const first = /** @type {HTMLElement | null} */ (card.querySelector("input:checked, input[type=text], textarea, input"));
@@ -150,7 +152,7 @@ function askBranch(r, step, where) {
 /** The comparison view, a dialog: it takes the keyboard and Escape closes it. @param {string} title */
 function compareShell(title) {
   const view = $("compare-view");
-  if (view.hidden) app.beforeModal = document.activeElement;
+  if (view.hidden) app.beforeCompare = document.activeElement;
   view.replaceChildren(); view.hidden = false;
   const head = el("div", "head"), h = el("h3", "", title); h.id = "compare-title"; head.appendChild(h);
   const close = el("button", "close", "Close"); close.onclick = closeCompare; head.appendChild(close);
@@ -158,7 +160,11 @@ function compareShell(title) {
   close.focus();
   return body;
 }
-function closeCompare() { const view = $("compare-view"); if (view.hidden) return; view.hidden = true; giveBack(); }
+function closeCompare() {
+  const view = $("compare-view"); if (view.hidden) return; view.hidden = true;
+  const was = /** @type {HTMLElement | null} */ (app.beforeCompare);
+  app.beforeCompare = null; (was && was.isConnected ? was : $("input")).focus();
+}
 $("compare-view").addEventListener("keydown", (e) => {
   if (e.key === "Escape" && $("modal").hidden) { e.preventDefault(); e.stopPropagation(); closeCompare(); }
   else if (e.key === "Tab") trapTab($("compare-view"), e);

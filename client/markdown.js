@@ -27,11 +27,17 @@ function el(tag, cls, text) {
 }
 const PUNCT = /[!-/:-@[-`{-~\p{P}\p{S}]/u;
 const WORD = /[\p{L}\p{N}]/u;
+/** The address a link may point at: http(s), mailto or one relative to the page;
+ * anything else (javascript:, data:, and schemes hidden behind control characters or
+ * tabs, which the browser's URL parser drops) stays text. @param {string} url */
 function safeHref(url) {
   url = url.trim();
-  if (/^(https?:|mailto:)/i.test(url)) return url;
-  if (/^[#/.]/.test(url) || !/^[a-z][a-z0-9+.-]*:/i.test(url)) return url; // relative
-  return null; // javascript:, data:, ... stay text
+  let parsed;
+  try { parsed = new URL(url, "http://relative.invalid/"); } catch { return null; }
+  if (!["http:", "https:", "mailto:"].includes(parsed.protocol)) return null;
+  // Relative: what was written (the URL parser kept the base's scheme).
+  if (parsed.host === "relative.invalid" && !/^[a-z][a-z0-9+.-]*:/i.test(url)) return url;
+  return /^(https?:|mailto:)/i.test(url) ? url : null;
 }
 function link(parent, href, build) {
   const safe = safeHref(href);

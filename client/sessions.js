@@ -46,7 +46,7 @@ function dayOf(ms) {
 const SESSIONS_PAGE = 100;
 /** Asks for the list's first page again (after a search, a run's end, a rename). */
 function refreshSessions() {
-  clearTimeout(searchTimer); searchTimer = 0;
+  clearTimeout(app.searchTimer); app.searchTimer = 0;
   app.sessionQuery = field("session-search").value.trim();
   const id = nextId("ss"); app.sessionsAsked = app.counter; app.sessionsMoreAsked = ""; app.sessionsWaiting = true;
   const frame = { type: "sessions", id, limit: SESSIONS_PAGE, query: app.sessionQuery || undefined };
@@ -105,7 +105,7 @@ function renderSessions() {
     b.onclick = () => { b.textContent = "Loading…"; moreSessions(); };
     li.appendChild(b); list.appendChild(li);
   }
-  if (refocus && refocus.more) /** @type {HTMLElement | null} */ (list.querySelector(".item:last-of-type .open"))?.focus();
+  if (refocus && refocus.more) { const items = list.querySelectorAll(".item .open"); /** @type {HTMLElement | undefined} */ (items[items.length - 1])?.focus(); }
   else if (refocus && refocus.id) /** @type {HTMLElement | null} */ (list.querySelector(`.item[data-id="${CSS.escape(refocus.id)}"] .open`))?.focus();
 }
 /** @param {SessionInfo & {unlisted?: boolean}} s */
@@ -150,23 +150,27 @@ function renameRow(li, s, title) {
   };
   inp.onblur = () => finish(true);
 }
+/** A run in session `id` ended: not running any more, here at once. @param {string} id */
+function sessionEnded(id) {
+  const s = app.sessions.find((x) => x.id === id);
+  if (s && s.running) { s.running = false; renderSessions(); }
+  refreshSessions();
+}
 /** Opens a session ("" a new one). @param {string} id */
 function openSession(id) {
   setSession(id, null); app.runContext = null; app.lastUsage = null;
   if (id) { clearView("Loading session " + id + "…"); sendControl({ type: "history", sessionId: id }); }
   else clearView();
 }
-/** A search typed and not yet asked (asked 150 ms after the last key). */
-let searchTimer = 0;
 $("session-search").addEventListener("input", () => {
-  clearTimeout(searchTimer);
-  searchTimer = setTimeout(refreshSessions, 150);
+  clearTimeout(app.searchTimer);
+  app.searchTimer = setTimeout(refreshSessions, 150);
 });
 $("session-search").addEventListener("keydown", (e) => {
   // Enter opens the first match of what was typed (once the server answered it); the
   // arrow goes down the list.
   const first = /** @type {HTMLElement | null} */ ($("session-list").querySelector(".item .open"));
-  if (e.key === "Enter" && (searchTimer || app.sessionsWaiting)) { e.preventDefault(); app.openFirstMatch = true; if (searchTimer) refreshSessions(); }
+  if (e.key === "Enter" && (app.searchTimer || app.sessionsWaiting)) { e.preventDefault(); app.openFirstMatch = true; if (app.searchTimer) refreshSessions(); }
   else if (e.key === "Enter" && first) { e.preventDefault(); first.click(); }
   else if (e.key === "ArrowDown" && first) { e.preventDefault(); first.focus(); }
 });

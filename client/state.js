@@ -17,7 +17,7 @@
  *   seg: TextSeg | null, steps: Map<string, HTMLElement>, last: HTMLElement | null,
  *   done: boolean, text: string, history: boolean, prompt?: string, paused?: boolean,
  *   failed?: string, gap?: boolean, rating?: string, usage?: {input: number, output: number, cost: number},
- *   nsteps?: number, checkpoints?: number, maxSteps?: boolean, sessionId?: string, hasOutput?: boolean,
+ *   segFrom?: number, sessionId?: string, hasOutput?: boolean,
  * }} Req
  *
  * A step's state (its element is the key).
@@ -94,6 +94,10 @@ const app = {
   openFirstMatch: false,
   /** Where the keyboard was before a dialog opened. */
   beforeModal: /** @type {Element | null} */ (null),
+  /** Where the keyboard was before Compare opened. */
+  beforeCompare: /** @type {Element | null} */ (null),
+  /** A search typed and not yet asked (asked 150 ms after the last key). */
+  searchTimer: 0,
   /** Questions waiting for answers, by frame id: labels and ratings (the element that
    * says "saving…"), rollback previews (the element the files go in). */
   annotating: /** @type {Map<string, (text: string, bad: boolean) => void>} */ (new Map()),

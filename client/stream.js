@@ -75,33 +75,40 @@ class TextSeg {
     const next = this.src.indexOf("\n", limit);
     return next < 0 ? end : next + 1;
   }
+  /** Where the line holding `at` ends (after its "\n"), or the end of the text. @param {number} at */
+  lineEnd(at) { const nl = this.src.indexOf("\n", at); return nl < 0 ? this.src.length : nl + 1; }
   /** Parses the last block and the next step's text; all but the new last block are
    * final. Whether anything more is shown. */
   step() {
     if (this.live) return this.liveStep();
     let end = this.stepEnd();
     if (end - this.frozenOff > LIVE_CODE && this.openFence(end)) return this.liveStep();
-    // Another long block (a table, a list) still growing is parsed again, with all the
-    // text there is, once it grew by half or parsing it would take a tenth of the time
-    // since: its cost stays linear in its length, and it still grows on a slow stream.
-    const t0 = performance.now();
-    if (end - this.frozenOff > BIG_BLOCK) {
-      end = this.src.length;
+    // Another long block (a table, a list) still growing is parsed again, with text in
+    // proportion to it, once it grew by half or parsing it would take a tenth of the
+    // time since: its cost stays linear in its length, and it still grows on a slow
+    // stream.
+    const t0 = performance.now(), open = end - this.frozenOff;
+    if (open > BIG_BLOCK) {
+      end = Math.min(this.src.length, this.lineEnd(this.shown + Math.max(STEP_CHARS, open)));
       const soon = t0 - this.parsedAt < 10 * this.parseMs;
-      if (!this.ended && end - this.shown < (end - this.frozenOff) / 2 && soon) { schedule(this); return false; }
+      if (!this.ended && end - this.shown < open / 2 && soon) { schedule(this); return false; }
     }
     this.shown = end;
-    const lines = this.src.slice(this.frozenOff, end).split("\n");
+    const text = this.src.slice(this.frozenOff, end);
+    // A line still being written decides nothing about the blocks before it ("#" may
+    // become "#tag", "***" "***bold***"): only complete lines make blocks final.
+    const cut = !this.ended && !text.endsWith("\n") ? text.lastIndexOf("\n") + 1 : text.length;
+    const lines = text.slice(0, cut).split("\n");
     const bs = PicoMarkdown.blocks(lines);
     for (const n of this.tail) this.root.removeChild(n);
     this.tail = [];
-    const last = bs.length > 1 ? bs[bs.length - 1] : null;
-    for (const b of bs) if (b !== last && bs.length > 1) this.freeze(b.node);
-    if (last) {
-      let off = 0; for (let k = 0; k < last.start; k++) off += lines[k].length + 1;
-      this.frozenOff += off;
-      this.tail = [last.node];
-    } else this.tail = bs.map((b) => b.node);
+    for (let k = 0; k < bs.length - 1; k++) this.freeze(bs[k].node);
+    // The last block starts here (no block: only blank lines, passed over).
+    const from = bs.length ? bs[bs.length - 1].start : lines.length - 1;
+    let off = 0; for (let k = 0; k < from; k++) off += lines[k].length + 1;
+    this.frozenOff += off;
+    if (cut === text.length) this.tail = bs.length ? [bs[bs.length - 1].node] : [];
+    else this.tail = PicoMarkdown.blocks(this.src.slice(this.frozenOff, end).split("\n")).map((b) => b.node);
     for (const n of this.tail) this.root.appendChild(n);
     this.parsedAt = performance.now(); this.parseMs = this.parsedAt - t0;
     return true;
@@ -147,7 +154,8 @@ class TextSeg {
     }
     if (!got.length && !closed) return false;
     if (got.length) {
-      const run = el("span", "cl"); PicoMarkdown.highlight(got.join("\n"), L.lang, run);
+      // Every line ends with its "\n": blank lines stay, and the code's text is whole.
+      const run = el("span", "cl"); PicoMarkdown.highlight(got.join("\n") + "\n", L.lang, run);
       L.code.appendChild(run); L.lines.push(...got);
     }
     this.shown = i;
@@ -161,14 +169,16 @@ class TextSeg {
     }
     this.chunk.appendChild(node); this.inChunk++;
   }
-  /** Shows what came, for at most a frame's time (`all`: everything, now). @param {boolean} [all] */
+  /** Shows what came, for at most a frame's time (`all`: everything, now); whether it
+   * got anywhere (a code line still being written waits for its end). @param {boolean} [all] */
   render(all) {
     const until = performance.now() + FRAME_MS;
     let moved = true;
     do moved = this.step(); while (moved && this.behind() && (all || performance.now() < until));
     // A code line still being written waits for its end (`add` schedules again).
     if (moved && this.behind()) schedule(this);
-    else if (this.then) { const then = this.then; this.then = null; then(); }
+    else if (this.then && !this.behind()) { const then = this.then; this.then = null; then(); }
+    return moved;
   }
   /** More has come than has been shown (a live code block's unfinished line is not
    * shown until it ends). */
@@ -186,6 +196,7 @@ function schedule(seg) {
 function flushText() {
   const stick = nearBottom();
   const segs = [...app.pending]; app.pending.clear();
-  for (const s of segs) s.render();
+  // A hidden tab's timers run rarely: it shows everything at once.
+  for (const s of segs) s.render(document.hidden);
   if (stick) toBottom(); else updateJump();
 }

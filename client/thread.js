@@ -61,7 +61,7 @@ function render(r, f) {
     case "text":
       // A new stretch of the answer (after a step) is a new paragraph, in Copy too.
       if (!r.seg && r.text && !r.text.endsWith("\n\n")) r.text += r.text.endsWith("\n") ? "\n" : "\n\n";
-      if (!r.seg) r.seg = new TextSeg(r.box, r.box.querySelector(".msg-actions"));
+      if (!r.seg) { r.seg = new TextSeg(r.box, r.box.querySelector(".msg-actions")); r.segFrom = r.text.length; }
       r.seg.add(f.content); r.text += f.content; break;
     case "thinking": {
       let t = r.box.lastElementChild;
@@ -69,7 +69,8 @@ function render(r, f) {
       t.lastChild.textContent += f.content; break;
     }
     case "retry":
-      if (r.seg) { app.pending.delete(r.seg); r.seg.root.remove(); r.seg = null; }
+      // The attempt's text so far is void, on the page and in Copy.
+      if (r.seg) { app.pending.delete(r.seg); r.seg.root.remove(); r.text = r.text.slice(0, r.segFrom || 0); r.seg = null; }
       put(r, el("div", "notice", "model call failed: " + f.content +
         (f.attempt ? " · attempt " + f.attempt + (f.of ? " of " + f.of : "") + ", next in " + Math.max(1, Math.round((f.delayMs || 0) / 1000)) + " s" : ""))); break;
     // From a history too: the last one shown is the session's newest run's.
@@ -143,8 +144,9 @@ function render(r, f) {
     case "rating": r.rating = f.rating; break;
     case "done":
       // Text still to render goes on frame by frame; the request finishes after it.
-      if (r.seg && !f.history && r.seg.behind()) { r.seg.then = () => finish(r, f); schedule(r.seg); }
-      else finish(r, f);
+      if (r.seg && !f.history && r.seg.behind()) {
+        const seg = r.seg; r.seg = null; seg.then = () => finish(r, f); seg.end();
+      } else finish(r, f);
       break;
   }
 }
@@ -161,6 +163,11 @@ function rolledBack(step) {
       for (const b of e.querySelectorAll("button")) { b.disabled = true; b.title = "rolled back"; }
     }
   }
+  // Steps are numbered along the conversation as it now is: the next one follows the
+  // checkpoint's step, as the session's exports and Compare count.
+  let no = 0;
+  for (const d of thread.querySelectorAll(".step:not(.rolled-back)")) no = Math.max(no, stepOf(d)?.no || 0);
+  app.stepNo = no;
 }
 /** The request's end: its actions (copy, rate, continue or retry). @param {Req} r @param {{history?: boolean}} f */
 function finish(r, f) {
@@ -193,7 +200,7 @@ function finish(r, f) {
     notify("picogent finished", r.failed ? "failed: " + r.failed : "the run finished");
     if (document.hidden) document.title = "✓ picogent";
     // The sidebar's "running" mark and order change with it.
-    refreshSessions();
+    sessionEnded(r.sessionId || app.session);
   }
   busy();
 }
@@ -225,6 +232,7 @@ function onFrame(f) {
   }
   if (f.seq) { if (f.seq <= r.seq) return; r.seq = f.seq; }
   if (f.runId && !r.runId) { r.runId = f.runId; rememberRun(r); }
+  if (f.sessionId && !r.sessionId) r.sessionId = f.sessionId;
   // Only the request this view sent without a session names the view's session.
   if (f.sessionId && app.pendingNew === r.id && !app.session) { app.pendingNew = null; setSession(f.sessionId, r.prompt); }
   const stick = f.type !== "text" && nearBottom();
@@ -234,7 +242,6 @@ function onFrame(f) {
 }
 function showError(text) { thread.appendChild(el("div", "error-line", text)); if (nearBottom()) toBottom(); }
 function showNotice(text) { thread.appendChild(el("div", "notice", text)); if (nearBottom()) toBottom(); }
-function sendControl(frame) { if (app.ws && app.ws.readyState === 1) { app.ws.send(JSON.stringify(frame)); return true; } return false; }
 /** The frame fields that address a request: its runId when known (any connection may use it). */
 function target(r) { return r.runId ? { runId: r.runId } : { id: r.id }; }
 
@@ -248,7 +255,7 @@ async function showHistory(f) {
   const { items, running } = f.content;
   // The history goes first in the thread, whatever arrives or is sent meanwhile.
   const into = el("div", "history-items");
-  thread.replaceChildren(into); app.requests.clear(); app.historyInto = into; app.stepNo = 0;
+  thread.replaceChildren(into); app.requests.clear(); app.pending.clear(); app.historyInto = into; app.stepNo = 0;
   let r = null, n = 0, slice = performance.now();
   const breathe = async () => {
     if (performance.now() - slice < 30) return true;
@@ -267,7 +274,7 @@ async function showHistory(f) {
     if (!r) r = addAssistant("h" + (++n));
     render(r, Object.assign({ history: true }, it));
     // A long answer is laid out a budget at a time too.
-    while (it.type === "text" && r.seg && r.seg.behind()) { r.seg.render(); if (!(await breathe())) return; }
+    while (it.type === "text" && r.seg && r.seg.behind()) { if (!r.seg.render()) break; if (!(await breathe())) return; }
   }
   if (r) finish(r, { history: true });
   app.historyInto = null;

@@ -60,18 +60,22 @@ function labelStep(d, label, note) {
   annotate({ type: "label", sessionId: st.sessionId, callId: st.callId, label, note: keep || undefined }, (text, bad) => {
     st.saved = text; st.savedBad = bad;
     const row = /** @type {HTMLElement | null} */ (d.querySelector(".body .annot")); if (row) savedIn(row)(text, bad);
+    // Labelled from the keyboard with the step closed: a failure is said where it shows.
+    else if (bad) showNotice("your verdict on step " + st.no + " was " + text);
   });
   showLabel(d, label, keep);
 }
 /** The verdict row in an open step's body. @param {HTMLElement} body @param {HTMLElement} d @param {StepState} st */
 function annotRow(body, d, st) {
   const row = el("div", "annot"); row.setAttribute("role", "group"); row.setAttribute("aria-label", "your verdict on step " + st.no);
+  const inert = d.classList.contains("rolled-back");
   row.appendChild(el("span", "k", "your verdict:"));
   for (const [label, text] of VERDICTS) {
     const b = el("button", "label-" + label, text); b.dataset.label = label; b.setAttribute("aria-pressed", String(st.label === label));
-    b.onclick = () => labelStep(d, label); row.appendChild(b);
+    b.onclick = () => labelStep(d, label); /** @type {HTMLButtonElement} */ (b).disabled = inert; row.appendChild(b);
   }
   const note = el("button", "label-note", st.note ? "edit note…" : "with a note…");
+  /** @type {HTMLButtonElement} */ (note).disabled = inert;
   note.onclick = () => noteDialog(d, st);
   row.appendChild(note);
   body.appendChild(row);

@@ -51,18 +51,45 @@ impl Listing {
         let needle = q.query.as_deref().map(str::to_lowercase);
         let limit = q.limit.unwrap_or(SESSIONS_PAGE);
         let dir = agent.config().sessions_dir();
+        // Read what changed without holding the lock (another tab's list waits for none
+        // of it): a file that grew from where its last read stopped, another whole.
+        let stale: Vec<(usize, Summary)> = {
+            let known = crate::util::lock(&self.known);
+            found
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| match known.get(&f.id) {
+                    Some(s) if s.stamp == (f.modified, f.size) => None,
+                    Some(s) if f.size > s.stamp.1 => Some((i, s.summary.clone())),
+                    _ => Some((i, Summary::default())),
+                })
+                .collect()
+        };
+        let fresh: Vec<(usize, Summary)> = stale
+            .into_iter()
+            .map(|(i, from)| {
+                let path = dir.join(format!("{}.jsonl", found[i].id));
+                let read = summary(&path, from.clone()).unwrap_or(from);
+                (i, read)
+            })
+            .collect();
         let mut known = crate::util::lock(&self.known);
+        for (i, s) in fresh {
+            let f = &found[i];
+            known.insert(
+                f.id.clone(),
+                Seen {
+                    stamp: (f.modified, f.size),
+                    summary: s,
+                },
+            );
+        }
         let mut out = Vec::new();
         let mut more = false;
         for f in &found {
-            let seen = known.entry(f.id.clone()).or_insert_with(|| Seen {
-                stamp: (u64::MAX, 0),
-                summary: Summary::default(),
-            });
-            if seen.stamp != (f.modified, f.size) {
-                seen.summary = summary(&dir.join(format!("{}.jsonl", f.id))).unwrap_or_default();
-                seen.stamp = (f.modified, f.size);
-            }
+            let Some(seen) = known.get(&f.id) else {
+                continue;
+            };
             if let Some(n) = &needle {
                 if !matches(&seen.summary, &f.id, n) {
                     continue;
@@ -113,6 +140,10 @@ fn files(dir: &std::path::Path) -> Vec<Found> {
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
             let id = name.strip_suffix(".jsonl")?.to_string();
+            // Regular files only (not a symlink, a pipe or a device in the folder).
+            if !e.file_type().ok()?.is_file() {
+                return None;
+            }
             let meta = e.metadata().ok()?;
             let modified = meta
                 .modified()

@@ -46,6 +46,10 @@ test("code: fences keep their text, coloured by language; inline code and escape
 test("model text is never HTML, and links only go where they may", () => {
   assert.equal(html("<img src=x onerror=alert(1)>"), "<p>&lt;img src=x onerror=alert(1)&gt;</p>");
   assert.equal(html("[x](javascript:alert(1))"), "<p>x</p>");
+  // A scheme behind a control character, which a browser's URL parser drops, is still refused.
+  assert.equal(html("[x](\u0001javascript:alert(1))"), "<p>x</p>");
+  assert.equal(html("[x](data:text/html,hi)"), "<p>x</p>");
+  assert.equal(html("[rel](docs/a.md)"), '<p><a href="docs/a.md" rel="noopener noreferrer" target="_blank">rel</a></p>');
   assert.equal(html("[x](https://example.com/a_(b))"), '<p><a href="https://example.com/a_(b)" rel="noopener noreferrer" target="_blank">x</a></p>');
   assert.equal(html("see www.example.com."), '<p>see <a href="https://www.example.com" rel="noopener noreferrer" target="_blank">www.example.com</a>.</p>');
   // An image is a link to it: the page loads nothing the model names.

@@ -57,7 +57,7 @@ test("a megabyte answer — prose and one long code block — is shown whole, pa
   const shown = await page.evaluate(() => document.querySelector(".msg.assistant .md").textContent.length);
   assert.ok(shown > 900 * 1024, "the whole answer is there: " + shown);
   assert.equal(await page.locator(".msg.assistant .md h2").count(), prose.length);
-  assert.match(await page.locator(".msg.assistant .codeblock code").last().textContent(), /def handler_0\(event\)[\s\S]*return \d+$/);
+  assert.match(await page.locator(".msg.assistant .codeblock code").last().textContent(), /def handler_0\(event\)[\s\S]*return \d+\n?$/);
   // Linear work: the parser sees each character about once, not again at every frame.
   const parsed = await page.evaluate(() => window.parsed);
   assert.ok(parsed < 3 * text.length, `parsed ${parsed} characters for an answer of ${text.length}`);
@@ -183,6 +183,8 @@ test("one numbering of steps: the line, its rollback, the annotation export and 
     { text: "Now writing.", tool: "write", args: { path: "a.txt", content: "A\n" } },
     { text: "And checking.", tool: "bash", args: { command: "cat a.txt" } },
     { text: "Done." },
+    { tool: "bash", args: { command: "echo again" } },
+    { text: "Again done." },
   ]);
   const page = await open(url);
   await ask(page, "Number things");
@@ -198,12 +200,15 @@ test("one numbering of steps: the line, its rollback, the annotation export and 
   await second.locator("button.label-note").click();
   assert.equal(await page.locator('#modal input[type="radio"]').count(), 3);
   assert.equal(await page.locator('#modal input[type="text"]').count(), 0, "the verdict is chosen, not typed");
-  await page.check('#modal input[type="radio"][value="unsure"]');
   await page.fill('#modal textarea[name="note"]', "wrote before reading");
-  await page.click("#modal button.ok");
+  await page.check('#modal input[type="radio"][value="unsure"]');
+  // Enter on the choice records it (and only it: the rollback asked before and
+  // cancelled stays cancelled).
+  await page.keyboard.press("Enter");
   await second.locator('.annot-note:has-text("wrote before reading")').waitFor();
   await second.locator('.saved:text-is("saved")').waitFor();
   assert.equal(await second.getAttribute("data-label"), "unsure");
+  assert.equal(await page.locator('.notice:has-text("rolled back")').count(), 0, "no rollback from an earlier dialog");
   const session = (await page.textContent("#session-id")).replace("session ", "");
   const out = spawnSync(join(target, "debug/picogent"), ["export", "--session", session, "--format", "annotations"],
     { cwd: join(tmp, "work"), env: { PATH: process.env.PATH, HOME: tmp } });
@@ -222,6 +227,15 @@ test("one numbering of steps: the line, its rollback, the annotation export and 
   assert.match(context, /model: \S+/);
   assert.match(context, /tokens: \d+ in/);
   assert.doesNotMatch(context, /server default/);
+  // Rolled back to after step 1, the next step is step 2 again, as the export counts.
+  const first = page.locator(".step").first();
+  await openStep(first);
+  await first.locator("button.rollback").click();
+  await page.click("#modal button.ok");
+  await page.waitForSelector('.notice:text-is("rolled back to step 1")');
+  await ask(page, "Again");
+  await done(page, 1);
+  assert.equal(await page.locator(".step:not(.rolled-back) .stepno").last().textContent(), "step 2");
   await page.close();
 });
 

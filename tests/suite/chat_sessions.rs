@@ -58,6 +58,15 @@ async fn a_year_of_sessions_is_paged_and_searched_on_the_server_with_titles_as_t
         Duration::from_secs(400 * 86400),
     );
     session_file(&sb, "typed-2", &long, Duration::from_secs(401 * 86400));
+    // Not sessions, and never read: a pipe (opening it would wait for a writer) and a
+    // link to an endless device, as a command could leave in the folder.
+    let dir = sb.home.join("sessions");
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(dir.join("pipe.jsonl"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.jsonl")).unwrap();
     let llm = ScriptedLlm::start(vec![]).await;
     let c = start(sb.config(&llm, Wire::Anthropic, json!({}))).await;
     let mut ws = connect(&c).await;
