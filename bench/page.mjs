@@ -110,7 +110,7 @@ async function once(browser) {
   await page.waitForSelector('#status[data-state="open"]');
   // When the answer's last fragment came: the frame before `done`.
   await page.evaluate(() => app.ws.addEventListener("message", (m) => {
-    if (m.data.includes('"type":"text"')) window.__lastText = performance.now();
+    if (m.data.includes('"type":"text"')) { window.__lastText = performance.now(); window.__firstText ??= window.__lastText; }
   }));
   const sent = await page.evaluate(() => performance.now());
   const t0 = Date.now();
@@ -124,6 +124,8 @@ async function once(browser) {
   }, null, { timeout: 600000, polling: "raf" });
   const took = Date.now() - t0;
   const afterLast = await page.evaluate(() => window.__shown - window.__lastText);
+  // PROFILE=1: each long task, and whether it came while the steps or the answer streamed.
+  if (process.env.PROFILE) console.error(await page.evaluate(() => window.__long.map((t) => `${Math.round(t.duration)} ms ${t.start < window.__firstText ? "steps" : "answer"}`).join(", ")));
   const shown = await page.locator(".step").count();
   if (shown !== steps) throw new Error(`${shown} steps shown, ${steps} expected`);
   const live = await measure(page, sent);

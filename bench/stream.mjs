@@ -123,7 +123,8 @@ for (let run = 0; run < runs; run++) {
     wrap("flushText"); wrap("onFrame"); wrap("finish");
     new PerformanceObserver((l) => { for (const e of l.getEntries()) { window.bench.tasks++; window.bench.longest = Math.max(window.bench.longest, e.duration); window.bench.entries.push([Math.round(e.startTime), Math.round(e.duration)]); } })
       .observe({ type: "longtask", buffered: false });
-    (window.app ? app.ws : ws).addEventListener("message", (m) => {
+    // The page keeps its socket in `app` (before the split, in a global `ws`).
+    (typeof app !== "undefined" ? app.ws : ws).addEventListener("message", (m) => {
       const b = window.bench;
       if (b.first === undefined) b.first = performance.now();
       // The last fragment is the frame before `done`.
@@ -172,7 +173,7 @@ const body = [
 ].join("\n");
 const env = process.env.CLIENT_DIR ? `CLIENT_DIR=${process.env.CLIENT_DIR} ` : "";
 emit({
-  title: `Browser: streaming a ${kb >= 1024 ? kb / 1024 + " MB" : kb + " KB"} answer${code ? " (one code block)" : ""} in client.html`,
+  title: `Browser: streaming a ${kb >= 1024 ? kb / 1024 + " MB" : kb + " KB"} answer${code ? " (one code block)" : ""}${rate ? ", paced at " + rate + " KB/s," : ""} in client.html`,
   script: "bench/stream.mjs",
   command: `${env}node bench/stream.mjs ${runs} --kb ${kb}${rate ? " --rate " + rate : ""}${code ? " --code" : ""}${record ? " --record" : ""}`,
   body,

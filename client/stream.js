@@ -16,9 +16,9 @@
 "use strict";
 
 /** Rendering time per animation frame, in milliseconds. */
-const FRAME_MS = 10;
+const FRAME_MS = 8;
 /** New text parsed per step, in characters (to a line's end). */
-const STEP_CHARS = 16384;
+const STEP_CHARS = 4096;
 /** Final blocks per chunk. */
 const CHUNK_BLOCKS = 48;
 /** An open code block longer than this grows line by line. */

@@ -40,6 +40,7 @@ function showLabel(d, label, note) {
   const row = /** @type {HTMLElement | null} */ (d.querySelector(".body .annot"));
   if (row) {
     for (const b of row.querySelectorAll("button[data-label]")) b.setAttribute("aria-pressed", String(/** @type {HTMLElement} */ (b).dataset.label === label));
+    const edit = row.querySelector(".label-note"); if (edit) edit.textContent = st.note ? "edit note…" : "with a note…";
     noteLine(row, st.note);
   }
   labelProgress();

@@ -1,7 +1,8 @@
 // Makes docs/chat.png: client.html in headless Chromium at 1280×800 after a scripted
-// run (a read, an edit whose step is open to show its diff and a person's verdict, a
-// test run, a Markdown answer), with an earlier session in the sessions list; against
-// the debug builds of picogent and the scripted model.
+// run (a read, an edit whose step is open to show its diff, the checkpoint after it and
+// a person's verdict with a note, a test run, a Markdown answer), with an earlier
+// session in the sessions list; against the debug builds of picogent and the scripted
+// model.
 //
 //   cargo build --bin picogent --example scripted_llm && node scripts/chat-screenshot.mjs [out.png]
 import { writeFileSync } from "node:fs";
@@ -29,7 +30,11 @@ try {
     await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 20000 });
   }
   await page.click('.step[data-tool="edit"] summary');
-  await page.click('.step[data-tool="edit"] button.label-correct');
+  await page.click('.step[data-tool="edit"] button.label-note');
+  await page.check('#modal input[type="radio"][value="correct"]');
+  await page.fill('#modal textarea[name="note"]', "handles the empty name; the f-string is clearer");
+  await page.click("#modal button.ok");
+  await page.waitForSelector('.step[data-tool="edit"] .saved:text-is("saved")');
   await page.evaluate(() => document.activeElement.blur());
   await page.screenshot({ path: out });
   console.log("wrote " + out);

@@ -75,7 +75,17 @@ fn bounded(mut items: Vec<HistoryItem>) -> Vec<HistoryItem> {
         total -= sizes.get(drop).copied().unwrap_or(0);
         drop += 1;
     }
+    // The model and folder in force where the kept items begin stay known (a page's
+    // context row shows them).
+    let context = items[..drop]
+        .iter()
+        .rev()
+        .find(|i| matches!(i, HistoryItem::Frame(ServerFrame::Context { .. })))
+        .cloned();
     items.drain(..drop);
+    if let Some(c) = context {
+        items.insert(0, c);
+    }
     items
 }
 
@@ -326,4 +336,30 @@ pub(super) async fn delete(
         .delete_session(session)
         .await
         .map_err(|e| Refused::Session("delete", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A history cut to its size keeps the model and folder in force where it begins.
+    #[test]
+    fn a_cut_history_keeps_the_context_it_began_under() {
+        let context = HistoryItem::Frame(ServerFrame::Context {
+            provider: "anthropic".into(),
+            model: "m1".into(),
+            work_dir: "/w".into(),
+        });
+        let big = "x".repeat(1 << 20);
+        let mut items = vec![context.clone()];
+        for _ in 0..6 {
+            items.push(HistoryItem::User {
+                content: big.clone(),
+            });
+        }
+        let kept = bounded(items);
+        assert!(kept.len() < 7, "cut");
+        assert_eq!(kept[0], context);
+        assert!(matches!(kept[1], HistoryItem::User { .. }));
+    }
 }
