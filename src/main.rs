@@ -21,8 +21,9 @@ macro_rules! say {
 }
 
 mod cli;
-use cli::printer::Printer;
+use cli::printer::{Printer, Shown};
 use cli::session_arg::{pick_session, Scratch};
+use cli::task::{print_is_run, read_task};
 
 const ABOUT: &str = "picogent: a small, fast agent daemon. An LLM works tasks with real tools \
 (read, write, edit, bash, grep, find, ls) inside the folders it is allowed to touch.";
@@ -129,9 +130,14 @@ struct RunArgs {
     #[arg(long, value_name = "PROVIDER", value_parser = ["anthropic", "openai", "ollama", "claude-code"])]
     provider: Option<String>,
     /// Print every event as a JSON line instead of readable text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "print")]
     json: bool,
-    /// The task; `-` reads it from standard input.
+    /// Print only the final answer, once the run ended (as `claude -p` and `pi -p`;
+    /// `picogent -p TASK` is `picogent run -p TASK`).
+    #[arg(short = 'p', long)]
+    print: bool,
+    /// The task; `-` reads it from standard input. Standard input piped into a run that
+    /// has a task comes first in the prompt, the task after it (as pi does).
     #[arg(required = true, value_name = "TASK")]
     prompt: Vec<String>,
 }
@@ -153,7 +159,7 @@ fn main() -> ExitCode {
     let env_error = config::secrets::load_env_file(std::path::Path::new(".env"))
         .err()
         .map(|e| e.to_string());
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(print_is_run(std::env::args_os().collect()));
     // `picogent run` keeps the terminal for the answer: only warnings and errors log,
     // and not those it prints itself from the run's events (retries, the failure).
     let quiet = matches!(cli.command, Some(Command::Run(_)));
@@ -459,7 +465,13 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
     // Ctrl-C ends with 130, SIGTERM and SIGHUP with 143, after the run is cancelled
     // (its commands killed, its session consistent).
-    let mut printer = Printer::new(args.json);
+    let mut printer = Printer::new(if args.print {
+        Shown::Print
+    } else if args.json {
+        Shown::Json
+    } else {
+        Shown::Person
+    });
     let mut outcome = None;
     while let Some(ev) = handle.events.recv().await {
         printer.print(&ev);
@@ -472,7 +484,7 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => handle.finish().await,
     };
     signals.abort();
-    if scratch.is_none() {
+    if scratch.is_none() && !args.print {
         say!("session: {session_id}");
     }
     drop(scratch);
@@ -481,22 +493,6 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
         Outcome::Failed { .. } => ExitCode::from(1),
         Outcome::Cancelled { .. } => ExitCode::from(LAST_SIGNAL.load(Ordering::Relaxed)),
     })
-}
-
-/// The task: its words joined, or standard input for `-`; never empty.
-fn read_task(words: &[String]) -> anyhow::Result<String> {
-    let prompt = if words.len() == 1 && words[0] == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-            .context("cannot read the task from stdin")?;
-        s
-    } else {
-        words.join(" ")
-    };
-    if prompt.trim().is_empty() {
-        anyhow::bail!("the task is empty");
-    }
-    Ok(prompt)
 }
 
 /// --no-session: the session lives in a folder of its own that goes with the run.

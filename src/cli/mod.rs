@@ -1,6 +1,7 @@
 //! The command line's own pieces, beside `main.rs`: the run printer, the `--session`
-//! argument and `picogent sandbox-check`.
+//! argument, the run's task and `picogent sandbox-check`.
 
 pub(crate) mod printer;
 pub(crate) mod sandbox_check;
 pub(crate) mod session_arg;
+pub(crate) mod task;

@@ -1,22 +1,60 @@
 //! How `picogent run` shows a run: the answer on stdout, steps and notices on stderr,
-//! or every event as a JSON line (`--json`).
+//! every event as a JSON line (`--json`), or only the final answer (`--print`, as
+//! `claude -p` and `pi -p`: the text after the last tool call, once the run ended).
 
 use std::io::Write;
 
 use picogent::agent::{AgentEvent, Outcome};
 
+/// How a run is shown.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shown {
+    /// The answer as it streams, steps and notices on stderr.
+    Person,
+    /// Every event as a JSON line.
+    Json,
+    /// Only the final answer, once the run ended; failures on stderr.
+    Print,
+}
+
 /// Prints run events for a person (or as JSON lines with --json).
 pub(crate) struct Printer {
-    json: bool,
+    shown: Shown,
     /// The last thing printed to stdout did not end with a newline.
     mid_line: bool,
+    /// `--print`: the text since the last tool call (narration before one is dropped).
+    answer: String,
 }
 
 impl Printer {
-    pub(crate) fn new(json: bool) -> Self {
+    pub(crate) fn new(shown: Shown) -> Self {
         Printer {
-            json,
+            shown,
             mid_line: false,
+            answer: String::new(),
+        }
+    }
+
+    /// `--print`: keeps the answer's text until the run ends, then prints it alone.
+    fn print_mode(&mut self, ev: &AgentEvent) {
+        match ev {
+            AgentEvent::TextDelta { text } => self.answer.push_str(text),
+            AgentEvent::ToolCall { .. } => self.answer.clear(),
+            AgentEvent::Finished {
+                outcome: Outcome::Completed { .. },
+            } => {
+                let mut out = std::io::stdout().lock();
+                let text = self.answer.trim_end_matches('\n');
+                let _ = writeln!(out, "{text}");
+                let _ = out.flush();
+            }
+            AgentEvent::Finished {
+                outcome: Outcome::Failed { error, .. },
+            } => say!("error: {error}"),
+            AgentEvent::Finished {
+                outcome: Outcome::Cancelled { .. },
+            } => say!("cancelled"),
+            _ => {}
         }
     }
 
@@ -28,9 +66,12 @@ impl Printer {
     }
 
     pub(crate) fn print(&mut self, ev: &AgentEvent) {
+        if self.shown == Shown::Print {
+            return self.print_mode(ev);
+        }
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
-        if self.json {
+        if self.shown == Shown::Json {
             if let Ok(line) = serde_json::to_string(ev) {
                 let _ = writeln!(out, "{line}");
             }

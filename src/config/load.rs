@@ -512,6 +512,7 @@ impl Config {
                 temperature: m.temperature,
                 keep_alive: f.keep_alive.clone().filter(|v| !v.is_null()),
                 claude_code_path: s.claude_code_path(),
+                openai_account: m.openai_account,
             },
             capabilities: f
                 .capabilities

@@ -108,6 +108,16 @@ pub struct ModelSettings {
     pub keep_alive: Option<serde_json::Value>,
     /// `engine: "claude-code"`: the `claude` binary (default: found on PATH).
     pub(crate) claude_code_path: Option<PathBuf>,
+    /// OpenAI: the organization and project the OpenAI SDK sends (`OPENAI_ORG_ID`,
+    /// `OPENAI_PROJECT_ID`).
+    pub(crate) openai_account: OpenaiAccount,
+}
+
+/// The `OpenAI-Organization` and `OpenAI-Project` an OpenAI request names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenaiAccount {
+    pub organization: Option<String>,
+    pub project: Option<String>,
 }
 
 /// What commands and tools may reach, and how they are confined.

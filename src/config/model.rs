@@ -16,6 +16,7 @@ pub(super) struct ModelSettings {
     pub(super) auth_token: Option<String>,
     pub(super) temperature: Option<f64>,
     pub(super) origins: super::ModelOrigins,
+    pub(super) openai_account: super::OpenaiAccount,
 }
 
 impl Sources<'_> {
@@ -28,6 +29,9 @@ impl Sources<'_> {
             })?,
             (None, Some(v)) => ProviderKind::parse(v)
                 .ok_or_else(|| self.field_error("provider", format!("{expected}, got {v:?}")))?,
+            // Nothing chosen: Anthropic, unless only OpenAI's key is there (as the
+            // OpenAI SDK's users have it), then OpenAI.
+            (None, None) if self.only_openai_key() => (ProviderKind::Openai, None),
             (None, None) => (ProviderKind::Anthropic, None),
         };
         let engines = [
@@ -89,7 +93,40 @@ impl Sources<'_> {
                 base_url: base_url_origin,
                 api_key: api_key_origin,
             },
+            openai_account: self.openai_account(provider),
         })
+    }
+
+    /// OPENAI_API_KEY is set and no key for Anthropic or picogent's own is.
+    fn only_openai_key(&self) -> bool {
+        let set = |v: &str| self.env.get(v).is_some_and(|x| !x.is_empty());
+        set("OPENAI_API_KEY")
+            && ![
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_AUTH_TOKEN",
+                "PICOGENT_API_KEY",
+            ]
+            .iter()
+            .any(|v| set(v))
+            && self.file.api_key.is_none()
+    }
+
+    /// OpenAI's organization and project, from the variables the OpenAI SDK reads.
+    fn openai_account(&self, provider: ProviderKind) -> super::OpenaiAccount {
+        let var = |v: &str| {
+            self.env
+                .get(v)
+                .map(str::trim)
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+        };
+        match provider {
+            ProviderKind::Openai => super::OpenaiAccount {
+                organization: var("OPENAI_ORG_ID"),
+                project: var("OPENAI_PROJECT_ID"),
+            },
+            _ => super::OpenaiAccount::default(),
+        }
     }
 
     /// The model, resolved from its alias, and where it was set in words.

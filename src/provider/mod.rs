@@ -187,6 +187,8 @@ pub struct Provider {
     base_url: String,
     api_key: Option<String>,
     auth_token: Option<String>,
+    /// OpenAI: the organization and project headers, as the OpenAI SDK sends them.
+    openai_account: crate::config::OpenaiAccount,
     model: String,
     sampling: Sampling,
     /// Set once an OpenAI-compatible server refused `max_tokens` for this model.
@@ -222,6 +224,7 @@ impl Provider {
             base_url: config.llm.base_url.clone(),
             api_key: config.llm.api_key.clone(),
             auth_token: config.llm.auth_token.clone(),
+            openai_account: config.llm.openai_account.clone(),
             model: config.llm.model.clone(),
             sampling: Sampling {
                 max_tokens: config.limits.max_tokens,
@@ -419,7 +422,17 @@ impl Provider {
                     builder = builder.bearer_auth(token);
                 }
             }
-            (ProviderKind::Openai, Some(key)) => builder = builder.bearer_auth(key),
+            (ProviderKind::Openai, key) => {
+                if let Some(key) = key {
+                    builder = builder.bearer_auth(key);
+                }
+                if let Some(org) = &self.openai_account.organization {
+                    builder = builder.header("OpenAI-Organization", org);
+                }
+                if let Some(project) = &self.openai_account.project {
+                    builder = builder.header("OpenAI-Project", project);
+                }
+            }
             _ => {}
         }
         Ok((url, builder))

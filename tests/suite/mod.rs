@@ -12,6 +12,7 @@ mod chat_stream;
 mod checkpoints;
 mod claude_code;
 mod cli;
+mod cli_habits;
 mod command_budget;
 mod config;
 mod confinement;
