@@ -1,13 +1,16 @@
 //! Project instructions: the `AGENTS.md` files that apply to a working folder, for the
 //! system prompt.
 //!
-//! A global `~/.picogent/AGENTS.md` comes first (and pi's `~/.pi/agent/AGENTS.md` after
-//! it, when `pi_home` is on); then, from the repository's top folder
-//! (the nearest folder above the working folder with a `.git`; the filesystem root when
-//! there is none) down to the working folder, each folder's `AGENTS.md`, or its
-//! `CLAUDE.md` when it has no `AGENTS.md`. Outermost first, so the nearer file has the
-//! last word. Each file is under a heading naming its path; the whole is capped at
-//! `MAX_BYTES`, cut on a UTF-8 boundary with a note saying what was left out.
+//! A global `~/.picogent/AGENTS.md` comes first; with `pi_home` on, the files other
+//! agents keep in a home folder follow it: pi's `~/.pi/agent/AGENTS.md`, Claude Code's
+//! `~/.claude/CLAUDE.md` and Codex's `~/.codex/AGENTS.md` (its `AGENTS.override.md`
+//! instead when there is one). Then, from the filesystem's root down to the working
+//! folder (as pi finds them, above the repository's top too), each folder's
+//! `AGENTS.override.md` (Codex's), else its `AGENTS.md`, else its `CLAUDE.md`, and after
+//! it the folder's `CLAUDE.local.md` (Claude Code's personal notes) when there is one.
+//! Outermost first, so the nearer file has the last word. Each file is under a heading
+//! naming its path; the whole is capped at `MAX_BYTES`, cut on a UTF-8 boundary with a
+//! note saying what was left out.
 //!
 //! Read once per run, so the system prompt stays the same at every step of it.
 
@@ -21,29 +24,32 @@ pub(crate) const MAX_BYTES: usize = 32 * 1024;
 pub(crate) fn files(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(home) = home {
-        let pi = pi_home.then(|| home.join(".pi").join("agent").join("AGENTS.md"));
-        let globals = [Some(home.join(".picogent").join("AGENTS.md")), pi];
-        out.extend(globals.into_iter().flatten().filter(|f| f.is_file()));
-    }
-    let top = work_dir
-        .ancestors()
-        .find(|d| d.join(".git").exists())
-        .unwrap_or_else(|| work_dir.ancestors().last().unwrap_or(work_dir));
-    let mut chain: Vec<&Path> = work_dir
-        .ancestors()
-        .take_while(|d| d.starts_with(top))
-        .collect();
-    chain.reverse();
-    for dir in chain {
-        let agents = dir.join("AGENTS.md");
-        let claude = dir.join("CLAUDE.md");
-        if agents.is_file() {
-            out.push(agents);
-        } else if claude.is_file() {
-            out.push(claude);
+        out.extend(Some(home.join(".picogent").join("AGENTS.md")).filter(|f| f.is_file()));
+        if pi_home {
+            let codex = home.join(".codex");
+            let others = [
+                Some(home.join(".pi").join("agent").join("AGENTS.md")),
+                Some(home.join(".claude").join("CLAUDE.md")),
+                first_file(&[codex.join("AGENTS.override.md"), codex.join("AGENTS.md")]),
+            ];
+            out.extend(others.into_iter().flatten().filter(|f| f.is_file()));
         }
     }
+    let mut chain: Vec<&Path> = work_dir.ancestors().collect();
+    chain.reverse();
+    for dir in chain {
+        let names = ["AGENTS.override.md", "AGENTS.md", "CLAUDE.md"];
+        out.extend(first_file(&names.map(|n| dir.join(n))));
+        out.extend(Some(dir.join("CLAUDE.local.md")).filter(|f| f.is_file()));
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|f| seen.insert(f.clone()));
     out
+}
+
+/// The first of `paths` that is a file.
+fn first_file(paths: &[PathBuf]) -> Option<PathBuf> {
+    paths.iter().find(|p| p.is_file()).cloned()
 }
 
 /// Reads at most `limit` bytes of a regular file.

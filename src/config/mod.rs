@@ -235,8 +235,10 @@ pub struct Config {
     /// Put the AGENTS.md (or CLAUDE.md) files that apply to the working folder into the
     /// system prompt (`project_docs`, default on).
     pub(crate) project_docs: bool,
-    /// Also read pi's own user resources: `~/.pi/agent/skills` and
-    /// `~/.pi/agent/AGENTS.md` (`pi_home`, default off: they are another program's).
+    /// Also read other agents' own user resources: pi's `~/.pi/agent/skills` and
+    /// `~/.pi/agent/AGENTS.md`, Claude Code's `~/.claude/skills` and
+    /// `~/.claude/CLAUDE.md`, Codex's `~/.codex/AGENTS.md` (`pi_home`, default off:
+    /// they are other programs').
     pub(crate) pi_home: bool,
     /// The JSON file the configuration came from, if any.
     pub config_file: Option<PathBuf>,
@@ -377,8 +379,9 @@ impl Config {
     /// Skill folders, most specific first (the first one wins a name clash): the
     /// agent's `skills/` (or the working folder's), `.agents/skills/` in the working
     /// folder and each folder above it up to the repository's top, the project's
-    /// `.pi/skills/`, then `~/.picogent/skills/`, `~/.agents/skills/` and, with
-    /// `pi_home`, `~/.pi/agent/skills/` (the places pi looks).
+    /// `.pi/skills/` and `.claude/skills/` (Claude Code's), then `~/.picogent/skills/`,
+    /// `~/.agents/skills/` and, with `pi_home`, `~/.pi/agent/skills/` and
+    /// `~/.claude/skills/` (the places pi and Claude Code look).
     pub fn skill_dirs(&self) -> Vec<PathBuf> {
         let mut dirs = vec![self
             .agent_home
@@ -396,11 +399,14 @@ impl Config {
             }
         }
         dirs.push(self.work_dir.join(".pi").join("skills"));
+        // Where Claude Code keeps a project's skills.
+        dirs.push(self.work_dir.join(".claude").join("skills"));
         if let Some(home) = &self.home_dir {
             dirs.push(home.join(".picogent").join("skills"));
             dirs.push(home.join(".agents").join("skills"));
             if self.pi_home {
                 dirs.push(home.join(".pi").join("agent").join("skills"));
+                dirs.push(home.join(".claude").join("skills"));
             }
         }
         let mut seen = std::collections::HashSet::new();

@@ -12,7 +12,7 @@ fn system_of(llm: &ScriptedLlm) -> String {
 async fn agents_files_from_the_repository_down_to_the_working_folder_outermost_first() {
     let sb = Sandbox::new();
     // A repository with AGENTS.md at its top, CLAUDE.md in a folder without AGENTS.md,
-    // and the working folder below; a file above the repository does not apply.
+    // and the working folder below; and a file above the repository.
     let repo = sb.work.join("repo");
     std::fs::create_dir_all(repo.join(".git")).unwrap();
     std::fs::create_dir_all(repo.join("crates/core/src")).unwrap();
@@ -40,7 +40,9 @@ async fn agents_files_from_the_repository_down_to_the_working_folder_outermost_f
         "## {}\n\nROOT-RULES",
         repo.join("AGENTS.md").display()
     )));
-    assert!(!system.contains("OUTSIDE-REPO") && !system.contains("CORE-CLAUDE"));
+    // Above the repository's top too, as pi finds them; AGENTS.md wins over CLAUDE.md.
+    assert!(at("OUTSIDE-REPO") < at("ROOT-RULES"));
+    assert!(!system.contains("CORE-CLAUDE"));
     // The same bytes at every step of a run.
     let llm2 = ScriptedLlm::start(vec![tool("ls", json!({})), text("ok")]).await;
     let agent = sb.agent(&llm2, Wire::Anthropic, json!({"work_dir": work}));
@@ -85,4 +87,58 @@ async fn project_docs_are_capped_with_a_note_and_can_be_turned_off() {
     run(&agent, "hi", "off").await;
     let system = system_of(&llm);
     assert!(!system.contains("BEGIN") && !system.contains("Project instructions"));
+}
+
+#[tokio::test]
+async fn the_files_claude_code_and_codex_users_keep_apply_too() {
+    let sb = Sandbox::new();
+    let repo = sb.work.join("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::create_dir_all(repo.join("app")).unwrap();
+    // Codex's override wins over the folder's AGENTS.md; Claude Code's personal notes
+    // follow the folder's file.
+    std::fs::write(repo.join("AGENTS.md"), "PLAIN-AGENTS").unwrap();
+    std::fs::write(repo.join("AGENTS.override.md"), "OVERRIDE-RULES").unwrap();
+    std::fs::write(repo.join("app/CLAUDE.md"), "APP-CLAUDE").unwrap();
+    std::fs::write(repo.join("app/CLAUDE.local.md"), "MY-LOCAL-NOTES").unwrap();
+    for (dir, file, text) in [
+        (".claude", "CLAUDE.md", "CLAUDE-HOME"),
+        (".codex", "AGENTS.md", "CODEX-HOME"),
+    ] {
+        std::fs::create_dir_all(sb.user_home.join(dir)).unwrap();
+        std::fs::write(sb.user_home.join(dir).join(file), text).unwrap();
+    }
+    let work = repo.join("app");
+    // Home files of other programs only with the opt-in.
+    let llm = ScriptedLlm::start(vec![text("ok"), text("ok")]).await;
+    let agent = sb.agent(&llm, Wire::Anthropic, json!({"work_dir": work}));
+    run(&agent, "hi", "others-off").await;
+    let system = system_of(&llm);
+    assert!(
+        !system.contains("CLAUDE-HOME") && !system.contains("CODEX-HOME"),
+        "{system}"
+    );
+    let at = |s: &str| {
+        system
+            .find(s)
+            .unwrap_or_else(|| panic!("{s} missing: {system}"))
+    };
+    assert!(at("OVERRIDE-RULES") < at("APP-CLAUDE"));
+    assert!(at("APP-CLAUDE") < at("MY-LOCAL-NOTES"));
+    assert!(!system.contains("PLAIN-AGENTS"));
+    let llm = ScriptedLlm::start(vec![text("ok")]).await;
+    let agent = sb.agent(
+        &llm,
+        Wire::Anthropic,
+        json!({"work_dir": work, "pi_home": true}),
+    );
+    run(&agent, "hi", "others-on").await;
+    let system = system_of(&llm);
+    let at = |s: &str| {
+        system
+            .find(s)
+            .unwrap_or_else(|| panic!("{s} missing: {system}"))
+    };
+    assert!(at("CLAUDE-HOME") < at("CODEX-HOME"));
+    assert!(at("CODEX-HOME") < at("OVERRIDE-RULES"));
 }

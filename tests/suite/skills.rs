@@ -245,6 +245,34 @@ async fn skills_are_found_where_pi_finds_them_and_pis_home_only_when_asked() {
     assert!(system.contains("<name>pi-user</name>"));
 }
 
+/// Claude Code's places: a project's `.claude/skills/`, and `~/.claude/skills/` only
+/// with the same opt-in as pi's home.
+#[tokio::test]
+async fn skills_are_found_where_claude_code_keeps_them() {
+    let sb = Sandbox::new();
+    skill_file(
+        &sb.work.join(".claude/skills/cc-project"),
+        "description: a Claude Code project skill",
+        "",
+    );
+    skill_file(
+        &sb.user_home.join(".claude/skills/cc-user"),
+        "description: a Claude Code user skill",
+        "",
+    );
+    let llm = ScriptedLlm::start(vec![]).await;
+    let names = |config: &picogent::config::Config| -> Vec<String> {
+        discover(&config.skill_dirs())
+            .into_iter()
+            .map(|s| s.name)
+            .collect()
+    };
+    let config = sb.config(&llm, Wire::Anthropic, json!({}));
+    assert_eq!(names(&config), ["cc-project"]);
+    let config = sb.config(&llm, Wire::Anthropic, json!({"pi_home": true}));
+    assert_eq!(names(&config), ["cc-project", "cc-user"]);
+}
+
 /// A skills folder inside the allowed paths is the model's to write: a link it makes
 /// there to a folder outside must not make that folder readable at the next start.
 #[tokio::test]
