@@ -56,8 +56,9 @@ pub(super) struct FileConfig {
     pub(super) git_timeout_sec: Option<u64>,
     pub(super) temperature: Option<f64>,
     pub(super) keep_alive: Option<serde_json::Value>,
-    /// `mcpServers`: pasted as is from a Claude Code or Claude Desktop configuration.
-    #[serde(alias = "mcpServers")]
+    /// `mcpServers`: pasted as is from a Claude Code or Claude Desktop configuration;
+    /// `servers`, from VS Code's.
+    #[serde(alias = "mcpServers", alias = "servers")]
     mcp_servers: Option<std::collections::BTreeMap<String, super::mcp::FileMcpServer>>,
     project_docs: Option<bool>,
     pi_home: Option<bool>,
@@ -573,8 +574,9 @@ mod tests {
         let example = include_str!("../../agent.example.json");
         let keys: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(example).unwrap_or_default();
-        // Aliases (`mcpServers`, as Claude's files spell `mcp_servers`) are not fields.
-        let aliases = ["mcpServers"];
+        // Aliases (`mcpServers` and `servers`, as Claude's and VS Code's files spell
+        // `mcp_servers`) are not fields.
+        let aliases = ["mcpServers", "servers"];
         let missing: Vec<_> = expected
             .iter()
             .filter(|f| !keys.contains_key(**f) && !aliases.contains(*f))

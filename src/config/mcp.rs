@@ -6,7 +6,10 @@
 //! say which. The whole `mcpServers` object of a Claude Code or Claude Desktop
 //! configuration can be pasted as `mcp_servers`; Codex's `http_headers`,
 //! `bearer_token_env_var` (the token's variable, sent as `Authorization: Bearer`) and
-//! `env_vars` (variables passed on to a stdio server by name) are taken too. `${VAR}` and `${VAR:-default}` in any string are taken from the
+//! `env_vars` (variables passed on to a stdio server by name) are taken too, and its
+//! `env_http_headers` (a header's value from a variable). VS Code's `servers` object can
+//! be pasted as `mcp_servers` as well. `${VAR}` and `${VAR:-default}` in any string —
+//! also written `${env:VAR}`, as Cursor and VS Code write them — are taken from the
 //! environment at load, so secrets stay out of the file; a variable that is not set is
 //! a configuration error naming the server and field.
 
@@ -38,6 +41,8 @@ pub(super) struct FileMcpServer {
     headers: Option<BTreeMap<String, String>>,
     /// Codex: the variable holding a bearer token for a Streamable HTTP server.
     bearer_token_env_var: Option<String>,
+    /// Codex: headers whose values come from variables (header name → variable).
+    env_http_headers: Option<BTreeMap<String, String>>,
     enabled: Option<bool>,
     enabled_tools: Option<Vec<String>>,
     disabled_tools: Option<Vec<String>>,
@@ -102,6 +107,16 @@ fn expand(value: &str, env: &Env, field: &str, origin: &str) -> Result<String, C
             Some((n, d)) => (n, Some(d)),
             None => (inner, None),
         };
+        // Cursor and VS Code write `${env:VAR}`; VS Code's `${input:…}` asks a person,
+        // which a daemon cannot.
+        let name = name.strip_prefix("env:").unwrap_or(name);
+        if name.contains(':') {
+            return Err(field_error(
+                origin,
+                field,
+                format!("${{{inner}}} is not an environment variable (only ${{VAR}} and ${{env:VAR}} are read): put the value in a variable"),
+            ));
+        }
         // Whatever a server is given by name stays out of commands' environments.
         crate::config::secrets::mark_secret(name);
         match (env.get(name), default) {
@@ -260,6 +275,10 @@ fn transport(
             }
             let mut headers =
                 expand_map(s.headers.as_ref(), env, &format!("{field}.headers"), origin)?;
+            for (header, var) in s.env_http_headers.iter().flatten() {
+                let value = from_env(env, var, &format!("{field}.env_http_headers.{header}"), origin)?;
+                headers.insert(header.clone(), value);
+            }
             if let Some(var) = &s.bearer_token_env_var {
                 let token = from_env(env, var, &format!("{field}.bearer_token_env_var"), origin)?;
                 headers.retain(|k, _| !k.eq_ignore_ascii_case("authorization"));

@@ -400,6 +400,69 @@ fn mcp_servers_pasted_from_claude_or_codex_load() {
     );
 }
 
+/// Pasted from Cursor (`${env:VAR}`), VS Code (`servers`) and Codex
+/// (`env_http_headers`): they load as they read; VS Code's `${input:…}` is refused,
+/// naming the field.
+#[test]
+fn mcp_servers_pasted_from_cursor_vs_code_or_codex_load() {
+    use picogent::config::McpTransport;
+    let sb = Sandbox::new();
+    write(
+        &sb.home,
+        "agent.json",
+        r#"{"servers": {
+            "cursor": {"command": "npx", "args": ["-y", "srv"], "env": {"KEY": "${env:API_KEY}"}},
+            "codex": {"url": "https://mcp.example.com/mcp", "env_http_headers": {"X-Api-Key": "CODEX_KEY"}}
+        }}"#,
+    );
+    let env = Env::from_pairs([("API_KEY", "k1"), ("CODEX_KEY", "k2")]);
+    let c = Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
+    let by_name = |n: &str| {
+        c.mcp_servers
+            .iter()
+            .find(|s| s.name == n)
+            .unwrap()
+            .transport
+            .clone()
+    };
+    match by_name("cursor") {
+        McpTransport::Stdio { env, .. } => {
+            assert_eq!(env.get("KEY").map(String::as_str), Some("k1"))
+        }
+        other => panic!("{other:?}"),
+    }
+    match by_name("codex") {
+        McpTransport::Http { headers, .. } => {
+            assert_eq!(headers.get("X-Api-Key").map(String::as_str), Some("k2"))
+        }
+        other => panic!("{other:?}"),
+    }
+    // A header's variable not set: the error names it.
+    let e = Config::load(
+        Some(&sb.home),
+        &Env::from_pairs([("API_KEY", "k1")]),
+        &sb.base(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("env_http_headers") && e.contains("CODEX_KEY"),
+        "{e}"
+    );
+    write(
+        &sb.home,
+        "agent.json",
+        r#"{"servers": {"v": {"command": "srv", "env": {"T": "${input:token}"}}}}"#,
+    );
+    let e = Config::load(Some(&sb.home), &env, &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("mcp_servers.v.env.T") && e.contains("input:token"),
+        "{e}"
+    );
+}
+
 /// The store: local files unless a postgres:// URL is given (the variable over the
 /// file); the password from the URL, a file or PGPASSWORD, never shown; each mistake
 /// names its field or variable.
