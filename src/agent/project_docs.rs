@@ -4,13 +4,14 @@
 //! A global `~/.picogent/AGENTS.md` comes first; with `pi_home` on, the files other
 //! agents keep in a home folder follow it: pi's `~/.pi/agent/AGENTS.md`, Claude Code's
 //! `~/.claude/CLAUDE.md` and Codex's `~/.codex/AGENTS.md` (its `AGENTS.override.md`
-//! instead when there is one). Then, from the filesystem's root down to the working
-//! folder (as pi finds them, above the repository's top too), each folder's
+//! instead when there is one). Then, from the repository's top folder (the nearest
+//! folder above the working folder with a `.git`; the filesystem root when there is
+//! none) down to the working folder, each folder's
 //! `AGENTS.override.md` (Codex's), else its `AGENTS.md`, else its `CLAUDE.md`, and after
 //! it the folder's `CLAUDE.local.md` (Claude Code's personal notes) when there is one.
 //! Outermost first, so the nearer file has the last word. Each file is under a heading
 //! naming its path; the whole is capped at `MAX_BYTES`, cut on a UTF-8 boundary with a
-//! note saying what was left out.
+//! note saying what was left out. A file that is a link must point within its folder.
 //!
 //! Read once per run, so the system prompt stays the same at every step of it.
 
@@ -35,7 +36,14 @@ pub(crate) fn files(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> Vec<
             out.extend(others.into_iter().flatten().filter(|f| f.is_file()));
         }
     }
-    let mut chain: Vec<&Path> = work_dir.ancestors().collect();
+    let top = work_dir
+        .ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or_else(|| work_dir.ancestors().last().unwrap_or(work_dir));
+    let mut chain: Vec<&Path> = work_dir
+        .ancestors()
+        .take_while(|d| d.starts_with(top))
+        .collect();
     chain.reverse();
     for dir in chain {
         let names = ["AGENTS.override.md", "AGENTS.md", "CLAUDE.md"];
@@ -43,13 +51,27 @@ pub(crate) fn files(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> Vec<
         out.extend(Some(dir.join("CLAUDE.local.md")).filter(|f| f.is_file()));
     }
     let mut seen = std::collections::HashSet::new();
-    out.retain(|f| seen.insert(f.clone()));
+    out.retain(|f| seen.insert(f.clone()) && stays_in_its_folder(f));
     out
 }
 
-/// The first of `paths` that is a file.
+/// A file that is a link may point only within its own folder (`CLAUDE.md ->
+/// AGENTS.md`): a repository's `AGENTS.md -> ../../agent.json` would put picogent's own
+/// files into the prompt, which no tool may read.
+fn stays_in_its_folder(file: &Path) -> bool {
+    let (Some(dir), Ok(real)) = (file.parent(), file.canonicalize()) else {
+        return false;
+    };
+    dir.canonicalize()
+        .is_ok_and(|d| real.parent() == Some(d.as_path()))
+}
+
+/// The first of `paths` that is a file (a link only to a file beside it).
 fn first_file(paths: &[PathBuf]) -> Option<PathBuf> {
-    paths.iter().find(|p| p.is_file()).cloned()
+    paths
+        .iter()
+        .find(|p| p.is_file() && stays_in_its_folder(p))
+        .cloned()
 }
 
 /// Reads at most `limit` bytes of a regular file.

@@ -1,6 +1,6 @@
 //! How `picogent run` shows a run: the answer on stdout, steps and notices on stderr,
 //! every event as a JSON line (`--json`), or only the final answer (`--print`, as
-//! `claude -p` and `pi -p`: the text after the last tool call, once the run ended).
+//! `claude -p` and `pi -p`: the run's final answer, once it ended).
 
 use std::io::Write;
 
@@ -22,8 +22,6 @@ pub(crate) struct Printer {
     shown: Shown,
     /// The last thing printed to stdout did not end with a newline.
     mid_line: bool,
-    /// `--print`: the text since the last tool call (narration before one is dropped).
-    answer: String,
 }
 
 impl Printer {
@@ -31,21 +29,25 @@ impl Printer {
         Printer {
             shown,
             mid_line: false,
-            answer: String::new(),
         }
     }
 
-    /// `--print`: keeps the answer's text until the run ends, then prints it alone.
+    /// `--print`: nothing while the run goes; once it completed, its final answer (the
+    /// engine's own, so narration, a retried attempt's text or a nudged turn's never
+    /// shows); a failure on stderr.
     fn print_mode(&mut self, ev: &AgentEvent) {
         match ev {
-            AgentEvent::TextDelta { text } => self.answer.push_str(text),
-            AgentEvent::ToolCall { .. } => self.answer.clear(),
+            AgentEvent::Retry {
+                attempt,
+                delay_ms,
+                reason,
+                ..
+            } => say!("[retry {attempt} in {delay_ms} ms: {reason}]"),
             AgentEvent::Finished {
-                outcome: Outcome::Completed { .. },
+                outcome: Outcome::Completed { text, .. },
             } => {
                 let mut out = std::io::stdout().lock();
-                let text = self.answer.trim_end_matches('\n');
-                let _ = writeln!(out, "{text}");
+                let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
                 let _ = out.flush();
             }
             AgentEvent::Finished {

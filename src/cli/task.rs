@@ -16,13 +16,15 @@ pub(crate) fn print_is_run(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::O
 
 /// Standard input piped in (not a terminal) is read at most up to this.
 const MAX_STDIN: u64 = 8 << 20;
+/// How long piped standard input may take to end before the run goes on without it.
+const STDIN_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The task: its words joined, or standard input for `-`; with words and standard
 /// input piped in (not a terminal), the input first and the words after it, as pi
 /// does (`git diff | picogent run -p "review this"`); never empty.
 pub(crate) fn read_task(words: &[String]) -> anyhow::Result<String> {
     use std::io::{IsTerminal, Read};
-    let read_stdin = || -> anyhow::Result<String> {
+    fn read_stdin() -> anyhow::Result<String> {
         let mut bytes = Vec::new();
         std::io::stdin()
             .take(MAX_STDIN + 1)
@@ -35,11 +37,26 @@ pub(crate) fn read_task(words: &[String]) -> anyhow::Result<String> {
             );
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
-    };
+    }
     let prompt = if words.len() == 1 && words[0] == "-" {
         read_stdin()?
     } else if !std::io::stdin().is_terminal() && stdin_piped() {
-        let input = read_stdin()?;
+        // A pipe a parent left open and never writes to is not input: after a while
+        // without its end, the run goes on without it (as `claude -p` does).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_stdin());
+        });
+        let input = match rx.recv_timeout(STDIN_WAIT) {
+            Ok(read) => read?,
+            Err(_) => {
+                eprintln!(
+                    "picogent: standard input did not end in {} s; going on without it (`< /dev/null` skips the wait)",
+                    STDIN_WAIT.as_secs()
+                );
+                String::new()
+            }
+        };
         let task = words.join(" ");
         if input.trim().is_empty() {
             task

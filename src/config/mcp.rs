@@ -277,6 +277,7 @@ fn transport(
                 expand_map(s.headers.as_ref(), env, &format!("{field}.headers"), origin)?;
             for (header, var) in s.env_http_headers.iter().flatten() {
                 let value = from_env(env, var, &format!("{field}.env_http_headers.{header}"), origin)?;
+                headers.retain(|k, _| !k.eq_ignore_ascii_case(header));
                 headers.insert(header.clone(), value);
             }
             if let Some(var) = &s.bearer_token_env_var {

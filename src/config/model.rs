@@ -97,18 +97,25 @@ impl Sources<'_> {
         })
     }
 
-    /// OPENAI_API_KEY is set and no key for Anthropic or picogent's own is.
+    /// OPENAI_API_KEY is set, and nothing says Anthropic: no key, token, model or URL of
+    /// Anthropic's or picogent's own, no engine (Claude Code's works with its login and
+    /// no key), no key, URL or engine in the file.
     fn only_openai_key(&self) -> bool {
         let set = |v: &str| self.env.get(v).is_some_and(|x| !x.is_empty());
+        let anthropic = [
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_MODEL",
+            "PICOGENT_API_KEY",
+            "PICOGENT_BASE_URL",
+            "PICOGENT_ENGINE",
+        ];
         set("OPENAI_API_KEY")
-            && ![
-                "ANTHROPIC_API_KEY",
-                "ANTHROPIC_AUTH_TOKEN",
-                "PICOGENT_API_KEY",
-            ]
-            .iter()
-            .any(|v| set(v))
+            && !anthropic.iter().any(|v| set(v))
             && self.file.api_key.is_none()
+            && self.file.base_url.is_none()
+            && self.file.engine.is_none()
     }
 
     /// OpenAI's organization and project, from the variables the OpenAI SDK reads.

@@ -571,7 +571,9 @@ impl Sandbox {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", &self.user_home)
-            .env("PICOGENT_API_KEY", llm::API_KEY);
+            .env("PICOGENT_API_KEY", llm::API_KEY)
+            // No input: the test runner's own standard input is none of the run's.
+            .stdin(std::process::Stdio::null());
         cmd
     }
 }

@@ -463,6 +463,33 @@ fn mcp_servers_pasted_from_cursor_vs_code_or_codex_load() {
     );
 }
 
+/// Only OpenAI's key chooses OpenAI; anything that says Anthropic (Claude Code's engine,
+/// which needs no key, or an Anthropic URL or model) keeps Anthropic.
+#[test]
+fn openais_key_alone_chooses_openai_and_nothing_else_does() {
+    use picogent::config::ProviderKind;
+    let sb = Sandbox::new();
+    write(&sb.home, "agent.json", "{}");
+    let load = |pairs: &[(&str, &str)]| {
+        Config::load(
+            Some(&sb.home),
+            &Env::from_pairs(pairs.iter().copied()),
+            &sb.base(),
+        )
+        .map(|c| c.llm.provider)
+    };
+    let openai = [("OPENAI_API_KEY", "k"), ("PICOGENT_MODEL", "gpt-4.1")];
+    assert_eq!(load(&openai).unwrap(), ProviderKind::Openai);
+    for also in [
+        ("PICOGENT_ENGINE", "claude-code"),
+        ("ANTHROPIC_BASE_URL", "http://proxy.example"),
+        ("ANTHROPIC_API_KEY", "a"),
+    ] {
+        let pairs = [openai[0], openai[1], also];
+        assert_eq!(load(&pairs).unwrap(), ProviderKind::Anthropic, "{also:?}");
+    }
+}
+
 /// The store: local files unless a postgres:// URL is given (the variable over the
 /// file); the password from the URL, a file or PGPASSWORD, never shown; each mistake
 /// names its field or variable.

@@ -12,7 +12,7 @@ fn system_of(llm: &ScriptedLlm) -> String {
 async fn agents_files_from_the_repository_down_to_the_working_folder_outermost_first() {
     let sb = Sandbox::new();
     // A repository with AGENTS.md at its top, CLAUDE.md in a folder without AGENTS.md,
-    // and the working folder below; and a file above the repository.
+    // and the working folder below; a file above the repository does not apply.
     let repo = sb.work.join("repo");
     std::fs::create_dir_all(repo.join(".git")).unwrap();
     std::fs::create_dir_all(repo.join("crates/core/src")).unwrap();
@@ -40,9 +40,7 @@ async fn agents_files_from_the_repository_down_to_the_working_folder_outermost_f
         "## {}\n\nROOT-RULES",
         repo.join("AGENTS.md").display()
     )));
-    // Above the repository's top too, as pi finds them; AGENTS.md wins over CLAUDE.md.
-    assert!(at("OUTSIDE-REPO") < at("ROOT-RULES"));
-    assert!(!system.contains("CORE-CLAUDE"));
+    assert!(!system.contains("OUTSIDE-REPO") && !system.contains("CORE-CLAUDE"));
     // The same bytes at every step of a run.
     let llm2 = ScriptedLlm::start(vec![tool("ls", json!({})), text("ok")]).await;
     let agent = sb.agent(&llm2, Wire::Anthropic, json!({"work_dir": work}));
@@ -101,6 +99,9 @@ async fn the_files_claude_code_and_codex_users_keep_apply_too() {
     std::fs::write(repo.join("AGENTS.override.md"), "OVERRIDE-RULES").unwrap();
     std::fs::write(repo.join("app/CLAUDE.md"), "APP-CLAUDE").unwrap();
     std::fs::write(repo.join("app/CLAUDE.local.md"), "MY-LOCAL-NOTES").unwrap();
+    // A link may name a file beside it, not one elsewhere (a secret of picogent's).
+    std::fs::write(sb.work.join("secret.txt"), "SECRET-OUTSIDE").unwrap();
+    std::os::unix::fs::symlink(sb.work.join("secret.txt"), repo.join("app/AGENTS.md")).unwrap();
     for (dir, file, text) in [
         (".claude", "CLAUDE.md", "CLAUDE-HOME"),
         (".codex", "AGENTS.md", "CODEX-HOME"),
@@ -126,6 +127,10 @@ async fn the_files_claude_code_and_codex_users_keep_apply_too() {
     assert!(at("OVERRIDE-RULES") < at("APP-CLAUDE"));
     assert!(at("APP-CLAUDE") < at("MY-LOCAL-NOTES"));
     assert!(!system.contains("PLAIN-AGENTS"));
+    assert!(
+        !system.contains("SECRET-OUTSIDE"),
+        "a link out of its folder is not read"
+    );
     let llm = ScriptedLlm::start(vec![text("ok")]).await;
     let agent = sb.agent(
         &llm,
