@@ -25,15 +25,18 @@ pub(crate) const MAX_BYTES: usize = 32 * 1024;
 pub(crate) fn files(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(home) = home {
-        out.extend(Some(home.join(".picogent").join("AGENTS.md")).filter(|f| f.is_file()));
+        out.extend(first_file(&[home.join(".picogent").join("AGENTS.md")]));
         if pi_home {
             let codex = home.join(".codex");
-            let others = [
-                Some(home.join(".pi").join("agent").join("AGENTS.md")),
-                Some(home.join(".claude").join("CLAUDE.md")),
-                first_file(&[codex.join("AGENTS.override.md"), codex.join("AGENTS.md")]),
-            ];
-            out.extend(others.into_iter().flatten().filter(|f| f.is_file()));
+            out.extend(first_file(&[home
+                .join(".pi")
+                .join("agent")
+                .join("AGENTS.md")]));
+            out.extend(first_file(&[home.join(".claude").join("CLAUDE.md")]));
+            out.extend(first_file(&[
+                codex.join("AGENTS.override.md"),
+                codex.join("AGENTS.md"),
+            ]));
         }
     }
     let top = work_dir
@@ -48,10 +51,10 @@ pub(crate) fn files(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> Vec<
     for dir in chain {
         let names = ["AGENTS.override.md", "AGENTS.md", "CLAUDE.md"];
         out.extend(first_file(&names.map(|n| dir.join(n))));
-        out.extend(Some(dir.join("CLAUDE.local.md")).filter(|f| f.is_file()));
+        out.extend(first_file(&[dir.join("CLAUDE.local.md")]));
     }
     let mut seen = std::collections::HashSet::new();
-    out.retain(|f| seen.insert(f.clone()) && stays_in_its_folder(f));
+    out.retain(|f| seen.insert(f.clone()));
     out
 }
 

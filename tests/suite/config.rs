@@ -342,6 +342,16 @@ fn openai_and_ollama_need_a_model_and_anthropic_reads_its_clients_variables() {
     assert_eq!(c.llm.keep_alive, None);
 }
 
+/// The transport of the configured MCP server `name`.
+fn transport_of(c: &Config, name: &str) -> picogent::config::McpTransport {
+    c.mcp_servers
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap()
+        .transport
+        .clone()
+}
+
 /// `mcpServers` pasted from Claude Desktop or Claude Code, and Codex's
 /// `http_headers`, `bearer_token_env_var` and `env_vars`, load as they read.
 #[test]
@@ -360,14 +370,7 @@ fn mcp_servers_pasted_from_claude_or_codex_load() {
     );
     let env = Env::from_pairs([("FOO", "bar"), ("GH_TOKEN", "t0k")]);
     let c = Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
-    let by_name = |n: &str| {
-        c.mcp_servers
-            .iter()
-            .find(|s| s.name == n)
-            .unwrap()
-            .transport
-            .clone()
-    };
+    let by_name = |n: &str| transport_of(&c, n);
     match by_name("fs") {
         McpTransport::Stdio { command, env, .. } => {
             assert_eq!(command, "npx");
@@ -417,14 +420,7 @@ fn mcp_servers_pasted_from_cursor_vs_code_or_codex_load() {
     );
     let env = Env::from_pairs([("API_KEY", "k1"), ("CODEX_KEY", "k2")]);
     let c = Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
-    let by_name = |n: &str| {
-        c.mcp_servers
-            .iter()
-            .find(|s| s.name == n)
-            .unwrap()
-            .transport
-            .clone()
-    };
+    let by_name = |n: &str| transport_of(&c, n);
     match by_name("cursor") {
         McpTransport::Stdio { env, .. } => {
             assert_eq!(env.get("KEY").map(String::as_str), Some("k1"))
