@@ -59,3 +59,9 @@ node tests/browser/gen-frames.mjs
 tests/browser/node_modules/.bin/tsc -p client
 # The Markdown renderer under Node, and the page in real Chromium.
 node --test tests/browser/
+# `picogent acp` as an editor drives it, through the protocol's own client library.
+if [ ! -d tests/acp/node_modules/@agentclientprotocol/sdk ]; then
+  echo "scripts/test.sh: installing the Agent Client Protocol's client library for the editor test" >&2
+  (cd tests/acp && npm ci --no-audit --no-fund --loglevel=error)
+fi
+node --test tests/acp/

@@ -5,6 +5,7 @@
 //! block lives in the sandbox crate (process control, the few plain system calls).
 #![forbid(unsafe_code)]
 
+pub mod acp;
 pub mod agent;
 pub mod chat;
 pub mod config;

@@ -34,6 +34,8 @@ const MODES: &str = "Modes:
   picogent ./agents/coder/      directory mode: agent.json, skills/, sessions/ in that folder
   picogent ./my-agent.json      file mode: that JSON file is the configuration
   picogent run \"task\"           run the agent once on one prompt and print its steps
+  picogent -p \"task\"            the same, printing only the final answer (as claude -p)
+  picogent acp                  speak the Agent Client Protocol on stdin/stdout, for editors
 
 Configuration priority: the CLI argument, then PICOGENT_CONFIG, then ./agent.json, then the
 environment alone. Environment variables override the file; ./.env is loaded at start.
@@ -54,6 +56,9 @@ struct Cli {
 enum Command {
     /// Run the agent once on one prompt, streaming its steps; exit 0 when it finished.
     Run(RunArgs),
+    /// Speak the Agent Client Protocol on standard input and output, for an editor
+    /// (Zed, JetBrains IDEs, Neovim, Emacs): each editor session works in its folder.
+    Acp(AcpArgs),
     /// Export a session's branches as JSONL: trajectory, tree, dpo, prm or annotations.
     Export(ExportArgs),
     /// Show what this machine's kernel enforces for commands, layer by layer, and
@@ -97,6 +102,19 @@ struct ExportArgs {
     /// Agent directory or JSON file (for where sessions live).
     #[arg(long, value_name = "DIR|FILE")]
     agent: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct AcpArgs {
+    /// Agent directory or JSON file to take the configuration from.
+    #[arg(long, value_name = "DIR|FILE")]
+    agent: Option<PathBuf>,
+    /// The model (overrides PICOGENT_MODEL and `model`).
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// The provider (overrides PICOGENT_PROVIDER and `provider`).
+    #[arg(long, value_name = "PROVIDER", value_parser = ["anthropic", "openai", "ollama"])]
+    provider: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -162,7 +180,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(print_is_run(std::env::args_os().collect()));
     // `picogent run` keeps the terminal for the answer: only warnings and errors log,
     // and not those it prints itself from the run's events (retries, the failure).
-    let quiet = matches!(cli.command, Some(Command::Run(_)));
+    let quiet = matches!(cli.command, Some(Command::Run(_) | Command::Acp(_)));
     let run_filter = format!("warn,{}=off", picogent::util::REPORTED);
     // rmcp logs its peers' details at info: only its warnings belong in picogent's log.
     init_logging(if quiet { &run_filter } else { "info,rmcp=warn" });
@@ -176,6 +194,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Some(Command::Run(args)) => run_once(args).await,
+            Some(Command::Acp(args)) => acp(args).await,
             Some(Command::Export(args)) => export(args),
             Some(Command::SandboxCheck(args)) => sandbox_check(args).await,
             Some(Command::Completions { shell }) => {
@@ -431,6 +450,23 @@ async fn run_signal() -> u8 {
     code
 }
 
+/// `picogent acp`: the configuration as `picogent run` reads it, each editor session
+/// in its own folder.
+async fn acp(args: AcpArgs) -> anyhow::Result<ExitCode> {
+    let mut env = Env::from_process();
+    if let Some(m) = &args.model {
+        env.set("PICOGENT_MODEL", m.as_str());
+    }
+    if let Some(p) = &args.provider {
+        env.set("PICOGENT_PROVIDER", p.as_str());
+    }
+    let config = load_config_from(args.agent.as_deref(), &env)?;
+    // A key or model missing is said now, not at the editor's first prompt.
+    picogent::provider::Provider::from_config(&config)?;
+    picogent::acp::serve(config).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut env = Env::from_process();
     if let Some(m) = &args.model {
@@ -446,6 +482,7 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else if config.config_file.is_none() && std::env::var_os("PICOGENT_WORK_DIR").is_none() {
         config.work_dir = cwd;
     }
+    cli::approve::check(&config)?;
     let prompt = read_task(&args.prompt)?;
     let scratch = if args.no_session {
         Some(scratch_session(&mut config)?)
@@ -474,6 +511,22 @@ async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
     let mut outcome = None;
     while let Some(ev) = handle.events.recv().await {
+        if let AgentEvent::Approval {
+            id, name, summary, ..
+        } = &ev
+        {
+            let (answer, control, id) = (
+                cli::approve::ask(name, summary),
+                handle.control.clone(),
+                id.clone(),
+            );
+            tokio::spawn(async move {
+                let answer = answer
+                    .await
+                    .unwrap_or(picogent::agent::approval::ApprovalAnswer::RejectOnce);
+                let _ = control.approve(&id, answer);
+            });
+        }
         printer.print(&ev);
         if let AgentEvent::Finished { outcome: o } = ev {
             outcome = Some(o);

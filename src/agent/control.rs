@@ -82,6 +82,8 @@ struct Inner {
     /// A person's labels and ratings sent while the run holds the session: the run
     /// writes them at its next boundary (even while paused) and tells each receipt.
     annotations: Mutex<VecDeque<(Known, tokio::sync::oneshot::Sender<()>)>>,
+    /// Tool calls waiting for a person's approval.
+    approvals: super::approval::Pending,
     stop: CancellationToken,
 }
 
@@ -99,6 +101,7 @@ impl Default for RunControl {
                 instructions: Mutex::new(VecDeque::new()),
                 rollback: Mutex::new(None),
                 annotations: Mutex::new(VecDeque::new()),
+                approvals: Default::default(),
                 stop: CancellationToken::new(),
             }),
         }
@@ -118,6 +121,31 @@ pub(crate) enum Boundary {
 }
 
 impl RunControl {
+    /// A person's answer to tool call `id`, which waits for approval.
+    pub fn approve(
+        &self,
+        id: &str,
+        answer: super::approval::ApprovalAnswer,
+    ) -> Result<(), super::approval::NotWaiting> {
+        self.inner.approvals.answer(id, answer)
+    }
+
+    /// The tool calls waiting for approval now.
+    pub fn waiting_approvals(&self) -> Vec<String> {
+        self.inner.approvals.waiting()
+    }
+
+    pub(crate) fn expect_approval(
+        &self,
+        id: &str,
+    ) -> impl std::future::Future<Output = Option<super::approval::ApprovalAnswer>> {
+        self.inner.approvals.expect(id)
+    }
+
+    pub(crate) fn forget_approval(&self, id: &str) {
+        self.inner.approvals.forget(id)
+    }
+
     pub(crate) fn state(&self) -> RunState {
         *self.inner.state.borrow()
     }

@@ -13,6 +13,7 @@
 //! `prompt` (the system prompt), `project_docs` (AGENTS.md) and `skills` (SKILL.md
 //! discovery).
 
+pub mod approval;
 pub mod checkpoint;
 mod checkpoint_store;
 mod compaction;
@@ -131,6 +132,8 @@ pub(crate) struct Inner {
     /// The MCP servers' supervisors; their tools join `tool_specs` per run.
     mcp: crate::mcp::Mcp,
     output_dir: PathBuf,
+    /// The "always" answers to approvals, per session.
+    approvals: approval::Remembered,
 }
 
 /// Says at start which sandbox level is active and why.
@@ -366,6 +369,7 @@ impl Agent {
                 tool_specs: crate::tools::specs(),
                 mcp,
                 output_dir,
+                approvals: Default::default(),
                 config,
             }),
         }

@@ -47,6 +47,7 @@ pub(super) struct FileConfig {
     claude_code_path: Option<PathBuf>,
     auto_pause_after_steps: Option<u32>,
     loop_action: Option<LoopAction>,
+    approval: Option<super::approval::FileApproval>,
     workspace: Option<Workspace>,
     base_branch: Option<String>,
     git_email: Option<String>,
@@ -441,6 +442,44 @@ impl<'a> Sources<'a> {
         })
     }
 
+    /// `approval` (PICOGENT_APPROVAL over the file's): refused where no person could
+    /// answer (agent mode) or the engine runs its own tools (claude-code).
+    fn approval(
+        &self,
+        agent_mode: bool,
+        engine: Engine,
+    ) -> Result<super::approval::Approval, ConfigError> {
+        use super::approval::Approval;
+        let (approval, from_env) = match self.env.get("PICOGENT_APPROVAL") {
+            Some(v) => (Approval::from_env(v)?, true),
+            None => (
+                self.file
+                    .approval
+                    .as_ref()
+                    .map(Approval::from_file)
+                    .unwrap_or_default(),
+                false,
+            ),
+        };
+        let refuse = |message: &str| {
+            if from_env {
+                ConfigError::Env {
+                    var: "PICOGENT_APPROVAL".into(),
+                    message: message.into(),
+                }
+            } else {
+                self.field_error("approval", message.into())
+            }
+        };
+        if approval.asks_any() && agent_mode {
+            return Err(refuse("agent mode has no person to ask: approvals are for the chat, `picogent run` on a terminal and editors (`picogent acp`)"));
+        }
+        if approval.asks_any() && engine == Engine::ClaudeCode {
+            return Err(refuse("the claude-code engine runs its own tools: use Claude Code's own permission settings"));
+        }
+        Ok(approval)
+    }
+
     /// `mcp_servers` resolved: their paths relative to the file's folder, their calls
     /// given a step's time.
     fn mcp_servers(
@@ -491,6 +530,7 @@ impl Config {
             (None, Some(url)) => Some(Tracker::Board { url }),
             (None, None) => None,
         };
+        let approval = s.approval(tracker.is_some(), m.engine)?;
         Ok(Config {
             name: id.name,
             slug: id.slug,
@@ -534,6 +574,7 @@ impl Config {
             git: git.resolved(Duration::from_secs(l.git_timeout_sec)),
             auto_pause_after_steps: f.auto_pause_after_steps.filter(|n| *n > 0),
             loop_action: f.loop_action.unwrap_or(LoopAction::Stop),
+            approval,
             mcp_servers,
             project_docs: f.project_docs.unwrap_or(true),
             pi_home: f.pi_home.unwrap_or(false),

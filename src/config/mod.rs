@@ -11,6 +11,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+pub mod approval;
 mod chat_git;
 mod github;
 mod limits;
@@ -230,6 +231,8 @@ pub struct Config {
     /// Pause the run every N model turns.
     pub(crate) auto_pause_after_steps: Option<u32>,
     pub(crate) loop_action: LoopAction,
+    /// Which kinds of tool call wait for a person's yes (`approval`).
+    pub approval: approval::Approval,
     /// MCP servers whose tools the model gets beside picogent's own, in name order.
     pub mcp_servers: Vec<McpServerConfig>,
     /// Put the AGENTS.md (or CLAUDE.md) files that apply to the working folder into the

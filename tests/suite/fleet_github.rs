@@ -134,7 +134,17 @@ impl GhFleet {
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        panic!("issue {n} never finished:\n{}", self.logs());
+        let said: Vec<String> = self
+            .w
+            .gh
+            .comments(n)
+            .iter()
+            .map(|c| c["body"].to_string())
+            .collect();
+        panic!(
+            "issue {n} never finished; its comments: {said:#?}\n{}",
+            self.logs()
+        );
     }
 
     /// Waits until every worker's poll asked GitHub about the issues `rounds` more

@@ -82,8 +82,104 @@ pub enum AgentEvent {
     RolledBack { step: u64, entry_id: String },
     /// Something a person watching should know (loop warning, nudge, ...).
     Notice { message: String },
+    /// The run waits for a person to approve tool call `id` (`approval: ask` for its
+    /// kind); the front door asks and answers through the run's control.
+    Approval {
+        id: String,
+        name: String,
+        kind: ToolKind,
+        summary: String,
+    },
+    /// The approval of call `id` was answered (by a person, or by an earlier "always").
+    Approved { id: String, answer: ApprovalAnswer },
     /// The run ended; always the last event.
     Finished { outcome: Outcome },
+}
+
+/// What a tool does, as approvals and editors group tools (ACP's `ToolKind` names).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// Reads a file or lists a folder (read, ls).
+    Read,
+    /// Looks for files or text (grep, find).
+    Search,
+    /// Changes files (write, edit).
+    Edit,
+    /// Runs a command (bash).
+    Execute,
+    /// An MCP server's tool.
+    Mcp,
+}
+
+impl ToolKind {
+    pub const ALL: [ToolKind; 5] = [
+        ToolKind::Read,
+        ToolKind::Search,
+        ToolKind::Edit,
+        ToolKind::Execute,
+        ToolKind::Mcp,
+    ];
+
+    /// Its name in settings and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolKind::Read => "read",
+            ToolKind::Search => "search",
+            ToolKind::Edit => "edit",
+            ToolKind::Execute => "execute",
+            ToolKind::Mcp => "mcp",
+        }
+    }
+}
+
+/// A person's answer to an approval: this call only, or every call of the tool for
+/// the rest of the session.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalAnswer {
+    AllowOnce,
+    AllowAlways,
+    RejectOnce,
+    RejectAlways,
+}
+
+impl ApprovalAnswer {
+    pub const ALL: [ApprovalAnswer; 4] = [
+        ApprovalAnswer::AllowOnce,
+        ApprovalAnswer::AllowAlways,
+        ApprovalAnswer::RejectOnce,
+        ApprovalAnswer::RejectAlways,
+    ];
+
+    pub fn allows(self) -> bool {
+        matches!(
+            self,
+            ApprovalAnswer::AllowOnce | ApprovalAnswer::AllowAlways
+        )
+    }
+
+    /// Whether it holds for the rest of the session.
+    pub fn always(self) -> bool {
+        matches!(
+            self,
+            ApprovalAnswer::AllowAlways | ApprovalAnswer::RejectAlways
+        )
+    }
+
+    /// Its name on the wire (ACP's option kinds use the same words).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalAnswer::AllowOnce => "allow_once",
+            ApprovalAnswer::AllowAlways => "allow_always",
+            ApprovalAnswer::RejectOnce => "reject_once",
+            ApprovalAnswer::RejectAlways => "reject_always",
+        }
+    }
 }
 
 /// How a run ended.

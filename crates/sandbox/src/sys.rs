@@ -114,3 +114,23 @@ pub fn kill_self() {
         libc::kill(libc::getpid(), libc::SIGKILL);
     }
 }
+
+/// Takes standard output for a protocol alone (`picogent acp`): returns a new
+/// close-on-exec descriptor for what fd 1 was, and points fd 1 at standard error, so
+/// nothing else written to standard output (a library's print, a child that inherits
+/// it) can reach the protocol's reader, and no child inherits the protocol's channel.
+pub fn take_stdout() -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fcntl on a descriptor number; the result is checked before it is owned.
+    let fd = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: dup2 on two descriptor numbers; fd 1 is replaced atomically.
+    if unsafe { libc::dup2(2, 1) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(owned)
+}

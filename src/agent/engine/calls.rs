@@ -2,6 +2,7 @@
 //! announced, counted by the repeat guard, watched as it runs (bash's live output),
 //! recorded in the session, and followed by a checkpoint when it changed files.
 
+use super::super::approval::{Ask, Gate};
 use super::super::control::RunControl;
 use super::super::event::{AgentEvent, Emitter, RunError};
 use super::super::guard::{self, RepeatGuard};
@@ -34,6 +35,8 @@ pub(super) struct Steer<'a> {
     pub(super) mcp: &'a Mcp,
     /// The tools offered this turn (a call to another name is unknown).
     pub(super) known_tools: &'a [ToolSpec],
+    /// Where calls wait for a person's approval.
+    pub(super) gate: Gate<'a>,
 }
 
 pub(super) type Call = (String, String, serde_json::Value);
@@ -76,6 +79,17 @@ pub(super) async fn run_calls(
         }
         let batch = &calls[i..j];
         let counts = announce(batch, repeats, &steer, &mut stop);
+        // Asked one at a time, in call order, before any of the batch runs.
+        let mut refused = Vec::with_capacity(batch.len());
+        for ((id, name, args), (skip, _)) in batch.iter().zip(&counts) {
+            refused.push(if halted || *skip {
+                None
+            } else {
+                let summary = tools::describe_call(name, args);
+                let ask = Ask { id, name, summary };
+                steer.gate.check(ask, &ctx.cancel).await
+            });
+        }
         let out = steer.out;
         let sources = &sources;
         // At most `AT_ONCE` at a time, answered in order: a turn of many read-only calls
@@ -83,9 +97,12 @@ pub(super) async fn run_calls(
         let calls: Vec<_> = batch
             .iter()
             .zip(&counts)
-            .map(|((id, name, args), (skip, _))| async move {
+            .zip(refused)
+            .map(|(((id, name, args), (skip, _)), refused)| async move {
                 if halted {
                     ToolOutput::error("not run: the run was stopped")
+                } else if let Some(why) = refused {
+                    ToolOutput::error(why)
                 } else if *skip {
                     ToolOutput::error(
                         "not run: the run is stopping because this call kept repeating",

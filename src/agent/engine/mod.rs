@@ -69,6 +69,8 @@ pub(super) struct Run<'a> {
     out: &'a Emitter,
     cancel: &'a CancellationToken,
     control: &'a RunControl,
+    /// The session's "always" answers to approvals.
+    approvals: &'a super::approval::Remembered,
     work_dir: PathBuf,
     /// Where this run's private files go (full outputs, temporary folders).
     output_dir: PathBuf,
@@ -189,6 +191,7 @@ async fn locked(
         out,
         cancel,
         control,
+        approvals: &inner.approvals,
         work_dir,
         output_dir: inner.output_dir.join(&req.session_id),
         session,

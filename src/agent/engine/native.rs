@@ -82,6 +82,13 @@ pub(super) async fn drive(
             cfg,
             mcp,
             known_tools: &lp.tool_specs,
+            gate: super::super::approval::Gate {
+                policy: &cfg.approval,
+                remembered: run.approvals,
+                session: &run.req.session_id,
+                control: run.control,
+                out: run.out,
+            },
         };
         let end = run_calls(
             &calls,

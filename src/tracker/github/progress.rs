@@ -144,6 +144,17 @@ impl Progress {
     }
 
     pub(crate) async fn finished(&self, issue: u64, ok: bool) -> Result<(), ApiError> {
+        // In a fleet another worker may have written the outcome (any worker delivers a
+        // task's next report): without it here, the comment is read again first, so
+        // the status keeps what it says instead of writing this worker's older view.
+        if self.book.fleet().is_some() {
+            let view = self.view(issue);
+            let mut d = lock(&view.data);
+            if d.outcome.is_none() {
+                d.comment = None;
+                d.restored = None;
+            }
+        }
         self.change(issue, |d| {
             d.phase = Some(if ok { Phase::Done } else { Phase::Failed })
         })
@@ -390,7 +401,14 @@ fn render_with(d: &Data, room: usize) -> String {
     }
     match (&d.outcome, &d.restored) {
         (Some(o), _) => body.push_str(crate::util::truncate_bytes(&defuse(o), room)),
-        (None, Some(r)) => body.push_str(crate::util::truncate_bytes(&defuse(r), room)),
+        (None, Some(r)) => {
+            // The link, when known, was written above: not twice.
+            let r = match (&d.pull, r.strip_prefix("Pull request: [#")) {
+                (Some(_), Some(rest)) => rest.split_once("\n\n").map_or("", |(_, r)| r),
+                _ => r.as_str(),
+            };
+            body.push_str(crate::util::truncate_bytes(&defuse(r), room))
+        }
         (None, None) if d.steps.is_empty() => body.push_str("Starting…"),
         (None, None) => {}
     }

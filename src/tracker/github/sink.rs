@@ -84,6 +84,9 @@ impl Sink {
                 status: TaskStatus::InProgress,
             } => self.progress.start(issue).await,
             Report::Status { status } => {
+                if *status == TaskStatus::Review {
+                    self.know_pull(issue).await;
+                }
                 self.progress
                     .finished(issue, *status == TaskStatus::Review)
                     .await
@@ -95,12 +98,7 @@ impl Sink {
                 content,
                 reply_to: None,
             } => {
-                // After a restart the link is not in memory: the branch finds it.
-                if !self.progress.has_pull(issue) {
-                    if let Ok(Some(p)) = self.find_pull(&format!("picogent/issue-{issue}")).await {
-                        self.progress.pull(issue, p);
-                    }
-                }
+                self.know_pull(issue).await;
                 self.progress.outcome(issue, content).await
             }
             Report::Comment {
@@ -113,6 +111,16 @@ impl Sink {
 }
 
 impl Sink {
+    /// The issue's pull request for its comment: after a restart, or in a fleet when
+    /// another worker opened it, the link is not in memory and the branch finds it.
+    async fn know_pull(&self, issue: u64) {
+        if !self.progress.has_pull(issue) {
+            if let Ok(Some(p)) = self.find_pull(&format!("picogent/issue-{issue}")).await {
+                self.progress.pull(issue, p);
+            }
+        }
+    }
+
     /// Finds the branch's pull request, or opens it. When GitHub refuses it (or answers
     /// what its API does not promise), the progress comment is told why before the
     /// outbox tries again or gives up: the outcome written after it then says so, not

@@ -53,6 +53,9 @@ pub enum Known {
 /// One step of a branch, as compare frames and exports show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+// A view built once per answer; `Value` is larger with serde_json's `preserve_order`
+// (which the ACP SDK turns on), not worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Step {
     /// A tool call with its result (absent when the call never finished).
     Tool {

@@ -1,0 +1,387 @@
+//! `picogent acp`: the Agent Client Protocol (version 1) over standard input and
+//! output, for editors (Zed, JetBrains IDEs, Neovim and Emacs plugins). The protocol's
+//! own SDK (`agent-client-protocol`) reads and writes the JSON-RPC lines; this module
+//! answers `initialize`, `session/new`, `session/load`, `session/prompt` (streaming
+//! `session/update`s, asking `session/request_permission` where `approval` says so)
+//! and `session/cancel`. Standard output is the protocol's alone: fd 1 is pointed at
+//! standard error before anything runs, and the protocol writes to a private copy.
+
+mod session;
+mod updates;
+
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CancelNotification, Implementation, InitializeRequest, InitializeResponse,
+    LoadSessionRequest, LoadSessionResponse, McpCapabilities, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest,
+    PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, SessionNotification,
+    SessionUpdate, StopReason, ToolCallUpdate, ToolCallUpdateFields,
+};
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::{
+    on_receive_notification, on_receive_request, Agent as AcpAgent, ByteStreams, Client, Error,
+};
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use crate::agent::approval::ApprovalAnswer;
+use crate::agent::{Agent, AgentEvent, FailureKind, Outcome, RunRequest};
+use crate::config::Config;
+use crate::util::lock;
+use session::{AcpSession, Running};
+
+/// Sessions an editor may hold open at once; the oldest idle one goes past this.
+const MAX_SESSIONS: usize = 64;
+
+/// The server: the configuration every session starts from, and the sessions.
+struct Server {
+    base: Config,
+    sessions: Mutex<Vec<Arc<AcpSession>>>,
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(-32602, message.into())
+}
+
+fn internal(message: impl Into<String>) -> Error {
+    Error::new(-32603, message.into())
+}
+
+/// Serves ACP on this process's standard input and output until the editor closes it.
+pub async fn serve(base: Config) -> anyhow::Result<()> {
+    let out = crate::sandbox::sys::take_stdout()?;
+    let out = tokio::fs::File::from_std(std::fs::File::from(out)).compat_write();
+    let input = tokio::io::stdin().compat();
+    let server = Arc::new(Server {
+        base,
+        sessions: Mutex::new(Vec::new()),
+    });
+    let (s1, s2, s3, s4) = (
+        server.clone(),
+        server.clone(),
+        server.clone(),
+        server.clone(),
+    );
+    AcpAgent
+        .v1()
+        .name("picogent")
+        .on_receive_request(
+            async move |req: InitializeRequest, responder, _cx| {
+                let version = if req.protocol_version < ProtocolVersion::V1 {
+                    req.protocol_version
+                } else {
+                    ProtocolVersion::V1
+                };
+                responder.respond(
+                    InitializeResponse::new(version)
+                        .agent_capabilities(
+                            AgentCapabilities::new()
+                                .load_session(true)
+                                .prompt_capabilities(
+                                    PromptCapabilities::new().embedded_context(true),
+                                )
+                                .mcp_capabilities(McpCapabilities::new().http(true)),
+                        )
+                        .agent_info(Implementation::new("picogent", env!("CARGO_PKG_VERSION"))),
+                )
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: NewSessionRequest, responder, cx| {
+                let server = s1.clone();
+                cx.spawn(async move {
+                    let made = server.open(&req.cwd, &req.mcp_servers, None).await;
+                    let _ = match made {
+                        Ok(s) => responder.respond(NewSessionResponse::new(s.id.clone())),
+                        Err(e) => responder.respond_with_error(e),
+                    };
+                    Ok(())
+                })
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: LoadSessionRequest, responder, cx| {
+                let server = s2.clone();
+                let conn = cx.clone();
+                cx.spawn(async move {
+                    let _ = match server.load(req, &conn).await {
+                        Ok(()) => responder.respond(LoadSessionResponse::new()),
+                        Err(e) => responder.respond_with_error(e),
+                    };
+                    Ok(())
+                })
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: PromptRequest, responder, cx| {
+                let server = s3.clone();
+                let conn = cx.clone();
+                cx.spawn(async move {
+                    let _ = match server.prompt(req, &conn).await {
+                        Ok(stop) => responder.respond(PromptResponse::new(stop)),
+                        Err(e) => responder.respond_with_error(e),
+                    };
+                    Ok(())
+                })
+            },
+            on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |n: CancelNotification, _cx| {
+                if let Some(s) = s4.find(&n.session_id.0) {
+                    s.cancel();
+                }
+                Ok(())
+            },
+            on_receive_notification!(),
+        )
+        .connect_to(ByteStreams::new(out, input))
+        .await
+        .map_err(|e| anyhow::anyhow!("the editor's connection failed: {e}"))?;
+    // The editor went away: runs still going are cancelled (their commands killed).
+    for s in lock(&server.sessions).iter() {
+        s.cancel();
+    }
+    Ok(())
+}
+
+impl Server {
+    fn find(&self, id: &str) -> Option<Arc<AcpSession>> {
+        lock(&self.sessions).iter().find(|s| s.id == id).cloned()
+    }
+
+    /// A session in `cwd`: its agent made off the runtime (skills read, MCP servers
+    /// started); `existing`, a stored session's id and folder to continue.
+    async fn open(
+        &self,
+        cwd: &std::path::Path,
+        mcp: &[agent_client_protocol::v1::schema::McpServer],
+        existing: Option<(String, Option<std::path::PathBuf>)>,
+    ) -> Result<Arc<AcpSession>, Error> {
+        let (id, dir) = match existing {
+            Some((id, dir)) => (id, dir),
+            None => (crate::util::new_session_id(), None),
+        };
+        let cfg = session::config_for(&self.base, cwd, mcp, dir).map_err(invalid)?;
+        let work_dir = cfg.work_dir.clone();
+        let agent = tokio::task::spawn_blocking(move || Agent::new(cfg))
+            .await
+            .map_err(|e| internal(e.to_string()))?
+            .map_err(|e| internal(e.to_string()))?;
+        let s = Arc::new(AcpSession {
+            agent,
+            id: id.clone(),
+            work_dir,
+            running: Mutex::new(None),
+        });
+        let mut all = lock(&self.sessions);
+        // The same session loaded again replaces its older one.
+        all.retain(|o| o.id != id || lock(&o.running).is_some());
+        if all.len() >= MAX_SESSIONS {
+            if let Some(i) = all.iter().position(|o| lock(&o.running).is_none()) {
+                all.remove(i);
+            } else {
+                return Err(internal(format!(
+                    "{MAX_SESSIONS} sessions are running prompts; end one first"
+                )));
+            }
+        }
+        all.push(s.clone());
+        Ok(s)
+    }
+
+    /// `session/load`: the stored session (picogent's or pi's) replayed as updates,
+    /// then kept open to continue.
+    async fn load(
+        &self,
+        req: LoadSessionRequest,
+        conn: &ConnectionTo<Client>,
+    ) -> Result<(), Error> {
+        let wanted = req.session_id.0.to_string();
+        if self
+            .find(&wanted)
+            .is_some_and(|s| lock(&s.running).is_some())
+        {
+            return Err(invalid(format!("session {wanted} is running a prompt")));
+        }
+        let own = self.base.own_sessions_dir();
+        let pi = self
+            .base
+            .home_dir
+            .as_deref()
+            .map(crate::session::find::pi_sessions_dir);
+        let found = crate::session::find::resolve(&wanted, &own, pi.as_deref())
+            .map_err(|e| invalid(e.to_string()))?;
+        let (dir, id) = match found {
+            crate::session::find::Found::Existing { dir, id } => (dir, id),
+            _ => return Err(invalid(format!("no session {wanted:?}"))),
+        };
+        if id != wanted {
+            return Err(invalid(format!(
+                "session {wanted:?} is stored as {id:?}: load it by that id"
+            )));
+        }
+        let dir = (dir != own).then_some(dir);
+        let s = self
+            .open(&req.cwd, &req.mcp_servers, Some((id.clone(), dir)))
+            .await?;
+        let store = s.agent.sessions().clone();
+        let (sid, work_dir) = (id.clone(), s.work_dir.clone());
+        let shown = tokio::task::spawn_blocking(move || {
+            let session = store.snapshot(&sid).map_err(|e| e.to_string())?;
+            let messages: Vec<_> = session
+                .context()
+                .messages
+                .into_iter()
+                .map(|(_, m)| m.into_owned())
+                .collect();
+            Ok::<_, String>(updates::replay(&messages, &work_dir))
+        })
+        .await
+        .map_err(|e| internal(e.to_string()))?
+        .map_err(internal)?;
+        for u in shown {
+            conn.send_notification(SessionNotification::new(id.clone(), u))?;
+        }
+        Ok(())
+    }
+
+    /// `session/prompt`: one run in the session, its events streamed as updates; the
+    /// stop reason when it ends.
+    async fn prompt(
+        &self,
+        req: PromptRequest,
+        conn: &ConnectionTo<Client>,
+    ) -> Result<StopReason, Error> {
+        let id = req.session_id.0.to_string();
+        let s = self.find(&id).ok_or_else(|| {
+            invalid(format!(
+                "no session {id:?}: make one with session/new or session/load"
+            ))
+        })?;
+        let text = updates::prompt_text(&req.prompt).map_err(invalid)?;
+        let mut handle = {
+            let mut running = lock(&s.running);
+            if running.is_some() {
+                return Err(invalid(format!("session {id} is already running a prompt")));
+            }
+            let handle = s.agent.start(RunRequest::new(text, id.clone()));
+            *running = Some(Running {
+                cancel: handle.cancel_token(),
+                control: handle.control.clone(),
+            });
+            handle
+        };
+        let mut tr = updates::Translator::new(s.work_dir.clone());
+        let mut outcome = None;
+        while let Some(ev) = handle.events.recv().await {
+            if let AgentEvent::Approval {
+                id: call, summary, ..
+            } = &ev
+            {
+                ask(conn, &s, call, summary);
+            }
+            if let Some(u) = tr.update(&ev) {
+                // The editor gone: the run is cancelled.
+                if conn
+                    .send_notification(SessionNotification::new(id.clone(), u))
+                    .is_err()
+                {
+                    handle.cancel();
+                }
+            }
+            if let AgentEvent::Finished { outcome: o } = ev {
+                outcome = Some(o);
+            }
+        }
+        let outcome = match outcome {
+            Some(o) => o,
+            None => handle.finish().await,
+        };
+        *lock(&s.running) = None;
+        stop_reason(outcome, conn, &id)
+    }
+}
+
+/// How a run's end reads to the editor: a stop reason, or an error for a failure.
+fn stop_reason(
+    outcome: Outcome,
+    conn: &ConnectionTo<Client>,
+    id: &str,
+) -> Result<StopReason, Error> {
+    match outcome {
+        Outcome::Completed { .. } => Ok(StopReason::EndTurn),
+        Outcome::Cancelled { .. } => Ok(StopReason::Cancelled),
+        Outcome::Failed {
+            kind: FailureKind::MaxSteps,
+            ..
+        } => Ok(StopReason::MaxTurnRequests),
+        Outcome::Failed {
+            kind: FailureKind::OutputLimit,
+            ..
+        } => Ok(StopReason::MaxTokens),
+        Outcome::Failed {
+            kind: FailureKind::RepeatLoop,
+            error,
+            ..
+        } => {
+            let said = SessionUpdate::AgentMessageChunk(
+                agent_client_protocol::v1::schema::ContentChunk::new(
+                    format!("\n\n(picogent {error})").into(),
+                ),
+            );
+            let _ = conn.send_notification(SessionNotification::new(id.to_string(), said));
+            Ok(StopReason::EndTurn)
+        }
+        Outcome::Failed { error, kind, .. } => Err(internal(format!(
+            "the run failed ({}): {error}",
+            kind.as_str()
+        ))),
+    }
+}
+
+/// Asks the editor about a call waiting for approval, on a task of its own (the run's
+/// events keep flowing; a cancel ends the wait), and answers the run.
+fn ask(conn: &ConnectionTo<Client>, s: &Arc<AcpSession>, call: &str, summary: &str) {
+    let options = ApprovalAnswer::ALL
+        .iter()
+        .map(|a| {
+            let (name, kind) = match a {
+                ApprovalAnswer::AllowOnce => ("Allow", PermissionOptionKind::AllowOnce),
+                ApprovalAnswer::AllowAlways => ("Always allow", PermissionOptionKind::AllowAlways),
+                ApprovalAnswer::RejectOnce => ("Reject", PermissionOptionKind::RejectOnce),
+                ApprovalAnswer::RejectAlways => {
+                    ("Always reject", PermissionOptionKind::RejectAlways)
+                }
+            };
+            PermissionOption::new(a.as_str().to_string(), name.to_string(), kind)
+        })
+        .collect();
+    let update = ToolCallUpdate::new(
+        call.to_string(),
+        ToolCallUpdateFields::new().title(summary.to_string()),
+    );
+    let asked = conn.send_request(RequestPermissionRequest::new(s.id.clone(), update, options));
+    let Some(control) = lock(&s.running).as_ref().map(|r| r.control.clone()) else {
+        return;
+    };
+    let call = call.to_string();
+    let _ = conn.spawn(async move {
+        let answer = match asked.block_task().await {
+            Ok(r) => match r.outcome {
+                RequestPermissionOutcome::Selected(sel) => ApprovalAnswer::ALL
+                    .into_iter()
+                    .find(|a| a.as_str() == &*sel.option_id.0)
+                    .unwrap_or(ApprovalAnswer::RejectOnce),
+                _ => ApprovalAnswer::RejectOnce,
+            },
+            Err(_) => ApprovalAnswer::RejectOnce,
+        };
+        let _ = control.approve(&call, answer);
+        Ok(())
+    });
+}
