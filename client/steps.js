@@ -199,3 +199,45 @@ setInterval(() => {
   }
   context(); labelProgress();
 }, 1000);
+
+// ---- approvals ----
+/** The four answers to a call waiting for approval, as the buttons say them. */
+const APPROVAL_ANSWERS = /** @type {const} */ ([
+  ["allow_once", "Allow"], ["allow_always", "Always allow "], ["reject_once", "Reject"], ["reject_always", "Always reject "],
+]);
+/** A call waits for a person's yes: a prompt under its step with the four answers
+ * (Tab reaches them; the first takes the keyboard when nothing else has it).
+ * @param {Req} r @param {Extract<Frame, {type: "approval"}>} f */
+function askApproval(r, f) {
+  const d = r.steps.get(f.callId);
+  const line = d ? d.parentElement : null;
+  if (!line || line.querySelector(".approval")) return;
+  const box = el("div", "approval");
+  box.setAttribute("role", "group");
+  box.setAttribute("aria-label", "Approve " + f.content);
+  box.appendChild(el("span", "q", "Run " + f.content + "?"));
+  for (const [answer, label] of APPROVAL_ANSWERS) {
+    const b = el("button", answer.startsWith("reject") ? "reject" : "allow", label.endsWith(" ") ? label + f.tool : label);
+    b.dataset.answer = answer;
+    b.onclick = () => {
+      for (const x of box.querySelectorAll("button")) /** @type {HTMLButtonElement} */ (x).disabled = true;
+      sendControl(Object.assign({ type: "approve", callId: f.callId, answer }, target(r)));
+    };
+    box.appendChild(b);
+  }
+  line.appendChild(box);
+  if (d) d.dataset.state = "waiting";
+  if (!document.activeElement || document.activeElement === document.body) /** @type {HTMLElement} */ (box.querySelector("button")).focus();
+}
+/** A call was answered (here or in another tab): its prompt goes, the step says a no.
+ * @param {Req} r @param {Extract<Frame, {type: "approved"}>} f */
+function approved(r, f) {
+  const d = r.steps.get(f.callId);
+  if (!d || !d.parentElement) return;
+  const box = d.parentElement.querySelector(".approval");
+  const hadFocus = box && box.contains(document.activeElement);
+  if (box) box.remove();
+  if (d.dataset.state === "waiting") d.dataset.state = "running";
+  if (f.answer.startsWith("reject")) d.dataset.rejected = f.answer;
+  if (hadFocus) field("input").focus();
+}

@@ -76,6 +76,8 @@ function render(r, f) {
     // From a history too: the last one shown is the session's newest run's.
     case "context": app.runContext = { model: f.model, workDir: f.workDir }; context(); break;
     case "tool_use": addStep(r, f); break;
+    case "approval": askApproval(r, f); break;
+    case "approved": approved(r, f); break;
     case "tool_progress": {
       const d = (f.callId && r.steps.get(f.callId)) || r.last;
       if (d && d.dataset.state === "running") liveOutput(d, f.content || "");

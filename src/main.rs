@@ -138,6 +138,14 @@ struct RunArgs {
         conflicts_with = "no_session"
     )]
     cont: bool,
+    /// Resume a session started in this working folder: a list to pick from on a
+    /// terminal, else the latest.
+    #[arg(short = 'r', long, conflicts_with_all = ["session", "cont", "no_session", "fork"])]
+    resume: bool,
+    /// Continue a copy of this session (found as --session finds it); the original
+    /// stays as it was.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["session", "cont", "no_session"])]
+    fork: Option<String>,
     /// Keep no session: the conversation is gone when the run ends.
     #[arg(long)]
     no_session: bool,
@@ -565,6 +573,12 @@ fn scratch_session(config: &mut Config) -> anyhow::Result<Scratch> {
 /// The run's session: the one `--session` names, the latest here (`--continue`), or a
 /// new one.
 fn session_for(args: &RunArgs, config: &mut Config) -> anyhow::Result<String> {
+    if args.resume {
+        return cli::session_arg::resume(config);
+    }
+    if let Some(arg) = &args.fork {
+        return cli::session_arg::fork(config, arg, args.dir.is_some());
+    }
     Ok(match &args.session {
         Some(arg) => pick_session(config, arg, args.dir.is_some())?,
         None if args.cont => {

@@ -334,7 +334,13 @@ impl Agent {
             &config.protected_paths(),
             &readable,
         )
-        .with_read_only(&[config.sessions_dir()])
+        // The sessions folder, unless it holds the working folder: then the session
+        // file alone is protected (`session_file`).
+        .with_read_only(&if config.session_file.is_some() {
+            vec![]
+        } else {
+            vec![config.sessions_dir()]
+        })
         .with_read_only(&config.worktree_folders());
         let level = match config.policy.sandbox {
             crate::config::SandboxMode::On => Some(crate::sandbox::Level::Full),

@@ -224,6 +224,9 @@ enum Refused {
     /// A rollback or branch to a step the session has no checkpoint of.
     #[error("no checkpoint {step} in session {session}; nothing was rolled back")]
     NoCheckpoint { step: u64, session: String },
+    /// An answer to a call that waits for none (answered already, or never asked).
+    #[error(transparent)]
+    NotWaiting(#[from] crate::agent::approval::NotWaiting),
 }
 
 /// A prompt's `workDir`: it must exist inside the allowed paths.
@@ -298,6 +301,7 @@ async fn apply(st: &ChatState, log: &RunLog, action: Action) -> Result<(), Refus
         Action::Resume => c.resume().map(drop),
         Action::Stop => c.stop().map(drop),
         Action::Instruct(i) => c.instruct(i.content, i.role.unwrap_or(Role::User)),
+        Action::Approve(a) => return Ok(c.approve(&a.call_id, a.answer)?),
         Action::Rollback(r) => {
             has_checkpoint(st, log, r.step).await?;
             c.rollback(r.step)
@@ -333,7 +337,7 @@ impl crate::agent::Agent {
     fn can(&self, action: &Action) -> bool {
         let caps = self.capabilities();
         match action {
-            Action::Cancel => true,
+            Action::Cancel | Action::Approve(_) => true,
             Action::Rollback(_) | Action::Branch(_) => caps.rollback,
             _ => caps.live_control,
         }

@@ -416,6 +416,21 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
             step,
         },
         AgentEvent::Notice { message } => ServerFrame::Notice { content: message },
+        AgentEvent::Approval {
+            id,
+            name,
+            kind,
+            summary,
+        } => ServerFrame::Approval {
+            content: summary,
+            tool: name,
+            kind,
+            call_id: id,
+        },
+        AgentEvent::Approved { id, answer } => ServerFrame::Approved {
+            answer,
+            call_id: id,
+        },
         AgentEvent::Compacted { .. } => ServerFrame::State {
             content: Shown::Compacted,
         },

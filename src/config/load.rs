@@ -593,6 +593,7 @@ impl Config {
                 }),
             store,
             session_dir: None,
+            session_file: None,
             home_dir: s.home_dir.clone(),
             config_file,
             agent_home,

@@ -256,6 +256,10 @@ pub struct Config {
     /// The folder of a session continued from elsewhere (`run --session` given a pi
     /// file): sessions are read and written there instead of `sessions/`.
     pub session_dir: Option<PathBuf>,
+    /// The session file itself, when its folder holds the working folder (`run
+    /// --session FILE` inside or above it, as pi allows): that file alone is kept from
+    /// the agent (as the configuration file is), not its whole folder.
+    pub session_file: Option<PathBuf>,
 }
 
 /// Model aliases of spec §1; anything else passes through unchanged.
@@ -436,6 +440,7 @@ impl Config {
         let mut out: Vec<PathBuf> = Vec::new();
         out.extend(self.config_file.clone());
         out.extend(self.env_file.clone());
+        out.extend(self.session_file.clone());
         out.push(self.state_dir());
         // A GitHub App's private key mints tokens for the whole installation.
         if let Some(GithubAuth::App {

@@ -146,9 +146,25 @@ fn jsonl_files(dir: &Path, depth: u32) -> Vec<PathBuf> {
 /// The newest session in `dir` (by its file's last change) that was started in `cwd`:
 /// what `picogent run --continue` continues.
 pub fn latest_in(dir: &Path, cwd: &Path) -> Option<String> {
+    recent_in(dir, cwd, 1)
+        .into_iter()
+        .next()
+        .map(|(_, id, _)| id)
+}
+
+/// The sessions in `dir` started in `cwd`, newest first (by their files' last change),
+/// at most `n`: when, the id, the file.
+pub fn recent_in(
+    dir: &Path,
+    cwd: &Path,
+    n: usize,
+) -> Vec<(std::time::SystemTime, String, PathBuf)> {
     let want = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
-    let mut best: Option<(std::time::SystemTime, String)> = None;
-    for e in std::fs::read_dir(dir).ok()?.flatten() {
+    let mut all = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return all;
+    };
+    for e in entries.flatten() {
         let path = e.path();
         if path.extension().is_none_or(|x| x != "jsonl") {
             continue;
@@ -162,11 +178,13 @@ pub fn latest_in(dir: &Path, cwd: &Path) -> Option<String> {
         else {
             continue;
         };
-        if started_here && best.as_ref().is_none_or(|(t, _)| modified > *t) {
-            best = Some((modified, id.to_string()));
+        if started_here {
+            all.push((modified, id.to_string(), path));
         }
     }
-    best.map(|(_, id)| id)
+    all.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    all.truncate(n);
+    all
 }
 
 /// The `id` in a file's header line, if it has one.

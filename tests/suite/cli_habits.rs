@@ -181,3 +181,217 @@ async fn the_openai_variables_alone_choose_openai_and_name_its_account() {
         .get("openai-organization")
         .is_none());
 }
+
+/// `picogent` under a terminal (script(1) gives it one), `typed` sent as keys; what the
+/// terminal showed.
+async fn picogent_at_a_terminal(
+    sb: &Sandbox,
+    args: &str,
+    env: &[(&str, String)],
+    typed: &str,
+) -> (bool, String) {
+    let line = format!("{} {args}", env!("CARGO_BIN_EXE_picogent"));
+    let mut cmd = tokio::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"])
+        .current_dir(&sb.work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &sb.user_home)
+        .env("RUST_LOG", "error")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("script(1) from util-linux");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(typed.as_bytes()).await.unwrap();
+    // Kept open until the run ends: an end of input would end the terminal.
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("picogent did not finish in 60 s")
+        .unwrap();
+    drop(input);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[tokio::test]
+async fn approval_asks_at_a_terminal_and_a_run_without_one_is_refused() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        llm::tool("bash", json!({"command": "echo one > one.txt"})),
+        llm::tool("bash", json!({"command": "echo two > two.txt"})),
+        llm::tool("bash", json!({"command": "echo three > three.txt"})),
+        llm::tool("read", json!({"path": "two.txt"})),
+        text("Done."),
+    ])
+    .await;
+    let mut env = anthropic_env(&llm);
+    env.push(("PICOGENT_APPROVAL", "execute=ask".into()));
+    // Standard input not a terminal: no one could answer, so nothing starts.
+    let out = picogent(&sb, &["run", "work"], &env, Some("")).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("not a terminal") && stderr.contains("PICOGENT_APPROVAL"),
+        "{stderr}"
+    );
+    assert!(llm.requests().is_empty());
+    // At a terminal: a no for the first command (with a word it does not know first),
+    // always for the second; the third runs without asking, the read never asks.
+    let (ok, shown) = picogent_at_a_terminal(&sb, "run work", &env, "maybe\nn\na\n").await;
+    assert!(ok, "{shown}");
+    assert_eq!(
+        shown.matches("picogent wants to run Bash").count(),
+        3,
+        "{shown}"
+    );
+    assert!(
+        !sb.work.join("one.txt").exists(),
+        "a rejected command never runs"
+    );
+    assert!(sb.work.join("two.txt").exists() && sb.work.join("three.txt").exists());
+    let rejected = llm.requests()[1].body["messages"].to_string();
+    assert!(rejected.contains("rejected this bash call"), "{rejected}");
+}
+
+#[tokio::test]
+async fn resume_takes_the_latest_without_a_terminal_and_fork_continues_a_copy() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![text("First."), text("Second."), text("Third.")]).await;
+    let env = anthropic_env(&llm);
+    let out = picogent(&sb, &["run", "remember the word heron"], &env, None).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("session: "))
+        .unwrap()
+        .trim()
+        .to_string();
+    // -r without a terminal: the latest session started here.
+    let out = picogent(&sb, &["run", "-r", "which word?"], &env, None).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains(&format!("resuming session {id}")),
+        "{stderr}"
+    );
+    assert!(llm.requests()[1].body["messages"]
+        .to_string()
+        .contains("heron"));
+    // --fork: a new session holding the conversation; the original is left as it was.
+    let original = sb
+        .user_home
+        .join(".picogent/sessions")
+        .join(format!("{id}.jsonl"));
+    let before = std::fs::read_to_string(&original).unwrap();
+    let out = picogent(&sb, &["run", "--fork", &id, "and in French?"], &env, None).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let forked = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("session: "))
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_ne!(forked, id);
+    assert_eq!(std::fs::read_to_string(&original).unwrap(), before);
+    let copy = std::fs::read_to_string(
+        sb.user_home
+            .join(".picogent/sessions")
+            .join(format!("{forked}.jsonl")),
+    )
+    .unwrap();
+    let header: serde_json::Value = serde_json::from_str(copy.lines().next().unwrap()).unwrap();
+    assert_eq!(header["id"], forked.as_str());
+    assert!(header["parentSession"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("{id}.jsonl")));
+    let sent = llm.requests()[2].body["messages"].to_string();
+    assert!(
+        sent.contains("heron") && sent.contains("which word?") && sent.contains("French"),
+        "{sent}"
+    );
+    // Nothing to resume in a folder where nothing started.
+    let empty = sb.work.join("elsewhere");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = picogent(
+        &sb,
+        &["run", "-r", "--dir", empty.to_str().unwrap(), "hi"],
+        &env,
+        None,
+    )
+    .await;
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no session to resume"));
+}
+
+#[tokio::test]
+async fn a_session_file_in_the_working_folder_is_kept_from_the_agent_alone() {
+    let sb = Sandbox::new();
+    let llm = ScriptedLlm::start(vec![
+        llm::tool(
+            "bash",
+            json!({"command": "echo work > made.txt; cat talk.jsonl; echo forged >> talk.jsonl; rm -f talk.jsonl; ls"}),
+        ),
+        llm::tool("write", json!({"path": "talk.jsonl", "content": "forged\n"})),
+        text("Done."),
+    ])
+    .await;
+    let out = picogent(
+        &sb,
+        &["run", "--session", "./talk.jsonl", "work here"],
+        &anthropic_env(&llm),
+        None,
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The folder stays the agent's; the session file is neither read, changed nor removed.
+    assert_eq!(
+        std::fs::read_to_string(sb.work.join("made.txt")).unwrap(),
+        "work\n"
+    );
+    let file = std::fs::read_to_string(sb.work.join("talk.jsonl")).unwrap();
+    assert!(
+        file.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+        "a line the agent wrote: {file}"
+    );
+    assert!(
+        file.lines()
+            .next()
+            .is_some_and(|l| l.contains("\"type\":\"session\"")),
+        "{file}"
+    );
+    let results = llm.requests()[1].body["messages"].to_string();
+    assert!(
+        !results.contains("\\\"type\\\":\\\"session\\\""),
+        "the agent read the session file: {results}"
+    );
+    let write = llm.requests()[2].body["messages"].to_string();
+    assert!(write.contains("not available to tools"), "{write}");
+    // A second run continues it.
+    let llm2 = ScriptedLlm::start(vec![text("Again.")]).await;
+    let out = picogent(
+        &sb,
+        &["run", "--session", "./talk.jsonl", "and again"],
+        &anthropic_env(&llm2),
+        None,
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(llm2.requests()[0].body["messages"]
+        .to_string()
+        .contains("work here"));
+}

@@ -184,6 +184,8 @@ pub enum Action {
     Instruct(Instruct),
     Rollback(Rollback),
     Branch(Branch),
+    /// A person's answer to a tool call waiting for approval.
+    Approve(Approve),
 }
 
 impl Action {
@@ -197,6 +199,7 @@ impl Action {
             Action::Instruct(_) => "instruct",
             Action::Rollback(_) => "rollback",
             Action::Branch(_) => "branch",
+            Action::Approve(_) => "approve",
         }
     }
 }
@@ -209,6 +212,16 @@ pub struct Instruct {
     /// Who the instruction speaks as; none: the user.
     #[serde(rename = "as", skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
+}
+
+/// `approve`: `{callId, answer}`, the answer to an `approval` frame: `allow_once`,
+/// `allow_always`, `reject_once` or `reject_always` (always: every call of that tool
+/// in the session).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Approve {
+    pub call_id: String,
+    pub answer: crate::agent::ApprovalAnswer,
 }
 
 /// `rollback`: `{step}`, a checkpoint of the request's session.
@@ -520,6 +533,7 @@ fn typed(kind: &str, v: &Value) -> Result<ClientFrame, String> {
         "resume" => control(v, A::Resume),
         "stop" => control(v, A::Stop),
         "instruct" => fields(v).and_then(|p| control(v, A::Instruct(p))),
+        "approve" => fields(v).and_then(|p| control(v, A::Approve(p))),
         "rollback" | "branch" if to_session(v) => rewind(kind, v),
         "rollback" => fields(v).and_then(|p| control(v, A::Rollback(p))),
         "branch" => fields(v).and_then(|p| control(v, A::Branch(p))),

@@ -96,6 +96,22 @@ pub enum ServerFrame {
     },
     /// A fragment of the model's thinking, when the provider sends it.
     Thinking { content: String },
+    /// Tool call `callId` waits for a person's yes (`approval`): `content` is the call
+    /// as shown (`"Bash: cargo test"`); answer with `approve`.
+    Approval {
+        content: String,
+        tool: String,
+        kind: crate::agent::ToolKind,
+        #[serde(rename = "callId")]
+        call_id: String,
+    },
+    /// Tool call `callId` was answered (here, in another tab, or by an earlier
+    /// "always"): it runs only when the answer allows it.
+    Approved {
+        answer: crate::agent::ApprovalAnswer,
+        #[serde(rename = "callId")]
+        call_id: String,
+    },
 
     /// A tool call that failed: `"<tool>: <error>"`.
     ToolResult { content: String },
