@@ -216,6 +216,12 @@ function askApproval(r, f) {
   box.setAttribute("role", "group");
   box.setAttribute("aria-label", "Approve " + f.content);
   box.appendChild(el("span", "q", "Run " + f.content + "?"));
+  // The command whole (the line above is cut), with what could hide part of it shown
+  // as escapes: control characters and the marks that reorder text.
+  const st = d ? app.steps.get(d) : undefined;
+  const args = /** @type {{command?: unknown} | null | undefined} */ (st && st.args);
+  const cmd = args && typeof args.command === "string" ? args.command : null;
+  if (cmd) box.appendChild(el("pre", "cmd", cmd.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g, (c) => "\\u{" + c.charCodeAt(0).toString(16) + "}")));
   for (const [answer, label] of APPROVAL_ANSWERS) {
     const b = el("button", answer.startsWith("reject") ? "reject" : "allow", label.endsWith(" ") ? label + f.tool : label);
     b.dataset.answer = answer;

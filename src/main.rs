@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use picogent::agent::{Agent, AgentEvent, Outcome, RunRequest};
+use picogent::agent::Agent;
 use picogent::config::{self, Config, Env};
 
 /// `eprintln!` that never panics: with stderr closed (a pipe whose reader left), the
@@ -21,9 +21,7 @@ macro_rules! say {
 }
 
 mod cli;
-use cli::printer::{Printer, Shown};
-use cli::session_arg::{pick_session, Scratch};
-use cli::task::{print_is_run, read_task};
+use cli::task::print_is_run;
 
 const ABOUT: &str = "picogent: a small, fast agent daemon. An LLM works tasks with real tools \
 (read, write, edit, bash, grep, find, ls) inside the folders it is allowed to touch.";
@@ -59,6 +57,12 @@ enum Command {
     /// Speak the Agent Client Protocol on standard input and output, for an editor
     /// (Zed, JetBrains IDEs, Neovim, Emacs): each editor session works in its folder.
     Acp(AcpArgs),
+    /// Print the MCP servers of another agent's configuration (Codex's config.toml,
+    /// Claude Code's, Cursor's or VS Code's JSON) as an agent.json `mcp_servers` block.
+    ImportMcp {
+        /// The file: `~/.codex/config.toml`, `.mcp.json`, `.cursor/mcp.json`, `.vscode/mcp.json`.
+        file: PathBuf,
+    },
     /// Export a session's branches as JSONL: trajectory, tree, dpo, prm or annotations.
     Export(ExportArgs),
     /// Show what this machine's kernel enforces for commands, layer by layer, and
@@ -201,9 +205,18 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Some(Command::Run(args)) => run_once(args).await,
+            Some(Command::Run(args)) => cli::run::run_once(args).await,
             Some(Command::Acp(args)) => acp(args).await,
             Some(Command::Export(args)) => export(args),
+            Some(Command::ImportMcp { file }) => {
+                let (servers, n) = config::import_mcp(&file, &Env::from_process())?;
+                write_stdout(format!("{}\n", serde_json::to_string_pretty(&servers)?).as_bytes())?;
+                say!(
+                    "{n} MCP server(s) from {}: put this `mcp_servers` into agent.json",
+                    file.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
             Some(Command::SandboxCheck(args)) => sandbox_check(args).await,
             Some(Command::Completions { shell }) => {
                 use clap::CommandFactory;
@@ -473,126 +486,4 @@ async fn acp(args: AcpArgs) -> anyhow::Result<ExitCode> {
     picogent::provider::Provider::from_config(&config)?;
     picogent::acp::serve(config).await?;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn run_once(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut env = Env::from_process();
-    if let Some(m) = &args.model {
-        env.set("PICOGENT_MODEL", m.as_str());
-    }
-    if let Some(p) = &args.provider {
-        env.set("PICOGENT_PROVIDER", p.as_str());
-    }
-    let mut config = load_config_from(args.agent.as_deref(), &env)?;
-    let cwd = std::env::current_dir().context("cannot read the current folder")?;
-    if let Some(dir) = &args.dir {
-        config.work_dir = config::absolute(&cwd, dir);
-    } else if config.config_file.is_none() && std::env::var_os("PICOGENT_WORK_DIR").is_none() {
-        config.work_dir = cwd;
-    }
-    cli::approve::check(&config)?;
-    let prompt = read_task(&args.prompt)?;
-    let scratch = if args.no_session {
-        Some(scratch_session(&mut config)?)
-    } else {
-        None
-    };
-    let session_id = session_for(&args, &mut config)?;
-    let agent = new_agent(config).await?;
-    let mut handle = agent.start(RunRequest::new(prompt, session_id.clone()));
-    let cancel = handle.cancel_token();
-    let signals = tokio::spawn(async move {
-        let code = run_signal().await;
-        say!("\npicogent: cancelling (again to quit at once)");
-        cancel.cancel();
-        run_signal().await;
-        std::process::exit(i32::from(code));
-    });
-    // Ctrl-C ends with 130, SIGTERM and SIGHUP with 143, after the run is cancelled
-    // (its commands killed, its session consistent).
-    let mut printer = Printer::new(if args.print {
-        Shown::Print
-    } else if args.json {
-        Shown::Json
-    } else {
-        Shown::Person
-    });
-    let mut outcome = None;
-    while let Some(ev) = handle.events.recv().await {
-        if let AgentEvent::Approval {
-            id, name, summary, ..
-        } = &ev
-        {
-            let (answer, control, id) = (
-                cli::approve::ask(name, summary),
-                handle.control.clone(),
-                id.clone(),
-            );
-            tokio::spawn(async move {
-                let answer = answer
-                    .await
-                    .unwrap_or(picogent::agent::approval::ApprovalAnswer::RejectOnce);
-                let _ = control.approve(&id, answer);
-            });
-        }
-        printer.print(&ev);
-        if let AgentEvent::Finished { outcome: o } = ev {
-            outcome = Some(o);
-        }
-    }
-    let outcome = match outcome {
-        Some(o) => o,
-        None => handle.finish().await,
-    };
-    signals.abort();
-    if scratch.is_none() && !args.print {
-        say!("session: {session_id}");
-    }
-    drop(scratch);
-    Ok(match outcome {
-        Outcome::Completed { .. } => ExitCode::SUCCESS,
-        Outcome::Failed { .. } => ExitCode::from(1),
-        Outcome::Cancelled { .. } => ExitCode::from(LAST_SIGNAL.load(Ordering::Relaxed)),
-    })
-}
-
-/// --no-session: the session lives in a folder of its own that goes with the run.
-fn scratch_session(config: &mut Config) -> anyhow::Result<Scratch> {
-    let dir = std::env::temp_dir().join(format!(
-        "picogent-no-session-{}",
-        picogent::util::new_session_id()
-    ));
-    // Only this user reads the conversation while it lasts.
-    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
-        .create(&dir)
-        .context("cannot make a folder for the run's session")?;
-    config.session_dir = Some(dir.clone());
-    Ok(Scratch(dir))
-}
-
-/// The run's session: the one `--session` names, the latest here (`--continue`), or a
-/// new one.
-fn session_for(args: &RunArgs, config: &mut Config) -> anyhow::Result<String> {
-    if args.resume {
-        return cli::session_arg::resume(config);
-    }
-    if let Some(arg) = &args.fork {
-        return cli::session_arg::fork(config, arg, args.dir.is_some());
-    }
-    Ok(match &args.session {
-        Some(arg) => pick_session(config, arg, args.dir.is_some())?,
-        None if args.cont => {
-            match picogent::session::find::latest_in(&config.own_sessions_dir(), &config.work_dir) {
-                Some(id) => {
-                    say!("continuing session {id}");
-                    id
-                }
-                None => anyhow::bail!(
-                    "no session to continue: none was started in {}",
-                    config.work_dir.display()
-                ),
-            }
-        }
-        None => picogent::util::new_session_id(),
-    })
 }

@@ -30,6 +30,7 @@ use crate::agent::{Agent, AgentEvent, FailureKind, Outcome, RunRequest};
 use crate::config::Config;
 use crate::util::lock;
 use session::{AcpSession, Running};
+use tokio_util::sync::CancellationToken;
 
 /// Sessions an editor may hold open at once; the oldest idle one goes past this.
 const MAX_SESSIONS: usize = 64;
@@ -38,6 +39,8 @@ const MAX_SESSIONS: usize = 64;
 struct Server {
     base: Config,
     sessions: Mutex<Vec<Arc<AcpSession>>>,
+    /// Told whenever a session's prompt ends.
+    ended: tokio::sync::Notify,
 }
 
 fn invalid(message: impl Into<String>) -> Error {
@@ -56,6 +59,7 @@ pub async fn serve(base: Config) -> anyhow::Result<()> {
     let server = Arc::new(Server {
         base,
         sessions: Mutex::new(Vec::new()),
+        ended: tokio::sync::Notify::new(),
     });
     let (s1, s2, s3, s4) = (
         server.clone(),
@@ -67,25 +71,7 @@ pub async fn serve(base: Config) -> anyhow::Result<()> {
         .v1()
         .name("picogent")
         .on_receive_request(
-            async move |req: InitializeRequest, responder, _cx| {
-                let version = if req.protocol_version < ProtocolVersion::V1 {
-                    req.protocol_version
-                } else {
-                    ProtocolVersion::V1
-                };
-                responder.respond(
-                    InitializeResponse::new(version)
-                        .agent_capabilities(
-                            AgentCapabilities::new()
-                                .load_session(true)
-                                .prompt_capabilities(
-                                    PromptCapabilities::new().embedded_context(true),
-                                )
-                                .mcp_capabilities(McpCapabilities::new().http(true)),
-                        )
-                        .agent_info(Implementation::new("picogent", env!("CARGO_PKG_VERSION"))),
-                )
-            },
+            async move |req: InitializeRequest, responder, _cx| responder.respond(hello(&req)),
             on_receive_request!(),
         )
         .on_receive_request(
@@ -104,8 +90,7 @@ pub async fn serve(base: Config) -> anyhow::Result<()> {
         )
         .on_receive_request(
             async move |req: LoadSessionRequest, responder, cx| {
-                let server = s2.clone();
-                let conn = cx.clone();
+                let (server, conn) = (s2.clone(), cx.clone());
                 cx.spawn(async move {
                     let _ = match server.load(req, &conn).await {
                         Ok(()) => responder.respond(LoadSessionResponse::new()),
@@ -118,10 +103,14 @@ pub async fn serve(base: Config) -> anyhow::Result<()> {
         )
         .on_receive_request(
             async move |req: PromptRequest, responder, cx| {
-                let server = s3.clone();
-                let conn = cx.clone();
+                // Claimed here, in order: a cancel right behind the prompt finds it.
+                let (s, cancel) = match s3.claim(&req.session_id.0) {
+                    Ok(c) => c,
+                    Err(e) => return responder.respond_with_error(e),
+                };
+                let (server, conn) = (s3.clone(), cx.clone());
                 cx.spawn(async move {
-                    let _ = match server.prompt(req, &conn).await {
+                    let _ = match prompt(&server, &s, cancel, req, &conn).await {
                         Ok(stop) => responder.respond(PromptResponse::new(stop)),
                         Err(e) => responder.respond_with_error(e),
                     };
@@ -142,16 +131,74 @@ pub async fn serve(base: Config) -> anyhow::Result<()> {
         .connect_to(ByteStreams::new(out, input))
         .await
         .map_err(|e| anyhow::anyhow!("the editor's connection failed: {e}"))?;
-    // The editor went away: runs still going are cancelled (their commands killed).
-    for s in lock(&server.sessions).iter() {
-        s.cancel();
-    }
+    server.wind_down().await;
     Ok(())
 }
+
+/// `initialize`'s answer: protocol version 1 (or the client's older one), sessions
+/// that load, embedded context, MCP over HTTP.
+fn hello(req: &InitializeRequest) -> InitializeResponse {
+    let version = if req.protocol_version < ProtocolVersion::V1 {
+        req.protocol_version
+    } else {
+        ProtocolVersion::V1
+    };
+    InitializeResponse::new(version)
+        .agent_capabilities(
+            AgentCapabilities::new()
+                .load_session(true)
+                .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
+                .mcp_capabilities(McpCapabilities::new().http(true)),
+        )
+        .agent_info(Implementation::new("picogent", env!("CARGO_PKG_VERSION")))
+}
+
+/// How long runs the editor left behind get to end (their commands killed, their
+/// sessions written) before picogent exits.
+const WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Server {
     fn find(&self, id: &str) -> Option<Arc<AcpSession>> {
         lock(&self.sessions).iter().find(|s| s.id == id).cloned()
+    }
+
+    /// Takes session `id` for one prompt: refused when there is none, or one runs.
+    fn claim(&self, id: &str) -> Result<(Arc<AcpSession>, CancellationToken), Error> {
+        let s = self.find(id).ok_or_else(|| {
+            invalid(format!(
+                "no session {id:?}: make one with session/new or session/load"
+            ))
+        })?;
+        let cancel = CancellationToken::new();
+        let mut running = lock(&s.running);
+        if running.is_some() {
+            return Err(invalid(format!("session {id} is already running a prompt")));
+        }
+        *running = Some(Running {
+            cancel: cancel.clone(),
+            control: None,
+        });
+        drop(running);
+        Ok((s, cancel))
+    }
+
+    /// The editor went away: runs still going are cancelled (their commands killed)
+    /// and waited for, a while, so their sessions end whole.
+    async fn wind_down(&self) {
+        let all: Vec<_> = lock(&self.sessions).clone();
+        for s in &all {
+            s.cancel();
+        }
+        let deadline = tokio::time::Instant::now() + WIND_DOWN;
+        loop {
+            let ended = self.ended.notified();
+            if all.iter().all(|s| lock(&s.running).is_none()) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// A session in `cwd`: its agent made off the runtime (skills read, MCP servers
@@ -179,8 +226,11 @@ impl Server {
             running: Mutex::new(None),
         });
         let mut all = lock(&self.sessions);
+        if all.iter().any(|o| o.id == id && lock(&o.running).is_some()) {
+            return Err(invalid(format!("session {id} is running a prompt")));
+        }
         // The same session loaded again replaces its older one.
-        all.retain(|o| o.id != id || lock(&o.running).is_some());
+        all.retain(|o| o.id != id);
         if all.len() >= MAX_SESSIONS {
             if let Some(i) = all.iter().position(|o| lock(&o.running).is_none()) {
                 all.remove(i);
@@ -249,62 +299,66 @@ impl Server {
         }
         Ok(())
     }
+}
 
-    /// `session/prompt`: one run in the session, its events streamed as updates; the
-    /// stop reason when it ends.
-    async fn prompt(
-        &self,
-        req: PromptRequest,
-        conn: &ConnectionTo<Client>,
-    ) -> Result<StopReason, Error> {
-        let id = req.session_id.0.to_string();
-        let s = self.find(&id).ok_or_else(|| {
-            invalid(format!(
-                "no session {id:?}: make one with session/new or session/load"
-            ))
-        })?;
-        let text = updates::prompt_text(&req.prompt).map_err(invalid)?;
-        let mut handle = {
-            let mut running = lock(&s.running);
-            if running.is_some() {
-                return Err(invalid(format!("session {id} is already running a prompt")));
-            }
-            let handle = s.agent.start(RunRequest::new(text, id.clone()));
-            *running = Some(Running {
-                cancel: handle.cancel_token(),
-                control: handle.control.clone(),
-            });
-            handle
-        };
-        let mut tr = updates::Translator::new(s.work_dir.clone());
-        let mut outcome = None;
-        while let Some(ev) = handle.events.recv().await {
-            if let AgentEvent::Approval {
-                id: call, summary, ..
-            } = &ev
+/// Frees a session's prompt slot however its prompt ends (a dropped task included).
+struct Claimed<'a>(&'a AcpSession, &'a Server);
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.running) = None;
+        self.1.ended.notify_waiters();
+    }
+}
+
+/// `session/prompt`: one run in the session, its events streamed as updates; the stop
+/// reason when it ends.
+async fn prompt(
+    server: &Server,
+    s: &Arc<AcpSession>,
+    cancel: CancellationToken,
+    req: PromptRequest,
+    conn: &ConnectionTo<Client>,
+) -> Result<StopReason, Error> {
+    let id = s.id.clone();
+    let _claimed = Claimed(s, server);
+    let text = updates::prompt_text(&req.prompt).map_err(invalid)?;
+    let mut handle = s
+        .agent
+        .start_with_cancel(RunRequest::new(text, id.clone()), cancel);
+    if let Some(r) = lock(&s.running).as_mut() {
+        r.control = Some(handle.control.clone());
+    }
+    let mut tr = updates::Translator::new(s.work_dir.clone());
+    let mut outcome = None;
+    while let Some(ev) = handle.events.recv().await {
+        if let AgentEvent::Approval {
+            id: call,
+            summary,
+            arguments,
+            ..
+        } = &ev
+        {
+            ask(conn, s, call, summary, arguments);
+        }
+        if let Some(u) = tr.update(&ev) {
+            // The editor gone: the run is cancelled.
+            if conn
+                .send_notification(SessionNotification::new(id.clone(), u))
+                .is_err()
             {
-                ask(conn, &s, call, summary);
-            }
-            if let Some(u) = tr.update(&ev) {
-                // The editor gone: the run is cancelled.
-                if conn
-                    .send_notification(SessionNotification::new(id.clone(), u))
-                    .is_err()
-                {
-                    handle.cancel();
-                }
-            }
-            if let AgentEvent::Finished { outcome: o } = ev {
-                outcome = Some(o);
+                handle.cancel();
             }
         }
-        let outcome = match outcome {
-            Some(o) => o,
-            None => handle.finish().await,
-        };
-        *lock(&s.running) = None;
-        stop_reason(outcome, conn, &id)
+        if let AgentEvent::Finished { outcome: o } = ev {
+            outcome = Some(o);
+        }
     }
+    let outcome = match outcome {
+        Some(o) => o,
+        None => handle.finish().await,
+    };
+    stop_reason(outcome, conn, &id)
 }
 
 /// How a run's end reads to the editor: a stop reason, or an error for a failure.
@@ -346,7 +400,13 @@ fn stop_reason(
 
 /// Asks the editor about a call waiting for approval, on a task of its own (the run's
 /// events keep flowing; a cancel ends the wait), and answers the run.
-fn ask(conn: &ConnectionTo<Client>, s: &Arc<AcpSession>, call: &str, summary: &str) {
+fn ask(
+    conn: &ConnectionTo<Client>,
+    s: &Arc<AcpSession>,
+    call: &str,
+    summary: &str,
+    args: &serde_json::Value,
+) {
     let options = ApprovalAnswer::ALL
         .iter()
         .map(|a| {
@@ -363,10 +423,12 @@ fn ask(conn: &ConnectionTo<Client>, s: &Arc<AcpSession>, call: &str, summary: &s
         .collect();
     let update = ToolCallUpdate::new(
         call.to_string(),
-        ToolCallUpdateFields::new().title(summary.to_string()),
+        ToolCallUpdateFields::new()
+            .title(summary.to_string())
+            .raw_input(args.clone()),
     );
     let asked = conn.send_request(RequestPermissionRequest::new(s.id.clone(), update, options));
-    let Some(control) = lock(&s.running).as_ref().map(|r| r.control.clone()) else {
+    let Some(control) = lock(&s.running).as_ref().and_then(|r| r.control.clone()) else {
         return;
     };
     let call = call.to_string();

@@ -15,10 +15,14 @@ use crate::agent::Agent;
 use crate::config::{Config, McpServerConfig, McpTransport};
 use crate::util::lock;
 
+/// An editor's MCP servers per session, at most (each is a process).
+const MAX_EDITOR_SERVERS: usize = 32;
+
 /// A session's run now: how to cancel it.
 pub(crate) struct Running {
     pub(crate) cancel: CancellationToken,
-    pub(crate) control: RunControl,
+    /// Once the run started.
+    pub(crate) control: Option<RunControl>,
 }
 
 pub(crate) struct AcpSession {
@@ -65,6 +69,12 @@ fn server_name(name: &str, taken: &[McpServerConfig]) -> String {
 
 /// The editor's MCP servers as picogent's (stdio ones confined like its commands).
 fn mcp_servers(given: &[McpServer], base: &Config) -> Result<Vec<McpServerConfig>, String> {
+    if given.len() > MAX_EDITOR_SERVERS {
+        return Err(format!(
+            "{} MCP servers: picogent starts at most {MAX_EDITOR_SERVERS} of an editor's per session",
+            given.len()
+        ));
+    }
     let mut out: Vec<McpServerConfig> = base.mcp_servers.clone();
     let timeout = base.limits.step_timeout;
     for s in given {

@@ -72,6 +72,8 @@ pub(super) struct Ask<'a> {
     pub(super) id: &'a str,
     pub(super) name: &'a str,
     pub(super) summary: String,
+    /// The call's arguments whole: what a person approves (the summary is cut).
+    pub(super) args: &'a serde_json::Value,
 }
 
 /// Where a run asks: its policy, the session's memory, its control and events.
@@ -101,13 +103,21 @@ impl Gate<'_> {
                     name: name.to_string(),
                     kind,
                     summary: call.summary,
+                    arguments: call.args.clone(),
                 });
+                let stop = self.control.stop_token();
                 let answer = tokio::select! {
                     a = waiting => a,
                     _ = cancel.cancelled() => None,
+                    _ = stop.cancelled() => None,
                 };
                 self.control.forget_approval(call.id);
                 let Some(answer) = answer else {
+                    // The question is withdrawn: front doors still showing it take it away.
+                    self.out.emit(AgentEvent::Approved {
+                        id: call.id.to_string(),
+                        answer: ApprovalAnswer::RejectOnce,
+                    });
                     return Some(
                         "not run: the run was stopped while the call waited for approval".into(),
                     );

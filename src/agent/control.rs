@@ -318,6 +318,11 @@ impl RunControl {
         }
     }
 
+    /// Cancelled when a stop is asked (a call waiting for approval stops waiting).
+    pub(crate) fn stop_token(&self) -> CancellationToken {
+        self.inner.stop.clone()
+    }
+
     pub(crate) fn stop_requested(&self) -> bool {
         self.inner.stop.is_cancelled()
     }

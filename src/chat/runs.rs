@@ -421,6 +421,7 @@ fn frame_of(ev: AgentEvent) -> Option<ServerFrame> {
             name,
             kind,
             summary,
+            ..
         } => ServerFrame::Approval {
             content: summary,
             tool: name,

@@ -34,7 +34,8 @@ pub(crate) fn pick_session(
     let cwd = std::env::current_dir().context("cannot read the current folder")?;
     match find::resolve(arg, &own, pi.as_deref())? {
         find::Found::Existing { dir, id } => {
-            if !dir_given {
+            // A header in a folder the agent writes could name any folder: not followed.
+            if !dir_given && !holds_work(config, &config::absolute(&cwd, &dir)) {
                 follow_header(config, &dir.join(format!("{id}.jsonl")));
             }
             let dir = config::absolute(&cwd, &dir);
@@ -97,14 +98,19 @@ fn follow_header(config: &mut Config, file: &Path) {
 /// the agent, as the configuration file is (made first, empty, when it is new, so the
 /// sandbox has it to protect from the start).
 fn protect_alone(config: &mut Config, dir: &Path, id: &str) -> anyhow::Result<()> {
-    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let folder = real(dir);
-    let holds = std::iter::once(&config.work_dir)
-        .chain(&config.policy.allowed_paths)
-        .any(|p| real(p).starts_with(&folder));
-    if holds {
+    if holds_work(config, dir) {
         let file = dir.join(format!("{id}.jsonl"));
-        if !file.exists() {
+        if let Ok(m) = std::fs::symlink_metadata(&file) {
+            use std::os::unix::fs::MetadataExt;
+            // A link, or a second name the agent could still write through, is not
+            // the session file picogent keeps from it.
+            if !m.is_file() || m.nlink() > 1 {
+                anyhow::bail!(
+                    "{} is not a plain file of its own (a link, or a file with another name): not used as a session inside the working folder",
+                    file.display()
+                );
+            }
+        } else {
             use std::os::unix::fs::OpenOptionsExt;
             std::fs::OpenOptions::new()
                 .write(true)
@@ -116,6 +122,15 @@ fn protect_alone(config: &mut Config, dir: &Path, id: &str) -> anyhow::Result<()
         config.session_file = Some(file);
     }
     Ok(())
+}
+
+/// Whether `dir` holds the working folder or an allowed path (the agent writes there).
+fn holds_work(config: &Config, dir: &Path) -> bool {
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let folder = real(dir);
+    std::iter::once(&config.work_dir)
+        .chain(&config.policy.allowed_paths)
+        .any(|p| real(p).starts_with(&folder))
 }
 
 /// Sessions a `--resume` picker offers, at most.

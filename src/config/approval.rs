@@ -5,6 +5,7 @@
 
 use serde::Deserialize;
 
+use super::types::Engine;
 use super::ConfigError;
 pub use picogent_protocol::agent::ToolKind;
 
@@ -127,6 +128,45 @@ impl Approval {
             out.asks[slot(kind)] = word(ask)?;
         }
         Ok(out)
+    }
+}
+
+impl super::load::Sources<'_> {
+    /// `approval` (PICOGENT_APPROVAL over the file's): refused where no person could
+    /// answer (agent mode) or the engine runs its own tools (claude-code).
+    pub(super) fn approval(
+        &self,
+        agent_mode: bool,
+        engine: Engine,
+    ) -> Result<super::approval::Approval, ConfigError> {
+        let (approval, from_env) = match self.env.get("PICOGENT_APPROVAL") {
+            Some(v) => (Approval::from_env(v)?, true),
+            None => (
+                self.file
+                    .approval
+                    .as_ref()
+                    .map(Approval::from_file)
+                    .unwrap_or_default(),
+                false,
+            ),
+        };
+        let refuse = |message: &str| {
+            if from_env {
+                ConfigError::Env {
+                    var: "PICOGENT_APPROVAL".into(),
+                    message: message.into(),
+                }
+            } else {
+                self.field_error("approval", message.into())
+            }
+        };
+        if approval.asks_any() && agent_mode {
+            return Err(refuse("agent mode has no person to ask: approvals are for the chat, `picogent run` on a terminal and editors (`picogent acp`)"));
+        }
+        if approval.asks_any() && engine == Engine::ClaudeCode {
+            return Err(refuse("the claude-code engine runs its own tools: use Claude Code's own permission settings"));
+        }
+        Ok(approval)
     }
 }
 

@@ -47,7 +47,7 @@ pub(super) struct FileConfig {
     claude_code_path: Option<PathBuf>,
     auto_pause_after_steps: Option<u32>,
     loop_action: Option<LoopAction>,
-    approval: Option<super::approval::FileApproval>,
+    pub(super) approval: Option<super::approval::FileApproval>,
     workspace: Option<Workspace>,
     base_branch: Option<String>,
     git_email: Option<String>,
@@ -440,44 +440,6 @@ impl<'a> Sources<'a> {
             token: env.get("PICOGENT_CHAT_TOKEN").map(str::to_string),
             allowed_origins: self.allowed_origins(),
         })
-    }
-
-    /// `approval` (PICOGENT_APPROVAL over the file's): refused where no person could
-    /// answer (agent mode) or the engine runs its own tools (claude-code).
-    fn approval(
-        &self,
-        agent_mode: bool,
-        engine: Engine,
-    ) -> Result<super::approval::Approval, ConfigError> {
-        use super::approval::Approval;
-        let (approval, from_env) = match self.env.get("PICOGENT_APPROVAL") {
-            Some(v) => (Approval::from_env(v)?, true),
-            None => (
-                self.file
-                    .approval
-                    .as_ref()
-                    .map(Approval::from_file)
-                    .unwrap_or_default(),
-                false,
-            ),
-        };
-        let refuse = |message: &str| {
-            if from_env {
-                ConfigError::Env {
-                    var: "PICOGENT_APPROVAL".into(),
-                    message: message.into(),
-                }
-            } else {
-                self.field_error("approval", message.into())
-            }
-        };
-        if approval.asks_any() && agent_mode {
-            return Err(refuse("agent mode has no person to ask: approvals are for the chat, `picogent run` on a terminal and editors (`picogent acp`)"));
-        }
-        if approval.asks_any() && engine == Engine::ClaudeCode {
-            return Err(refuse("the claude-code engine runs its own tools: use Claude Code's own permission settings"));
-        }
-        Ok(approval)
     }
 
     /// `mcp_servers` resolved: their paths relative to the file's folder, their calls

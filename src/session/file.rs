@@ -257,11 +257,24 @@ fn bash_execution_text(m: &Value) -> String {
 }
 
 /// Replaces a file's content at once (a migrated session, as pi rewrites it).
+/// The new content goes to a fresh name made here (never through a link someone put
+/// where a fixed name would be: a session file may sit in a folder the agent writes).
 fn rewrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".migrating");
+    tmp.push(format!(".migrating-{:016x}", fastrand::u64(..)));
     let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    if let Err(e) = f.write_all(bytes).and_then(|()| f.sync_all()) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     std::fs::rename(&tmp, path)
 }
 

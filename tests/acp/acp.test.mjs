@@ -184,6 +184,23 @@ test("session/cancel kills the running command and ends the turn as cancelled", 
   assert.equal(existsSync(join(work, "finished.txt")), false);
 });
 
+test("a cancel sent right behind its prompt still cancels it, and the session takes the next prompt", async () => {
+  // Cancelled before its first model call: the one answer scripted is the next prompt's.
+  const { work, env } = await setup([{ text: "Next one." }]);
+  const ed = editor(env);
+  await ed.run(async (ctx) => {
+    await init(ctx);
+    const { sessionId } = await ctx.request(acp.methods.agent.session.new, { cwd: work, mcpServers: [] });
+    const turn = ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "go" }] });
+    await ctx.notify(acp.methods.agent.session.cancel, { sessionId });
+    assert.equal((await turn).stopReason, "cancelled");
+    // A prompt while another runs is refused; after it, the session goes on.
+    const again = await ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "and now" }] });
+    assert.equal(again.stopReason, "end_turn");
+    assert.equal(text(ed.updates, "agent_message_chunk"), "Next one.");
+  });
+});
+
 test("approval: ask makes each edit and command wait for session/request_permission; reject never runs and tells the model; always is remembered", async () => {
   const { work, env } = await setup([
     { tool: "bash", args: { command: "echo one > one.txt" } },

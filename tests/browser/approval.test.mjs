@@ -34,6 +34,7 @@ test("a command waits for a yes under its step: four answers by keyboard, two ta
   const prompt = page.locator(".stepline .approval");
   await prompt.waitFor();
   assert.match(await prompt.textContent(), /Bash: echo one > one\.txt/);
+  assert.equal(await prompt.locator("pre.cmd").textContent(), "echo one > one.txt");
   assert.deepEqual(await prompt.locator("button").allTextContents(), ["Allow", "Always allow bash", "Reject", "Always reject bash"]);
   assert.equal(existsSync(join(work, "one.txt")), false, "nothing runs before the answer");
   // A second tab on the same session shows the same question.

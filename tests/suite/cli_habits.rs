@@ -244,7 +244,7 @@ async fn approval_asks_at_a_terminal_and_a_run_without_one_is_refused() {
     let (ok, shown) = picogent_at_a_terminal(&sb, "run work", &env, "maybe\nn\na\n").await;
     assert!(ok, "{shown}");
     assert_eq!(
-        shown.matches("picogent wants to run Bash").count(),
+        shown.matches("picogent wants to run the command").count(),
         3,
         "{shown}"
     );

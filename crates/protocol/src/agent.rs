@@ -89,6 +89,8 @@ pub enum AgentEvent {
         name: String,
         kind: ToolKind,
         summary: String,
+        /// The call's arguments whole (`summary` is cut to a line).
+        arguments: Value,
     },
     /// The approval of call `id` was answered (by a person, or by an earlier "always").
     Approved { id: String, answer: ApprovalAnswer },

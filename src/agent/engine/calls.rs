@@ -86,7 +86,12 @@ pub(super) async fn run_calls(
                 None
             } else {
                 let summary = tools::describe_call(name, args);
-                let ask = Ask { id, name, summary };
+                let ask = Ask {
+                    id,
+                    name,
+                    summary,
+                    args,
+                };
                 steer.gate.check(ask, &ctx.cancel).await
             });
         }
