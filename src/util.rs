@@ -17,7 +17,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) use picogent_protocol::text::now_millis;
 
 /// RFC 3339 UTC with milliseconds, as pi writes its session time stamps.
-pub(crate) fn now_iso() -> String {
+pub fn now_iso() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 

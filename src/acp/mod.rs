@@ -80,7 +80,7 @@ pub async fn serve(base: Config) -> anyhow::Result<()> {
                 cx.spawn(async move {
                     let made = server.open(&req.cwd, &req.mcp_servers, None).await;
                     let _ = match made {
-                        Ok(s) => responder.respond(NewSessionResponse::new(s.id.clone())),
+                        Ok(s) => responder.respond(NewSessionResponse::new(s.acp_id.clone())),
                         Err(e) => responder.respond_with_error(e),
                     };
                     Ok(())
@@ -159,7 +159,10 @@ const WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Server {
     fn find(&self, id: &str) -> Option<Arc<AcpSession>> {
-        lock(&self.sessions).iter().find(|s| s.id == id).cloned()
+        lock(&self.sessions)
+            .iter()
+            .find(|s| s.acp_id == id)
+            .cloned()
     }
 
     /// Takes session `id` for one prompt: refused when there is none, or one runs.
@@ -202,16 +205,20 @@ impl Server {
     }
 
     /// A session in `cwd`: its agent made off the runtime (skills read, MCP servers
-    /// started); `existing`, a stored session's id and folder to continue.
+    /// started); `existing`, a stored session to continue: the id the editor knows it
+    /// by, its file's name and its folder.
     async fn open(
         &self,
         cwd: &std::path::Path,
         mcp: &[agent_client_protocol::v1::schema::McpServer],
-        existing: Option<(String, Option<std::path::PathBuf>)>,
+        existing: Option<(String, String, Option<std::path::PathBuf>)>,
     ) -> Result<Arc<AcpSession>, Error> {
-        let (id, dir) = match existing {
-            Some((id, dir)) => (id, dir),
-            None => (crate::util::new_session_id(), None),
+        let (acp_id, id, dir) = match existing {
+            Some(e) => e,
+            None => {
+                let id = crate::util::new_session_id();
+                (id.clone(), id, None)
+            }
         };
         let cfg = session::config_for(&self.base, cwd, mcp, dir).map_err(invalid)?;
         let work_dir = cfg.work_dir.clone();
@@ -221,16 +228,20 @@ impl Server {
             .map_err(|e| internal(e.to_string()))?;
         let s = Arc::new(AcpSession {
             agent,
-            id: id.clone(),
+            acp_id: acp_id.clone(),
+            id,
             work_dir,
             running: Mutex::new(None),
         });
         let mut all = lock(&self.sessions);
-        if all.iter().any(|o| o.id == id && lock(&o.running).is_some()) {
-            return Err(invalid(format!("session {id} is running a prompt")));
+        if all
+            .iter()
+            .any(|o| o.acp_id == acp_id && lock(&o.running).is_some())
+        {
+            return Err(invalid(format!("session {acp_id} is running a prompt")));
         }
         // The same session loaded again replaces its older one.
-        all.retain(|o| o.id != id);
+        all.retain(|o| o.acp_id != acp_id);
         if all.len() >= MAX_SESSIONS {
             if let Some(i) = all.iter().position(|o| lock(&o.running).is_none()) {
                 all.remove(i);
@@ -270,14 +281,18 @@ impl Server {
             crate::session::find::Found::Existing { dir, id } => (dir, id),
             _ => return Err(invalid(format!("no session {wanted:?}"))),
         };
-        if id != wanted {
-            return Err(invalid(format!(
-                "session {wanted:?} is stored as {id:?}: load it by that id"
-            )));
+        // By its file's name or its header's id (pi's UUID), not a prefix of either.
+        let header = crate::session::find::header(&dir.join(format!("{id}.jsonl")));
+        if id != wanted && header.as_ref().and_then(|h| h["id"].as_str()) != Some(&wanted) {
+            return Err(invalid(format!("no session {wanted:?}")));
         }
         let dir = (dir != own).then_some(dir);
         let s = self
-            .open(&req.cwd, &req.mcp_servers, Some((id.clone(), dir)))
+            .open(
+                &req.cwd,
+                &req.mcp_servers,
+                Some((wanted.clone(), id.clone(), dir)),
+            )
             .await?;
         let store = s.agent.sessions().clone();
         let (sid, work_dir) = (id.clone(), s.work_dir.clone());
@@ -295,7 +310,7 @@ impl Server {
         .map_err(|e| internal(e.to_string()))?
         .map_err(internal)?;
         for u in shown {
-            conn.send_notification(SessionNotification::new(id.clone(), u))?;
+            conn.send_notification(SessionNotification::new(wanted.clone(), u))?;
         }
         Ok(())
     }
@@ -320,12 +335,12 @@ async fn prompt(
     req: PromptRequest,
     conn: &ConnectionTo<Client>,
 ) -> Result<StopReason, Error> {
-    let id = s.id.clone();
+    let id = s.acp_id.clone();
     let _claimed = Claimed(s, server);
     let text = updates::prompt_text(&req.prompt).map_err(invalid)?;
     let mut handle = s
         .agent
-        .start_with_cancel(RunRequest::new(text, id.clone()), cancel);
+        .start_with_cancel(RunRequest::new(text, s.id.clone()), cancel);
     if let Some(r) = lock(&s.running).as_mut() {
         r.control = Some(handle.control.clone());
     }
@@ -427,7 +442,11 @@ fn ask(
             .title(summary.to_string())
             .raw_input(args.clone()),
     );
-    let asked = conn.send_request(RequestPermissionRequest::new(s.id.clone(), update, options));
+    let asked = conn.send_request(RequestPermissionRequest::new(
+        s.acp_id.clone(),
+        update,
+        options,
+    ));
     let Some(control) = lock(&s.running).as_ref().and_then(|r| r.control.clone()) else {
         return;
     };

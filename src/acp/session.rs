@@ -27,7 +27,10 @@ pub(crate) struct Running {
 
 pub(crate) struct AcpSession {
     pub(crate) agent: Agent,
-    /// picogent's session id (the ACP session id too).
+    /// The id the editor knows the session by (picogent's id, or pi's UUID for a pi
+    /// session loaded).
+    pub(crate) acp_id: String,
+    /// The session's file name in its folder (picogent's session id).
     pub(crate) id: String,
     pub(crate) work_dir: PathBuf,
     pub(crate) running: Mutex<Option<Running>>,

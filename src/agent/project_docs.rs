@@ -9,6 +9,12 @@
 //! none) down to the working folder, each folder's
 //! `AGENTS.override.md` (Codex's), else its `AGENTS.md`, else its `CLAUDE.md`, and after
 //! it the folder's `CLAUDE.local.md` (Claude Code's personal notes) when there is one.
+//! Above the repository's top, as pi finds them, the same files of each folder up to
+//! the filesystem root — but only where no one else could have put them: the file and
+//! its folder owned by picogent's user (or root) and writable by no one else (a shared
+//! folder such as `/tmp` only when it is sticky), so another local user cannot plant
+//! `/tmp/AGENTS.md` in a run under `/tmp`. Agent mode (`above_top` off) never looks
+//! above a task's repository: its worktree is the task's, not the operator's folders.
 //! Outermost first, so the nearer file has the last word. Each file is under a heading
 //! naming its path; the whole is capped at `MAX_BYTES`, cut on a UTF-8 boundary with a
 //! note saying what was left out. A file that is a link must point within its folder.
@@ -22,7 +28,12 @@ use std::path::{Path, PathBuf};
 pub(crate) const MAX_BYTES: usize = 32 * 1024;
 
 /// The files that apply to `work_dir`, in prompt order.
-pub(crate) fn files(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> Vec<PathBuf> {
+pub(crate) fn files(
+    work_dir: &Path,
+    home: Option<&Path>,
+    pi_home: bool,
+    above_top: bool,
+) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(home) = home {
         out.extend(first_file(&[home.join(".picogent").join("AGENTS.md")]));
@@ -43,19 +54,43 @@ pub(crate) fn files(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> Vec<
         .ancestors()
         .find(|d| d.join(".git").exists())
         .unwrap_or_else(|| work_dir.ancestors().last().unwrap_or(work_dir));
+    let names = ["AGENTS.override.md", "AGENTS.md", "CLAUDE.md"];
+    if above_top {
+        let mut above: Vec<&Path> = top.ancestors().skip(1).collect();
+        above.reverse();
+        for dir in above {
+            let own = |f: &PathBuf| trusted(dir, f);
+            out.extend(first_file(&names.map(|n| dir.join(n))).filter(own));
+            out.extend(first_file(&[dir.join("CLAUDE.local.md")]).filter(own));
+        }
+    }
     let mut chain: Vec<&Path> = work_dir
         .ancestors()
         .take_while(|d| d.starts_with(top))
         .collect();
     chain.reverse();
     for dir in chain {
-        let names = ["AGENTS.override.md", "AGENTS.md", "CLAUDE.md"];
         out.extend(first_file(&names.map(|n| dir.join(n))));
         out.extend(first_file(&[dir.join("CLAUDE.local.md")]));
     }
     let mut seen = std::collections::HashSet::new();
     out.retain(|f| seen.insert(f.clone()));
     out
+}
+
+/// Whether a file above the repository's top could only have been put there by
+/// picogent's user or root: it and its folder owned by one of them, neither writable by
+/// anyone else (a folder anyone may write only when sticky: no one else can replace
+/// what is in it).
+fn trusted(dir: &Path, file: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = crate::sandbox::sys::euid();
+    let ours = |uid: u32| uid == me || uid == 0;
+    let (Ok(d), Ok(f)) = (std::fs::metadata(dir), std::fs::metadata(file)) else {
+        return false;
+    };
+    let sticky = d.mode() & 0o1000 != 0;
+    ours(d.uid()) && (d.mode() & 0o022 == 0 || sticky) && ours(f.uid()) && f.mode() & 0o022 == 0
 }
 
 /// A file that is a link may point only within its own folder (`CLAUDE.md ->
@@ -98,8 +133,13 @@ fn read_capped(path: &Path, limit: usize) -> std::io::Result<(String, bool)> {
 }
 
 /// The prompt section with the project instructions; empty when no file applies.
-pub(crate) fn prompt_block(work_dir: &Path, home: Option<&Path>, pi_home: bool) -> String {
-    let files = files(work_dir, home, pi_home);
+pub(crate) fn prompt_block(
+    work_dir: &Path,
+    home: Option<&Path>,
+    pi_home: bool,
+    above_top: bool,
+) -> String {
+    let files = files(work_dir, home, pi_home, above_top);
     if files.is_empty() {
         return String::new();
     }
@@ -137,4 +177,21 @@ outermost first; where they disagree, the later (nearer) file wins.",
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn agent_mode_never_looks_above_the_repository() {
+        let base = std::env::temp_dir().join(format!("picogent-docs-{}", std::process::id()));
+        let repo = base.join("repo");
+        let _ = std::fs::create_dir_all(repo.join(".git"));
+        let _ = std::fs::write(base.join("AGENTS.md"), "above");
+        let _ = std::fs::write(repo.join("AGENTS.md"), "top");
+        let above = base.join("AGENTS.md");
+        assert!(super::files(&repo, None, false, true).contains(&above));
+        let tracker = super::files(&repo, None, false, false);
+        assert!(!tracker.contains(&above) && tracker.contains(&repo.join("AGENTS.md")));
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }

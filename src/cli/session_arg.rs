@@ -111,12 +111,23 @@ fn protect_alone(config: &mut Config, dir: &Path, id: &str) -> anyhow::Result<()
                 );
             }
         } else {
+            use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
+            // Its header, as the session store writes it, so the store takes it as is.
+            let header = serde_json::json!({
+                "type": "session",
+                "version": 3,
+                "id": id,
+                "timestamp": picogent::util::now_iso(),
+                "cwd": config.work_dir.display().to_string(),
+            });
             std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(&file)
+                .and_then(|mut f| f.write_all(format!("{header}\n").as_bytes()))
                 .with_context(|| format!("cannot make {}", file.display()))?;
         }
         config.session_file = Some(file);

@@ -447,6 +447,7 @@ impl<'a> Sources<'a> {
     fn mcp_servers(
         &self,
         step_timeout: Duration,
+        work_dir: &Path,
     ) -> Result<Vec<super::McpServerConfig>, ConfigError> {
         super::mcp::resolve(
             self.file
@@ -456,6 +457,7 @@ impl<'a> Sources<'a> {
             self.env,
             &self.origin,
             step_timeout,
+            work_dir,
             &|p| self.file_path(p),
         )
     }
@@ -482,7 +484,10 @@ impl Config {
         let m = s.model_settings()?;
         let l = s.limits(m.provider)?;
         let (network, sandbox, checkpoints) = s.policies()?;
-        let mcp_servers = s.mcp_servers(Duration::from_secs(l.step_timeout_sec))?;
+        let mcp_servers = s.mcp_servers(
+            Duration::from_secs(l.step_timeout_sec),
+            &s.work_dir(agent_home.as_ref()),
+        )?;
         let (id, git, chat) = (s.identity()?, s.git()?, s.chat()?);
         let store = s.store()?;
         let kind = s.tracker_kind()?;

@@ -49,7 +49,17 @@ pub(super) struct FileMcpServer {
     #[serde(alias = "tool_timeout_sec")]
     timeout_sec: Option<u64>,
     startup_timeout_sec: Option<u64>,
+    /// VS Code: a `.env` file whose variables the server gets (its `env` wins).
+    #[serde(rename = "envFile")]
+    env_file: Option<String>,
+    /// VS Code's development mode (watching, a debugger): an editor's, ignored here.
+    #[allow(dead_code)]
+    dev: Option<serde::de::IgnoredAny>,
 }
+
+/// The key `${workspaceFolder}` (VS Code's) is read from in an `Env`: no variable can
+/// have a name with `:`.
+const WORKSPACE: &str = "picogent:workspaceFolder";
 
 /// How picogent reaches a server.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +113,12 @@ fn expand(value: &str, env: &Env, field: &str, origin: &str) -> Result<String, C
             ));
         };
         let inner = &after[..end];
+        // VS Code's name for the folder it works in: picogent's working folder.
+        if inner == "workspaceFolder" {
+            out.push_str(env.get(WORKSPACE).unwrap_or("."));
+            rest = &after[end + 1..];
+            continue;
+        }
         let (name, default) = match inner.split_once(":-") {
             Some((n, d)) => (n, Some(d)),
             None => (inner, None),
@@ -133,6 +149,19 @@ fn expand(value: &str, env: &Env, field: &str, origin: &str) -> Result<String, C
         rest = &after[end + 1..];
     }
     out.push_str(rest);
+    Ok(out)
+}
+
+/// A `.env` file's variables (VS Code's `envFile`); kept out of commands' environments
+/// like everything a server is given.
+fn env_file(path: &std::path::Path) -> Result<Vec<(String, String)>, String> {
+    let iter = dotenvy::from_path_iter(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    for item in iter {
+        let (k, v) = item.map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::config::secrets::mark_secret(&k);
+        out.push((k, v));
+    }
     Ok(out)
 }
 
@@ -175,8 +204,12 @@ pub(super) fn resolve(
     env: &Env,
     origin: &str,
     step_timeout: Duration,
+    workspace: &std::path::Path,
     file_path: &dyn Fn(&std::path::Path) -> PathBuf,
 ) -> Result<Vec<McpServerConfig>, ConfigError> {
+    let mut env = env.clone();
+    env.set(WORKSPACE, workspace.display().to_string());
+    let env = &env;
     let mut out = Vec::new();
     for (name, s) in servers {
         let field = format!("mcp_servers.{name}");
@@ -244,6 +277,13 @@ fn transport(
                 .collect::<Result<_, _>>()?,
             env: {
                 let mut vars = expand_map(s.env.as_ref(), env, &format!("{field}.env"), origin)?;
+                if let Some(f) = &s.env_file {
+                    let at = format!("{field}.envFile");
+                    let path = file_path(std::path::Path::new(&expand(f, env, &at, origin)?));
+                    for (k, v) in env_file(&path).map_err(|e| field_error(origin, &at, e))? {
+                        vars.entry(k).or_insert(v);
+                    }
+                }
                 for (i, name) in s.env_vars.iter().flatten().enumerate() {
                     // Passed on as it is (`PATH`, `LANG`...): not made a secret, which
                     // would take it from the agent's commands.

@@ -50,7 +50,7 @@ pub fn import_mcp(path: &Path, env: &Env) -> Result<(serde_json::Value, usize), 
         })?;
     let origin = path.display().to_string();
     let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-    super::mcp::resolve(&typed, env, &origin, Duration::from_secs(60), &|p| {
+    super::mcp::resolve(&typed, env, &origin, Duration::from_secs(60), &dir, &|p| {
         super::absolute(&dir, p)
     })?;
     Ok((serde_json::json!({ "mcp_servers": servers }), typed.len()))

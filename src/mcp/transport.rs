@@ -110,11 +110,13 @@ impl Launch {
             std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
         }
         let confinement = self.confinement.as_ref().filter(|_| spec.confined);
+        let home =
+            crate::sandbox::programs::trusted_home(self.operator_home.as_deref(), &self.writable);
         if self.confinement.is_some() && !spec.confined {
             tracing::warn!(server = spec.name, "MCP server runs unconfined (\"sandbox\": false): it can do whatever picogent's user can");
         }
         let (mut cmd, dir) = match confinement {
-            Some(c) => confined_command(c, &program, spec, &tmp),
+            Some(c) => confined_command(c, &program, spec, &tmp, self.npm_cache(home.as_deref())),
             None => {
                 let supervised = self
                     .confinement
@@ -132,8 +134,7 @@ impl Launch {
         // The operator's home only when no command could have written what programs
         // read from it (Python's user site, `.npmrc`, uv's configuration); otherwise
         // one of picogent's own, and no user site.
-        match crate::sandbox::programs::trusted_home(self.operator_home.as_deref(), &self.writable)
-        {
+        match home {
             Some(home) => {
                 cmd.env("HOME", home);
             }
@@ -151,6 +152,20 @@ impl Launch {
         }
         cmd.env("PATH", path).current_dir(dir);
         Ok(cmd)
+    }
+
+    /// npm's own cache in the operator's home (`~/.npm`), so that `npx -y pkg` downloads
+    /// once, not at every start: only when that home is trusted and the cache lies
+    /// outside every path the agent's commands write (they could plant a package there).
+    fn npm_cache(&self, home: Option<&Path>) -> Option<PathBuf> {
+        let cache = home?.join(".npm");
+        std::fs::create_dir_all(&cache).ok()?;
+        let real = crate::sandbox::resolved(&cache);
+        let reachable = self
+            .writable
+            .iter()
+            .any(|w| real.starts_with(w) || w.starts_with(&real));
+        (!reachable).then_some(real)
     }
 
     /// The server's program found on `path`, refused when it or the configured `cwd`
@@ -186,11 +201,13 @@ fn confined_command(
     program: &Path,
     spec: &StdioSpec,
     tmp: &Path,
+    npm_cache: Option<PathBuf>,
 ) -> (tokio::process::Command, PathBuf) {
     // Its own private /tmp is its working folder and its caches' home: empty,
-    // and gone with it (under Landlock alone, picogent's folder for it). The
-    // operator's home stays its home, read-only like the rest of the system
-    // (version managers' shims find their installs there).
+    // and gone with it (under Landlock alone, picogent's folder for it) — but for
+    // npm's cache, the operator's `~/.npm` where the agent cannot write it (`npm_cache`),
+    // so `npx` starts warm. The operator's home stays its home, read-only like the rest
+    // of the system (version managers' shims find their installs there).
     // Settled before (see `server::connect`): no probe runs on the runtime here.
     let inner = if c.namespaces_now() {
         PathBuf::from("/tmp")
@@ -204,11 +221,14 @@ fn confined_command(
         .map(PathBuf::from)
         .filter(|a| a.is_absolute())
         .collect();
-    let mut cmd = c.command_showing(program, spec.args, tmp, &shown);
+    let mut cmd = c.command_showing(program, spec.args, tmp, &shown, npm_cache.as_deref());
     cmd.env_clear()
         .env("TMPDIR", &inner)
         .env("XDG_CACHE_HOME", inner.join(".cache"))
-        .env("npm_config_cache", inner.join(".npm"));
+        .env(
+            "npm_config_cache",
+            npm_cache.unwrap_or_else(|| inner.join(".npm")),
+        );
     (cmd, spec.cwd.map_or(inner, Path::to_path_buf))
 }
 

@@ -259,3 +259,33 @@ test("session/load replays a stored session as updates and continues it", async 
   const stored = readFileSync(join(dirname(work), ".picogent", "sessions", sessionId + ".jsonl"), "utf8");
   assert.match(stored, /Remember this[\s\S]*And now\?/);
 });
+
+test("a pi session loads by pi's id, replays and continues in pi's own file", async () => {
+  const { tmp, work, env } = await setup([{ text: "Continued in pi's file." }]);
+  const uuid = "0b5e7a52-6a3c-4e0e-9d3f-2f1c7c9d8e11";
+  const dir = join(tmp, ".pi", "agent", "sessions", "--work--");
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `2026-01-01T00-00-00-000Z_${uuid}.jsonl`);
+  const lines = [
+    { type: "session", version: 3, id: uuid, timestamp: "2026-01-01T00:00:00.000Z", cwd: work },
+    { type: "message", id: "a1", parentId: null, timestamp: "2026-01-01T00:00:00.000Z",
+      message: { role: "user", content: [{ type: "text", text: "Asked in pi" }], timestamp: 1 } },
+    { type: "message", id: "a2", parentId: "a1", timestamp: "2026-01-01T00:00:01.000Z",
+      message: { role: "assistant", content: [{ type: "text", text: "Answered in pi" }], api: "anthropic-messages", provider: "anthropic", model: "m",
+        usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2, cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } },
+        stopReason: "stop", timestamp: 2 } },
+  ];
+  writeFileSync(file, lines.map((l) => JSON.stringify(l)).join("\n") + "\n");
+  const ed = editor(env);
+  await ed.run(async (ctx) => {
+    await init(ctx);
+    await ctx.request(acp.methods.agent.session.load, { sessionId: uuid, cwd: work, mcpServers: [] });
+    assert.equal(text(ed.updates, "user_message_chunk"), "Asked in pi");
+    assert.equal(text(ed.updates, "agent_message_chunk"), "Answered in pi");
+    assert.ok(ed.updates.every((u) => u.sessionId === uuid));
+    await assert.rejects(ctx.request(acp.methods.agent.session.load, { sessionId: uuid.slice(0, 8), cwd: work, mcpServers: [] }), /no session/);
+    const done = await ctx.request(acp.methods.agent.session.prompt, { sessionId: uuid, prompt: [{ type: "text", text: "Go on" }] });
+    assert.equal(done.stopReason, "end_turn");
+  });
+  assert.match(readFileSync(file, "utf8"), /Go on[\s\S]*Continued in pi's file/);
+});

@@ -457,6 +457,40 @@ fn mcp_servers_pasted_from_cursor_vs_code_or_codex_load() {
         e.contains("mcp_servers.v.env.T") && e.contains("input:token"),
         "{e}"
     );
+    // VS Code's envFile and ${workspaceFolder} are read, its dev settings ignored.
+    write(&sb.home, "vscode.env", "FROM_FILE=f1\nT=from-file\n");
+    write(
+        &sb.home,
+        "agent.json",
+        r#"{"work_dir": "proj", "servers": {"v": {"type": "stdio", "command": "srv",
+            "args": ["--root", "${workspaceFolder}/src"], "env": {"T": "given"},
+            "envFile": "vscode.env", "dev": {"watch": "src/**/*.ts", "debug": {"type": "node"}}}}}"#,
+    );
+    let c = Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
+    match transport_of(&c, "v") {
+        McpTransport::Stdio { args, env, .. } => {
+            assert_eq!(args[1], format!("{}/src", sb.home.join("proj").display()));
+            assert_eq!(env.get("FROM_FILE").map(String::as_str), Some("f1"));
+            assert_eq!(
+                env.get("T").map(String::as_str),
+                Some("given"),
+                "env wins over envFile"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    write(
+        &sb.home,
+        "agent.json",
+        r#"{"servers": {"v": {"command": "srv", "envFile": "missing.env"}}}"#,
+    );
+    let e = Config::load(Some(&sb.home), &env, &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("mcp_servers.v.envFile") && e.contains("missing.env"),
+        "{e}"
+    );
 }
 
 /// Only OpenAI's key chooses OpenAI; anything that says Anthropic (Claude Code's engine,

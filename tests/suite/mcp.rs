@@ -422,3 +422,53 @@ async fn an_answer_over_16_mib_ends_its_call_at_once_with_a_reason() {
     }
     assert_eq!(last_tool_result(&reqs[3].body), ("small ok".into(), false));
 }
+
+/// Whether a file called `name` is somewhere under `dir`.
+fn found_under(dir: &Path, name: &str) -> bool {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            let p = e.path();
+            p.file_name().is_some_and(|n| n == name)
+                || (p.is_dir() && !p.is_symlink() && found_under(&p, name))
+        })
+}
+
+#[tokio::test]
+async fn an_npx_servers_package_cache_is_kept_between_its_starts() {
+    let sb = Sandbox::new();
+    // The server notes whether npm's cache still holds what its last start left there.
+    let script = format!(
+        "c=\"$npm_config_cache\"; [ -n \"$c\" ] || exit 1; if [ -e \"$c/left-by-last-start\" ]; then touch \"$c/warm\"; fi; touch \"$c/left-by-last-start\"; exec node '{}' stdio",
+        mcp::everything().display()
+    );
+    let cfg = json!({
+        "allowed_paths": [sb.work],
+        "mcp_servers": {"cached": {"command": "bash", "args": ["-c", script]}}
+    });
+    for _ in 0..2 {
+        let llm = ScriptedLlm::start(vec![
+            tool("mcp__cached__echo", json!({"message": "hi"})),
+            text("done"),
+        ])
+        .await;
+        let agent = sb.agent(&llm, Wire::Anthropic, cfg.clone());
+        let (_, outcome) = run(&agent, "echo", "m1").await;
+        assert_eq!(final_text(&outcome), "done");
+        assert_eq!(last_tool_result(&llm.requests()[1].body).0, "Echo: hi");
+        drop(agent);
+    }
+    // npm's own cache, in the operator's home (which the agent's commands cannot write).
+    let npm = sb.user_home.join(".npm");
+    assert!(
+        found_under(&npm, "left-by-last-start"),
+        "no cache kept in {}",
+        npm.display()
+    );
+    assert!(
+        found_under(&npm, "warm"),
+        "the second start found an empty cache"
+    );
+}

@@ -12,7 +12,8 @@ fn system_of(llm: &ScriptedLlm) -> String {
 async fn agents_files_from_the_repository_down_to_the_working_folder_outermost_first() {
     let sb = Sandbox::new();
     // A repository with AGENTS.md at its top, CLAUDE.md in a folder without AGENTS.md,
-    // and the working folder below; a file above the repository does not apply.
+    // and the working folder below; a file above the repository applies too (as pi
+    // finds it), first.
     let repo = sb.work.join("repo");
     std::fs::create_dir_all(repo.join(".git")).unwrap();
     std::fs::create_dir_all(repo.join("crates/core/src")).unwrap();
@@ -33,14 +34,15 @@ async fn agents_files_from_the_repository_down_to_the_working_folder_outermost_f
             .find(s)
             .unwrap_or_else(|| panic!("{s} missing: {system}"))
     };
-    assert!(at("GLOBAL-RULES") < at("ROOT-RULES"));
+    assert!(at("GLOBAL-RULES") < at("OUTSIDE-REPO"));
+    assert!(at("OUTSIDE-REPO") < at("ROOT-RULES"));
     assert!(at("ROOT-RULES") < at("CLAUDE-RULES"));
     assert!(at("CLAUDE-RULES") < at("CORE-RULES"));
     assert!(system.contains(&format!(
         "## {}\n\nROOT-RULES",
         repo.join("AGENTS.md").display()
     )));
-    assert!(!system.contains("OUTSIDE-REPO") && !system.contains("CORE-CLAUDE"));
+    assert!(!system.contains("CORE-CLAUDE"));
     // The same bytes at every step of a run.
     let llm2 = ScriptedLlm::start(vec![tool("ls", json!({})), text("ok")]).await;
     let agent = sb.agent(&llm2, Wire::Anthropic, json!({"work_dir": work}));
@@ -146,4 +148,47 @@ async fn the_files_claude_code_and_codex_users_keep_apply_too() {
     };
     assert!(at("CLAUDE-HOME") < at("CODEX-HOME"));
     assert!(at("CODEX-HOME") < at("OVERRIDE-RULES"));
+}
+
+#[tokio::test]
+async fn above_the_repository_only_files_no_one_else_could_have_put_there_apply() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    // shared/ is writable by anyone (not sticky), public/ is sticky like /tmp; each holds
+    // a repository whose working folder is the repository's top.
+    let shared = sb.work.join("shared");
+    let public = sb.work.join("public");
+    for (d, mode) in [(&shared, 0o777), (&public, 0o1777)] {
+        std::fs::create_dir_all(d.join("repo/.git")).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::write(shared.join("AGENTS.md"), "PLANTED-IN-SHARED").unwrap();
+    // In the sticky folder: one of picogent's user's own, one another user owns, and one
+    // anyone may change.
+    std::fs::write(public.join("AGENTS.md"), "MINE-IN-PUBLIC").unwrap();
+    std::fs::write(public.join("CLAUDE.local.md"), "WRITABLE-BY-ALL").unwrap();
+    std::fs::set_permissions(
+        public.join("CLAUDE.local.md"),
+        std::fs::Permissions::from_mode(0o666),
+    )
+    .unwrap();
+    let other = sb.work.join("other");
+    std::fs::create_dir_all(other.join("repo/.git")).unwrap();
+    std::fs::write(other.join("AGENTS.md"), "SOMEONE-ELSES").unwrap();
+    let nobody = 65534;
+    std::os::unix::fs::chown(other.join("AGENTS.md"), Some(nobody), Some(nobody)).unwrap();
+    let llm = ScriptedLlm::start(vec![text("ok"), text("ok"), text("ok")]).await;
+    for d in [&shared, &public, &other] {
+        let agent = sb.agent(&llm, Wire::Anthropic, json!({"work_dir": d.join("repo")}));
+        run(&agent, "hi", "docs").await;
+    }
+    let systems: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(|r| crate::common::llm::system_text(&r.body))
+        .collect();
+    assert!(!systems[0].contains("PLANTED-IN-SHARED"), "{}", systems[0]);
+    assert!(systems[1].contains("MINE-IN-PUBLIC"), "{}", systems[1]);
+    assert!(!systems[1].contains("WRITABLE-BY-ALL"), "{}", systems[1]);
+    assert!(!systems[2].contains("SOMEONE-ELSES"), "{}", systems[2]);
 }

@@ -193,7 +193,7 @@ impl Confinement {
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
     {
-        self.command_showing(program, args, tmp, &[])
+        self.command_showing(program, args, tmp, &[], None)
     }
 
     /// `program` unconfined, but in a PID namespace of its own where namespaces work:
@@ -215,13 +215,16 @@ impl Confinement {
     }
 
     /// `command`, with folders of the operator's configuration (never the agent's)
-    /// that stay visible, read-only, when they lie under `/tmp`.
+    /// that stay visible, read-only, when they lie under `/tmp`, and one more folder it
+    /// may write where writes are restricted (`cache`: an MCP server's package cache,
+    /// which the agent's commands cannot write, kept between its starts).
     pub fn command_showing<I, S>(
         &self,
         program: &Path,
         args: I,
         tmp: &Path,
         shown: &[PathBuf],
+        cache: Option<&Path>,
     ) -> tokio::process::Command
     where
         I: IntoIterator<Item = S>,
@@ -235,6 +238,10 @@ impl Confinement {
         }
         for d in self.writable.iter().flatten() {
             cmd.arg("--rw").arg(d);
+        }
+        // Only where writes are restricted: without them a first `--rw` would restrict.
+        if let (Some(_), Some(c)) = (&self.writable, cache) {
+            cmd.arg("--rw").arg(c);
         }
         cmd.arg("--tmp").arg(tmp);
         for d in &self.read_only {

@@ -183,7 +183,12 @@ impl<'a> Loop<'a> {
         };
         let role = run.role();
         let docs = match cfg.project_docs {
-            true => project_docs::prompt_block(&run.work_dir, cfg.home_dir.as_deref(), cfg.pi_home),
+            true => project_docs::prompt_block(
+                &run.work_dir,
+                cfg.home_dir.as_deref(),
+                cfg.pi_home,
+                !cfg.is_agent_mode(),
+            ),
             false => String::new(),
         };
         let system = prompt::build(
