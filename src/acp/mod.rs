@@ -30,7 +30,6 @@ use crate::agent::{Agent, AgentEvent, FailureKind, Outcome, RunRequest};
 use crate::config::Config;
 use crate::util::lock;
 use session::{AcpSession, Running};
-use tokio_util::sync::CancellationToken;
 
 /// Sessions an editor may hold open at once; the oldest idle one goes past this.
 const MAX_SESSIONS: usize = 64;
@@ -103,14 +102,18 @@ pub async fn serve(base: Config) -> anyhow::Result<()> {
         )
         .on_receive_request(
             async move |req: PromptRequest, responder, cx| {
-                // Claimed here, in order: a cancel right behind the prompt finds it.
-                let (s, cancel) = match s3.claim(&req.session_id.0) {
-                    Ok(c) => c,
+                // Claimed and started here, in order: a cancel right behind the prompt
+                // finds its run.
+                let started = updates::prompt_text(&req.prompt)
+                    .map_err(invalid)
+                    .and_then(|text| s3.start(&req.session_id.0, text));
+                let (s, events) = match started {
+                    Ok(r) => r,
                     Err(e) => return responder.respond_with_error(e),
                 };
-                let (server, conn) = (s3.clone(), cx.clone());
+                let conn = cx.clone();
                 cx.spawn(async move {
-                    let _ = match prompt(&server, &s, cancel, req, &conn).await {
+                    let _ = match prompt(&s, events, &conn).await {
                         Ok(stop) => responder.respond(PromptResponse::new(stop)),
                         Err(e) => responder.respond_with_error(e),
                     };
@@ -165,24 +168,48 @@ impl Server {
             .cloned()
     }
 
-    /// Takes session `id` for one prompt: refused when there is none, or one runs.
-    fn claim(&self, id: &str) -> Result<(Arc<AcpSession>, CancellationToken), Error> {
+    /// Starts a prompt's run in session `id` (refused when there is none, or one runs):
+    /// the session's slot is taken until the run has ended, whoever follows it, and a
+    /// task of the server's owns the run and hands its events on.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        self: &Arc<Self>,
+        id: &str,
+        text: String,
+    ) -> Result<
+        (
+            Arc<AcpSession>,
+            tokio::sync::mpsc::UnboundedReceiver<AgentEvent>,
+        ),
+        Error,
+    > {
         let s = self.find(id).ok_or_else(|| {
             invalid(format!(
                 "no session {id:?}: make one with session/new or session/load"
             ))
         })?;
-        let cancel = CancellationToken::new();
         let mut running = lock(&s.running);
         if running.is_some() {
             return Err(invalid(format!("session {id} is already running a prompt")));
         }
+        let mut handle = s.agent.start(RunRequest::new(text, s.id.clone()));
         *running = Some(Running {
-            cancel: cancel.clone(),
-            control: None,
+            cancel: handle.cancel_token(),
+            control: Some(handle.control.clone()),
         });
         drop(running);
-        Ok((s, cancel))
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (server, session) = (self.clone(), s.clone());
+        tokio::spawn(async move {
+            while let Some(ev) = handle.events.recv().await {
+                let _ = tx.send(ev);
+            }
+            drop(tx);
+            let _ = handle.finish().await;
+            *lock(&session.running) = None;
+            server.ended.notify_waiters();
+        });
+        Ok((s, rx))
     }
 
     /// The editor went away: runs still going are cancelled (their commands killed)
@@ -194,7 +221,9 @@ impl Server {
         }
         let deadline = tokio::time::Instant::now() + WIND_DOWN;
         loop {
-            let ended = self.ended.notified();
+            // Registered before the check, so an end between the two is not missed.
+            let mut ended = std::pin::pin!(self.ended.notified());
+            ended.as_mut().enable();
             if all.iter().all(|s| lock(&s.running).is_none()) {
                 return;
             }
@@ -234,14 +263,14 @@ impl Server {
             running: Mutex::new(None),
         });
         let mut all = lock(&self.sessions);
-        if all
-            .iter()
-            .any(|o| o.acp_id == acp_id && lock(&o.running).is_some())
-        {
+        // One file, one open session: by the editor's id or the file's (a pi session
+        // loads by its file's name or its UUID).
+        let same = |o: &Arc<AcpSession>| o.acp_id == acp_id || o.id == s.id;
+        if all.iter().any(|o| same(o) && lock(&o.running).is_some()) {
             return Err(invalid(format!("session {acp_id} is running a prompt")));
         }
         // The same session loaded again replaces its older one.
-        all.retain(|o| o.acp_id != acp_id);
+        all.retain(|o| !same(o));
         if all.len() >= MAX_SESSIONS {
             if let Some(i) = all.iter().position(|o| lock(&o.running).is_none()) {
                 all.remove(i);
@@ -316,37 +345,20 @@ impl Server {
     }
 }
 
-/// Frees a session's prompt slot however its prompt ends (a dropped task included).
-struct Claimed<'a>(&'a AcpSession, &'a Server);
-
-impl Drop for Claimed<'_> {
-    fn drop(&mut self) {
-        *lock(&self.0.running) = None;
-        self.1.ended.notify_waiters();
-    }
-}
-
-/// `session/prompt`: one run in the session, its events streamed as updates; the stop
-/// reason when it ends.
+/// `session/prompt`: the run's events streamed as updates; the stop reason when it
+/// ends. The run is the server's (`Server::start`): if the editor goes and this task is
+/// dropped, the run is cancelled and still waited for.
 async fn prompt(
-    server: &Server,
     s: &Arc<AcpSession>,
-    cancel: CancellationToken,
-    req: PromptRequest,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<AgentEvent>,
     conn: &ConnectionTo<Client>,
 ) -> Result<StopReason, Error> {
     let id = s.acp_id.clone();
-    let _claimed = Claimed(s, server);
-    let text = updates::prompt_text(&req.prompt).map_err(invalid)?;
-    let mut handle = s
-        .agent
-        .start_with_cancel(RunRequest::new(text, s.id.clone()), cancel);
-    if let Some(r) = lock(&s.running).as_mut() {
-        r.control = Some(handle.control.clone());
-    }
+    // Dropped with this task: the run is cancelled (its commands killed).
+    let _cancel_if_dropped = s.cancel_guard();
     let mut tr = updates::Translator::new(s.work_dir.clone());
     let mut outcome = None;
-    while let Some(ev) = handle.events.recv().await {
+    while let Some(ev) = events.recv().await {
         if let AgentEvent::Approval {
             id: call,
             summary,
@@ -362,18 +374,17 @@ async fn prompt(
                 .send_notification(SessionNotification::new(id.clone(), u))
                 .is_err()
             {
-                handle.cancel();
+                s.cancel();
             }
         }
         if let AgentEvent::Finished { outcome: o } = ev {
             outcome = Some(o);
         }
     }
-    let outcome = match outcome {
-        Some(o) => o,
-        None => handle.finish().await,
-    };
-    stop_reason(outcome, conn, &id)
+    match outcome {
+        Some(o) => stop_reason(o, conn, &id),
+        None => Err(internal("the run ended without an outcome")),
+    }
 }
 
 /// How a run's end reads to the editor: a stop reason, or an error for a failure.

@@ -21,7 +21,6 @@ const MAX_EDITOR_SERVERS: usize = 32;
 /// A session's run now: how to cancel it.
 pub(crate) struct Running {
     pub(crate) cancel: CancellationToken,
-    /// Once the run started.
     pub(crate) control: Option<RunControl>,
 }
 
@@ -37,6 +36,13 @@ pub(crate) struct AcpSession {
 }
 
 impl AcpSession {
+    /// Cancels the run going on (if any) when dropped.
+    pub(crate) fn cancel_guard(&self) -> Option<tokio_util::sync::DropGuard> {
+        lock(&self.running)
+            .as_ref()
+            .map(|r| r.cancel.clone().drop_guard())
+    }
+
     /// Cancels the run going on, if any.
     pub(crate) fn cancel(&self) {
         if let Some(r) = lock(&self.running).as_ref() {
@@ -117,6 +123,7 @@ fn mcp_servers(given: &[McpServer], base: &Config) -> Result<Vec<McpServerConfig
             disabled_tools: Vec::new(),
             timeout,
             startup_timeout: Duration::from_secs(30),
+            env_file: None,
         });
     }
     Ok(out)

@@ -291,7 +291,10 @@ fn start_mcp(config: &Config, sandbox: &Sandbox, state: &Path) -> crate::mcp::Mc
                 writable: sandbox.allowed_paths().to_vec(),
                 operator_home: config.home_dir.clone(),
             };
-            crate::mcp::Mcp::start(&config.mcp_servers, launch)
+            let servers: Vec<_> = (config.mcp_servers.iter().cloned())
+                .map(|s| s.in_folder(&config.work_dir))
+                .collect();
+            crate::mcp::Mcp::start(&servers, launch)
         }
         crate::config::Engine::ClaudeCode => {
             if !config.mcp_servers.is_empty() {

@@ -9,12 +9,14 @@
 //! none) down to the working folder, each folder's
 //! `AGENTS.override.md` (Codex's), else its `AGENTS.md`, else its `CLAUDE.md`, and after
 //! it the folder's `CLAUDE.local.md` (Claude Code's personal notes) when there is one.
-//! Above the repository's top, as pi finds them, the same files of each folder up to
-//! the filesystem root — but only where no one else could have put them: the file and
-//! its folder owned by picogent's user (or root) and writable by no one else (a shared
-//! folder such as `/tmp` only when it is sticky), so another local user cannot plant
-//! `/tmp/AGENTS.md` in a run under `/tmp`. Agent mode (`above_top` off) never looks
-//! above a task's repository: its worktree is the task's, not the operator's folders.
+//! Above the repository's top (the working folder itself when it is in none), as pi
+//! finds them, the same files of each folder up to the filesystem root — but only where
+//! no one else could have put them: a plain file (no link, no second name) and its
+//! folder owned by picogent's user (or root), writable by no one else (but their own
+//! group, and a shared folder such as `/tmp` only when it is sticky), so another local
+//! user cannot plant `/tmp/AGENTS.md` in a run under `/tmp`, nor a `/tmp/.git` that
+//! would make `/tmp` a repository's top. Agent mode (`above_top` off) never looks above
+//! a task's repository: its worktree is the task's, not the operator's folders.
 //! Outermost first, so the nearer file has the last word. Each file is under a heading
 //! naming its path; the whole is capped at `MAX_BYTES`, cut on a UTF-8 boundary with a
 //! note saying what was left out. A file that is a link must point within its folder.
@@ -50,16 +52,18 @@ pub(crate) fn files(
             ]));
         }
     }
+    // A repository's top above the working folder counts only where no one else could
+    // have made it one.
     let top = work_dir
         .ancestors()
-        .find(|d| d.join(".git").exists())
-        .unwrap_or_else(|| work_dir.ancestors().last().unwrap_or(work_dir));
+        .find(|d| d.join(".git").exists() && (*d == work_dir || trusted(d, &d.join(".git"), false)))
+        .unwrap_or(work_dir);
     let names = ["AGENTS.override.md", "AGENTS.md", "CLAUDE.md"];
     if above_top {
         let mut above: Vec<&Path> = top.ancestors().skip(1).collect();
         above.reverse();
         for dir in above {
-            let own = |f: &PathBuf| trusted(dir, f);
+            let own = |f: &PathBuf| trusted(dir, f, true);
             out.extend(first_file(&names.map(|n| dir.join(n))).filter(own));
             out.extend(first_file(&[dir.join("CLAUDE.local.md")]).filter(own));
         }
@@ -82,15 +86,28 @@ pub(crate) fn files(
 /// picogent's user or root: it and its folder owned by one of them, neither writable by
 /// anyone else (a folder anyone may write only when sticky: no one else can replace
 /// what is in it).
-fn trusted(dir: &Path, file: &Path) -> bool {
+/// (`file`: an instruction file, which must also be a plain file with one name.)
+fn trusted(dir: &Path, entry: &Path, file: bool) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let me = crate::sandbox::sys::euid();
-    let ours = |uid: u32| uid == me || uid == 0;
-    let (Ok(d), Ok(f)) = (std::fs::metadata(dir), std::fs::metadata(file)) else {
+    let (me, my_group) = (crate::sandbox::sys::euid(), crate::sandbox::sys::egid());
+    let ours = |m: &std::fs::Metadata| m.uid() == me || m.uid() == 0;
+    // Writable by others: the world, or a group other than this user's own.
+    let shared = |m: &std::fs::Metadata| {
+        m.mode() & 0o002 != 0 || (m.mode() & 0o020 != 0 && m.gid() != my_group)
+    };
+    let (Ok(d), Ok(f)) = (std::fs::metadata(dir), std::fs::symlink_metadata(entry)) else {
         return false;
     };
     let sticky = d.mode() & 0o1000 != 0;
-    ours(d.uid()) && (d.mode() & 0o022 == 0 || sticky) && ours(f.uid()) && f.mode() & 0o022 == 0
+    let plain = !file || (f.is_file() && f.nlink() == 1);
+    let ok = ours(&d) && (!shared(&d) || sticky) && ours(&f) && !shared(&f) && plain;
+    if !ok && file {
+        tracing::warn!(
+            "{} not read into the prompt: above the repository, a file must be a plain file that only you (or root) could have put there",
+            entry.display()
+        );
+    }
+    ok
 }
 
 /// A file that is a link may point only within its own folder (`CLAUDE.md ->
@@ -186,7 +203,13 @@ mod tests {
         let base = std::env::temp_dir().join(format!("picogent-docs-{}", std::process::id()));
         let repo = base.join("repo");
         let _ = std::fs::create_dir_all(repo.join(".git"));
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755));
         let _ = std::fs::write(base.join("AGENTS.md"), "above");
+        let _ = std::fs::set_permissions(
+            base.join("AGENTS.md"),
+            std::fs::Permissions::from_mode(0o644),
+        );
         let _ = std::fs::write(repo.join("AGENTS.md"), "top");
         let above = base.join("AGENTS.md");
         assert!(super::files(&repo, None, false, true).contains(&above));

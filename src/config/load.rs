@@ -498,7 +498,7 @@ impl Config {
             (None, None) => None,
         };
         let approval = s.approval(tracker.is_some(), m.engine)?;
-        Ok(Config {
+        let config = Config {
             name: id.name,
             slug: id.slug,
             prompt: id.prompt,
@@ -564,7 +564,9 @@ impl Config {
             home_dir: s.home_dir.clone(),
             config_file,
             agent_home,
-        })
+        };
+        super::mcp::env_files_kept(&config)?;
+        Ok(config)
     }
 }
 

@@ -96,6 +96,32 @@ pub struct McpServerConfig {
     pub timeout: Duration,
     /// Connecting and listing the tools ends after this long (default 30 s).
     pub startup_timeout: Duration,
+    /// VS Code's `envFile` the server's variables came from: kept from the agent like
+    /// the configuration file, and refused inside the allowed paths.
+    pub env_file: Option<PathBuf>,
+}
+
+impl McpServerConfig {
+    /// `${workspaceFolder}` (VS Code's) in its command, arguments, variables, URL and
+    /// headers, as the working folder the agent is made with.
+    pub fn in_folder(mut self, folder: &std::path::Path) -> McpServerConfig {
+        let folder = folder.display().to_string();
+        let put = |s: &mut String| *s = s.replace("${workspaceFolder}", &folder);
+        match &mut self.transport {
+            McpTransport::Stdio {
+                command, args, env, ..
+            } => {
+                put(command);
+                args.iter_mut().for_each(put);
+                env.values_mut().for_each(put);
+            }
+            McpTransport::Http { url, headers } => {
+                put(url);
+                headers.values_mut().for_each(put);
+            }
+        }
+        self
+    }
 }
 
 /// Expands `${VAR}` and `${VAR:-default}` from `env`; `field` names the place for errors.
@@ -113,9 +139,14 @@ fn expand(value: &str, env: &Env, field: &str, origin: &str) -> Result<String, C
             ));
         };
         let inner = &after[..end];
-        // VS Code's name for the folder it works in: picogent's working folder.
+        // VS Code's name for the folder it works in: picogent's working folder, put in
+        // when the agent is made (`in_folder`: `--dir`, an editor's folder), or here
+        // for a path read now (`envFile`).
         if inner == "workspaceFolder" {
-            out.push_str(env.get(WORKSPACE).unwrap_or("."));
+            match env.get(WORKSPACE) {
+                Some(w) => out.push_str(w),
+                None => out.push_str("${workspaceFolder}"),
+            }
             rest = &after[end + 1..];
             continue;
         }
@@ -152,17 +183,41 @@ fn expand(value: &str, env: &Env, field: &str, origin: &str) -> Result<String, C
     Ok(out)
 }
 
-/// A `.env` file's variables (VS Code's `envFile`); kept out of commands' environments
-/// like everything a server is given.
+/// An `envFile` inside an allowed path could be changed by the agent's commands (under
+/// Landlock alone, kept-from-the-agent paths there stay writable): refused, naming it.
+pub(super) fn env_files_kept(config: &super::Config) -> Result<(), ConfigError> {
+    let real = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    for s in &config.mcp_servers {
+        let Some(f) = &s.env_file else { continue };
+        let file = real(f);
+        if config
+            .policy
+            .allowed_paths
+            .iter()
+            .any(|a| file.starts_with(real(a)))
+        {
+            return Err(ConfigError::Field {
+                path: config
+                    .config_file
+                    .as_ref()
+                    .map_or("environment".into(), |p| p.display().to_string()),
+                field: format!("mcp_servers.{}.envFile", s.name),
+                message: format!(
+                    "{} lies where the agent's commands can write (allowed paths): keep the server's variables outside them",
+                    f.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A `.env` file's variables (VS Code's `envFile`), for the server alone: the agent's
+/// commands never had them (the file is kept from the agent, see `env_file`).
 fn env_file(path: &std::path::Path) -> Result<Vec<(String, String)>, String> {
     let iter = dotenvy::from_path_iter(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut out = Vec::new();
-    for item in iter {
-        let (k, v) = item.map_err(|e| format!("{}: {e}", path.display()))?;
-        crate::config::secrets::mark_secret(&k);
-        out.push((k, v));
-    }
-    Ok(out)
+    iter.map(|item| item.map_err(|e| format!("{}: {e}", path.display())))
+        .collect()
 }
 
 /// A variable a server is given by name (kept out of commands' environments).
@@ -207,9 +262,9 @@ pub(super) fn resolve(
     workspace: &std::path::Path,
     file_path: &dyn Fn(&std::path::Path) -> PathBuf,
 ) -> Result<Vec<McpServerConfig>, ConfigError> {
-    let mut env = env.clone();
-    env.set(WORKSPACE, workspace.display().to_string());
-    let env = &env;
+    // Only a path read now (`envFile`) takes the folder at once.
+    let mut at_load = env.clone();
+    at_load.set(WORKSPACE, workspace.display().to_string());
     let mut out = Vec::new();
     for (name, s) in servers {
         let field = format!("mcp_servers.{name}");
@@ -224,7 +279,24 @@ pub(super) fn resolve(
         if s.enabled == Some(false) {
             continue;
         }
-        let transport = transport(s, env, &field, origin, file_path)?;
+        let mut transport = transport(s, env, &field, origin, file_path)?;
+        let env_file = match (&s.env_file, &mut transport) {
+            (None, _) => None,
+            (Some(f), McpTransport::Stdio { env: vars, .. }) => {
+                let at = format!("{field}.envFile");
+                let path = file_path(std::path::Path::new(&expand(f, &at_load, &at, origin)?));
+                for (k, v) in env_file(&path).map_err(|e| field_error(origin, &at, e))? {
+                    vars.entry(k).or_insert(v);
+                }
+                Some(path)
+            }
+            (Some(_), McpTransport::Http { .. }) => {
+                let why =
+                    "envFile gives a stdio server its variables; an HTTP server takes headers"
+                        .into();
+                return Err(field_error(origin, &format!("{field}.envFile"), why));
+            }
+        };
         let secs = |v: Option<u64>, default: Duration, what: &str| match v {
             Some(0) => Err(field_error(
                 origin,
@@ -251,6 +323,7 @@ pub(super) fn resolve(
                 Duration::from_secs(30),
                 "startup_timeout_sec",
             )?,
+            env_file,
         });
     }
     Ok(out)
@@ -277,13 +350,6 @@ fn transport(
                 .collect::<Result<_, _>>()?,
             env: {
                 let mut vars = expand_map(s.env.as_ref(), env, &format!("{field}.env"), origin)?;
-                if let Some(f) = &s.env_file {
-                    let at = format!("{field}.envFile");
-                    let path = file_path(std::path::Path::new(&expand(f, env, &at, origin)?));
-                    for (k, v) in env_file(&path).map_err(|e| field_error(origin, &at, e))? {
-                        vars.entry(k).or_insert(v);
-                    }
-                }
                 for (i, name) in s.env_vars.iter().flatten().enumerate() {
                     // Passed on as it is (`PATH`, `LANG`...): not made a secret, which
                     // would take it from the agent's commands.

@@ -438,11 +438,18 @@ impl Config {
     /// Files and folders no tool may open: the configuration, the loaded `.env`, the
     /// agent home's `state/` (journals and outbox hold the tracker's traffic), and a
     /// GitHub App's private key.
+    /// Whether `path` is among the files kept from the agent (for tests of the
+    /// configuration).
+    pub fn protected_paths_include(&self, path: &Path) -> bool {
+        self.protected_paths().iter().any(|p| p == path)
+    }
+
     pub(crate) fn protected_paths(&self) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = Vec::new();
         out.extend(self.config_file.clone());
         out.extend(self.env_file.clone());
         out.extend(self.session_file.clone());
+        out.extend(self.mcp_servers.iter().filter_map(|s| s.env_file.clone()));
         out.push(self.state_dir());
         // A GitHub App's private key mints tokens for the whole installation.
         if let Some(GithubAuth::App {

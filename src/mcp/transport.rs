@@ -116,7 +116,13 @@ impl Launch {
             tracing::warn!(server = spec.name, "MCP server runs unconfined (\"sandbox\": false): it can do whatever picogent's user can");
         }
         let (mut cmd, dir) = match confinement {
-            Some(c) => confined_command(c, &program, spec, &tmp, self.npm_cache(home.as_deref())),
+            Some(c) => confined_command(
+                c,
+                &program,
+                spec,
+                &tmp,
+                self.npm_cache(home.as_deref(), spec.name),
+            ),
             None => {
                 let supervised = self
                     .confinement
@@ -154,11 +160,14 @@ impl Launch {
         Ok(cmd)
     }
 
-    /// npm's own cache in the operator's home (`~/.npm`), so that `npx -y pkg` downloads
-    /// once, not at every start: only when that home is trusted and the cache lies
-    /// outside every path the agent's commands write (they could plant a package there).
-    fn npm_cache(&self, home: Option<&Path>) -> Option<PathBuf> {
-        let cache = home?.join(".npm");
+    /// An npm cache of the server's own in the operator's home
+    /// (`~/.cache/picogent/mcp/<name>/npm`), kept between its starts so that `npx -y
+    /// pkg` downloads once: only when that home is trusted and the cache lies outside
+    /// every path the agent's commands write. Never `~/.npm`: what a confined server
+    /// wrote there, the operator's own `npx` (or an unconfined server) would run; and
+    /// one per server, so that one cannot change another's packages.
+    fn npm_cache(&self, home: Option<&Path>, name: &str) -> Option<PathBuf> {
+        let cache = home?.join(".cache/picogent/mcp").join(name).join("npm");
         std::fs::create_dir_all(&cache).ok()?;
         let real = crate::sandbox::resolved(&cache);
         let reachable = self
@@ -205,8 +214,8 @@ fn confined_command(
 ) -> (tokio::process::Command, PathBuf) {
     // Its own private /tmp is its working folder and its caches' home: empty,
     // and gone with it (under Landlock alone, picogent's folder for it) — but for
-    // npm's cache, the operator's `~/.npm` where the agent cannot write it (`npm_cache`),
-    // so `npx` starts warm. The operator's home stays its home, read-only like the rest
+    // npm's cache, a folder of this server's where the agent cannot write it
+    // (`npm_cache`), so `npx` starts warm. The operator's home stays its home, read-only like the rest
     // of the system (version managers' shims find their installs there).
     // Settled before (see `server::connect`): no probe runs on the runtime here.
     let inner = if c.namespaces_now() {

@@ -289,3 +289,30 @@ test("a pi session loads by pi's id, replays and continues in pi's own file", as
   });
   assert.match(readFileSync(file, "utf8"), /Go on[\s\S]*Continued in pi's file/);
 });
+
+test("an editor that goes away mid-run: the run is cancelled, its command killed, its session written, and picogent exits", async () => {
+  const { tmp, work, env } = await setup([
+    { tool: "bash", args: { command: "echo started > started.txt; sleep 30; echo finished > finished.txt" } },
+    { text: "never" },
+  ]);
+  const child = spawn(bin("picogent"), ["acp"], { env, stdio: ["pipe", "pipe", "inherit"] });
+  children.push(child);
+  const lines = createInterface({ input: child.stdout });
+  const got = [];
+  let wake = () => {};
+  lines.on("line", (l) => { got.push(JSON.parse(l)); wake(); });
+  const next = async (pred) => { for (;;) { const m = got.find(pred); if (m) return m; await new Promise((r) => { wake = r; }); } };
+  const send = (o) => child.stdin.write(JSON.stringify(o) + "\n");
+  send({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: 1, clientCapabilities: {} } });
+  await next((m) => m.id === 1);
+  send({ jsonrpc: "2.0", id: 2, method: "session/new", params: { cwd: work, mcpServers: [] } });
+  const sessionId = (await next((m) => m.id === 2)).result.sessionId;
+  send({ jsonrpc: "2.0", id: 3, method: "session/prompt", params: { sessionId, prompt: [{ type: "text", text: "take long" }] } });
+  while (!existsSync(join(work, "started.txt"))) await new Promise((r) => setTimeout(r, 20));
+  const exited = new Promise((r) => child.once("exit", r));
+  child.stdin.end();
+  await exited;
+  assert.equal(existsSync(join(work, "finished.txt")), false);
+  const stored = readFileSync(join(tmp, ".picogent", "sessions", sessionId + ".jsonl"), "utf8");
+  assert.match(stored, /"toolResult"/, "the cancelled call's result is in the session");
+});

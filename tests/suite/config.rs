@@ -467,9 +467,17 @@ fn mcp_servers_pasted_from_cursor_vs_code_or_codex_load() {
             "envFile": "vscode.env", "dev": {"watch": "src/**/*.ts", "debug": {"type": "node"}}}}}"#,
     );
     let c = Config::load(Some(&sb.home), &env, &sb.base()).unwrap();
+    // The folder is put in when the agent is made (after --dir, for an editor's folder).
+    let v = c.mcp_servers.iter().find(|s| s.name == "v").unwrap();
+    assert!(c.protected_paths_include(&sb.home.join("vscode.env")));
+    let there = v.clone().in_folder(std::path::Path::new("/elsewhere"));
+    match &there.transport {
+        McpTransport::Stdio { args, .. } => assert_eq!(args[1], "/elsewhere/src"),
+        other => panic!("{other:?}"),
+    }
     match transport_of(&c, "v") {
         McpTransport::Stdio { args, env, .. } => {
-            assert_eq!(args[1], format!("{}/src", sb.home.join("proj").display()));
+            assert_eq!(args[1], "${workspaceFolder}/src");
             assert_eq!(env.get("FROM_FILE").map(String::as_str), Some("f1"));
             assert_eq!(
                 env.get("T").map(String::as_str),
@@ -489,6 +497,24 @@ fn mcp_servers_pasted_from_cursor_vs_code_or_codex_load() {
         .to_string();
     assert!(
         e.contains("mcp_servers.v.envFile") && e.contains("missing.env"),
+        "{e}"
+    );
+    // Inside the allowed paths the agent's commands could change it: refused.
+    write(&sb.work, ".env", "T=planted\n");
+    write(
+        &sb.home,
+        "agent.json",
+        &format!(
+            r#"{{"allowed_paths": [{:?}], "servers": {{"v": {{"command": "srv", "envFile": {:?}}}}}}}"#,
+            sb.work,
+            sb.work.join(".env")
+        ),
+    );
+    let e = Config::load(Some(&sb.home), &env, &sb.base())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("mcp_servers.v.envFile") && e.contains("allowed paths"),
         "{e}"
     );
 }

@@ -440,13 +440,11 @@ fn found_under(dir: &Path, name: &str) -> bool {
 async fn an_npx_servers_package_cache_is_kept_between_its_starts() {
     let sb = Sandbox::new();
     // The server notes whether npm's cache still holds what its last start left there.
-    let script = format!(
-        "c=\"$npm_config_cache\"; [ -n \"$c\" ] || exit 1; if [ -e \"$c/left-by-last-start\" ]; then touch \"$c/warm\"; fi; touch \"$c/left-by-last-start\"; exec node '{}' stdio",
-        mcp::everything().display()
-    );
+    // (Its script is named as an argument: a checkout under /tmp stays visible then.)
+    let script = "c=\"$npm_config_cache\"; [ -n \"$c\" ] || exit 1; if [ -e \"$c/left-by-last-start\" ]; then touch \"$c/warm\"; fi; touch \"$c/left-by-last-start\"; exec node \"$1\" stdio";
     let cfg = json!({
         "allowed_paths": [sb.work],
-        "mcp_servers": {"cached": {"command": "bash", "args": ["-c", script]}}
+        "mcp_servers": {"cached": {"command": "bash", "args": ["-c", script, "mcp", mcp::everything()]}}
     });
     for _ in 0..2 {
         let llm = ScriptedLlm::start(vec![
@@ -460,8 +458,9 @@ async fn an_npx_servers_package_cache_is_kept_between_its_starts() {
         assert_eq!(last_tool_result(&llm.requests()[1].body).0, "Echo: hi");
         drop(agent);
     }
-    // npm's own cache, in the operator's home (which the agent's commands cannot write).
-    let npm = sb.user_home.join(".npm");
+    // The server's own npm cache, in the operator's home (which the agent's commands
+    // cannot write), not the operator's ~/.npm.
+    let npm = sb.user_home.join(".cache/picogent/mcp/cached/npm");
     assert!(
         found_under(&npm, "left-by-last-start"),
         "no cache kept in {}",
@@ -471,4 +470,5 @@ async fn an_npx_servers_package_cache_is_kept_between_its_starts() {
         found_under(&npm, "warm"),
         "the second start found an empty cache"
     );
+    assert!(!sb.user_home.join(".npm").exists());
 }

@@ -166,6 +166,14 @@ async fn above_the_repository_only_files_no_one_else_could_have_put_there_apply(
     // In the sticky folder: one of picogent's user's own, one another user owns, and one
     // anyone may change.
     std::fs::write(public.join("AGENTS.md"), "MINE-IN-PUBLIC").unwrap();
+    std::fs::set_permissions(
+        public.join("AGENTS.md"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    // A `.git` planted in the shared folder does not make it a repository's top.
+    std::fs::create_dir_all(shared.join(".git")).unwrap();
+    std::fs::set_permissions(shared.join(".git"), std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::write(public.join("CLAUDE.local.md"), "WRITABLE-BY-ALL").unwrap();
     std::fs::set_permissions(
         public.join("CLAUDE.local.md"),
@@ -175,11 +183,25 @@ async fn above_the_repository_only_files_no_one_else_could_have_put_there_apply(
     let other = sb.work.join("other");
     std::fs::create_dir_all(other.join("repo/.git")).unwrap();
     std::fs::write(other.join("AGENTS.md"), "SOMEONE-ELSES").unwrap();
+    // Given to another user (root can; as anyone else, made world-writable instead).
     let nobody = 65534;
-    std::os::unix::fs::chown(other.join("AGENTS.md"), Some(nobody), Some(nobody)).unwrap();
+    if std::os::unix::fs::chown(other.join("AGENTS.md"), Some(nobody), Some(nobody)).is_err() {
+        std::fs::set_permissions(
+            other.join("AGENTS.md"),
+            std::fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
+    }
     let llm = ScriptedLlm::start(vec![text("ok"), text("ok"), text("ok")]).await;
-    for d in [&shared, &public, &other] {
-        let agent = sb.agent(&llm, Wire::Anthropic, json!({"work_dir": d.join("repo")}));
+    // In shared/, a folder of no repository: only the planted `.git` could make
+    // shared/ its top.
+    std::fs::create_dir_all(shared.join("plain")).unwrap();
+    for w in [
+        shared.join("plain"),
+        public.join("repo"),
+        other.join("repo"),
+    ] {
+        let agent = sb.agent(&llm, Wire::Anthropic, json!({"work_dir": w}));
         run(&agent, "hi", "docs").await;
     }
     let systems: Vec<String> = llm

@@ -14,6 +14,12 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The effective group id.
+pub fn egid() -> u32 {
+    // SAFETY: a plain getter that cannot fail.
+    unsafe { libc::getegid() }
+}
+
 /// The real user id.
 pub fn uid() -> u32 {
     // SAFETY: a plain getter that cannot fail.
