@@ -428,8 +428,23 @@ fn frames_schema() -> String {
         /// One item of a `history` answer's `items`.
         history_item: HistoryItem,
     }
-    let schema = schemars::schema_for!(ChatServerFrames);
-    serde_json::to_string_pretty(&schema).unwrap() + "\n"
+    let schema = serde_json::to_value(schemars::schema_for!(ChatServerFrames)).unwrap();
+    serde_json::to_string_pretty(&sorted(schema)).unwrap() + "\n"
+}
+
+/// Every object's keys in order, whether serde_json keeps insertion order or not (the
+/// workspace turns `preserve_order` on, this crate alone does not).
+fn sorted(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let keys: std::collections::BTreeMap<String, Value> =
+                m.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+            Value::Object(keys.into_iter().collect())
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
 
 #[test]
