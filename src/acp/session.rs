@@ -144,13 +144,7 @@ pub(crate) fn config_for(
     if !cwd.is_dir() {
         return Err(format!("cwd {} is not a folder", cwd.display()));
     }
-    let allowed = &base.policy.allowed_paths;
-    if !allowed.is_empty()
-        && !allowed
-            .iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .any(|p| cwd.starts_with(p))
-    {
+    if !base.within_allowed_paths(&cwd) {
         return Err(format!(
             "cwd {} is outside the configured allowed_paths",
             cwd.display()

@@ -3,7 +3,7 @@
 //! output), a stored session replayed the same way, and a prompt's content blocks
 //! (text, embedded resources, resource links) as the text the model gets.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol::v1::schema::{
@@ -145,14 +145,14 @@ pub(crate) fn tool_result(
 pub(crate) struct Translator {
     work_dir: PathBuf,
     /// Calls whose output has begun (marked in progress once).
-    running: HashMap<String, ()>,
+    running: HashSet<String>,
 }
 
 impl Translator {
     pub(crate) fn new(work_dir: PathBuf) -> Translator {
         Translator {
             work_dir,
-            running: HashMap::new(),
+            running: HashSet::new(),
         }
     }
 
@@ -169,7 +169,7 @@ impl Translator {
                 summary,
             } => SessionUpdate::ToolCall(tool_call(id, name, arguments, summary, &self.work_dir)),
             AgentEvent::ToolOutputDelta { id, .. } => {
-                if self.running.insert(id.clone(), ()).is_some() {
+                if !self.running.insert(id.clone()) {
                     return None;
                 }
                 SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(

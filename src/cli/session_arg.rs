@@ -74,13 +74,7 @@ fn follow_header(config: &mut Config, file: &Path) {
         return;
     };
     let real = std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone());
-    let allowed = config.policy.allowed_paths.is_empty()
-        || config
-            .policy
-            .allowed_paths
-            .iter()
-            .any(|a| real.starts_with(std::fs::canonicalize(a).unwrap_or_else(|_| a.clone())));
-    if !allowed {
+    if !config.within_allowed_paths(&real) {
         say!(
             "picogent: the session started in {}, outside allowed_paths; working in {}",
             cwd.display(),
@@ -100,35 +94,18 @@ fn follow_header(config: &mut Config, file: &Path) {
 fn protect_alone(config: &mut Config, dir: &Path, id: &str) -> anyhow::Result<()> {
     if holds_work(config, dir) {
         let file = dir.join(format!("{id}.jsonl"));
-        if let Ok(m) = std::fs::symlink_metadata(&file) {
-            use std::os::unix::fs::MetadataExt;
-            // A link, or a second name the agent could still write through, is not
-            // the session file picogent keeps from it.
-            if !m.is_file() || m.nlink() > 1 {
-                anyhow::bail!(
-                    "{} is not a plain file of its own (a link, or a file with another name): not used as a session inside the working folder",
-                    file.display()
-                );
-            }
-        } else {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            // Its header, as the session store writes it, so the store takes it as is.
-            let header = serde_json::json!({
-                "type": "session",
-                "version": 3,
-                "id": id,
-                "timestamp": picogent::util::now_iso(),
-                "cwd": config.work_dir.display().to_string(),
-            });
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&file)
-                .and_then(|mut f| f.write_all(format!("{header}\n").as_bytes()))
-                .with_context(|| format!("cannot make {}", file.display()))?;
+        if std::fs::symlink_metadata(&file).is_err() {
+            picogent::session::SessionStore::new(dir).make(id, &config.work_dir)?;
+        }
+        use std::os::unix::fs::MetadataExt;
+        // A link, or a second name the agent could still write through, is not the
+        // session file picogent keeps from it.
+        let plain = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file() && m.nlink() == 1);
+        if !plain {
+            anyhow::bail!(
+                "{} is not a plain file of its own (a link, or a file with another name): not used as a session inside the working folder",
+                file.display()
+            );
         }
         config.session_file = Some(file);
     }

@@ -438,6 +438,16 @@ impl Config {
     /// Files and folders no tool may open: the configuration, the loaded `.env`, the
     /// agent home's `state/` (journals and outbox hold the tracker's traffic), and a
     /// GitHub App's private key.
+    /// Whether a resolved folder lies inside the allowed paths (every folder does when
+    /// there are none).
+    pub fn within_allowed_paths(&self, real: &Path) -> bool {
+        let allowed = &self.policy.allowed_paths;
+        allowed.is_empty()
+            || allowed
+                .iter()
+                .any(|a| real.starts_with(std::fs::canonicalize(a).unwrap_or_else(|_| a.clone())))
+    }
+
     /// Whether `path` is among the files kept from the agent (for tests of the
     /// configuration).
     pub fn protected_paths_include(&self, path: &Path) -> bool {

@@ -263,7 +263,7 @@ fn rewrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".migrating-{:016x}", fastrand::u64(..)));
+    tmp.push(format!(".migrating-{}", crate::util::random_hex(8)));
     let tmp = PathBuf::from(tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -217,6 +217,44 @@ impl SessionStore {
         off_runtime(move || me.snapshot(&id)).await
     }
 
+    /// Makes session `id`'s file with its header (`cwd` in it), whole or not at all (a
+    /// disk without room for the header leaves no file), its name synced; `None` when
+    /// the file exists already. With the file, the header's length.
+    fn create(&self, id: &str, cwd: &Path) -> Result<Option<(File, u64)>, SessionError> {
+        let path = self.path(id)?;
+        let io = |source| SessionError::Io {
+            path: path.clone(),
+            source,
+        };
+        let header = Header {
+            kind: "session".into(),
+            version: 3,
+            id: id.into(),
+            timestamp: crate::util::now_iso(),
+            cwd: cwd.display().to_string(),
+        };
+        let mut line = serde_json::to_vec(&header).map_err(|e| io(std::io::Error::other(e)))?;
+        line.push(b'\n');
+        let Some(file) = file::create_whole(&path, &line).map_err(io)? else {
+            return Ok(None);
+        };
+        // The new file's name survives a power loss too (its lines, at the first sync).
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| SessionError::Io {
+                path: self.dir.clone(),
+                source,
+            })?;
+        Ok(Some((file, line.len() as u64)))
+    }
+
+    /// Makes a new session's file, with only its header, where none is yet (`run
+    /// --session FILE` in the working folder: the file must exist before the sandbox
+    /// that keeps it from the agent is set up).
+    pub fn make(&self, id: &str, cwd: &Path) -> Result<(), SessionError> {
+        self.create(id, cwd).map(drop)
+    }
+
     /// Opens the session to write, under its lock, creating it (with `cwd` in its
     /// header) when new.
     pub fn open(&self, lock: SessionLock, cwd: &Path) -> Result<Session, SessionError> {
@@ -240,32 +278,15 @@ impl SessionStore {
             tracing::warn!("session file {}: empty; made again", path.display());
             std::fs::remove_file(&path).map_err(io)?;
         }
-        let header = Header {
-            kind: "session".into(),
-            version: 3,
-            id: id.into(),
-            timestamp: crate::util::now_iso(),
-            cwd: cwd.display().to_string(),
-        };
-        let mut line = serde_json::to_vec(&header).map_err(|e| io(std::io::Error::other(e)))?;
-        line.push(b'\n');
-        // Whole or not at all: a disk without room for the header leaves no file.
-        let Some(file) = file::create_whole(&path, &line).map_err(io)? else {
+        let Some((file, header_len)) = self.create(id, cwd)? else {
             // Another process made it first.
             return Session::load(&path, Some(lock));
         };
-        // The new file's name survives a power loss too (its lines, at the first sync).
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|source| SessionError::Io {
-                path: self.dir.clone(),
-                source,
-            })?;
         let writer = Some(writer::Writer::start(
             file.try_clone().map_err(io)?,
             path.clone(),
             lock,
-            line.len() as u64,
+            header_len,
         ));
         Ok(Session {
             id: id.into(),
@@ -274,7 +295,7 @@ impl SessionStore {
             writer,
             entries: Vec::new(),
             spans: Vec::new(),
-            size: line.len() as u64,
+            size: header_len,
             evicted_to: 0,
             index: HashMap::new(),
             parents: Vec::new(),
