@@ -304,17 +304,24 @@ impl Server {
             .home_dir
             .as_deref()
             .map(crate::session::find::pi_sessions_dir);
-        let found = crate::session::find::resolve(&wanted, &own, pi.as_deref())
-            .map_err(|e| invalid(e.to_string()))?;
-        let (dir, id) = match found {
-            crate::session::find::Found::Existing { dir, id } => (dir, id),
-            _ => return Err(invalid(format!("no session {wanted:?}"))),
-        };
-        // By its file's name or its header's id (pi's UUID), not a prefix of either.
-        let header = crate::session::find::header(&dir.join(format!("{id}.jsonl")));
-        if id != wanted && header.as_ref().and_then(|h| h["id"].as_str()) != Some(&wanted) {
-            return Err(invalid(format!("no session {wanted:?}")));
-        }
+        let (looked_in, asked) = (own.clone(), wanted.clone());
+        // Every session file's header may be read: off the runtime's threads.
+        let (dir, id) = tokio::task::spawn_blocking(move || {
+            use crate::session::find;
+            let (dir, id) = match find::resolve(&asked, &looked_in, pi.as_deref()) {
+                Ok(find::Found::Existing { dir, id }) => (dir, id),
+                Ok(_) => return Err(invalid(format!("no session {asked:?}"))),
+                Err(e) => return Err(invalid(e.to_string())),
+            };
+            // By its file's name or its header's id (pi's UUID), not a prefix of either.
+            let header = find::header(&dir.join(format!("{id}.jsonl")));
+            if id != asked && header.as_ref().and_then(|h| h["id"].as_str()) != Some(&asked) {
+                return Err(invalid(format!("no session {asked:?}")));
+            }
+            Ok((dir, id))
+        })
+        .await
+        .map_err(|e| internal(e.to_string()))??;
         let dir = (dir != own).then_some(dir);
         let s = self
             .open(
