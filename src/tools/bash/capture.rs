@@ -20,10 +20,15 @@ const CHECK_EVERY: u64 = 1 << 20;
 /// The least space kept free on the state disk, whatever its size.
 const RESERVE_MIN: u64 = 64 << 20;
 
+/// The most kept free: journal lines and reports are small, and 5% of a large disk
+/// (12 GiB of 250) would stop saving outputs, and warn, on a disk with room to spare.
+const RESERVE_MAX: u64 = 1 << 30;
+
 /// The space kept free on a state disk of `total` bytes for the session journal and the
-/// tracker outbox: 5% of the disk, at least 64 MiB. A saved output never takes it.
+/// tracker outbox: 5% of the disk, at least 64 MiB and at most 1 GiB. A saved output
+/// never takes it.
 pub(crate) fn reserve(total: u64) -> u64 {
-    (total / 20).max(RESERVE_MIN)
+    (total / 20).clamp(RESERVE_MIN, RESERVE_MAX)
 }
 
 /// Why a saved output is shorter than the output.
@@ -273,9 +278,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reserve_is_five_percent_and_at_least_64_mib() {
+    fn the_reserve_is_five_percent_at_least_64_mib_and_at_most_1_gib() {
         assert_eq!(reserve(64 << 20), 64 << 20);
-        assert_eq!(reserve(100 << 30), 5 << 30);
+        assert_eq!(reserve(10 << 30), 512 << 20);
+        assert_eq!(reserve(252 << 30), 1 << 30);
     }
 
     #[test]
