@@ -7,6 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every test server listens on loopback: a proxy set for the machine must not stand
+# between them and their clients (reqwest, Node and Chromium honour these).
+export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}"
+export no_proxy="$NO_PROXY"
+
 # The fake GitHub in the Rust tests checks every request against GitHub's OpenAPI
 # description and sends real webhook payloads: both npm packages, installed when missing.
 if [ ! -d tests/github/node_modules/@octokit/openapi ] || [ ! -d tests/github/node_modules/@octokit/webhooks-examples ]; then

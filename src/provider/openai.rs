@@ -295,8 +295,10 @@ impl Assembly {
         let has_calls = !self.calls.is_empty();
         for (n, (_, c)) in self.calls.into_iter().enumerate() {
             content.push(Content::ToolCall {
+                // A server that sends no ids (some local ones) gets ids of ours, unique
+                // across turns: verdicts, branches and approvals are keyed by them.
                 id: if c.id.is_empty() {
-                    format!("call_{n}")
+                    format!("call_{n}_{}", crate::util::random_hex(6))
                 } else {
                     c.id
                 },
@@ -328,6 +330,29 @@ impl Assembly {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_without_ids_get_ids_unique_across_turns() {
+        let turn = || {
+            let mut a = Assembly::default();
+            let chunk = serde_json::json!({"choices": [{"delta": {"tool_calls": [
+                {"index": 0, "function": {"name": "ls", "arguments": "{}"}},
+                {"index": 1, "function": {"name": "ls", "arguments": "{}"}}
+            ]}}]});
+            a.chunk(&chunk, &mut |_| {});
+            a.finish()
+                .content
+                .into_iter()
+                .filter_map(|c| match c {
+                    Content::ToolCall { id, .. } => Some(id),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let (first, second) = (turn(), turn());
+        let all: std::collections::HashSet<_> = first.iter().chain(&second).collect();
+        assert_eq!(all.len(), 4, "{first:?} {second:?}");
+    }
 
     #[test]
     fn only_openai_itself_is_sent_a_prompt_cache_key() {

@@ -472,14 +472,22 @@ pub fn git_program() -> String {
         })
 }
 
-/// Runs git in `dir` as a person would (a user identity, no global configuration);
-/// its trimmed output, or the test fails naming the command.
+/// Runs git in `dir` as a person would (a user identity, no global or system
+/// configuration, no `GIT_*` variable from the machine running the tests); its trimmed
+/// output, or the test fails naming the command.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(git_program())
+    let mut cmd = std::process::Command::new(git_program());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("GIT_") {
+            cmd.env_remove(name);
+        }
+    }
+    let out = cmd
         .args(["-c", "user.name=User", "-c", "user.email=user@example.com"])
         .args(args)
         .current_dir(dir)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
         .output()
         .unwrap();
     assert!(
@@ -494,13 +502,18 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 /// that must not happen: in CI (`CI` set) and wherever `PICOGENT_REQUIRE_SANDBOX=1` (a
 /// test that prints SKIPPED and passes would be a test that checks nothing).
 pub fn skip(reason: &str) {
-    let required = std::env::var_os("PICOGENT_REQUIRE_SANDBOX").is_some_and(|v| v == "1")
-        || std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
     assert!(
-        !required,
+        !skipping_refused(),
         "cannot run here, and this run requires it (CI or PICOGENT_REQUIRE_SANDBOX=1): {reason}"
     );
     eprintln!("SKIPPED: {reason}");
+}
+
+/// Whether [`skip`] fails: in CI (`CI` set, not empty, not `false`) or where
+/// `PICOGENT_REQUIRE_SANDBOX=1`.
+pub fn skipping_refused() -> bool {
+    std::env::var_os("PICOGENT_REQUIRE_SANDBOX").is_some_and(|v| v == "1")
+        || std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false")
 }
 
 /// A small tmpfs mounted on `dir` for as long as this lives (unmounted on drop).

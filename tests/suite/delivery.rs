@@ -84,10 +84,11 @@ async fn refused_reports_are_retried_for_a_while_then_kept_never_dropped() {
         .await
         .unwrap();
     assert_eq!(health["dead_letters"]["reports"], 1, "{health}");
+    // Other warnings (a weaker sandbox, a nearly full disk) may come first.
     assert!(
-        health["warnings"][0]
-            .as_str()
-            .is_some_and(|w| w.contains("refused for good")),
+        health["warnings"].as_array().is_some_and(|ws| ws
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("refused for good")))),
         "{health}"
     );
     d.stop().await.unwrap();

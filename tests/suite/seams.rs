@@ -11,7 +11,9 @@ use picogent::sandbox::{namespaces_work, Level};
 use picogent::tools::{execute, ToolContext, ToolOutput};
 use serde_json::{json, Value};
 
-use crate::common::{self, namespaces_here, skip, text, tool, Sandbox, ScriptedLlm, Wire};
+use crate::common::{
+    self, namespaces_here, skip, skipping_refused, text, tool, Sandbox, ScriptedLlm, Wire,
+};
 
 fn helper() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_picogent"))
@@ -363,12 +365,8 @@ fn skipping_is_refused_where_the_sandbox_is_required() {
     let ci =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/run")).unwrap();
     assert!(ci.contains("PICOGENT_REQUIRE_SANDBOX=1"), "{ci}");
-    let required = std::env::var_os("PICOGENT_REQUIRE_SANDBOX").is_some_and(|v| v == "1");
     let result = std::panic::catch_unwind(|| skip("a test that cannot run here"));
-    assert_eq!(
-        result.is_err(),
-        required || std::env::var_os("CI").is_some()
-    );
+    assert_eq!(result.is_err(), skipping_refused());
 }
 
 #[tokio::test]
