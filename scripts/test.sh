@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Every test server listens on loopback: a proxy set for the machine must not stand
-# between them and their clients (reqwest, Node and Chromium honour these).
+# between them and their clients (reqwest and Chromium honour these).
 export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}"
 export no_proxy="$NO_PROXY"
 

@@ -298,7 +298,7 @@ impl Assembly {
                 // A server that sends no ids (some local ones) gets ids of ours, unique
                 // across turns: verdicts, branches and approvals are keyed by them.
                 id: if c.id.is_empty() {
-                    format!("call_{n}_{}", crate::util::random_hex(6))
+                    format!("call_{n}_{}", crate::util::random_hex(8))
                 } else {
                     c.id
                 },

@@ -111,7 +111,7 @@ fn warnings(router: &Router) -> Vec<Concern> {
 
     let state = router.state_dir();
     if let Ok((free, total)) = crate::tools::bash::capture::disk_space(&state) {
-        if free < crate::tools::bash::capture::reserve(total) {
+        if crate::tools::bash::capture::too_full_to_save(free, total) {
             w.push(concern(
                 "state_disk_low",
                 format!(

@@ -367,6 +367,11 @@ fn skipping_is_refused_where_the_sandbox_is_required() {
     assert!(ci.contains("PICOGENT_REQUIRE_SANDBOX=1"), "{ci}");
     let result = std::panic::catch_unwind(|| skip("a test that cannot run here"));
     assert_eq!(result.is_err(), skipping_refused());
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let required = std::env::var("PICOGENT_REQUIRE_SANDBOX").is_ok_and(|v| v == "1");
+    if ci || required {
+        assert!(result.is_err(), "skipping must fail here");
+    }
 }
 
 #[tokio::test]

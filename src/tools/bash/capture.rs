@@ -31,6 +31,13 @@ pub(crate) fn reserve(total: u64) -> u64 {
     (total / 20).clamp(RESERVE_MIN, RESERVE_MAX)
 }
 
+/// Whether a disk with `free` of `total` bytes is too full to save more output on: the
+/// next check may be [`CHECK_EVERY`] away, so that much must fit above the reserve. The
+/// health check warns by the same rule.
+pub(crate) fn too_full_to_save(free: u64, total: u64) -> bool {
+    free < reserve(total) + CHECK_EVERY
+}
+
 /// Why a saved output is shorter than the output.
 #[derive(Debug, Clone, PartialEq)]
 enum Cut {
@@ -122,7 +129,7 @@ impl Capture {
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)));
         match space {
-            Ok((free, total)) if free < reserve(total) + CHECK_EVERY => {
+            Ok((free, total)) if too_full_to_save(free, total) => {
                 return self.stop(Cut::Disk {
                     reserve: reserve(total),
                 })
@@ -161,7 +168,7 @@ impl Capture {
         if *written + take as u64 >= *next_check {
             *next_check = *written + CHECK_EVERY;
             match fd_space(file) {
-                Ok((free, total)) if free < reserve(total) + CHECK_EVERY => {
+                Ok((free, total)) if too_full_to_save(free, total) => {
                     return self.stop(Cut::Disk {
                         reserve: reserve(total),
                     })
