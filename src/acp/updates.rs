@@ -148,6 +148,14 @@ pub(crate) struct Translator {
     running: HashSet<String>,
 }
 
+/// A call that now runs (its first output, or its approval).
+fn in_progress(id: &str) -> SessionUpdate {
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        id.to_string(),
+        ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+    ))
+}
+
 impl Translator {
     pub(crate) fn new(work_dir: PathBuf) -> Translator {
         Translator {
@@ -172,17 +180,9 @@ impl Translator {
                 if !self.running.insert(id.clone()) {
                     return None;
                 }
-                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                    id.clone(),
-                    ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
-                ))
+                in_progress(id)
             }
-            AgentEvent::Approved { id, answer } if answer.allows() => {
-                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                    id.clone(),
-                    ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
-                ))
-            }
+            AgentEvent::Approved { id, answer } if answer.allows() => in_progress(id),
             AgentEvent::ToolResult {
                 id,
                 name,
